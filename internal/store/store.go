@@ -1,0 +1,250 @@
+// Package store defines what subagentd persists — session headers, their
+// append-only logs, runs and activations, the global lifecycle log and the
+// durable inbox — as one Store interface, implemented by internal/pg
+// (durable) and internal/memstore (default, tests). The conformance suite in
+// storetest holds both to the same contract.
+//
+// Every call is scoped to the tenant carried by its context (WithTenant;
+// "default" when absent): rows of another tenant are invisible, reported as
+// ErrNotFound, never as a permission error.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Errors every implementation returns (wrapped) so callers can use errors.Is.
+var (
+	// ErrNotFound: no such row for this tenant.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the row already exists, or a once-only transition (ending
+	// a run) already happened.
+	ErrConflict = errors.New("conflict")
+)
+
+// DefaultTenant is the tenant of a context that carries none.
+const DefaultTenant = "default"
+
+type tenantKey struct{}
+
+// WithTenant returns ctx scoped to tenant.
+func WithTenant(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, tenant)
+}
+
+// Tenant returns the tenant ctx is scoped to.
+func Tenant(ctx context.Context) string {
+	if t, ok := ctx.Value(tenantKey{}).(string); ok && t != "" {
+		return t
+	}
+	return DefaultTenant
+}
+
+// Session is a session header (seam-spec §1.22). Root sessions are created by
+// clients and carry their own agent route; children are created by providers.
+type Session struct {
+	ID       string
+	ParentID string // "" for a root session
+	// Origin is "subagent" for children and "" for roots.
+	Origin          string
+	DelegationDepth int
+	// SeedLength is the number of leading events inherited from a fork parent.
+	SeedLength int
+	Cwd        string
+	Label      string
+	// Provider is the subagent provider that created a child; "" for roots.
+	Provider string
+	// Mode is "one-shot" or "continuable" for children, "" for roots. It is
+	// derived data: the subagent/descriptor event in the log is the authority.
+	Mode          string
+	AgentProvider string
+	AgentModel    string
+	MaxTokens     int
+	Persona       *string
+	CreatedAt     time.Time
+}
+
+// SessionFilter selects sessions for ListSessions, oldest first.
+type SessionFilter struct {
+	// ParentID, when non-nil, keeps only direct children of that session
+	// ("" keeps only roots).
+	ParentID *string
+	// AfterID continues a listing after the session with this id.
+	AfterID string
+	Limit   int
+}
+
+// NewEvent is an event to append; the store assigns Seq, and Time when zero.
+type NewEvent struct {
+	Type string
+	Time time.Time
+	Data json.RawMessage
+}
+
+// Event is one entry of a session log. Seq is 0-based and contiguous.
+type Event struct {
+	Seq  int64
+	Type string
+	Time time.Time
+	Data json.RawMessage
+}
+
+// Run kinds.
+const (
+	KindOneShot    = "one-shot"
+	KindActivation = "activation"
+)
+
+// Run states.
+const (
+	StateRunning  = "running"
+	StateSettled  = "settled"
+	StateDisposed = "disposed"
+)
+
+// Run is one one-shot run or one activation of a continuable child (kind
+// activation, with TaskID). Owner and LeaseUntil record which replica drives
+// it (DESIGN §5).
+type Run struct {
+	ID         string
+	Kind       string
+	Provider   string
+	ChildID    string
+	ParentID   string
+	TaskID     string
+	Local      bool
+	State      string
+	StartedAt  time.Time
+	EndedAt    time.Time // zero while running
+	StopReason string
+	Output     json.RawMessage // JSON array of content blocks; nil while running
+	Structured json.RawMessage
+	Diagnostic string
+	Owner      string
+	LeaseUntil time.Time
+}
+
+// RunResult is how a run settled.
+type RunResult struct {
+	StopReason string
+	Output     json.RawMessage
+	Structured json.RawMessage
+	Diagnostic string
+	EndedAt    time.Time
+}
+
+// RunFilter selects runs for ListRuns, oldest first.
+type RunFilter struct {
+	ParentID string
+	ChildID  string
+	TaskID   string
+	State    string
+	AfterID  string
+	Limit    int
+}
+
+// LifecycleEvent is one entry of the global lifecycle log that /v1/events
+// replays. ID is assigned by the store in commit order: a reader that sees ID
+// n has already been able to see every ID below n.
+type LifecycleEvent struct {
+	ID       int64
+	Type     string
+	ParentID string
+	RunID    string
+	Time     time.Time
+	Payload  json.RawMessage
+}
+
+// LifecycleFilter selects lifecycle events with ID > After, oldest first.
+type LifecycleFilter struct {
+	After    int64
+	Limit    int
+	ParentID string
+	Types    []string
+}
+
+// InboxMessage is a followup accepted for a continuable child and not yet
+// delivered into its log.
+type InboxMessage struct {
+	ID        string
+	ChildID   string
+	TaskID    string
+	Content   json.RawMessage
+	Source    json.RawMessage
+	CreatedAt time.Time
+}
+
+// Store is the persistence contract. Implementations are safe for concurrent
+// use. Limits <= 0 mean a store-chosen default of 100; no call returns more
+// than 1000 rows.
+type Store interface {
+	// CreateSession stores a new header. Returns ErrConflict if the id exists.
+	CreateSession(ctx context.Context, s Session) error
+	// GetSession returns one header. Returns ErrNotFound.
+	GetSession(ctx context.Context, id string) (Session, error)
+	// ListSessions returns headers ordered by (CreatedAt, ID).
+	ListSessions(ctx context.Context, f SessionFilter) ([]Session, error)
+
+	// AppendEvents appends evs to the session's log atomically, giving them
+	// the next contiguous seqs, and returns them as stored. Returns
+	// ErrNotFound if the session does not exist.
+	AppendEvents(ctx context.Context, sessionID string, evs ...NewEvent) ([]Event, error)
+	// Events returns up to limit events with Seq > after, in seq order; pass
+	// after = -1 to read from the start. Returns ErrNotFound for an unknown
+	// session.
+	Events(ctx context.Context, sessionID string, after int64, limit int) ([]Event, error)
+
+	// StartRun stores r (State running) and appends start to the lifecycle
+	// log in one transaction, returning start with its ID. Returns
+	// ErrConflict if the run id exists.
+	StartRun(ctx context.Context, r Run, start LifecycleEvent) (LifecycleEvent, error)
+	// EndRun settles the run with res and appends end in one transaction.
+	// Returns ErrNotFound, or ErrConflict if the run already ended: this is
+	// what makes subagent/end exactly-once, also across restarts.
+	EndRun(ctx context.Context, runID string, res RunResult, end LifecycleEvent) (LifecycleEvent, error)
+	// DisposeRun marks a settled run disposed. Idempotent. Returns
+	// ErrNotFound, or ErrConflict if the run is still running.
+	DisposeRun(ctx context.Context, runID string) error
+	// GetRun returns one run. Returns ErrNotFound.
+	GetRun(ctx context.Context, runID string) (Run, error)
+	// ListRuns returns runs ordered by (StartedAt, ID).
+	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
+	// RenewLeases extends LeaseUntil of every running run owned by owner.
+	RenewLeases(ctx context.Context, owner string, until time.Time) error
+	// ExpiredRuns returns running runs, of any tenant, whose lease ended
+	// before now: their owner is gone.
+	ExpiredRuns(ctx context.Context, now time.Time) ([]Run, error)
+
+	// AppendLifecycle appends e (provider-added/-removed and other unscoped
+	// events) and returns it with its ID.
+	AppendLifecycle(ctx context.Context, e LifecycleEvent) (LifecycleEvent, error)
+	// Lifecycle returns events matching f.
+	Lifecycle(ctx context.Context, f LifecycleFilter) ([]LifecycleEvent, error)
+
+	// Enqueue stores an accepted followup. Returns ErrConflict if the id
+	// exists.
+	Enqueue(ctx context.Context, m InboxMessage) error
+	// Pending returns the child's undelivered messages in acceptance order.
+	Pending(ctx context.Context, childID string) ([]InboxMessage, error)
+	// Ack removes delivered messages. Unknown ids are ignored.
+	Ack(ctx context.Context, childID string, ids ...string) error
+
+	// Subscribe returns a channel that receives a value (coalesced, never
+	// blocking the writer) after a commit touches topic, and a func that
+	// ends the subscription. Wake-ups carry no data: read the tables. After a
+	// lost connection the store wakes every subscriber so readers re-query.
+	Subscribe(topic string) (<-chan struct{}, func())
+
+	// Ping reports whether the store can serve requests (reachable, schema
+	// current).
+	Ping(ctx context.Context) error
+}
+
+// LifecycleTopic is the wake-up topic of the lifecycle log.
+const LifecycleTopic = "lifecycle"
+
+// SessionTopic is the wake-up topic of one session's log.
+func SessionTopic(sessionID string) string { return "session:" + sessionID }

@@ -1,0 +1,69 @@
+package subagent
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes. They are the stable `code` values of the HTTP API (DESIGN §3)
+// and of seam-spec §1.13; internal/http maps each to a status in one table.
+const (
+	ENoProvider            = "NO_PROVIDER"
+	EDuplicateProvider     = "DUPLICATE_PROVIDER"
+	ESessionNotFound       = "SESSION_NOT_FOUND"
+	ERunNotFound           = "RUN_NOT_FOUND"
+	ETaskNotFound          = "TASK_NOT_FOUND"
+	EUnsupportedCapability = "UNSUPPORTED_CAPABILITY"
+	EInvalidRequest        = "INVALID_REQUEST"
+	EUnsupportedSchema     = "UNSUPPORTED_SCHEMA"
+	EInvalidMaxDepth       = "INVALID_MAX_DEPTH"
+	EDepthExceeded         = "DEPTH_EXCEEDED"
+	EDuplicateChild        = "DUPLICATE_CHILD"
+	ENotResumable          = "NOT_RESUMABLE"
+	ESteerRejected         = "STEER_REJECTED"
+	EUnauthorized          = "UNAUTHORIZED"
+	EUnauthenticated       = "UNAUTHENTICATED"
+	ERateLimited           = "RATE_LIMITED"
+	EPayloadTooLarge       = "PAYLOAD_TOO_LARGE"
+	EDraining              = "DRAINING"
+	EAborted               = "ABORTED"
+	EInternal              = "INTERNAL"
+)
+
+// Error is an error whose Code and Message may be shown to API clients. Any
+// other error is internal: it is logged and reported as "internal error".
+type Error struct {
+	Code    string
+	Message string
+	// Fields holds per-field messages for EInvalidRequest, keyed by a JSON
+	// path such as "outputSchema.properties.a".
+	Fields map[string]string
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error with code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, or EInternal.
+func ErrorCode(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return EInternal
+}
+
+// ErrorMessage returns the client-safe message of err: the *Error's message,
+// or "internal error" for anything else.
+func ErrorMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return "internal error"
+}

@@ -1,0 +1,161 @@
+// Package subagent is the subagent seam (seam-spec §0–§2): the provider
+// registry, the validation order of a one-shot start, runs and their exactly-
+// once settlement, the lifecycle event bus, delegation depth, descriptors and
+// the output-schema subset. It has no HTTP and no SQL: persistence goes
+// through store.Store, transports through Provider.
+package subagent
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// Stop reasons known to the service (seam-spec §1.12). The set is open: any
+// other value is a failure (R32); use IsSuccess rather than comparing.
+const (
+	StopCompleted = "completed"
+	StopAborted   = "aborted"
+	StopError     = "error"
+	StopMaxTokens = "max-tokens"
+	StopRefusal   = "refusal"
+)
+
+// IsSuccess reports whether reason means the work finished. Only "completed"
+// does; unknown reasons count as failures (R32).
+func IsSuccess(reason string) bool { return reason == StopCompleted }
+
+// Capabilities are the start-time features a provider enforces on the
+// one-shot path (seam-spec §1.3). They are checked in field order.
+type Capabilities struct {
+	OutputSchema bool
+	DepthLimit   bool
+	ToolFilter   bool
+	Persona      bool
+}
+
+// AgentOptions selects the child's model route (seam-spec §1.4, R45). Zero
+// fields are absent. SubagentDepth is set by the service, never the caller.
+type AgentOptions struct {
+	Provider      string
+	Model         string
+	MaxTokens     int
+	SubagentDepth *int
+}
+
+// ToolFilter scopes the global tools a child sees (seam-spec §1.6). A nil
+// slice is an absent list; a non-nil empty Allow hides every global tool.
+type ToolFilter struct {
+	Allow []string
+	Deny  []string
+}
+
+// Parent is the delegating agent as providers see it: its durable header and
+// its live route options.
+type Parent struct {
+	Session store.Session
+	Options AgentOptions
+}
+
+// Request is a one-shot start request (seam-spec §1.4). Optional fields are
+// nil when absent.
+type Request struct {
+	Label        string
+	Prompt       []model.Block
+	Parent       Parent
+	AgentOptions *AgentOptions
+	OutputSchema json.RawMessage
+	MaxDepth     *int
+	ToolFilter   *ToolFilter
+	Persona      *string
+}
+
+// ResolvedRequest is what a provider's Start receives: the caller's request
+// plus the one-shot descriptor snapshot (R10) and the child depth computed by
+// the service (R33–R35).
+type ResolvedRequest struct {
+	Request
+	Descriptor Descriptor
+	ChildDepth int
+}
+
+// Result is how a child ended (seam-spec §1.10). Output is never nil for a
+// settled result ([] when there is none).
+type Result struct {
+	Output     []model.Block
+	Structured json.RawMessage
+	StopReason string
+	Diagnostic string
+}
+
+// Run is a provider's published one-shot child. Providers return it from
+// Start only once the child is ready (R12).
+type Run interface {
+	// ChildID is the child session id for local runs, else a fresh UUID.
+	ChildID() string
+	// Local reports whether the child is an in-process agent.
+	Local() bool
+	// Done is closed once the result has settled.
+	Done() <-chan struct{}
+	// Result returns the settled result; call it after Done is closed. An
+	// error means an infrastructure fault that no stop reason represents.
+	Result() (Result, error)
+	// Cancel aborts remaining work; the result settles "aborted" unless the
+	// child had already completed (R23, R25, R26). Idempotent.
+	Cancel()
+	// Dispose cancels, then waits until the result settled and every
+	// resource is released (R28–R30). Idempotent; returns only release errors.
+	Dispose(ctx context.Context) error
+}
+
+// Steerer is implemented by runs that accept confirmed steering: Steer
+// returns the message id only after a model step admitted the content, and an
+// *Error with ESteerRejected when the child is not running, was cancelled or
+// disposed, already committed structured output, or settled first.
+type Steerer interface {
+	Steer(ctx context.Context, content []model.Block) (messageID string, err error)
+}
+
+// Provider is a named child transport (seam-spec §1.2).
+type Provider interface {
+	Name() string
+	Description() string
+	Capabilities() Capabilities
+	// InheritsParentContext is descriptive: does the child see the parent's
+	// completed turns? It drives model-facing wording only.
+	InheritsParentContext() bool
+	// Start creates and publishes a child. ctx is the request's cancellation
+	// until publication: cancelled before or during setup, Start rolls back
+	// and returns an error, publishing nothing (R11, R21, R22). After Start
+	// returns, cancellation goes through Run.Cancel.
+	Start(ctx context.Context, req ResolvedRequest) (Run, error)
+}
+
+// Lifecycle event types.
+const (
+	EventStart           = "subagent/start"
+	EventEnd             = "subagent/end"
+	EventProviderAdded   = "subagent/provider-added"
+	EventProviderRemoved = "subagent/provider-removed"
+)
+
+// Event is a lifecycle event (seam-spec §1.14). Start and end of one run
+// share RunID, Provider, ID and Local.
+type Event struct {
+	// Seq is the global lifecycle id assigned by the store; 0 before storage.
+	Seq      int64
+	Type     string
+	RunID    string
+	Provider string
+	// ID is the child id.
+	ID       string
+	Local    bool
+	ParentID string
+	TaskID   string
+	// StopReason and LastAssistantMessage are set on subagent/end only;
+	// LastAssistantMessage is nil when the output was empty.
+	StopReason           string
+	LastAssistantMessage []model.Block
+}
