@@ -1,0 +1,136 @@
+package openai
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/json"
+	"maps"
+	"slices"
+
+	sdk "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/respjson"
+
+	"github.com/subagentd/subagentd/internal/model"
+)
+
+// assembler folds the chunks of one stream: it turns content, refusal and
+// reasoning deltas into chunks at once and collects tool-call fragments,
+// usage and the finish reason for the end of the stream. Only choice 0 is
+// read; requests never ask for more.
+type assembler struct {
+	calls   map[int64]*model.ToolCall // by the server's tool-call index
+	usage   *model.Usage
+	finish  string // the raw finish_reason; empty until the server sends one
+	refused bool
+}
+
+// add returns the chunks to yield now for c.
+func (a *assembler) add(c sdk.ChatCompletionChunk) []model.Chunk {
+	if c.JSON.Usage.Valid() {
+		a.usage = &model.Usage{InputTokens: int(c.Usage.PromptTokens), OutputTokens: int(c.Usage.CompletionTokens)}
+	}
+	var out []model.Chunk
+	for _, ch := range c.Choices {
+		if ch.Index != 0 {
+			continue
+		}
+		d := ch.Delta
+		if r := reasoning(d.JSON.ExtraFields); r != "" {
+			out = append(out, model.Chunk{Kind: model.ChunkReasoning, Text: r})
+		}
+		if d.Content != "" {
+			out = append(out, model.Chunk{Kind: model.ChunkText, Text: d.Content})
+		}
+		if d.Refusal != "" {
+			a.refused = true
+			out = append(out, model.Chunk{Kind: model.ChunkText, Text: d.Refusal})
+		}
+		for _, tc := range d.ToolCalls {
+			a.addCall(tc)
+		}
+		if ch.FinishReason != "" {
+			a.finish = ch.FinishReason
+		}
+	}
+	return out
+}
+
+// addCall merges one tool-call fragment: the id and name usually come in the
+// first fragment of an index only, the arguments in pieces.
+func (a *assembler) addCall(tc sdk.ChatCompletionChunkChoiceDeltaToolCall) {
+	if a.calls == nil {
+		a.calls = map[int64]*model.ToolCall{}
+	}
+	call := a.calls[tc.Index]
+	if call == nil {
+		call = &model.ToolCall{}
+		a.calls[tc.Index] = call
+	}
+	if call.ID == "" {
+		call.ID = tc.ID
+	}
+	if call.Name == "" {
+		call.Name = tc.Function.Name
+	}
+	call.Arguments += tc.Function.Arguments
+}
+
+// reasoning returns the reasoning text of a delta: servers put it in
+// reasoning_content (DeepSeek, llama.cpp) or reasoning (vLLM, Ollama).
+func reasoning(extra map[string]respjson.Field) string {
+	for _, key := range []string{"reasoning_content", "reasoning"} {
+		f, ok := extra[key]
+		if !ok || !f.Valid() {
+			continue
+		}
+		var s string
+		if json.Unmarshal([]byte(f.Raw()), &s) == nil && s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// finished reports whether the server ended the step: a stream that stops
+// before a finish reason was cut off.
+func (a *assembler) finished() bool { return a.finish != "" }
+
+// final returns the chunks that close a finished stream: the tool calls in
+// index order, the usage when reported, and the finish reason.
+func (a *assembler) final() []model.Chunk {
+	var out []model.Chunk
+	for _, idx := range slices.Sorted(maps.Keys(a.calls)) {
+		call := *a.calls[idx]
+		if call.ID == "" {
+			// Some servers omit ids; tool results need one to refer to.
+			call.ID = "call_" + rand.Text()
+		}
+		call.Arguments = cmp.Or(call.Arguments, "{}")
+		out = append(out, model.Chunk{Kind: model.ChunkToolCall, ToolCall: &call})
+	}
+	if a.usage != nil {
+		out = append(out, model.Chunk{Kind: model.ChunkUsage, Usage: a.usage})
+	}
+	return append(out, model.Chunk{Kind: model.ChunkFinish, FinishReason: a.reason()})
+}
+
+// reason maps the server's finish_reason. Some servers say "stop" after tool
+// calls; the calls decide then.
+func (a *assembler) reason() model.FinishReason {
+	switch a.finish {
+	case "length":
+		return model.FinishMaxTokens
+	case "content_filter":
+		return model.FinishRefusal
+	case "tool_calls", "function_call":
+		return model.FinishToolCalls
+	}
+	switch {
+	case len(a.calls) > 0:
+		return model.FinishToolCalls
+	case a.refused:
+		return model.FinishRefusal
+	default:
+		return model.FinishStop
+	}
+}
