@@ -1,0 +1,177 @@
+// Package config reads the SUBAGENTD_CONFIG file (DESIGN §6): the ACP agents
+// the service may run as providers, the model routes of in-process agents, the
+// default route and the workspace roots that every child cwd must lie in.
+//
+// The file is YAML. Unknown keys are an error, and every error names the line
+// it is about, so a typo never silently disables a setting.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Provider and model types, permission policies and defaults.
+const (
+	TypeACP    = "acp"
+	TypeOpenAI = "openai"
+
+	// PermissionReject declines every session/request_permission (default).
+	PermissionReject = "reject"
+	// PermissionAllow grants tool permissions the agent asks for.
+	PermissionAllow = "allow"
+
+	DefaultDisposeEOFGrace = 6 * time.Second
+	DefaultDisposeGrace    = 3 * time.Second
+	DefaultMaxRetries      = 2
+
+	// EchoModel is the built-in deterministic model route; a configured
+	// route cannot take its name.
+	EchoModel = "echo"
+)
+
+// File is a parsed and validated configuration file.
+type File struct {
+	// Providers are the configured ACP agents, in file order.
+	Providers []ProviderConfig
+	// Models are the model routes of in-process agents, in file order.
+	Models []ModelConfig
+	// DefaultModel names the route used when a session names none: one of
+	// Models, EchoModel, or "" (the caller's default).
+	DefaultModel string
+	// WorkspaceRoots are absolute, cleaned directories; every session and
+	// ACP agent cwd must lie inside one. Never empty after Load: the
+	// default is the directory the service started in.
+	WorkspaceRoots []string
+}
+
+// ProviderConfig is one ACP agent run as a provider (seam-spec §4.4).
+type ProviderConfig struct {
+	// Name is the provider name: [a-z0-9][a-z0-9_-]*, unique, not spawn or fork.
+	Name string
+	// Type is TypeACP.
+	Type string
+	// Command and Args are the only program the provider ever runs; nothing
+	// in a request can change them.
+	Command string
+	Args    []string
+	// Env entries are added to the credential-scrubbed service environment;
+	// they survive the scrub even when their names look like credentials.
+	Env map[string]string
+	// Cwd is an absolute existing directory (a relative one in the file is
+	// resolved once, against the start directory), or "" to run each child
+	// in its parent session's cwd.
+	Cwd string
+	// Permission is PermissionReject or PermissionAllow.
+	Permission string
+	// DisposeEOFGrace is how long disposal waits after closing the agent's
+	// stdin before SIGTERM; DisposeGrace how long after SIGTERM before
+	// SIGKILL. Both positive.
+	DisposeEOFGrace time.Duration
+	DisposeGrace    time.Duration
+}
+
+// ModelConfig is one OpenAI-compatible model route.
+type ModelConfig struct {
+	// Name is the route name: [a-z0-9][a-z0-9_-]*, unique, not EchoModel.
+	Name string
+	// Type is TypeOpenAI.
+	Type string
+	// BaseURL is an http(s) URL, or "" for the SDK's default (OpenAI).
+	BaseURL string
+	// APIKeyEnv names the environment variable holding the key ("" for
+	// servers that need none). The key itself never appears in the file.
+	APIKeyEnv string
+	// Model is the model id sent to the server.
+	Model string
+	// Timeout bounds one model request; 0 means only the run's own
+	// cancellation bounds it.
+	Timeout time.Duration
+	// MaxRetries is the retry count for failed requests (default 2).
+	MaxRetries int
+}
+
+// Error is one problem in the file. Line is 1-based, or 0 when the problem has
+// no place in the file.
+type Error struct {
+	Line    int
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d: %s", e.Line, e.Message)
+	}
+	return e.Message
+}
+
+// Load reads and validates the file at path; relative paths inside it are
+// resolved against the current directory. Errors name the file and, through
+// *Error values (joined when there are several), the lines.
+func Load(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	f, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// Parse validates a configuration document; relative paths inside it are
+// resolved against the current directory. It returns *Error values (joined
+// when validation finds several).
+func Parse(data []byte) (*File, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, fmt.Errorf("config: start directory: %w", err)
+	}
+	return parse(data, wd)
+}
+
+// CheckWorkdir reports why dir cannot be a child's working directory: it
+// must be absolute, an existing directory the service can enter, and inside
+// one of roots once symlinks are resolved (so a link cannot lead out of a
+// root). The messages are safe to show to API clients.
+func CheckWorkdir(dir string, roots []string) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("%q is not an absolute path", dir)
+	}
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%q does not exist", dir)
+	case err != nil:
+		return fmt.Errorf("%q cannot be inspected", dir)
+	case !st.IsDir():
+		return fmt.Errorf("%q is not a directory", dir)
+	}
+	if unix.Access(dir, unix.X_OK) != nil {
+		return fmt.Errorf("%q cannot be entered (no search permission)", dir)
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return fmt.Errorf("%q cannot be resolved", dir)
+	}
+	for _, root := range roots {
+		if r, err := filepath.EvalSymlinks(root); err == nil && within(real, r) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is outside the workspace roots", dir)
+}
+
+// within reports whether dir is root or lies below it; both are clean and
+// absolute.
+func within(dir, root string) bool {
+	rel, err := filepath.Rel(root, dir)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}

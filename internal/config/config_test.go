@@ -1,0 +1,281 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParse_FullFile(t *testing.T) {
+	t.Parallel()
+	start := t.TempDir()
+	if err := os.Mkdir(filepath.Join(start, "work"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := `
+providers:
+  - name: claude
+    type: acp
+    command: claude-agent-acp
+    args: [--verbose]
+    env: {ANTHROPIC_BASE_URL: "http://127.0.0.1:9000"}
+    cwd: work
+    permission: allow
+    disposeEofGrace: 2s
+    disposeGrace: 500ms
+  - name: gemini_2
+    command: gemini
+models:
+  - name: local
+    type: openai
+    baseURL: http://127.0.0.1:11434/v1
+    apiKeyEnv: OPENAI_API_KEY
+    model: llama3.1
+    timeout: 2m
+    maxRetries: 0
+  - name: remote
+    model: gpt-x
+defaultModel: local
+workspaceRoots: [` + start + `]
+`
+	got, err := parse([]byte(src), start)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	want := &File{
+		Providers: []ProviderConfig{{
+			Name: "claude", Type: TypeACP, Command: "claude-agent-acp", Args: []string{"--verbose"},
+			Env:        map[string]string{"ANTHROPIC_BASE_URL": "http://127.0.0.1:9000"},
+			Cwd:        filepath.Join(start, "work"),
+			Permission: PermissionAllow, DisposeEOFGrace: 2 * time.Second, DisposeGrace: 500 * time.Millisecond,
+		}, {
+			Name: "gemini_2", Type: TypeACP, Command: "gemini", Permission: PermissionReject,
+			DisposeEOFGrace: DefaultDisposeEOFGrace, DisposeGrace: DefaultDisposeGrace,
+		}},
+		Models: []ModelConfig{{
+			Name: "local", Type: TypeOpenAI, BaseURL: "http://127.0.0.1:11434/v1", APIKeyEnv: "OPENAI_API_KEY",
+			Model: "llama3.1", Timeout: 2 * time.Minute, MaxRetries: 0,
+		}, {
+			Name: "remote", Type: TypeOpenAI, Model: "gpt-x", MaxRetries: DefaultMaxRetries,
+		}},
+		DefaultModel:   "local",
+		WorkspaceRoots: []string{start},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("parse =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestParse_EmptyFileDefaultsRootToStartDirectory(t *testing.T) {
+	t.Parallel()
+	start := t.TempDir()
+	got, err := parse(nil, start)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if !reflect.DeepEqual(got, &File{WorkspaceRoots: []string{start}}) {
+		t.Fatalf("parse = %+v", got)
+	}
+}
+
+func TestParse_Errors(t *testing.T) {
+	t.Parallel()
+	start := t.TempDir()
+	outside := t.TempDir()
+	file := filepath.Join(start, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	roots := "workspaceRoots: [" + start + "]\n"
+
+	tests := []struct {
+		name string
+		src  string
+		want string // the complete error text
+	}{
+		{"unknown top-level key", "providers: []\nprovider: []\n",
+			`line 2: unknown field "provider"`},
+		{"unknown provider key", "providers:\n  - name: a\n    command: x\n    comand: y\n",
+			`line 4: unknown field "comand"`},
+		{"unknown model key", "models:\n  - name: m\n    model: x\n    apiKey: sk-1\n",
+			`line 4: unknown field "apiKey"`},
+		{"syntax error", "providers: {\n",
+			`line 1: could not find flow mapping end token '}'`},
+		{"wrong shape", "workspaceRoots: 5\n",
+			`line 1: int was used where sequence is expected`},
+		{"duplicate key", "defaultModel: a\ndefaultModel: b\n",
+			`line 2: mapping key "defaultModel" already defined at [1:1]`},
+		{"bad provider name", "providers:\n  - name: Claude\n    command: x\n",
+			`line 2: providers[0].name: "Claude" must match [a-z0-9][a-z0-9_-]*`},
+		{"missing provider name", "providers:\n  - command: x\n",
+			`line 2: providers[0].name: is required`},
+		{"reserved provider name", "providers:\n  - name: spawn\n    command: x\n",
+			`line 2: providers[0].name: "spawn" is a built-in provider`},
+		{"duplicate provider", "providers:\n  - name: a\n    command: x\n  - name: a\n    command: y\n",
+			`line 4: providers[1].name: duplicate provider name "a"`},
+		{"missing command", "providers:\n  - name: a\n",
+			`line 2: providers[0].command: is required`},
+		{"wrong provider type", "providers:\n  - name: a\n    type: codex\n    command: x\n",
+			`line 3: providers[0].type: "codex" is not a provider type (want "acp")`},
+		{"bad permission", "providers:\n  - name: a\n    command: x\n    permission: ask\n",
+			`line 4: providers[0].permission: "ask" must be "reject" or "allow"`},
+		{"zero grace", "providers:\n  - name: a\n    command: x\n    disposeGrace: 0s\n",
+			`line 4: providers[0].disposeGrace: "0s" must be a positive duration such as "3s"`},
+		{"bad grace", "providers:\n  - name: a\n    command: x\n    disposeEofGrace: soon\n",
+			`line 4: providers[0].disposeEofGrace: "soon" must be a positive duration such as "3s"`},
+		{"empty cwd", roots + "providers:\n  - name: a\n    command: x\n    cwd: \"\"\n",
+			`line 5: providers[0].cwd: must not be empty (omit it to use the parent session's cwd)`},
+		{"missing cwd", roots + "providers:\n  - name: a\n    command: x\n    cwd: nope\n",
+			`line 5: providers[0].cwd: "` + filepath.Join(start, "nope") + `" does not exist`},
+		{"cwd is a file", roots + "providers:\n  - name: a\n    command: x\n    cwd: file\n",
+			`line 5: providers[0].cwd: "` + file + `" is not a directory`},
+		{"cwd outside roots", roots + "providers:\n  - name: a\n    command: x\n    cwd: " + outside + "\n",
+			`line 5: providers[0].cwd: "` + outside + `" is outside the workspace roots`},
+		{"bad env name", "providers:\n  - name: a\n    command: x\n    env: {\"A=B\": c}\n",
+			`line 4: providers[0].env: "A=B" is not an environment variable name`},
+		{"relative root", "workspaceRoots: [/srv, work]\n",
+			`line 1: workspaceRoots[1]: "work" is not an absolute path`},
+		{"model name", "models:\n  - name: echo\n    model: x\n",
+			`line 2: models[0].name: "echo" is the built-in model`},
+		{"duplicate model", "models:\n  - name: m\n    model: x\n  - name: m\n    model: y\n",
+			`line 4: models[1].name: duplicate model name "m"`},
+		{"missing model id", "models:\n  - name: m\n",
+			`line 2: models[0].model: is required`},
+		{"model type", "models:\n  - name: m\n    type: anthropic\n    model: x\n",
+			`line 3: models[0].type: "anthropic" is not a model type (want "openai")`},
+		{"base url", "models:\n  - name: m\n    model: x\n    baseURL: localhost:11434\n",
+			`line 4: models[0].baseURL: "localhost:11434" is not an http(s) URL`},
+		{"api key env", "models:\n  - name: m\n    model: x\n    apiKeyEnv: sk-123\n",
+			`line 4: models[0].apiKeyEnv: "sk-123" is not an environment variable name`},
+		{"timeout", "models:\n  - name: m\n    model: x\n    timeout: -1s\n",
+			`line 4: models[0].timeout: "-1s" must be a non-negative duration such as "2m"`},
+		{"retries", "models:\n  - name: m\n    model: x\n    maxRetries: -1\n",
+			`line 4: models[0].maxRetries: -1 must not be negative`},
+		{"default model", "defaultModel: gpt\n",
+			`line 1: defaultModel: "gpt" is not a configured model (nor "echo")`},
+		{"several problems are all reported", "providers:\n  - name: A\n  - name: b\n    command: x\n    permission: no\n",
+			"line 2: providers[0].name: \"A\" must match [a-z0-9][a-z0-9_-]*\n" +
+				"line 2: providers[0].command: is required\n" +
+				`line 5: providers[1].permission: "no" must be "reject" or "allow"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := parse([]byte(tt.src), start)
+			if err == nil {
+				t.Fatalf("parse succeeded, want %q", tt.want)
+			}
+			if err.Error() != tt.want {
+				t.Fatalf("error =\n%s\nwant\n%s", err, tt.want)
+			}
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Line == 0 {
+				t.Fatalf("error %v carries no *Error with a line", err)
+			}
+		})
+	}
+}
+
+func TestParse_EchoIsAValidDefaultModel(t *testing.T) {
+	t.Parallel()
+	f, err := parse([]byte("defaultModel: echo\n"), t.TempDir())
+	if err != nil || f.DefaultModel != EchoModel {
+		t.Fatalf("parse = %+v, %v", f, err)
+	}
+}
+
+func TestParse_CwdThroughSymlinkOutOfRootsIsRejected(t *testing.T) {
+	t.Parallel()
+	start := t.TempDir()
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(start, "link")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := parse([]byte("providers:\n  - name: a\n    command: x\n    cwd: link\n"), start)
+	if err == nil || !strings.Contains(err.Error(), "is outside the workspace roots") {
+		t.Fatalf("err = %v, want outside the workspace roots", err)
+	}
+}
+
+func TestLoad_ResolvesRelativeCwdAgainstStartDirectory(t *testing.T) {
+	start := t.TempDir()
+	if err := os.Mkdir(filepath.Join(start, "work"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "subagentd.yaml")
+	if err := os.WriteFile(path, []byte("providers:\n  - name: a\n    command: x\n    cwd: ./work\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(start)
+	f, err := Load(path)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(wd, "work"); f.Providers[0].Cwd != want {
+		t.Fatalf("cwd = %q, want %q", f.Providers[0].Cwd, want)
+	}
+	if !reflect.DeepEqual(f.WorkspaceRoots, []string{wd}) {
+		t.Fatalf("roots = %v, want [%s]", f.WorkspaceRoots, wd)
+	}
+}
+
+func TestLoad_ErrorNamesFileAndLine(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "subagentd.yaml")
+	if err := os.WriteFile(path, []byte("providers: []\nbogus: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	want := "config " + path + `: line 2: unknown field "bogus"`
+	if err == nil || err.Error() != want {
+		t.Fatalf("err = %v, want %s", err, want)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: err = %v, want ErrNotExist", err)
+	}
+}
+
+func TestCheckWorkdir(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	sub := filepath.Join(root, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sibling := root + "-sibling" // shares the root's prefix but lies outside it
+	if err := os.Mkdir(sibling, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sibling) })
+	tests := []struct {
+		dir  string
+		want string // "" = accepted
+	}{
+		{root, ""},
+		{sub, ""},
+		{"sub", `"sub" is not an absolute path`},
+		{sibling, `"` + sibling + `" is outside the workspace roots`},
+		{filepath.Join(root, "none"), `"` + filepath.Join(root, "none") + `" does not exist`},
+	}
+	for _, tt := range tests {
+		err := CheckWorkdir(tt.dir, []string{root})
+		if got := errText(err); got != tt.want {
+			t.Errorf("CheckWorkdir(%q) = %q, want %q", tt.dir, got, tt.want)
+		}
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,309 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+)
+
+// The wire structs mirror the file. Pointers tell an absent key from an empty
+// one, and durations stay strings so that a bad value is reported with its
+// line (the YAML library reports duration errors without a position).
+type fileYAML struct {
+	Providers      []providerYAML `yaml:"providers"`
+	Models         []modelYAML    `yaml:"models"`
+	DefaultModel   string         `yaml:"defaultModel"`
+	WorkspaceRoots []string       `yaml:"workspaceRoots"`
+}
+
+type providerYAML struct {
+	Name            string            `yaml:"name"`
+	Type            string            `yaml:"type"`
+	Command         string            `yaml:"command"`
+	Args            []string          `yaml:"args"`
+	Env             map[string]string `yaml:"env"`
+	Cwd             *string           `yaml:"cwd"`
+	Permission      string            `yaml:"permission"`
+	DisposeEOFGrace *string           `yaml:"disposeEofGrace"`
+	DisposeGrace    *string           `yaml:"disposeGrace"`
+}
+
+type modelYAML struct {
+	Name       string  `yaml:"name"`
+	Type       string  `yaml:"type"`
+	BaseURL    string  `yaml:"baseURL"`
+	APIKeyEnv  string  `yaml:"apiKeyEnv"`
+	Model      string  `yaml:"model"`
+	Timeout    *string `yaml:"timeout"`
+	MaxRetries *int    `yaml:"maxRetries"`
+}
+
+var (
+	namePattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+	envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// maxNameLen bounds provider and route names, which appear in URLs and logs.
+const maxNameLen = 64
+
+// reservedProviders are always registered by the service itself.
+var reservedProviders = map[string]bool{"spawn": true, "fork": true}
+
+// parse decodes data strictly and validates it, resolving relative paths
+// against startDir.
+func parse(data []byte, startDir string) (*File, error) {
+	var raw fileYAML
+	if err := yaml.UnmarshalWithOptions(data, &raw, yaml.Strict()); err != nil {
+		return nil, decodeError(err)
+	}
+	doc, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		return nil, decodeError(err)
+	}
+	v := &validator{doc: doc}
+	f := v.file(raw, startDir)
+	if len(v.errs) > 0 {
+		return nil, errors.Join(v.errs...)
+	}
+	return f, nil
+}
+
+// decodeError turns a YAML library error into an *Error with its line.
+func decodeError(err error) error {
+	var ye yaml.Error
+	if errors.As(err, &ye) && ye.GetToken() != nil {
+		return &Error{Line: ye.GetToken().Position.Line, Message: ye.GetMessage()}
+	}
+	return &Error{Message: err.Error()}
+}
+
+// validator converts the wire structs, collecting every problem with the
+// line of the value it concerns.
+type validator struct {
+	doc  *ast.File
+	errs []error
+}
+
+// at is a position in the document: map keys (string) and list indexes (int)
+// from the root.
+type at []any
+
+func (p at) with(elems ...any) at { return append(append(at{}, p...), elems...) }
+
+func (p at) String() string {
+	var sb strings.Builder
+	for _, e := range p {
+		switch e := e.(type) {
+		case int:
+			sb.WriteString("[" + strconv.Itoa(e) + "]")
+		case string:
+			if sb.Len() > 0 {
+				sb.WriteByte('.')
+			}
+			sb.WriteString(e)
+		}
+	}
+	return sb.String()
+}
+
+// fail records a problem at p. A missing key has no node, so the line is
+// that of the nearest enclosing node that exists.
+func (v *validator) fail(p at, format string, args ...any) {
+	v.errs = append(v.errs, &Error{
+		Line:    v.line(p),
+		Message: p.String() + ": " + fmt.Sprintf(format, args...),
+	})
+}
+
+func (v *validator) line(p at) int {
+	for n := len(p); n > 0; n-- {
+		b := (&yaml.PathBuilder{}).Root()
+		for _, e := range p[:n] {
+			switch e := e.(type) {
+			case int:
+				b = b.Index(uint(e))
+			case string:
+				b = b.Child(e)
+			}
+		}
+		node, err := b.Build().FilterFile(v.doc)
+		if err == nil && node != nil && node.GetToken() != nil {
+			return node.GetToken().Position.Line
+		}
+	}
+	return 0
+}
+
+func (v *validator) file(raw fileYAML, startDir string) *File {
+	f := &File{DefaultModel: raw.DefaultModel}
+	for i, r := range raw.WorkspaceRoots {
+		if !filepath.IsAbs(r) {
+			v.fail(at{"workspaceRoots", i}, "%q is not an absolute path", r)
+			continue
+		}
+		f.WorkspaceRoots = append(f.WorkspaceRoots, filepath.Clean(r))
+	}
+	if raw.WorkspaceRoots == nil {
+		f.WorkspaceRoots = []string{startDir}
+	}
+
+	seen := map[string]bool{}
+	for i, r := range raw.Providers {
+		p := at{"providers", i}
+		pc := v.provider(p, r, startDir, f.WorkspaceRoots)
+		if seen[pc.Name] {
+			v.fail(p.with("name"), "duplicate provider name %q", pc.Name)
+		}
+		seen[pc.Name] = true
+		f.Providers = append(f.Providers, pc)
+	}
+
+	seen = map[string]bool{}
+	for i, r := range raw.Models {
+		p := at{"models", i}
+		mc := v.model(p, r)
+		if seen[mc.Name] {
+			v.fail(p.with("name"), "duplicate model name %q", mc.Name)
+		}
+		seen[mc.Name] = true
+		f.Models = append(f.Models, mc)
+	}
+	if d := raw.DefaultModel; d != "" && d != EchoModel && !seen[d] {
+		v.fail(at{"defaultModel"}, "%q is not a configured model (nor %q)", d, EchoModel)
+	}
+	return f
+}
+
+func (v *validator) name(p at, name string) {
+	switch {
+	case name == "":
+		v.fail(p, "is required")
+	case len(name) > maxNameLen:
+		v.fail(p, "%q is longer than %d characters", name, maxNameLen)
+	case !namePattern.MatchString(name):
+		v.fail(p, "%q must match [a-z0-9][a-z0-9_-]*", name)
+	}
+}
+
+func (v *validator) provider(p at, r providerYAML, startDir string, roots []string) ProviderConfig {
+	pc := ProviderConfig{
+		Name:            r.Name,
+		Type:            r.Type,
+		Command:         r.Command,
+		Args:            r.Args,
+		Env:             r.Env,
+		Permission:      r.Permission,
+		DisposeEOFGrace: v.grace(p.with("disposeEofGrace"), r.DisposeEOFGrace, DefaultDisposeEOFGrace),
+		DisposeGrace:    v.grace(p.with("disposeGrace"), r.DisposeGrace, DefaultDisposeGrace),
+	}
+	v.name(p.with("name"), r.Name)
+	if reservedProviders[r.Name] {
+		v.fail(p.with("name"), "%q is a built-in provider", r.Name)
+	}
+	if pc.Type == "" {
+		pc.Type = TypeACP
+	} else if pc.Type != TypeACP {
+		v.fail(p.with("type"), "%q is not a provider type (want %q)", pc.Type, TypeACP)
+	}
+	if r.Command == "" {
+		v.fail(p.with("command"), "is required")
+	}
+	for k := range r.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			v.fail(p.with("env"), "%q is not an environment variable name", k)
+		}
+	}
+	switch pc.Permission {
+	case "":
+		pc.Permission = PermissionReject
+	case PermissionReject, PermissionAllow:
+	default:
+		v.fail(p.with("permission"), "%q must be %q or %q", pc.Permission, PermissionReject, PermissionAllow)
+	}
+	if r.Cwd != nil {
+		pc.Cwd = v.cwd(p.with("cwd"), *r.Cwd, startDir, roots)
+	}
+	return pc
+}
+
+// cwd resolves a configured working directory once, at load.
+func (v *validator) cwd(p at, dir, startDir string, roots []string) string {
+	if dir == "" {
+		v.fail(p, "must not be empty (omit it to use the parent session's cwd)")
+		return ""
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(startDir, dir)
+	}
+	dir = filepath.Clean(dir)
+	if err := CheckWorkdir(dir, roots); err != nil {
+		v.fail(p, "%v", err)
+	}
+	return dir
+}
+
+func (v *validator) grace(p at, s *string, def time.Duration) time.Duration {
+	if s == nil {
+		return def
+	}
+	d, err := time.ParseDuration(*s)
+	if err != nil || d <= 0 {
+		v.fail(p, "%q must be a positive duration such as \"3s\"", *s)
+	}
+	return d
+}
+
+func (v *validator) model(p at, r modelYAML) ModelConfig {
+	mc := ModelConfig{
+		Name:       r.Name,
+		Type:       r.Type,
+		BaseURL:    r.BaseURL,
+		APIKeyEnv:  r.APIKeyEnv,
+		Model:      r.Model,
+		MaxRetries: DefaultMaxRetries,
+	}
+	v.name(p.with("name"), r.Name)
+	if r.Name == EchoModel {
+		v.fail(p.with("name"), "%q is the built-in model", r.Name)
+	}
+	if mc.Type == "" {
+		mc.Type = TypeOpenAI
+	} else if mc.Type != TypeOpenAI {
+		v.fail(p.with("type"), "%q is not a model type (want %q)", mc.Type, TypeOpenAI)
+	}
+	if r.BaseURL != "" {
+		u, err := url.Parse(r.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.fail(p.with("baseURL"), "%q is not an http(s) URL", r.BaseURL)
+		}
+	}
+	if r.APIKeyEnv != "" && !envKeyPattern.MatchString(r.APIKeyEnv) {
+		v.fail(p.with("apiKeyEnv"), "%q is not an environment variable name", r.APIKeyEnv)
+	}
+	if r.Model == "" {
+		v.fail(p.with("model"), "is required")
+	}
+	if r.Timeout != nil {
+		d, err := time.ParseDuration(*r.Timeout)
+		if err != nil || d < 0 {
+			v.fail(p.with("timeout"), "%q must be a non-negative duration such as \"2m\"", *r.Timeout)
+		}
+		mc.Timeout = d
+	}
+	if r.MaxRetries != nil {
+		if *r.MaxRetries < 0 {
+			v.fail(p.with("maxRetries"), "%d must not be negative", *r.MaxRetries)
+		}
+		mc.MaxRetries = *r.MaxRetries
+	}
+	return mc
+}
