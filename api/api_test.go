@@ -1,0 +1,37 @@
+package api
+
+import (
+	"context"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+)
+
+// TestOpenAPI_Valid checks that the embedded document is a valid OpenAPI 3.1
+// document with one operationId per operation.
+func TestOpenAPI_Valid(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(OpenAPI)
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	if !doc.IsOpenAPI31OrLater() {
+		t.Fatalf("openapi version %q, want 3.1", doc.OpenAPI)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	seen := map[string]string{}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			where := method + " " + path
+			if op.OperationID == "" {
+				t.Errorf("%s: no operationId", where)
+				continue
+			}
+			if prev, dup := seen[op.OperationID]; dup {
+				t.Errorf("operationId %q used by %s and %s", op.OperationID, prev, where)
+			}
+			seen[op.OperationID] = where
+		}
+	}
+}
