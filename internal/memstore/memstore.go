@@ -1,0 +1,537 @@
+// Package memstore is the in-memory store.Store: the default when no
+// DATABASE_URL is configured, and the fast store for unit tests. It behaves
+// like internal/pg (both pass storetest.Run), including what a database does
+// to values: times come back in UTC truncated to microseconds, JSON that is
+// not valid is rejected, and zero times are set from the store's clock.
+// Returned values never share memory with the store.
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// Store is an in-memory store.Store, safe for concurrent use.
+type Store struct {
+	hub Hub
+
+	mu        sync.RWMutex
+	sessions  map[string]*session                // by id, every tenant
+	byTenant  map[string][]*session              // by tenant, in (CreatedAt, ID) order
+	byParent  map[[2]string][]*session           // by (tenant, parent), in (CreatedAt, ID) order
+	runs      map[string]*run                    // by id, every tenant
+	runList   map[string][]*run                  // by tenant, in (StartedAt, ID) order
+	lifecycle []lifecycleEvent                   // lifecycle[i].ev.ID == i+1
+	inbox     map[string]bool                    // ids of queued messages, every tenant
+	queues    map[[2]string][]store.InboxMessage // by (tenant, child), in acceptance order
+}
+
+type session struct {
+	tenant string
+	hdr    store.Session
+	events []store.Event // events[i].Seq == i
+}
+
+type run struct {
+	tenant string
+	r      store.Run
+}
+
+type lifecycleEvent struct {
+	tenant string
+	ev     store.LifecycleEvent
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{
+		sessions: make(map[string]*session),
+		byTenant: make(map[string][]*session),
+		byParent: make(map[[2]string][]*session),
+		runs:     make(map[string]*run),
+		runList:  make(map[string][]*run),
+		inbox:    make(map[string]bool),
+		queues:   make(map[[2]string][]store.InboxMessage),
+	}
+}
+
+// CreateSession stores a new header. Returns store.ErrConflict if the id
+// exists, in any tenant.
+func (s *Store) CreateSession(ctx context.Context, hdr store.Session) error {
+	tenant := store.Tenant(ctx)
+	hdr = cloneSession(hdr)
+	hdr.CreatedAt = stamp(hdr.CreatedAt)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.sessions[hdr.ID]; ok {
+		return fmt.Errorf("memstore: create session %q: %w", hdr.ID, store.ErrConflict)
+	}
+	sess := &session{tenant: tenant, hdr: hdr}
+	s.sessions[hdr.ID] = sess
+	s.byTenant[tenant] = insertSorted(s.byTenant[tenant], sess, cmpSession)
+	key := [2]string{tenant, hdr.ParentID}
+	s.byParent[key] = insertSorted(s.byParent[key], sess, cmpSession)
+	return nil
+}
+
+// GetSession returns one header. Returns store.ErrNotFound.
+func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sess, err := s.session(ctx, id)
+	if err != nil {
+		return store.Session{}, fmt.Errorf("memstore: get session: %w", err)
+	}
+	return cloneSession(sess.hdr), nil
+}
+
+// ListSessions returns headers ordered by (CreatedAt, ID). Returns
+// store.ErrNotFound if f.AfterID names no session of the tenant.
+func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]store.Session, error) {
+	tenant := store.Tenant(ctx)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	list := s.byTenant[tenant]
+	if f.ParentID != nil {
+		list = s.byParent[[2]string{tenant, *f.ParentID}]
+	}
+	if f.AfterID != "" {
+		after, err := s.session(ctx, f.AfterID)
+		if err != nil {
+			return nil, fmt.Errorf("memstore: list sessions after cursor: %w", err)
+		}
+		i, found := slices.BinarySearchFunc(list, after, cmpSession)
+		if found {
+			i++
+		}
+		list = list[i:]
+	}
+	list = list[:min(len(list), limit(f.Limit))]
+	out := make([]store.Session, len(list))
+	for i, sess := range list {
+		out[i] = cloneSession(sess.hdr)
+	}
+	return out, nil
+}
+
+// session returns the tenant's session id. The caller holds s.mu.
+func (s *Store) session(ctx context.Context, id string) (*session, error) {
+	sess, ok := s.sessions[id]
+	if !ok || sess.tenant != store.Tenant(ctx) {
+		return nil, fmt.Errorf("session %q: %w", id, store.ErrNotFound)
+	}
+	return sess, nil
+}
+
+// AppendEvents appends evs atomically with the next contiguous seqs. Returns
+// store.ErrNotFound for an unknown session, and an error (appending nothing)
+// if any Data is not valid JSON. A nil Data is stored as JSON null.
+func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error) {
+	for i, e := range evs {
+		if err := checkJSON(e.Data); err != nil {
+			return nil, fmt.Errorf("memstore: append to session %q: event %d data: %w", sessionID, i, err)
+		}
+	}
+	s.mu.Lock()
+	sess, err := s.session(ctx, sessionID)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("memstore: append events: %w", err)
+	}
+	out := make([]store.Event, len(evs))
+	for i, e := range evs {
+		data := cloneJSON(e.Data)
+		if data == nil {
+			data = json.RawMessage("null")
+		}
+		stored := store.Event{Seq: int64(len(sess.events)), Type: e.Type, Time: stamp(e.Time), Data: data}
+		sess.events = append(sess.events, stored)
+		out[i] = cloneEvent(stored)
+	}
+	s.mu.Unlock()
+	if len(evs) > 0 {
+		s.hub.Wake(store.SessionTopic(sessionID))
+	}
+	return out, nil
+}
+
+// Events returns up to n events with Seq > after, in seq order. Returns
+// store.ErrNotFound for an unknown session.
+func (s *Store) Events(ctx context.Context, sessionID string, after int64, n int) ([]store.Event, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sess, err := s.session(ctx, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("memstore: read events: %w", err)
+	}
+	from := min(max(after+1, 0), int64(len(sess.events)))
+	list := sess.events[from:]
+	list = list[:min(len(list), limit(n))]
+	out := make([]store.Event, len(list))
+	for i, e := range list {
+		out[i] = cloneEvent(e)
+	}
+	return out, nil
+}
+
+// StartRun stores r as running and appends start, atomically. Returns
+// store.ErrConflict if the run id exists, in any tenant. Settlement fields of r
+// are ignored; a zero StartedAt is set to now.
+func (s *Store) StartRun(ctx context.Context, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error) {
+	if err := checkJSON(start.Payload); err != nil {
+		return store.LifecycleEvent{}, fmt.Errorf("memstore: start run %q: payload: %w", r.ID, err)
+	}
+	tenant := store.Tenant(ctx)
+	r = store.Run{
+		ID: r.ID, Kind: r.Kind, Provider: r.Provider, ChildID: r.ChildID, ParentID: r.ParentID,
+		TaskID: r.TaskID, Local: r.Local, State: store.StateRunning, StartedAt: stamp(r.StartedAt),
+		Owner: r.Owner, LeaseUntil: norm(r.LeaseUntil),
+	}
+	s.mu.Lock()
+	if _, ok := s.runs[r.ID]; ok {
+		s.mu.Unlock()
+		return store.LifecycleEvent{}, fmt.Errorf("memstore: start run %q: %w", r.ID, store.ErrConflict)
+	}
+	rec := &run{tenant: tenant, r: r}
+	s.runs[r.ID] = rec
+	s.runList[tenant] = insertSorted(s.runList[tenant], rec, cmpRun)
+	start = s.appendLifecycle(tenant, start)
+	s.mu.Unlock()
+	s.hub.Wake(store.LifecycleTopic)
+	return start, nil
+}
+
+// EndRun settles the run with res and appends end, atomically. Returns
+// store.ErrNotFound, or store.ErrConflict if the run already ended.
+func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent) (store.LifecycleEvent, error) {
+	for _, b := range []json.RawMessage{res.Output, res.Structured, end.Payload} {
+		if err := checkJSON(b); err != nil {
+			return store.LifecycleEvent{}, fmt.Errorf("memstore: end run %q: %w", runID, err)
+		}
+	}
+	s.mu.Lock()
+	rec, err := s.run(ctx, runID)
+	if err == nil && rec.r.State != store.StateRunning {
+		err = fmt.Errorf("run %q already ended: %w", runID, store.ErrConflict)
+	}
+	if err != nil {
+		s.mu.Unlock()
+		return store.LifecycleEvent{}, fmt.Errorf("memstore: end run: %w", err)
+	}
+	rec.r.State = store.StateSettled
+	rec.r.EndedAt = stamp(res.EndedAt)
+	rec.r.StopReason = res.StopReason
+	rec.r.Output = cloneJSON(res.Output)
+	rec.r.Structured = cloneJSON(res.Structured)
+	rec.r.Diagnostic = res.Diagnostic
+	end = s.appendLifecycle(rec.tenant, end)
+	s.mu.Unlock()
+	s.hub.Wake(store.LifecycleTopic)
+	return end, nil
+}
+
+// DisposeRun marks a settled run disposed; disposing again is a no-op.
+// Returns store.ErrNotFound, or store.ErrConflict while the run is running.
+func (s *Store) DisposeRun(ctx context.Context, runID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, err := s.run(ctx, runID)
+	if err == nil && rec.r.State == store.StateRunning {
+		err = fmt.Errorf("run %q is running: %w", runID, store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("memstore: dispose run: %w", err)
+	}
+	rec.r.State = store.StateDisposed
+	return nil
+}
+
+// GetRun returns one run. Returns store.ErrNotFound.
+func (s *Store) GetRun(ctx context.Context, runID string) (store.Run, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	rec, err := s.run(ctx, runID)
+	if err != nil {
+		return store.Run{}, fmt.Errorf("memstore: get run: %w", err)
+	}
+	return cloneRun(rec.r), nil
+}
+
+// run returns the tenant's run id. The caller holds s.mu.
+func (s *Store) run(ctx context.Context, id string) (*run, error) {
+	rec, ok := s.runs[id]
+	if !ok || rec.tenant != store.Tenant(ctx) {
+		return nil, fmt.Errorf("run %q: %w", id, store.ErrNotFound)
+	}
+	return rec, nil
+}
+
+// ListRuns returns the tenant's runs matching f, ordered by (StartedAt, ID).
+// Returns store.ErrNotFound if f.AfterID names no run of the tenant.
+func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	list := s.runList[store.Tenant(ctx)]
+	if f.AfterID != "" {
+		after, err := s.run(ctx, f.AfterID)
+		if err != nil {
+			return nil, fmt.Errorf("memstore: list runs after cursor: %w", err)
+		}
+		i, found := slices.BinarySearchFunc(list, after, cmpRun)
+		if found {
+			i++
+		}
+		list = list[i:]
+	}
+	n := limit(f.Limit)
+	var out []store.Run
+	for _, rec := range list {
+		if len(out) == n {
+			break
+		}
+		r := rec.r
+		if (f.ParentID == "" || r.ParentID == f.ParentID) && (f.ChildID == "" || r.ChildID == f.ChildID) &&
+			(f.TaskID == "" || r.TaskID == f.TaskID) && (f.State == "" || r.State == f.State) {
+			out = append(out, cloneRun(r))
+		}
+	}
+	return out, nil
+}
+
+// RenewLeases sets LeaseUntil of every running run owned by owner, in every
+// tenant: a replica's heartbeat covers all the runs it drives.
+func (s *Store) RenewLeases(ctx context.Context, owner string, until time.Time) error {
+	until = norm(until)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rec := range s.runs {
+		if rec.r.State == store.StateRunning && rec.r.Owner == owner {
+			rec.r.LeaseUntil = until
+		}
+	}
+	return nil
+}
+
+// ExpiredRuns returns running runs of every tenant whose lease ended before
+// now, ordered by (StartedAt, ID), at most 1000. A run without a lease (zero
+// LeaseUntil) never expires.
+func (s *Store) ExpiredRuns(ctx context.Context, now time.Time) ([]store.Run, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []store.Run
+	for _, rec := range s.runs {
+		r := rec.r
+		if r.State == store.StateRunning && !r.LeaseUntil.IsZero() && r.LeaseUntil.Before(now) {
+			out = append(out, cloneRun(r))
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Run) int {
+		return cmp.Or(a.StartedAt.Compare(b.StartedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return out[:min(len(out), maxLimit)], nil
+}
+
+// AppendLifecycle appends e with the next id. A zero Time is set to now.
+func (s *Store) AppendLifecycle(ctx context.Context, e store.LifecycleEvent) (store.LifecycleEvent, error) {
+	if err := checkJSON(e.Payload); err != nil {
+		return store.LifecycleEvent{}, fmt.Errorf("memstore: append lifecycle %q: payload: %w", e.Type, err)
+	}
+	s.mu.Lock()
+	e = s.appendLifecycle(store.Tenant(ctx), e)
+	s.mu.Unlock()
+	s.hub.Wake(store.LifecycleTopic)
+	return e, nil
+}
+
+// appendLifecycle stores e with the next id and returns a copy. The caller
+// holds s.mu and wakes the lifecycle topic after unlocking.
+func (s *Store) appendLifecycle(tenant string, e store.LifecycleEvent) store.LifecycleEvent {
+	e.ID = int64(len(s.lifecycle)) + 1
+	e.Time = stamp(e.Time)
+	e.Payload = cloneJSON(e.Payload)
+	s.lifecycle = append(s.lifecycle, lifecycleEvent{tenant: tenant, ev: e})
+	return cloneLifecycle(e)
+}
+
+// Lifecycle returns the tenant's events with ID > f.After matching f, in id
+// order.
+func (s *Store) Lifecycle(ctx context.Context, f store.LifecycleFilter) ([]store.LifecycleEvent, error) {
+	tenant := store.Tenant(ctx)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n := limit(f.Limit)
+	var out []store.LifecycleEvent
+	for _, rec := range s.lifecycle[min(max(f.After, 0), int64(len(s.lifecycle))):] {
+		if len(out) == n {
+			break
+		}
+		e := rec.ev
+		if rec.tenant == tenant && (f.ParentID == "" || e.ParentID == f.ParentID) &&
+			(len(f.Types) == 0 || slices.Contains(f.Types, e.Type)) {
+			out = append(out, cloneLifecycle(e))
+		}
+	}
+	return out, nil
+}
+
+// Enqueue stores an accepted followup. Returns store.ErrConflict if the id
+// exists, in any tenant. A zero CreatedAt is set to now.
+func (s *Store) Enqueue(ctx context.Context, m store.InboxMessage) error {
+	for _, b := range []json.RawMessage{m.Content, m.Source} {
+		if err := checkJSON(b); err != nil {
+			return fmt.Errorf("memstore: enqueue %q: %w", m.ID, err)
+		}
+	}
+	m = cloneInbox(m)
+	m.CreatedAt = stamp(m.CreatedAt)
+	key := [2]string{store.Tenant(ctx), m.ChildID}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inbox[m.ID] {
+		return fmt.Errorf("memstore: enqueue %q: %w", m.ID, store.ErrConflict)
+	}
+	s.inbox[m.ID] = true
+	s.queues[key] = append(s.queues[key], m)
+	return nil
+}
+
+// Pending returns the child's undelivered messages in acceptance order, at
+// most 1000.
+func (s *Store) Pending(ctx context.Context, childID string) ([]store.InboxMessage, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	q := s.queues[[2]string{store.Tenant(ctx), childID}]
+	q = q[:min(len(q), maxLimit)]
+	out := make([]store.InboxMessage, len(q))
+	for i, m := range q {
+		out[i] = cloneInbox(m)
+	}
+	return out, nil
+}
+
+// Ack removes the child's delivered messages ids; unknown ids are ignored.
+func (s *Store) Ack(ctx context.Context, childID string, ids ...string) error {
+	key := [2]string{store.Tenant(ctx), childID}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := slices.DeleteFunc(slices.Clone(s.queues[key]), func(m store.InboxMessage) bool {
+		if slices.Contains(ids, m.ID) {
+			delete(s.inbox, m.ID)
+			return true
+		}
+		return false
+	})
+	if len(q) == 0 {
+		delete(s.queues, key)
+	} else {
+		s.queues[key] = q
+	}
+	return nil
+}
+
+// Subscribe returns a channel woken after each commit that touches topic.
+func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
+	return s.hub.Subscribe(topic)
+}
+
+// Ping always succeeds: memory is always reachable.
+func (s *Store) Ping(ctx context.Context) error { return nil }
+
+const (
+	defaultLimit = 100
+	maxLimit     = 1000
+)
+
+// limit applies the store.Store limit rules: <= 0 means 100, at most 1000.
+func limit(n int) int {
+	if n <= 0 {
+		return defaultLimit
+	}
+	return min(n, maxLimit)
+}
+
+// stamp normalises t like a timestamptz column, setting a zero t to now.
+func stamp(t time.Time) time.Time {
+	if t.IsZero() {
+		t = time.Now()
+	}
+	return norm(t)
+}
+
+// norm normalises t like a timestamptz column: UTC, whole microseconds. The
+// zero time stays zero (a NULL column).
+func norm(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+func insertSorted[T any](list []T, v T, cmp func(a, b T) int) []T {
+	i, _ := slices.BinarySearchFunc(list, v, cmp)
+	return slices.Insert(list, i, v)
+}
+
+func cmpSession(a, b *session) int {
+	return cmp.Or(a.hdr.CreatedAt.Compare(b.hdr.CreatedAt), cmp.Compare(a.hdr.ID, b.hdr.ID))
+}
+
+func cmpRun(a, b *run) int {
+	return cmp.Or(a.r.StartedAt.Compare(b.r.StartedAt), cmp.Compare(a.r.ID, b.r.ID))
+}
+
+// checkJSON rejects what a jsonb column would reject. Empty means NULL.
+func checkJSON(b json.RawMessage) error {
+	if len(b) > 0 && !json.Valid(b) {
+		return errors.New("invalid JSON")
+	}
+	return nil
+}
+
+// cloneJSON copies b, mapping empty to nil (NULL).
+func cloneJSON(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	return slices.Clone(b)
+}
+
+func cloneSession(s store.Session) store.Session {
+	if s.Persona != nil {
+		p := *s.Persona
+		s.Persona = &p
+	}
+	return s
+}
+
+func cloneEvent(e store.Event) store.Event {
+	e.Data = cloneJSON(e.Data)
+	return e
+}
+
+func cloneRun(r store.Run) store.Run {
+	r.Output = cloneJSON(r.Output)
+	r.Structured = cloneJSON(r.Structured)
+	return r
+}
+
+func cloneLifecycle(e store.LifecycleEvent) store.LifecycleEvent {
+	e.Payload = cloneJSON(e.Payload)
+	return e
+}
+
+func cloneInbox(m store.InboxMessage) store.InboxMessage {
+	m.Content = cloneJSON(m.Content)
+	m.Source = cloneJSON(m.Source)
+	return m
+}

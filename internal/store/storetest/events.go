@@ -1,0 +1,166 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// newSession creates an empty session id in ctx's tenant.
+func newSession(t *testing.T, s store.Store, id string) {
+	t.Helper()
+	ok(t, s.CreateSession(t.Context(), store.Session{ID: id, CreatedAt: t0}))
+}
+
+func ev(typ, data string) store.NewEvent {
+	return store.NewEvent{Type: typ, Time: t0, Data: json.RawMessage(data)}
+}
+
+// numbered returns n events whose data records i.
+func numbered(n int) []store.NewEvent {
+	evs := make([]store.NewEvent, n)
+	for i := range evs {
+		evs[i] = ev("assistant/chunk", fmt.Sprintf(`{"i":%d}`, i))
+	}
+	return evs
+}
+
+// checkSeqs fails t unless evs carry seqs from, from+1, ….
+func checkSeqs(t *testing.T, what string, evs []store.Event, from int64) {
+	t.Helper()
+	for i, e := range evs {
+		if e.Seq != from+int64(i) {
+			t.Fatalf("%s: event %d has seq %d, want %d", what, i, e.Seq, from+int64(i))
+		}
+	}
+}
+
+var eventTests = []test{
+	{"AppendEvents_Sec3_1_ContiguousZeroBasedSeqs", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		newSession(t, s, "s1")
+		before := time.Now()
+		first := must(s.AppendEvents(ctx, "s1",
+			ev("turn/start", `{"turn":1}`),
+			store.NewEvent{Type: "user/message", Data: json.RawMessage(`{"id":"m1","content":[{"type":"text","text":"hi"}]}`)},
+			store.NewEvent{Type: "session/end-seed", Time: t0},
+		))(t)
+		second := must(s.AppendEvents(ctx, "s1", ev("step/start", `{"turn":1,"step":1}`), ev("step/end", `{"turn":1,"step":1}`)))(t)
+		checkSeqs(t, "first append", first, 0)
+		checkSeqs(t, "second append", second, 3)
+		recent(t, "Time of an event appended with a zero Time", first[1].Time, before)
+
+		want := []store.Event{
+			{Seq: 0, Type: "turn/start", Time: t0, Data: json.RawMessage(`{"turn":1}`)},
+			{Seq: 1, Type: "user/message", Time: first[1].Time, Data: json.RawMessage(`{"content":[{"text":"hi","type":"text"}],"id":"m1"}`)},
+			{Seq: 2, Type: "session/end-seed", Time: t0, Data: json.RawMessage(`null`)}, // nil Data is JSON null
+			{Seq: 3, Type: "step/start", Time: t0, Data: json.RawMessage(`{"step":1,"turn":1}`)},
+			{Seq: 4, Type: "step/end", Time: t0, Data: json.RawMessage(`{"step":1,"turn":1}`)},
+		}
+		sameList(t, "AppendEvents results", append(first, second...), want, canonEvent)
+		sameList(t, "Events(after -1)", must(s.Events(ctx, "s1", -1, 0))(t), want, canonEvent)
+	}},
+	{"Events_PagesAfterSeq", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		newSession(t, s, "s1")
+		must(s.AppendEvents(ctx, "s1", numbered(150)...))(t)
+		for _, tc := range []struct {
+			after      int64
+			limit      int
+			from, want int64
+		}{
+			{-1, 0, 0, 100}, // default limit
+			{-1, 5000, 0, 150},
+			{-1, 2, 0, 2},
+			{1, 2, 2, 2},
+			{140, 0, 141, 9},
+			{149, 0, 0, 0},
+			{500, 10, 0, 0},
+		} {
+			got := must(s.Events(ctx, "s1", tc.after, tc.limit))(t)
+			what := fmt.Sprintf("Events(after %d, limit %d)", tc.after, tc.limit)
+			if int64(len(got)) != tc.want {
+				t.Fatalf("%s returned %d events, want %d", what, len(got), tc.want)
+			}
+			checkSeqs(t, what, got, tc.from)
+			for _, e := range got {
+				same(t, what, e.Data, json.RawMessage(fmt.Sprintf(`{"i":%d}`, e.Seq)), canonJSON)
+			}
+		}
+	}},
+	{"AppendEvents_EmptyBatchAppendsNothing", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		newSession(t, s, "s1")
+		if got := must(s.AppendEvents(ctx, "s1"))(t); len(got) != 0 {
+			t.Fatalf("AppendEvents() = %v, want none", got)
+		}
+		checkSeqs(t, "append after an empty batch", must(s.AppendEvents(ctx, "s1", numbered(1)...))(t), 0)
+	}},
+	{"AppendEvents_UnknownSessionIsNotFound", func(t *testing.T, s store.Store) {
+		_, err := s.AppendEvents(t.Context(), "nope", numbered(1)...)
+		isErr(t, err, store.ErrNotFound, "AppendEvents(nope)")
+		_, err = s.AppendEvents(t.Context(), "nope")
+		isErr(t, err, store.ErrNotFound, "AppendEvents(nope, no events)")
+	}},
+	{"Events_UnknownSessionIsNotFound", func(t *testing.T, s store.Store) {
+		_, err := s.Events(t.Context(), "nope", -1, 0)
+		isErr(t, err, store.ErrNotFound, "Events(nope)")
+	}},
+	{"AppendEvents_InvalidJSONAppendsNothing", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		newSession(t, s, "s1")
+		must(s.AppendEvents(ctx, "s1", numbered(2)...))(t)
+		_, err := s.AppendEvents(ctx, "s1", ev("a", `{}`), ev("b", `{"unterminated":`), ev("c", `{}`))
+		isInvalid(t, err, "AppendEvents(invalid JSON)")
+		if got := must(s.Events(ctx, "s1", -1, 0))(t); len(got) != 2 {
+			t.Fatalf("a failed batch left %d events, want the 2 before it", len(got))
+		}
+		checkSeqs(t, "append after a failed batch", must(s.AppendEvents(ctx, "s1", numbered(2)...))(t), 2)
+	}},
+	{"AppendEvents_ConcurrentAppendsStayContiguous", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		newSession(t, s, "s1")
+		const writers, appends = 8, 10
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for range writers {
+			wg.Go(func() {
+				for range appends {
+					got, err := s.AppendEvents(ctx, "s1", numbered(3)...)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if got[1].Seq != got[0].Seq+1 || got[2].Seq != got[0].Seq+2 {
+						errs <- fmt.Errorf("one batch got seqs %d, %d, %d", got[0].Seq, got[1].Seq, got[2].Seq)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		all := must(s.Events(ctx, "s1", -1, 1000))(t)
+		if len(all) != writers*appends*3 {
+			t.Fatalf("log holds %d events, want %d", len(all), writers*appends*3)
+		}
+		checkSeqs(t, "log after concurrent appends", all, 0)
+	}},
+	{"Events_CopyOnReturn", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		newSession(t, s, "s1")
+		in := json.RawMessage(`{"k":"v"}`)
+		out := must(s.AppendEvents(ctx, "s1", store.NewEvent{Type: "x", Data: in}))(t)
+		in[2], out[0].Data[2] = 'X', 'X'
+		got := must(s.Events(ctx, "s1", -1, 0))(t)
+		got[0].Data[2] = 'X'
+		same(t, "stored data", must(s.Events(ctx, "s1", -1, 0))(t)[0].Data, json.RawMessage(`{"k":"v"}`), canonJSON)
+	}},
+}
