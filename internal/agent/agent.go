@@ -1,0 +1,329 @@
+// Package agent is the in-process agent loop: turns, steps, streamed model
+// calls, tools (live global registry, tool filter, structured_output
+// capture), persona templating and the session-log writer (seam-spec §3).
+// It knows nothing of providers.
+//
+// Every state change is an event appended through store.Store and mirrored
+// in memory; the model history is rebuilt from the log at each step, so an
+// agent constructed over an existing log (cold resume, fork seed) continues
+// where the log ends.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/schema"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// Errors returned by Agent methods.
+var (
+	// ErrClosed: the agent was closed.
+	ErrClosed = errors.New("agent closed")
+	// ErrSteerRejected: a steer was not admitted into a model step (the
+	// agent was idle, cancelled or closed, had a structured capture, or its
+	// turn ended first).
+	ErrSteerRejected = errors.New("steer rejected")
+)
+
+// Config configures an Agent.
+type Config struct {
+	// ID is the session id; the session must exist in Store.
+	ID     string
+	Store  store.Store
+	Logger *slog.Logger
+
+	// Model answers each step. Nil means no route was configured: every
+	// turn then ends with reason error.
+	Model     model.Model
+	ModelName string
+	MaxTokens int
+
+	// Global is the deployment-global tool registry, read live at each
+	// step; Filter scopes it (nil = no filter). Local tools are scope-local:
+	// added after filtering, never filtered.
+	Global *Registry
+	Filter *Filter
+	Local  []Tool
+
+	// Sections are the system prompt sections besides the persona.
+	Sections []Section
+	// Persona is this agent's persona template; nil inherits
+	// DeploymentPersona, "" means no persona. Vars are the prompt variables
+	// the template may reference; a func reports false when the variable
+	// has no value for the current assembly (seam-spec §1.7).
+	Persona           *string
+	DeploymentPersona string
+	Vars              map[string]func() (string, bool)
+
+	// OutputSchema, when set, installs the structured_output tool and its
+	// prompt section (seam-spec §4.3). It must lie in the schema subset.
+	OutputSchema json.RawMessage
+
+	// BeforeFirstStep, when set, is called once, inside the agent's first
+	// turn, right before its first model step; its events are appended
+	// there (the one-shot descriptor hook, seam-spec §3.4).
+	BeforeFirstStep func() []store.NewEvent
+}
+
+// Agent is a live in-process agent over one session log. Its methods are
+// safe for concurrent use. A goroutine drives turns while there is runnable
+// work; Close stops it.
+type Agent struct {
+	cfg    Config
+	id     string
+	store  store.Store
+	log    *slog.Logger
+	global *Registry
+	filter *Filter
+	locals []Tool
+	// base carries the values (tenant) of New's ctx without its deadline:
+	// log writes must succeed even while a turn is being cancelled.
+	base context.Context
+
+	mu       sync.Mutex
+	events   []store.Event
+	turn     int           // highest turn number in the log
+	queue    []UserMessage // next-turn inbox: one turn per message, FIFO
+	steers   []*steer      // next-step inbox: pending confirmed steers
+	parked   bool          // queued messages wait for the next Followup
+	closed   bool
+	driving  bool          // the driver goroutine is running
+	idle     chan struct{} // closed when driving becomes false
+	cur      *turnRun      // the open turn, nil between turns
+	hookDone bool
+	capture  capture
+	wg       sync.WaitGroup
+}
+
+// turnRun is an open turn.
+type turnRun struct {
+	n      int
+	ctx    context.Context
+	cancel context.CancelFunc
+	cause  string // set by the first Cancel
+}
+
+// New returns the agent of session cfg.ID, loading its existing log: turn
+// numbering, the inbox and a committed structured capture continue from it.
+// A turn left open by a crash is closed with reason interrupted, and steers
+// left pending are cancelled; messages left queued stay parked until the
+// next Followup. New returns an error if the session does not exist
+// (wrapping store.ErrNotFound), if the tool filter is empty or names an
+// unknown global tool (matching ErrToolFilter), or if OutputSchema leaves
+// the supported subset. Nothing is written on error.
+func New(ctx context.Context, cfg Config) (*Agent, error) {
+	if cfg.ID == "" || cfg.Store == nil {
+		return nil, errors.New("new agent: ID and Store are required")
+	}
+	if cfg.Filter != nil {
+		if err := cfg.Filter.check(cfg.Global); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.OutputSchema != nil {
+		if v := schema.Check(cfg.OutputSchema); len(v) > 0 {
+			return nil, fmt.Errorf("new agent %s: unsupported output schema: %v", cfg.ID, v)
+		}
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	a := &Agent{
+		cfg:    cfg,
+		id:     cfg.ID,
+		store:  cfg.Store,
+		log:    logger.With(slog.String("session_id", cfg.ID)),
+		global: cfg.Global,
+		filter: cfg.Filter,
+		locals: slices.Clone(cfg.Local),
+		base:   context.WithoutCancel(ctx),
+		idle:   make(chan struct{}),
+	}
+	close(a.idle)
+	if cfg.OutputSchema != nil {
+		a.locals = slices.DeleteFunc(a.locals, func(t Tool) bool { return t.Name == StructuredOutputTool })
+		a.locals = append(a.locals, a.structuredTool())
+	}
+	sess, err := cfg.Store.GetSession(ctx, cfg.ID)
+	if err != nil {
+		return nil, fmt.Errorf("new agent %s: %w", cfg.ID, err)
+	}
+	if err := a.load(ctx, sess.SeedLength); err != nil {
+		return nil, fmt.Errorf("new agent %s: %w", cfg.ID, err)
+	}
+	return a, nil
+}
+
+// ID returns the session id.
+func (a *Agent) ID() string { return a.id }
+
+// Events returns a copy of the session log as this agent has written and
+// loaded it.
+func (a *Agent) Events() []store.Event {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.events)
+}
+
+// Running reports whether a turn is running or about to run.
+func (a *Agent) Running() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.driving
+}
+
+// WaitIdle returns nil once no turn runs and nothing runnable is queued
+// (parked messages are not runnable), or ctx.Err() if ctx ends first.
+func (a *Agent) WaitIdle(ctx context.Context) error {
+	a.mu.Lock()
+	idle := a.idle
+	a.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close cancels the running turn with cause disposed, discards the inbox,
+// rejects later Followups and Steers, and waits until the driver goroutine
+// has exited. It is idempotent; it returns ctx.Err() if ctx ends first.
+func (a *Agent) Close(ctx context.Context) error {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	a.Cancel(CauseDisposed, false)
+	if err := a.WaitIdle(ctx); err != nil {
+		return fmt.Errorf("close agent %s: %w", a.id, err)
+	}
+	a.wg.Wait()
+	return nil
+}
+
+// appendLocked appends evs to the store and the mirror. a.mu must be held,
+// so that the log order matches the order of in-memory state changes.
+func (a *Agent) appendLocked(evs ...store.NewEvent) error {
+	stored, err := a.store.AppendEvents(a.base, a.id, evs...)
+	if err != nil {
+		return fmt.Errorf("agent %s: append %s: %w", a.id, evs[0].Type, err)
+	}
+	a.events = append(a.events, stored...)
+	return nil
+}
+
+// append is appendLocked for callers not holding a.mu.
+func (a *Agent) append(evs ...store.NewEvent) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.appendLocked(evs...)
+}
+
+// event builds a NewEvent; data is one of the payload types of events.go,
+// which always marshal.
+func event(typ string, data any) store.NewEvent {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		panic(fmt.Sprintf("agent: marshal %s payload: %v", typ, err))
+	}
+	return store.NewEvent{Type: typ, Data: raw}
+}
+
+// load reads the whole log and restores turn numbering, the inbox (replayed
+// from seedLength), a committed capture, and repairs a crashed turn.
+func (a *Agent) load(ctx context.Context, seedLength int) error {
+	for after := int64(-1); ; {
+		page, err := a.store.Events(ctx, a.id, after, 1000)
+		if err != nil {
+			return fmt.Errorf("load log: %w", err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		a.events = append(a.events, page...)
+		after = page[len(page)-1].Seq
+	}
+	var openTurn, openStep *StepData
+	var steerQueue []UserMessage
+	calls := map[string]string{} // structured_output call id → arguments
+	for i, ev := range a.events {
+		switch ev.Type {
+		case EventTurnStart:
+			var d TurnData
+			if json.Unmarshal(ev.Data, &d) == nil {
+				a.turn = max(a.turn, d.Turn)
+				openTurn = &StepData{Turn: d.Turn}
+			}
+		case EventTurnEnd:
+			openTurn, openStep = nil, nil
+		case EventStepStart:
+			var d StepData
+			if json.Unmarshal(ev.Data, &d) == nil {
+				openStep = &d
+			}
+		case EventStepEnd:
+			openStep = nil
+		case EventInboxSpliced:
+			var d InboxSplicedData
+			if i < seedLength || json.Unmarshal(ev.Data, &d) != nil {
+				continue
+			}
+			if d.Target == TargetNextStep {
+				steerQueue = splice(steerQueue, d)
+			} else {
+				a.queue = splice(a.queue, d)
+			}
+		case EventToolCall:
+			var d ToolCallData
+			if json.Unmarshal(ev.Data, &d) == nil && d.Name == StructuredOutputTool {
+				calls[d.CallID] = d.Arguments
+			}
+		case EventToolResult:
+			var d ToolResultData
+			if json.Unmarshal(ev.Data, &d) == nil && d.Name == StructuredOutputTool && !d.IsError && a.cfg.OutputSchema != nil {
+				if args, ok := calls[d.CallID]; ok {
+					a.capture = capture{staged: true, committed: true, value: json.RawMessage(args)}
+				}
+			}
+		}
+	}
+	a.parked = len(a.queue) > 0
+	var repair []store.NewEvent
+	if openStep != nil {
+		repair = append(repair, event(EventStepEnd, *openStep))
+	}
+	if openTurn != nil {
+		repair = append(repair, event(EventTurnEnd, TurnEndData{Turn: openTurn.Turn, Reason: TurnReason{Kind: ReasonInterrupted}}))
+	}
+	if len(steerQueue) > 0 {
+		repair = append(repair, cancelSplice(TargetNextStep, 0, len(steerQueue)))
+	}
+	if len(repair) == 0 {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.appendLocked(repair...)
+}
+
+// splice applies one inbox splice to q.
+func splice(q []UserMessage, d InboxSplicedData) []UserMessage {
+	start := min(max(d.Start, 0), len(q))
+	end := min(start+d.RemovedCount, len(q))
+	return slices.Concat(q[:start], d.Inserted, q[end:])
+}
+
+// cancelSplice discards n messages of target from start on.
+func cancelSplice(target string, start, n int) store.NewEvent {
+	return event(EventInboxSpliced, InboxSplicedData{Target: target, Start: start, RemovedCount: n,
+		Inserted: []UserMessage{}, Outcome: OutcomeCanceled})
+}

@@ -1,0 +1,185 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// steer is a pending confirmed steer; done is closed once it was admitted
+// (err nil) or rejected.
+type steer struct {
+	msg  UserMessage
+	done chan struct{}
+	err  error
+}
+
+// newMessage builds a user message with a fresh id. It returns an error if
+// a content block does not marshal (a Raw that is not JSON).
+func newMessage(content []model.Block, src Source) (UserMessage, error) {
+	if content == nil {
+		content = []model.Block{}
+	}
+	if _, err := json.Marshal(content); err != nil {
+		return UserMessage{}, fmt.Errorf("message content: %w", err)
+	}
+	return UserMessage{ID: uuid.NewString(), Role: "user", Content: content, Source: src}, nil
+}
+
+// Followup durably inserts content into the inbox (agent/inbox/spliced,
+// target next-turn) and returns its message id. The message becomes the
+// sole user message of its own later turn, FIFO behind queued ones. When
+// the agent is idle it opens that turn before returning — first for the
+// oldest queued message, so messages parked by Cancel(…, true) run first.
+// Returns ErrClosed after Close, or a store error (nothing was accepted).
+func (a *Agent) Followup(ctx context.Context, content []model.Block, src Source) (string, error) {
+	msg, err := newMessage(content, src)
+	if err != nil {
+		return "", fmt.Errorf("followup %s: %w", a.id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("followup %s: %w", a.id, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return "", fmt.Errorf("followup %s: %w", a.id, ErrClosed)
+	}
+	evs := []store.NewEvent{event(EventInboxSpliced, InboxSplicedData{
+		Target: TargetNextTurn, Start: len(a.queue), Inserted: []UserMessage{msg}})}
+	queue := append(slices.Clip(a.queue), msg)
+	start := !a.driving
+	if start {
+		evs = append(evs, a.openTurnEvents(queue[0])...)
+	}
+	if err := a.appendLocked(evs...); err != nil {
+		return "", fmt.Errorf("followup: %w", err)
+	}
+	a.queue = queue
+	a.parked = false
+	if start {
+		a.startDriver(a.claimTurnLocked())
+	}
+	return msg.ID, nil
+}
+
+// Steer is confirmed steering (seam-spec R96): it durably inserts content
+// into the running turn's next-step inbox and returns its message id only
+// once a model step admitted it — the message was logged as user/message
+// inside the turn and that step started. A steer pending when a step would
+// end the turn cleanly gets one more step of the same turn. It returns an
+// error matching ErrSteerRejected when the agent is idle, its turn was
+// cancelled, it is closed, a structured capture is staged or committed, or
+// the turn ends before admitting the message; it never queues content for a
+// later turn. If ctx ends before admission the message is withdrawn and
+// ctx.Err() returned.
+func (a *Agent) Steer(ctx context.Context, content []model.Block, src Source) (string, error) {
+	msg, err := newMessage(content, src)
+	if err != nil {
+		return "", fmt.Errorf("steer %s: %w", a.id, err)
+	}
+	s := &steer{msg: msg, done: make(chan struct{})}
+	if err := a.enqueueSteer(ctx, s); err != nil {
+		return "", err
+	}
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		a.mu.Lock()
+		if i := slices.Index(a.steers, s); i >= 0 {
+			a.steers = slices.Delete(a.steers, i, i+1)
+			if err := a.appendLocked(cancelSplice(TargetNextStep, i, 1)); err != nil {
+				a.log.Error("withdraw steer", "error", err)
+			}
+			a.mu.Unlock()
+			return "", fmt.Errorf("steer %s: %w", a.id, ctx.Err())
+		}
+		a.mu.Unlock()
+		<-s.done // resolved while we waited for the lock
+	}
+	if s.err != nil {
+		return "", s.err
+	}
+	return msg.ID, nil
+}
+
+// enqueueSteer admits s into the next-step inbox or says why it cannot be.
+func (a *Agent) enqueueSteer(ctx context.Context, s *steer) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var why string
+	switch {
+	case a.closed:
+		why = "agent is closed"
+	case a.cur == nil:
+		why = "agent is not running"
+	case a.cur.ctx.Err() != nil:
+		why = "turn was cancelled"
+	case a.capture.staged || a.capture.committed:
+		why = "structured output already recorded"
+	case ctx.Err() != nil:
+		return fmt.Errorf("steer %s: %w", a.id, ctx.Err())
+	}
+	if why != "" {
+		return fmt.Errorf("steer %s: %w: %s", a.id, ErrSteerRejected, why)
+	}
+	err := a.appendLocked(event(EventInboxSpliced, InboxSplicedData{
+		Target: TargetNextStep, Start: len(a.steers), Inserted: []UserMessage{s.msg}}))
+	if err != nil {
+		return fmt.Errorf("steer: %w", err)
+	}
+	a.steers = append(a.steers, s)
+	return nil
+}
+
+// rejectSteersLocked durably cancels every pending steer and releases its
+// caller with ErrSteerRejected.
+func (a *Agent) rejectSteersLocked(why string) {
+	if len(a.steers) == 0 {
+		return
+	}
+	if err := a.appendLocked(cancelSplice(TargetNextStep, 0, len(a.steers))); err != nil {
+		a.log.Error("cancel pending steers", "error", err)
+	}
+	for _, s := range a.steers {
+		s.err = fmt.Errorf("steer %s: %w: %s", a.id, ErrSteerRejected, why)
+		close(s.done)
+	}
+	a.steers = nil
+}
+
+// Cancel aborts the running turn: it ends with turn/end {kind: aborted,
+// reason: {kind: cause}}, a partially streamed message is logged with
+// interrupted: true, and pending steers are rejected. With keepInbox false
+// the queued messages are discarded (splice outcome canceled); with
+// keepInbox true they are parked (seam-spec R101–R103): they do not start
+// on their own, and the next Followup runs them first, in FIFO order, then
+// itself. Cancel returns before the turn has unwound (see WaitIdle); on an
+// idle agent it only applies the inbox rule.
+func (a *Agent) Cancel(cause string, keepInbox bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t := a.cur; t != nil && t.ctx.Err() == nil {
+		t.cause = cause
+		t.cancel()
+	}
+	a.rejectSteersLocked("turn was cancelled")
+	if keepInbox {
+		a.parked = true
+		return
+	}
+	a.parked = false
+	if len(a.queue) == 0 {
+		return
+	}
+	if err := a.appendLocked(cancelSplice(TargetNextTurn, 0, len(a.queue))); err != nil {
+		a.log.Error("discard inbox", "error", err)
+	}
+	a.queue = nil
+}

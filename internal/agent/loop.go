@@ -1,0 +1,396 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// logFailed is the turn/end error message when the session log cannot be
+// written; the cause is logged, not shown.
+const logFailed = "session log write failed"
+
+// openTurnEvents returns the events that open the next turn for msg, the
+// inbox head: turn/start, the claim of one next-turn message, and msg as
+// the turn's user/message. claimTurnLocked applies them once logged.
+func (a *Agent) openTurnEvents(msg UserMessage) []store.NewEvent {
+	return []store.NewEvent{
+		event(EventTurnStart, TurnData{Turn: a.turn + 1}),
+		event(EventInboxSpliced, InboxSplicedData{Target: TargetNextTurn, Start: 0, RemovedCount: 1, Inserted: []UserMessage{}}),
+		event(EventUserMessage, msg),
+	}
+}
+
+// claimTurnLocked makes the logged openTurnEvents the current turn.
+func (a *Agent) claimTurnLocked() *turnRun {
+	a.turn++
+	a.queue = a.queue[1:]
+	ctx, cancel := context.WithCancel(a.base)
+	a.cur = &turnRun{n: a.turn, ctx: ctx, cancel: cancel}
+	return a.cur
+}
+
+// startDriver starts the goroutine that runs t and the turns queued after
+// it. a.mu must be held.
+func (a *Agent) startDriver(t *turnRun) {
+	a.driving = true
+	a.idle = make(chan struct{})
+	a.wg.Add(1)
+	go a.drive(t)
+}
+
+func (a *Agent) drive(t *turnRun) {
+	defer a.wg.Done()
+	for t != nil {
+		a.runTurn(t)
+		t = a.nextTurn()
+	}
+}
+
+// nextTurn opens the turn of the next runnable queued message, or marks the
+// agent idle and returns nil.
+func (a *Agent) nextTurn() *turnRun {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.closed && !a.parked && len(a.queue) > 0 {
+		err := a.appendLocked(a.openTurnEvents(a.queue[0])...)
+		if err == nil {
+			return a.claimTurnLocked()
+		}
+		a.log.Error("open next turn; inbox parked", "error", err)
+		a.parked = true
+	}
+	a.driving = false
+	close(a.idle)
+	return nil
+}
+
+// runTurn runs steps until one concludes the turn.
+func (a *Agent) runTurn(t *turnRun) {
+	for step := 1; ; step++ {
+		reason, more := a.runStep(t, step)
+		if !more && a.conclude(t, reason) {
+			return
+		}
+	}
+}
+
+// conclude ends turn t with reason, unless the turn would end cleanly while
+// steers are pending: then it returns false and they get one more step.
+func (a *Agent) conclude(t *turnRun, reason TurnReason) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if reason.Kind == ReasonCompleted && len(a.steers) > 0 && t.ctx.Err() == nil && !a.capture.staged {
+		return false
+	}
+	if err := a.appendLocked(event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason})); err != nil {
+		a.log.Error("end turn", "turn", t.n, "error", err)
+	}
+	t.cancel()
+	a.cur = nil
+	a.rejectSteersLocked("turn ended")
+	if reason.Kind == ReasonError {
+		a.log.Warn("turn failed", "turn", t.n, "message", reason.Message)
+	}
+	return true
+}
+
+// aborted is the turn/end reason of a cancelled turn.
+func (a *Agent) aborted(t *turnRun) TurnReason {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return TurnReason{Kind: ReasonAborted, Cause: &Cause{Kind: t.cause}}
+}
+
+func failed(msg string) TurnReason { return TurnReason{Kind: ReasonError, Message: msg} }
+
+// runStep runs step n of turn t: pre-step hook, prompt assembly, admission
+// of pending steers, the model stream, and the tool calls. It returns the
+// turn's reason and whether another step must follow.
+func (a *Agent) runStep(t *turnRun, n int) (TurnReason, bool) {
+	if t.ctx.Err() != nil {
+		return a.aborted(t), false
+	}
+	if err := a.runHook(); err != nil {
+		a.log.Error("before-first-step hook", "error", err)
+		return failed(logFailed), false
+	}
+	system, err := a.systemPrompt()
+	if err != nil {
+		return failed(err.Error()), false
+	}
+	if a.cfg.Model == nil {
+		return failed("no model route is configured for this agent"), false
+	}
+	var specs []model.ToolSpec
+	for _, tool := range a.visibleTools() {
+		specs = append(specs, tool.spec())
+	}
+	msgs, err := a.enterStep(t, n)
+	switch {
+	case err != nil && t.ctx.Err() != nil:
+		return a.aborted(t), false
+	case err != nil:
+		a.log.Error("enter step", "error", err)
+		return failed(logFailed), false
+	}
+	req := model.Request{Model: a.cfg.ModelName, System: system, Messages: msgs, Tools: specs, MaxTokens: a.cfg.MaxTokens}
+	res := a.stream(t, n, req)
+	reason, more := a.finishStep(t, n, res)
+	if err := a.append(event(EventStepEnd, StepData{Turn: t.n, Step: n})); err != nil {
+		a.log.Error("end step", "error", err)
+		return failed(logFailed), false
+	}
+	return reason, more
+}
+
+// runHook appends the BeforeFirstStep events the first time a step is
+// entered.
+func (a *Agent) runHook() error {
+	a.mu.Lock()
+	skip := a.hookDone || a.cfg.BeforeFirstStep == nil
+	a.hookDone = true
+	a.mu.Unlock()
+	if skip {
+		return nil
+	}
+	if evs := a.cfg.BeforeFirstStep(); len(evs) > 0 {
+		return a.append(evs...)
+	}
+	return nil
+}
+
+// enterStep admits the pending steers (claim splice plus their
+// user/messages), logs step/start, releases the steers' callers and returns
+// the model history. It fails with t's context error if t was cancelled.
+func (a *Agent) enterStep(t *turnRun, n int) ([]model.Message, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := t.ctx.Err(); err != nil {
+		return nil, err
+	}
+	admitted := a.steers
+	var evs []store.NewEvent
+	if len(admitted) > 0 {
+		evs = append(evs, event(EventInboxSpliced, InboxSplicedData{Target: TargetNextStep, Start: 0,
+			RemovedCount: len(admitted), Inserted: []UserMessage{}}))
+		for _, s := range admitted {
+			evs = append(evs, event(EventUserMessage, s.msg))
+		}
+	}
+	evs = append(evs, event(EventStepStart, StepData{Turn: t.n, Step: n}))
+	if err := a.appendLocked(evs...); err != nil {
+		return nil, err
+	}
+	a.steers = nil
+	for _, s := range admitted {
+		close(s.done)
+	}
+	return history(a.events), nil
+}
+
+// streamed is what one model stream produced.
+type streamed struct {
+	text, reasoning string
+	calls           []model.ToolCall
+	usage           *UsageData
+	finish          model.FinishReason
+	err             error // the model's error
+	logErr          error // a chunk could not be logged
+}
+
+// stream runs the model and logs every chunk as assistant/chunk.
+func (a *Agent) stream(t *turnRun, n int, req model.Request) streamed {
+	var res streamed
+	for c, err := range a.cfg.Model.Stream(t.ctx, req) {
+		if err != nil {
+			res.err = err
+			break
+		}
+		logged := Chunk{Type: string(c.Kind)}
+		switch c.Kind {
+		case model.ChunkText:
+			res.text += c.Text
+			logged.Text = c.Text
+		case model.ChunkReasoning:
+			res.reasoning += c.Text
+			logged.Text = c.Text
+		case model.ChunkToolCall:
+			if c.ToolCall == nil {
+				continue
+			}
+			tc := *c.ToolCall
+			if tc.ID == "" {
+				tc.ID = fmt.Sprintf("call_%d_%d_%d", t.n, n, len(res.calls)+1)
+			}
+			res.calls = append(res.calls, tc)
+			logged.CallID, logged.Name, logged.Arguments = tc.ID, tc.Name, tc.Arguments
+		case model.ChunkUsage:
+			if c.Usage == nil {
+				continue
+			}
+			if res.usage == nil {
+				res.usage = &UsageData{}
+			}
+			res.usage.InputTokens += c.Usage.InputTokens
+			res.usage.OutputTokens += c.Usage.OutputTokens
+			logged.InputTokens, logged.OutputTokens = c.Usage.InputTokens, c.Usage.OutputTokens
+		case model.ChunkFinish:
+			res.finish = c.FinishReason
+			logged.FinishReason = string(c.FinishReason)
+		default:
+			logged.Text = c.Text
+		}
+		if err := a.append(event(EventAssistantChunk, ChunkData{Turn: t.n, Step: n, Chunk: logged})); err != nil {
+			res.logErr = err
+			break
+		}
+	}
+	return res
+}
+
+// content assembles the assistant message content: reasoning, text, then
+// the given tool calls.
+func (res streamed) content(calls []model.ToolCall) []model.Block {
+	out := []model.Block{}
+	if res.reasoning != "" {
+		out = append(out, model.Block{Type: "reasoning", Text: res.reasoning})
+	}
+	if res.text != "" {
+		out = append(out, model.TextBlock(res.text))
+	}
+	for _, c := range calls {
+		out = append(out, newToolCallBlock(c))
+	}
+	return out
+}
+
+// finishStep logs the step's assistant/message and runs its tool calls,
+// then decides how the turn goes on.
+func (a *Agent) finishStep(t *turnRun, n int, res streamed) (TurnReason, bool) {
+	msg := func(content []model.Block, interrupted bool) error {
+		return a.append(event(EventAssistantMessage, AssistantMessageData{Turn: t.n, Step: n,
+			Message: AssistantMessage{Role: "assistant", Content: content}, Usage: res.usage, Interrupted: interrupted}))
+	}
+	if res.logErr != nil {
+		a.log.Error("log chunk", "error", res.logErr)
+		return failed(logFailed), false
+	}
+	if res.err != nil || t.ctx.Err() != nil {
+		// A cut stream keeps its partial text and reasoning; its tool calls
+		// never run.
+		if partial := res.content(nil); len(partial) > 0 {
+			if err := msg(partial, true); err != nil {
+				a.log.Error("log partial message", "error", err)
+			}
+		}
+		if t.ctx.Err() != nil {
+			return a.aborted(t), false
+		}
+		a.log.Warn("model stream failed", "turn", t.n, "step", n, "error", res.err)
+		return failed(res.err.Error()), false
+	}
+	calls := res.calls
+	if res.finish == model.FinishMaxTokens || res.finish == model.FinishRefusal {
+		calls = nil // truncated or declined: nothing to run
+	}
+	if err := msg(res.content(calls), false); err != nil {
+		a.log.Error("log message", "error", err)
+		return failed(logFailed), false
+	}
+	committed := false
+	for _, c := range calls {
+		if t.ctx.Err() != nil {
+			break
+		}
+		ok, err := a.runCall(t, n, c)
+		if err != nil {
+			a.log.Error("log tool call", "tool", c.Name, "error", err)
+			return failed(logFailed), false
+		}
+		committed = committed || ok
+	}
+	switch {
+	case t.ctx.Err() != nil:
+		return a.aborted(t), false
+	case res.finish == model.FinishMaxTokens:
+		return TurnReason{Kind: ReasonMaxTokens}, false
+	case res.finish == model.FinishRefusal:
+		return TurnReason{Kind: ReasonBlocked}, false
+	}
+	return TurnReason{Kind: ReasonCompleted}, len(calls) > 0 && !committed
+}
+
+// runCall logs tool/call, executes the call and logs tool/result. It
+// reports whether the call committed a structured capture; an error means
+// the log could not be written.
+func (a *Agent) runCall(t *turnRun, n int, c model.ToolCall) (bool, error) {
+	args := c.Arguments
+	if args == "" {
+		args = "{}"
+	}
+	if err := a.append(event(EventToolCall, ToolCallData{Turn: t.n, Step: n, CallID: c.ID, Name: c.Name, Arguments: args})); err != nil {
+		return false, err
+	}
+	content, isError := a.execute(t, c.ID, c.Name, json.RawMessage(args))
+	if _, err := json.Marshal(content); err != nil {
+		content, isError = []model.Block{model.TextBlock(fmt.Sprintf("tool %s returned unencodable content", c.Name))}, true
+	}
+	if content == nil {
+		content = []model.Block{}
+	}
+	if err := a.append(event(EventToolResult, ToolResultData{Turn: t.n, Step: n, CallID: c.ID, Name: c.Name,
+		Content: content, IsError: isError})); err != nil {
+		return false, err
+	}
+	if c.Name == StructuredOutputTool && a.cfg.OutputSchema != nil && !isError {
+		a.commitStructured(json.RawMessage(args))
+		return true, nil
+	}
+	return false, nil
+}
+
+// execute runs one call: the capture guard first, then structured_output,
+// then a visible tool looked up now (the filter is live).
+func (a *Agent) execute(t *turnRun, callID, name string, args json.RawMessage) ([]model.Block, bool) {
+	errResult := func(msg string) ([]model.Block, bool) { return []model.Block{model.TextBlock(msg)}, true }
+	if denial := a.guardDenial(name); denial != "" {
+		return errResult(denial)
+	}
+	if name == StructuredOutputTool && a.cfg.OutputSchema != nil {
+		return a.runStructured(args)
+	}
+	var tool *Tool
+	for _, v := range a.visibleTools() {
+		if v.Name == name {
+			tool = &v
+			break
+		}
+	}
+	if tool == nil {
+		return errResult("unknown tool " + name)
+	}
+	if !json.Valid(args) {
+		return errResult("INVALID_ARGS: arguments are not valid JSON")
+	}
+	content, err := a.runTool(t.ctx, *tool, Call{Agent: a, CallID: callID, Arguments: args})
+	if err != nil {
+		return errResult(err.Error())
+	}
+	return content, false
+}
+
+// runTool runs tool, turning a panic into an error result.
+func (a *Agent) runTool(ctx context.Context, tool Tool, call Call) (content []model.Block, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.log.Error("tool panicked", slog.String("tool", tool.Name), slog.Any("panic", r))
+			content, err = nil, fmt.Errorf("tool %s failed", tool.Name)
+		}
+	}()
+	return tool.Run(ctx, call)
+}
