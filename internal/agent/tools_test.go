@@ -1,0 +1,190 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+func TestRegistry_RegisterUnregisterNames(t *testing.T) {
+	t.Parallel()
+	r := registry(t, "b", "a", "c")
+	if err := r.Register(echoTool("a")); err == nil {
+		t.Error("duplicate registration accepted")
+	}
+	if err := r.Register(Tool{Name: "x"}); err == nil {
+		t.Error("tool without Run accepted")
+	}
+	r.Unregister("a")
+	r.Unregister("unknown")
+	if got := r.Names(); !slices.Equal(got, []string{"b", "c"}) {
+		t.Errorf("names %v", got)
+	}
+}
+
+// visible runs one step and returns the tool names the model was offered.
+func visible(t *testing.T, global *Registry, f *Filter, local ...Tool) []string {
+	t.Helper()
+	m := scripted.New(scripted.Step{Text: "ok"})
+	a := newAgent(t, nil, Config{Model: m, Global: global, Filter: f, Local: local})
+	followup(t, a, "hi")
+	waitIdle(t, a)
+	return toolNames(m.Requests()[0].Tools)
+}
+
+func TestFilter_S1_6_Visibility(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		filter *Filter
+		want   []string
+	}{
+		{"no filter", nil, []string{"read", "write", "shell"}},
+		{"allow", &Filter{Allow: []string{"shell", "read"}}, []string{"read", "shell"}},
+		{"deny", &Filter{Deny: []string{"write"}}, []string{"read", "shell"}},
+		{"allow and deny intersect", &Filter{Allow: []string{"read", "write"}, Deny: []string{"write"}}, []string{"read"}},
+		{"empty allow hides every global", &Filter{Allow: []string{}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := visible(t, registry(t, "read", "write", "shell"), tc.filter); !slices.Equal(got, tc.want) {
+				t.Errorf("visible %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFilter_S1_6_LocalToolsAddedAfterFilteringAndShadow(t *testing.T) {
+	t.Parallel()
+	local := echoTool("write")
+	local.Description = "local write"
+	m := scripted.New(scripted.Step{ToolCalls: []model.ToolCall{{Name: "write"}}}, scripted.Step{Text: "ok"})
+	a := newAgent(t, nil, Config{Model: m, Global: registry(t, "read", "write"), Filter: &Filter{Allow: []string{}},
+		Local: []Tool{local, echoTool("report")}})
+	followup(t, a, "hi")
+	waitIdle(t, a)
+	tools := m.Requests()[0].Tools
+	if got := toolNames(tools); !slices.Equal(got, []string{"write", "report"}) || tools[0].Description != "local write" {
+		t.Errorf("tools %+v", tools)
+	}
+	if res := ofType[ToolResultData](t, a.Events(), EventToolResult); res[0].IsError {
+		t.Errorf("local tool result %+v", res[0])
+	}
+}
+
+func TestFilter_S1_6_LiveRegistration(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		filter *Filter
+		want   []string
+	}{
+		{"deny-only admits later globals", &Filter{Deny: []string{"write"}}, []string{"read", "late"}},
+		{"allow-list excludes later globals", &Filter{Allow: []string{"read"}}, []string{"read"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			global := registry(t, "read", "write")
+			m := scripted.New(scripted.Step{Text: "1"}, scripted.Step{Text: "2"})
+			a := newAgent(t, nil, Config{Model: m, Global: global, Filter: tc.filter})
+			followup(t, a, "one")
+			waitIdle(t, a)
+			if err := global.Register(echoTool("late")); err != nil {
+				t.Fatal(err)
+			}
+			followup(t, a, "two")
+			waitIdle(t, a)
+			if got := toolNames(m.Requests()[1].Tools); !slices.Equal(got, tc.want) {
+				t.Errorf("second request tools %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFilter_S1_6_ForgedCallToFilteredToolIsUnknown(t *testing.T) {
+	t.Parallel()
+	ran := false
+	global := NewRegistry()
+	if err := global.Register(Tool{Name: "secret", Run: func(context.Context, Call) ([]model.Block, error) {
+		ran = true
+		return nil, nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := global.Register(echoTool("read")); err != nil {
+		t.Fatal(err)
+	}
+	m := scripted.New(scripted.Step{ToolCalls: []model.ToolCall{{Name: "secret"}}}, scripted.Step{Text: "ok"})
+	a := newAgent(t, nil, Config{Model: m, Global: global, Filter: &Filter{Deny: []string{"secret"}}})
+	followup(t, a, "hi")
+	waitIdle(t, a)
+	res := ofType[ToolResultData](t, a.Events(), EventToolResult)
+	if ran || len(res) != 1 || !res[0].IsError || model.Text(res[0].Content) != "unknown tool secret" {
+		t.Errorf("ran %v result %+v", ran, res)
+	}
+}
+
+func TestFilter_S1_6_UnknownNamesRejectedBeforeAnythingIsWritten(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		filter *Filter
+		want   string
+	}{
+		{"unknown allow", &Filter{Allow: []string{"read", "nope"}}, `tools.restrict() names unknown global tool "nope"; known global tools: read, write`},
+		{"unknown deny", &Filter{Deny: []string{"ghost"}}, `tools.restrict() names unknown global tool "ghost"; known global tools: read, write`},
+		{"reserved run_code", &Filter{Allow: []string{RunCodeTool}}, `tools.restrict() names unknown global tool "run_code"; known global tools: read, write`},
+		{"scope-local name", &Filter{Deny: []string{"report"}}, `tools.restrict() names unknown global tool "report"; known global tools: read, write`},
+		{"empty filter", &Filter{}, "tool filter needs allow or deny"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := newFakeStore()
+			if err := st.CreateSession(context.Background(), store.Session{ID: "s"}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := New(context.Background(), Config{ID: "s", Store: st, Global: registry(t, "read", "write"),
+				Filter: tc.filter, Local: []Tool{echoTool("report")}})
+			if !errors.Is(err, ErrToolFilter) || err.Error() != tc.want {
+				t.Errorf("err %v, want %q", err, tc.want)
+			}
+			if n := len(st.log("s")); n != 0 {
+				t.Errorf("%d events written", n)
+			}
+		})
+	}
+}
+
+func TestTool_PanicAndErrorBecomeErrorResults(t *testing.T) {
+	t.Parallel()
+	global := NewRegistry()
+	for _, tool := range []Tool{
+		{Name: "panics", Run: func(context.Context, Call) ([]model.Block, error) { panic("kaboom") }},
+		{Name: "fails", Run: func(context.Context, Call) ([]model.Block, error) { return nil, errors.New("disk full") }},
+	} {
+		if err := global.Register(tool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := scripted.New(scripted.Step{ToolCalls: []model.ToolCall{{Name: "panics"}, {Name: "fails"}, {Name: "fails", Arguments: "{bad"}}},
+		scripted.Step{Text: "ok"})
+	a := newAgent(t, nil, Config{Model: m, Global: global})
+	followup(t, a, "hi")
+	waitIdle(t, a)
+	var got []string
+	for _, r := range ofType[ToolResultData](t, a.Events(), EventToolResult) {
+		if !r.IsError {
+			t.Errorf("result %+v is not an error", r)
+		}
+		got = append(got, model.Text(r.Content))
+	}
+	want := []string{"tool panics failed", "disk full", "INVALID_ARGS: arguments are not valid JSON"}
+	if !slices.Equal(got, want) {
+		t.Errorf("results %q, want %q", got, want)
+	}
+}
