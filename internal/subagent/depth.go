@@ -1,0 +1,58 @@
+package subagent
+
+// MaxSafeInteger is the largest depth the seam accepts (2^53-1, the
+// safe-integer range of the reference implementation and of JSON numbers
+// read as float64).
+const MaxSafeInteger = 1<<53 - 1
+
+// validSafeInteger reports whether n is a non-negative safe integer.
+func validSafeInteger(n int) bool { return n >= 0 && n <= MaxSafeInteger }
+
+// checkMaxDepth validates a caller's maxDepth cap. Returns EInvalidMaxDepth.
+func checkMaxDepth(maxDepth *int) error {
+	if maxDepth != nil && !validSafeInteger(*maxDepth) {
+		return Errorf(EInvalidMaxDepth, "subagent maxDepth must be a non-negative safe integer")
+	}
+	return nil
+}
+
+// EffectiveDepth is the delegation depth of an agent (R33): the larger of
+// its persisted header depth and its runtime subagentDepth, so that a
+// resumed agent never counts lower than it was (R37). Returns
+// EInvalidMaxDepth when the runtime depth is not a non-negative safe integer.
+func EffectiveDepth(p Parent) (int, error) {
+	depth := max(p.Session.DelegationDepth, 0)
+	if d := p.Options.SubagentDepth; d != nil {
+		if !validSafeInteger(*d) {
+			return 0, Errorf(EInvalidMaxDepth, "agent subagentDepth must be a non-negative safe integer")
+		}
+		depth = max(depth, *d)
+	}
+	return depth, nil
+}
+
+// ChildDepth returns the delegation depth of a child of p (R34: the
+// parent's effective depth + 1) and enforces the optional cap (R35). The
+// one-shot path runs it in Service.Start; continuable starts run it before
+// preparing the child (R38).
+//
+// Returns EInvalidMaxDepth for an invalid maxDepth or runtime subagentDepth,
+// and EDepthExceeded when the child depth leaves the safe-integer range or
+// exceeds maxDepth ("subagent depth 1 exceeds maxDepth 0").
+func ChildDepth(p Parent, maxDepth *int) (int, error) {
+	if err := checkMaxDepth(maxDepth); err != nil {
+		return 0, err
+	}
+	depth, err := EffectiveDepth(p)
+	if err != nil {
+		return 0, err
+	}
+	if depth >= MaxSafeInteger {
+		return 0, Errorf(EDepthExceeded, "subagent child depth exceeds the safe-integer range")
+	}
+	child := depth + 1
+	if maxDepth != nil && child > *maxDepth {
+		return 0, Errorf(EDepthExceeded, "subagent depth %d exceeds maxDepth %d", child, *maxDepth)
+	}
+	return child, nil
+}

@@ -1,0 +1,212 @@
+package subagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// ErrNotSettled is returned by RunHandle.Result before the run settled.
+var ErrNotSettled = errors.New("run has not settled")
+
+// RunHandle is a published one-shot run as its starter holds it: the
+// provider's Run plus the run id the service minted, the recorded lifecycle
+// and idempotent disposal.
+type RunHandle struct {
+	svc *Service
+	// ctx carries the tenant of the Start call, without its cancellation,
+	// for every later store write and listener call.
+	ctx      context.Context
+	log      *slog.Logger
+	id       string
+	provider string
+	childID  string
+	parentID string
+	local    bool
+	run      Run
+
+	// done is closed once the end was recorded and dispatched; result and
+	// resultErr are written before.
+	done      chan struct{}
+	result    Result
+	resultErr error
+
+	disposeOnce sync.Once
+	disposed    chan struct{}
+	disposeErr  error
+}
+
+// ID is the run id: a fresh UUID per start, never reused (R17).
+func (h *RunHandle) ID() string { return h.id }
+
+// ProviderName is the provider that published the run, even if it has been
+// unregistered since (R6).
+func (h *RunHandle) ProviderName() string { return h.provider }
+
+// ChildID is the child session id for local runs, else a provider-minted
+// UUID.
+func (h *RunHandle) ChildID() string { return h.childID }
+
+// ParentID is the delegating parent session.
+func (h *RunHandle) ParentID() string { return h.parentID }
+
+// Local reports whether the child is an in-process agent (snapshotted at
+// publication).
+func (h *RunHandle) Local() bool { return h.local }
+
+// Done is closed once the run settled and its subagent/end was recorded and
+// dispatched.
+func (h *RunHandle) Done() <-chan struct{} { return h.done }
+
+// Result returns the settled result, or ErrNotSettled before Done is closed.
+// When the provider's result failed (an infrastructure fault), Result
+// returns that error together with the result that was recorded for it:
+// stop reason "error" and no output (R16).
+func (h *RunHandle) Result() (Result, error) {
+	select {
+	case <-h.done:
+		return h.result, h.resultErr
+	default:
+		return Result{}, ErrNotSettled
+	}
+}
+
+// Cancel aborts the run's remaining work; it settles "aborted" unless it
+// had already completed (R23, R25). Idempotent.
+func (h *RunHandle) Cancel() { h.run.Cancel() }
+
+// Steer sends content into the running child and returns the message id
+// once a model step admitted it. Returns EUnsupportedCapability when the
+// provider's runs cannot be steered, and the provider's ESteerRejected when
+// the child no longer accepts input.
+func (h *RunHandle) Steer(ctx context.Context, content []model.Block) (string, error) {
+	st, ok := h.run.(Steerer)
+	if !ok {
+		return "", Errorf(EUnsupportedCapability, "provider %q runs cannot be steered", h.provider)
+	}
+	return st.Steer(ctx, content)
+}
+
+// Dispose cancels the run, waits until it settled (subagent/end included)
+// and the provider released its resources, marks the run disposed in the
+// store and forgets the handle (R28–R31). Calls after the first wait for
+// the same disposal. It returns only release and store errors — never the
+// result's (R30) — or ctx's error when ctx ends first, in which case the
+// disposal still completes in the background.
+func (h *RunHandle) Dispose(ctx context.Context) error {
+	h.disposeOnce.Do(func() { go h.dispose() })
+	select {
+	case <-h.disposed:
+		return h.disposeErr
+	case <-ctx.Done():
+		return fmt.Errorf("dispose run %s: %w", h.id, ctx.Err())
+	}
+}
+
+func (h *RunHandle) dispose() {
+	defer close(h.disposed)
+	h.run.Cancel()
+	var errs []error
+	if err := h.run.Dispose(h.ctx); err != nil {
+		errs = append(errs, fmt.Errorf("release run %s: %w", h.id, err))
+	}
+	<-h.done
+	if err := h.svc.store.DisposeRun(h.ctx, h.id); err != nil {
+		errs = append(errs, fmt.Errorf("record disposal of run %s: %w", h.id, err))
+	}
+	h.svc.forget(h)
+	h.disposeErr = errors.Join(errs...)
+}
+
+// abandon releases a run that was published by its provider but could not
+// be published by the service; it is never dispatched.
+func (h *RunHandle) abandon() {
+	h.run.Cancel()
+	if err := h.run.Dispose(h.ctx); err != nil {
+		h.log.ErrorContext(h.ctx, "release unpublished run", slog.Any("error", err))
+	}
+	close(h.done)
+}
+
+// event returns the lifecycle event of type typ for this run (R17: start
+// and end share run id, provider, child id and local).
+func (h *RunHandle) event(typ string) Event {
+	return Event{Type: typ, RunID: h.id, Provider: h.provider, ID: h.childID, Local: h.local, ParentID: h.parentID}
+}
+
+// watch waits for the provider's result, then records and dispatches
+// subagent/end exactly once (R14–R16) and closes done.
+func (h *RunHandle) watch() {
+	<-h.run.Done()
+	res, resErr := h.run.Result()
+	res = h.settle(res, resErr)
+	end := h.event(EventEnd)
+	end.StopReason = res.StopReason
+	if len(res.Output) > 0 {
+		end.LastAssistantMessage = res.Output
+	}
+	seq, dispatch := h.recordEnd(end, res)
+	end.Seq = seq
+	if dispatch {
+		h.svc.bus.dispatch(h.ctx, end)
+	}
+	h.result, h.resultErr = res, resErr
+	close(h.done)
+}
+
+// settle normalizes a provider's result: Output never nil, a bounded
+// diagnostic only on failures, "error" for a failed result (R16) or a
+// missing stop reason.
+func (h *RunHandle) settle(res Result, err error) Result {
+	if err != nil {
+		h.log.ErrorContext(h.ctx, "run result failed", slog.Any("error", err))
+		return Result{Output: []model.Block{}, StopReason: StopError, Diagnostic: TruncateDiagnostic(ErrorMessage(err))}
+	}
+	if res.StopReason == "" {
+		h.log.ErrorContext(h.ctx, "provider settled a run without a stop reason")
+		res.StopReason = StopError
+	}
+	if res.Output == nil {
+		res.Output = []model.Block{}
+	}
+	if res.StopReason == StopCompleted {
+		res.Diagnostic = ""
+	}
+	res.Diagnostic = TruncateDiagnostic(res.Diagnostic)
+	return res
+}
+
+// recordEnd settles the run row and appends end. dispatch is false when
+// the store says the run already ended (another replica closed it after
+// this one lost its lease): that end was the only one. A store failure is
+// logged and the end still dispatched, so local listeners see every run
+// end.
+func (h *RunHandle) recordEnd(end Event, res Result) (seq int64, dispatch bool) {
+	output, err := json.Marshal(res.Output)
+	var row store.LifecycleEvent
+	if err == nil {
+		row, err = lifecycleRow(end, time.Now())
+	}
+	if err == nil {
+		row, err = h.svc.store.EndRun(h.ctx, h.id, store.RunResult{
+			StopReason: res.StopReason, Output: output, Structured: res.Structured,
+			Diagnostic: res.Diagnostic, EndedAt: row.Time,
+		}, row)
+	}
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		h.log.WarnContext(h.ctx, "run was already ended elsewhere; not dispatching a second end")
+		return 0, false
+	case err != nil:
+		h.log.ErrorContext(h.ctx, "record run end", slog.Any("error", err))
+		return 0, true
+	}
+	return row.ID, true
+}

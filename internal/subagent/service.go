@@ -1,0 +1,417 @@
+package subagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/subagentd/subagentd/internal/schema"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// DefaultLeaseDuration is the run lease written when Config.LeaseDuration is
+// zero.
+const DefaultLeaseDuration = 30 * time.Second
+
+// Config configures a Service.
+type Config struct {
+	// Store persists runs and the lifecycle log. Required.
+	Store store.Store
+	// Logger receives listener failures and settlement faults. Required.
+	Logger *slog.Logger
+	// Owner identifies this replica in run rows (DESIGN §5).
+	Owner string
+	// LeaseDuration is the lease written with each new run row; the owner's
+	// lease renewer extends it. Zero means DefaultLeaseDuration.
+	LeaseDuration time.Duration
+}
+
+// Service is the subagent seam of one process: the provider registry, the
+// lifecycle bus and the one-shot runs this process started. It is safe for
+// concurrent use.
+type Service struct {
+	store store.Store
+	log   *slog.Logger
+	owner string
+	lease time.Duration
+	bus   bus
+
+	mu        sync.Mutex
+	providers []Provider // registration order
+	runs      map[string]*RunHandle
+	draining  bool
+}
+
+// NewService returns a Service with no providers.
+func NewService(cfg Config) *Service {
+	lease := cfg.LeaseDuration
+	if lease == 0 {
+		lease = DefaultLeaseDuration
+	}
+	return &Service{
+		store: cfg.Store,
+		log:   cfg.Logger,
+		owner: cfg.Owner,
+		lease: lease,
+		bus:   bus{log: cfg.Logger},
+		runs:  map[string]*RunHandle{},
+	}
+}
+
+// Subscribe adds l for the lifecycle events of the runs of parentID, or of
+// every event (provider events included) when parentID is "" (R18). It
+// returns the func that removes l; calling it more than once is harmless.
+func (s *Service) Subscribe(parentID string, l Listener) (unsubscribe func()) {
+	return s.bus.subscribe(parentID, l)
+}
+
+// Register adds p under p.Name(). The provider is resolvable before
+// subagent/provider-added is recorded and dispatched; if recording fails or
+// a provider-added listener fails, the registration is rolled back and the
+// error returned (R3).
+//
+// Returns EInvalidRequest for an empty name and EDuplicateProvider when the
+// name is taken; the existing registration is left untouched (R1).
+func (s *Service) Register(ctx context.Context, p Provider) error {
+	name := p.Name()
+	if name == "" {
+		return Errorf(EInvalidRequest, "provider name must not be empty")
+	}
+	s.mu.Lock()
+	if s.lookup(name) >= 0 {
+		s.mu.Unlock()
+		return Errorf(EDuplicateProvider, "provider %q is already registered", name)
+	}
+	s.providers = append(s.providers, p)
+	s.mu.Unlock()
+
+	added := Event{Type: EventProviderAdded, Provider: name}
+	stored, err := s.record(ctx, added)
+	if err != nil {
+		s.remove(name)
+		return fmt.Errorf("register provider %q: %w", name, err)
+	}
+	added.Seq = stored.ID
+	if err := s.bus.dispatchStrict(ctx, added); err != nil {
+		// Listeners before the failing one saw the provider arrive; they
+		// and the durable log are told it left again.
+		s.remove(name)
+		s.announceRemoved(ctx, name)
+		return fmt.Errorf("register provider %q: provider-added listener: %w", name, err)
+	}
+	return nil
+}
+
+// Unregister removes the provider named name, then records and dispatches
+// subagent/provider-removed with every listener contained (R4). Runs the
+// provider already published are not affected (R6). An unknown name is a
+// no-op.
+func (s *Service) Unregister(ctx context.Context, name string) {
+	if s.remove(name) {
+		s.announceRemoved(ctx, name)
+	}
+}
+
+// announceRemoved records and dispatches provider-removed; a failure to
+// record is logged, since the removal already happened.
+func (s *Service) announceRemoved(ctx context.Context, name string) {
+	removed := Event{Type: EventProviderRemoved, Provider: name}
+	stored, err := s.record(ctx, removed)
+	if err != nil {
+		s.log.ErrorContext(ctx, "record provider-removed", slog.String("provider", name), slog.Any("error", err))
+	}
+	removed.Seq = stored.ID
+	s.bus.dispatch(ctx, removed)
+}
+
+// record appends an unscoped lifecycle event to the store.
+func (s *Service) record(ctx context.Context, e Event) (store.LifecycleEvent, error) {
+	row, err := lifecycleRow(e, time.Now())
+	if err != nil {
+		return store.LifecycleEvent{}, err
+	}
+	stored, err := s.store.AppendLifecycle(ctx, row)
+	if err != nil {
+		return store.LifecycleEvent{}, fmt.Errorf("record %s: %w", e.Type, err)
+	}
+	return stored, nil
+}
+
+// lookup returns the index of name in s.providers or -1. Callers hold s.mu.
+func (s *Service) lookup(name string) int {
+	return slices.IndexFunc(s.providers, func(p Provider) bool { return p.Name() == name })
+}
+
+// remove deletes name from the registry and reports whether it was there.
+func (s *Service) remove(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := s.lookup(name)
+	if i < 0 {
+		return false
+	}
+	s.providers = slices.Delete(s.providers, i, i+1)
+	return true
+}
+
+// Provider returns the provider registered as name; ok is false when there
+// is none (not an error, R5).
+func (s *Service) Provider(name string) (p Provider, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := s.lookup(name); i >= 0 {
+		return s.providers[i], true
+	}
+	return nil, false
+}
+
+// Providers returns the registered providers in registration order (R2).
+func (s *Service) Providers() []Provider {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.providers)
+}
+
+// Start validates req in the order of R9, hands the provider the resolved
+// request and, once the provider published the child, records the run and
+// dispatches subagent/start before returning its handle (R13). A failed
+// check never reaches the provider, and a provider that fails publishes
+// nothing (R11).
+//
+// The checks, in order: the provider exists (ENoProvider); it has the
+// capability of each present field — outputSchema, maxDepth (depthLimit),
+// toolFilter, persona — (EUnsupportedCapability); maxDepth is a
+// non-negative safe integer (EInvalidMaxDepth); toolFilter has a list
+// (EInvalidRequest); outputSchema lies in the subset and is object-rooted
+// (EUnsupportedSchema, violations also in Fields); the one-shot descriptor
+// is serializable (EInvalidRequest); the child depth is valid and within
+// maxDepth (EInvalidMaxDepth, EDepthExceeded); ctx is not done (EAborted).
+// After Shutdown began it returns EDraining.
+//
+// ctx is the request's cancellation until publication; its tenant scopes
+// every store write of the run, also after ctx ends.
+func (s *Service) Start(ctx context.Context, provider string, req Request) (*RunHandle, error) {
+	p, resolved, err := s.admit(provider, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Code: EAborted, Message: "subagent request was aborted before child publication", Err: err}
+	}
+	run, err := p.Start(ctx, resolved)
+	if err != nil {
+		return nil, fmt.Errorf("start %s child: %w", provider, err)
+	}
+	if run == nil {
+		return nil, fmt.Errorf("start %s child: provider returned no run", provider)
+	}
+	return s.publish(ctx, provider, req.Parent.Session.ID, run)
+}
+
+// admit runs the checks of Start that precede the provider call and builds
+// the resolved request.
+func (s *Service) admit(provider string, req Request) (Provider, ResolvedRequest, error) {
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	if draining {
+		return nil, ResolvedRequest{}, Errorf(EDraining, "the service is shutting down")
+	}
+	p, ok := s.Provider(provider)
+	if !ok {
+		return nil, ResolvedRequest{}, Errorf(ENoProvider, "no subagent provider named %q", provider)
+	}
+	caps := p.Capabilities()
+	for _, c := range []struct {
+		present, supported bool
+		name               string
+	}{
+		{req.OutputSchema != nil, caps.OutputSchema, "outputSchema"},
+		{req.MaxDepth != nil, caps.DepthLimit, "depthLimit (maxDepth)"},
+		{req.ToolFilter != nil, caps.ToolFilter, "toolFilter"},
+		{req.Persona != nil, caps.Persona, "persona"},
+	} {
+		if c.present && !c.supported {
+			return nil, ResolvedRequest{}, Errorf(EUnsupportedCapability, "provider %q does not support %s", provider, c.name)
+		}
+	}
+	if err := checkMaxDepth(req.MaxDepth); err != nil {
+		return nil, ResolvedRequest{}, err
+	}
+	if req.ToolFilter != nil {
+		if err := checkToolFilter(req.ToolFilter); err != nil {
+			return nil, ResolvedRequest{}, err
+		}
+	}
+	if req.OutputSchema != nil {
+		if err := checkOutputSchema(req.OutputSchema); err != nil {
+			return nil, ResolvedRequest{}, err
+		}
+	}
+	d := Descriptor{Mode: ModeOneShot, Provider: provider, Label: req.Label}
+	if _, err := SnapshotDescriptor(d); err != nil {
+		return nil, ResolvedRequest{}, err
+	}
+	depth, err := ChildDepth(req.Parent, req.MaxDepth)
+	if err != nil {
+		return nil, ResolvedRequest{}, err
+	}
+	resolved := ResolvedRequest{Request: cloneRequest(req), Descriptor: d, ChildDepth: depth}
+	if o := resolved.AgentOptions; o != nil {
+		o.SubagentDepth = &depth // a caller's value is overwritten (§1.4)
+	}
+	return p, resolved, nil
+}
+
+// checkOutputSchema returns EUnsupportedSchema with every violation.
+func checkOutputSchema(raw []byte) error {
+	vs := schema.Violations(raw)
+	if len(vs) == 0 {
+		return nil
+	}
+	texts := make([]string, len(vs))
+	fields := map[string]string{}
+	for i, v := range vs {
+		texts[i] = v.Text
+		key := "outputSchema" + strings.TrimPrefix(v.Path, "schema")
+		if prev, ok := fields[key]; ok {
+			fields[key] = prev + "; " + v.Text
+		} else {
+			fields[key] = v.Text
+		}
+	}
+	return &Error{Code: EUnsupportedSchema, Message: "unsupported JSON schema: " + strings.Join(texts, "; "), Fields: fields}
+}
+
+// cloneRequest copies r so that the provider and the caller share nothing
+// mutable (R10: the resolved request is a new object).
+func cloneRequest(r Request) Request {
+	c := r
+	c.Prompt = slices.Clone(r.Prompt)
+	c.OutputSchema = slices.Clone(r.OutputSchema)
+	c.Parent.Options.SubagentDepth = clonePtr(r.Parent.Options.SubagentDepth)
+	c.Parent.Session.Persona = clonePtr(r.Parent.Session.Persona)
+	c.AgentOptions = clonePtr(r.AgentOptions)
+	if c.AgentOptions != nil {
+		c.AgentOptions.SubagentDepth = clonePtr(c.AgentOptions.SubagentDepth)
+	}
+	c.MaxDepth = clonePtr(r.MaxDepth)
+	c.Persona = clonePtr(r.Persona)
+	if r.ToolFilter != nil {
+		c.ToolFilter = &ToolFilter{Allow: slices.Clone(r.ToolFilter.Allow), Deny: slices.Clone(r.ToolFilter.Deny)}
+	}
+	return c
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// publish records a run the provider published, dispatches subagent/start
+// and starts the watcher that ends it. When the run cannot be recorded (or
+// the service began draining meanwhile) the run is disposed and nothing is
+// dispatched.
+func (s *Service) publish(ctx context.Context, provider, parentID string, run Run) (*RunHandle, error) {
+	now := time.Now()
+	h := &RunHandle{
+		svc:      s,
+		ctx:      context.WithoutCancel(ctx),
+		id:       uuid.NewString(),
+		provider: provider,
+		childID:  run.ChildID(),
+		parentID: parentID,
+		local:    run.Local(),
+		run:      run,
+		done:     make(chan struct{}),
+		disposed: make(chan struct{}),
+	}
+	h.log = s.log.With(slog.String("run_id", h.id), slog.String("provider", provider))
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		h.abandon()
+		return nil, Errorf(EDraining, "the service is shutting down")
+	}
+	s.runs[h.id] = h
+	s.mu.Unlock()
+
+	start := h.event(EventStart)
+	row, err := lifecycleRow(start, now)
+	if err == nil {
+		row, err = s.store.StartRun(h.ctx, store.Run{
+			ID: h.id, Kind: store.KindOneShot, Provider: provider, ChildID: h.childID,
+			ParentID: parentID, Local: h.local, State: store.StateRunning, StartedAt: now,
+			Owner: s.owner, LeaseUntil: now.Add(s.lease),
+		}, row)
+	}
+	if err != nil {
+		s.forget(h)
+		h.abandon()
+		return nil, fmt.Errorf("record start of %s run: %w", provider, err)
+	}
+	start.Seq = row.ID
+	s.bus.dispatch(h.ctx, start)
+	go h.watch()
+	return h, nil
+}
+
+// forget drops h from the live runs.
+func (s *Service) forget(h *RunHandle) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.runs, h.id)
+}
+
+// Run returns the live handle of a run this process started and has not
+// disposed.
+func (s *Service) Run(runID string) (*RunHandle, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.runs[runID]
+	return h, ok
+}
+
+// Shutdown stops admitting starts (EDraining), cancels every live run and
+// waits until each has settled and dispatched subagent/end, then releases
+// the runs' provider resources (child processes). Handles stay valid:
+// Dispose still works afterwards. Returns ctx's error when it ends first,
+// and the joined release errors.
+func (s *Service) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	live := slices.Collect(maps.Values(s.runs))
+	s.mu.Unlock()
+	for _, h := range live {
+		h.Cancel()
+	}
+	for _, h := range live {
+		select {
+		case <-h.Done():
+		case <-ctx.Done():
+			return fmt.Errorf("shutdown: waiting for runs to settle: %w", ctx.Err())
+		}
+	}
+	errs := make([]error, len(live))
+	var wg sync.WaitGroup
+	for i, h := range live {
+		wg.Go(func() {
+			if err := h.run.Dispose(ctx); err != nil {
+				errs[i] = fmt.Errorf("release run %s: %w", h.id, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
