@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -87,17 +86,16 @@ func message(msg model.Message) (sdk.ChatCompletionMessageParamUnion, error) {
 	}
 }
 
-// tool maps a tool onto a function definition. Numbers in the schema are
-// kept as written.
+// tool maps a tool onto a function definition.
 func tool(t model.ToolSpec) (sdk.ChatCompletionToolUnionParam, error) {
 	def := shared.FunctionDefinitionParam{Name: t.Name}
 	if t.Description != "" {
 		def.Description = param.NewOpt(t.Description)
 	}
 	if len(t.Parameters) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(t.Parameters))
-		dec.UseNumber()
-		if err := dec.Decode(&def.Parameters); err != nil || def.Parameters == nil {
+		// Plain float64 numbers: the SDK's encoder writes a json.Number as a
+		// string.
+		if err := json.Unmarshal(t.Parameters, &def.Parameters); err != nil || def.Parameters == nil {
 			return sdk.ChatCompletionToolUnionParam{}, fmt.Errorf("tool %q: parameters must be a JSON Schema object", t.Name)
 		}
 	}

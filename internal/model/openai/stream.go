@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strings"
 
 	sdk "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/packages/respjson"
 
 	"github.com/subagentd/subagentd/internal/model"
 )
@@ -35,7 +35,7 @@ func (a *assembler) add(c sdk.ChatCompletionChunk) []model.Chunk {
 			continue
 		}
 		d := ch.Delta
-		if r := reasoning(d.JSON.ExtraFields); r != "" {
+		if r := reasoning(d.RawJSON()); r != "" {
 			out = append(out, model.Chunk{Kind: model.ChunkReasoning, Text: r})
 		}
 		if d.Content != "" {
@@ -75,20 +75,25 @@ func (a *assembler) addCall(tc sdk.ChatCompletionChunkChoiceDeltaToolCall) {
 	call.Arguments += tc.Function.Arguments
 }
 
-// reasoning returns the reasoning text of a delta: servers put it in
-// reasoning_content (DeepSeek, llama.cpp) or reasoning (vLLM, Ollama).
-func reasoning(extra map[string]respjson.Field) string {
-	for _, key := range []string{"reasoning_content", "reasoning"} {
-		f, ok := extra[key]
-		if !ok || !f.Valid() {
-			continue
-		}
-		var s string
-		if json.Unmarshal([]byte(f.Raw()), &s) == nil && s != "" {
-			return s
-		}
+// reasoning returns the reasoning text of a delta, read from its raw JSON
+// because the SDK does not model it: servers put it in reasoning_content
+// (DeepSeek, llama.cpp) or reasoning (vLLM, Ollama).
+func reasoning(raw string) string {
+	if !strings.Contains(raw, `"reasoning`) {
+		return ""
 	}
-	return ""
+	var d struct {
+		ReasoningContent json.RawMessage `json:"reasoning_content"`
+		Reasoning        json.RawMessage `json:"reasoning"`
+	}
+	if json.Unmarshal([]byte(raw), &d) != nil {
+		return ""
+	}
+	// A field of another shape (null, an object) carries no text.
+	var content, other string
+	_ = json.Unmarshal(d.ReasoningContent, &content)
+	_ = json.Unmarshal(d.Reasoning, &other)
+	return cmp.Or(content, other)
 }
 
 // finished reports whether the server ended the step: a stream that stops
