@@ -24,10 +24,11 @@ type fakeStore struct {
 	sessions   map[string]store.Session
 	logs       map[string][]store.Event
 	failAppend bool
+	changed    chan struct{} // closed and replaced by every append
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{sessions: map[string]store.Session{}, logs: map[string][]store.Event{}}
+	return &fakeStore{sessions: map[string]store.Session{}, logs: map[string][]store.Event{}, changed: make(chan struct{})}
 }
 
 func (s *fakeStore) CreateSession(_ context.Context, sess store.Session) error {
@@ -69,6 +70,8 @@ func (s *fakeStore) AppendEvents(_ context.Context, id string, evs ...store.NewE
 		out = append(out, store.Event{Seq: int64(len(s.logs[id]) + len(out)), Type: e.Type, Time: time.Now(), Data: e.Data})
 	}
 	s.logs[id] = append(s.logs[id], out...)
+	close(s.changed)
+	s.changed = make(chan struct{})
 	return out, nil
 }
 
@@ -94,6 +97,39 @@ func (s *fakeStore) log(id string) []store.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.logs[id])
+}
+
+// waitEvent blocks until session id's log holds an event matching pred and
+// returns it.
+func (s *fakeStore) waitEvent(t *testing.T, id string, pred func(store.Event) bool) store.Event {
+	t.Helper()
+	ctx := testCtx(t)
+	for {
+		s.mu.Lock()
+		changed := s.changed
+		for _, e := range s.logs[id] {
+			if pred(e) {
+				s.mu.Unlock()
+				return e
+			}
+		}
+		s.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatal("timed out waiting for an event")
+		}
+	}
+}
+
+// isSplice matches agent/inbox/spliced events of target that insert
+// (removed == 0) or remove removed messages with outcome.
+func isSplice(target string, removed int, outcome string) func(store.Event) bool {
+	return func(e store.Event) bool {
+		var d InboxSplicedData
+		return e.Type == EventInboxSpliced && json.Unmarshal(e.Data, &d) == nil &&
+			d.Target == target && d.RemovedCount == removed && d.Outcome == outcome
+	}
 }
 
 func testLogger(t *testing.T) *slog.Logger {
