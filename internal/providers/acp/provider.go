@@ -1,0 +1,270 @@
+// Package acp is the ACP provider (seam-spec §4.4): it runs a configured
+// external agent that speaks the Agent Client Protocol over stdio as a
+// one-shot child. Each run is one process (in its own process group) with one
+// ACP session and one prompt; the child's progress is written to a child
+// session in the store so that streams and the dashboard show it live.
+//
+// Only the configured command ever runs, with a credential-scrubbed
+// environment and a working directory inside the workspace roots; nothing in
+// a request can change what is executed.
+package acp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	sdk "github.com/coder/acp-go-sdk"
+	"github.com/google/uuid"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/config"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// Deps are the provider's collaborators.
+type Deps struct {
+	// Store receives the child sessions and their logs.
+	Store store.Store
+	// Logger receives diagnostics, including the agents' stderr at debug
+	// level.
+	Logger *slog.Logger
+	// WorkspaceRoots bound every child cwd (config.File.WorkspaceRoots).
+	WorkspaceRoots []string
+}
+
+// Provider runs one configured ACP agent. It is safe for concurrent use.
+type Provider struct {
+	cfg   config.ProviderConfig
+	store store.Store
+	log   *slog.Logger
+	roots []string
+}
+
+var _ subagent.Provider = (*Provider)(nil)
+
+// New returns the provider for cfg, which config.Load has validated.
+func New(cfg config.ProviderConfig, deps Deps) *Provider {
+	return &Provider{
+		cfg:   cfg,
+		store: deps.Store,
+		log:   deps.Logger.With(slog.String("provider", cfg.Name)),
+		roots: deps.WorkspaceRoots,
+	}
+}
+
+// Name is the configured provider name.
+func (p *Provider) Name() string { return p.cfg.Name }
+
+// Description names the agent program, never its arguments or environment.
+func (p *Provider) Description() string {
+	return fmt.Sprintf("External ACP agent %q: works in its own context and sees only the prompt it is given",
+		filepath.Base(p.cfg.Command))
+}
+
+// Capabilities are all false: the service cannot enforce an output schema, a
+// depth limit, a tool filter or a persona on an external agent.
+func (p *Provider) Capabilities() subagent.Capabilities { return subagent.Capabilities{} }
+
+// InheritsParentContext is false: the agent sees only its prompt.
+func (p *Provider) InheritsParentContext() bool { return false }
+
+// Start spawns the agent, performs initialize and session/new, creates the
+// child session, sends the prompt and returns the run (R12). ctx bounds only
+// the setup: done before Start, nothing is spawned (R21); done during the
+// handshake, the process group is reaped and nothing is published (R22).
+//
+// Returns an EAborted *subagent.Error when ctx ended first, an
+// EInvalidRequest one when there is no usable working directory, and other
+// errors (internal) when the agent cannot be started or fails the handshake.
+func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (subagent.Run, error) {
+	if ctx.Err() != nil {
+		return nil, errAborted()
+	}
+	cwd, err := p.workdir(req.Parent.Session.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	descriptor, err := subagent.SnapshotDescriptor(req.Descriptor)
+	if err != nil {
+		return nil, err
+	}
+	childID := uuid.NewString()
+	log := p.log.With(slog.String("child_id", childID))
+	proc, err := spawn(p.cfg.Command, p.cfg.Args, cwd, childEnv(os.Environ(), p.cfg.Env), log)
+	if err != nil {
+		return nil, fmt.Errorf("acp provider %s: start %s: %w", p.cfg.Name, p.cfg.Command, err)
+	}
+	r := newRun(p, childID, proc, log, store.WithTenant(context.Background(), store.Tenant(ctx)))
+	if err := r.handshake(ctx, cwd); err != nil {
+		if releaseErr := r.release(); releaseErr != nil {
+			log.Error("ACP agent not reaped after a failed start", slog.Any("error", releaseErr))
+		}
+		if ctx.Err() != nil {
+			return nil, errAborted()
+		}
+		return nil, fmt.Errorf("acp provider %s: %w", p.cfg.Name, err)
+	}
+	prompt := textOnly(req.Prompt)
+	if err := r.openLog(p.childSession(childID, cwd, req), prompt, descriptor); err != nil {
+		if releaseErr := r.release(); releaseErr != nil {
+			log.Error("ACP agent not reaped after a failed start", slog.Any("error", releaseErr))
+		}
+		return nil, fmt.Errorf("acp provider %s: %w", p.cfg.Name, err)
+	}
+	go r.drive(prompt)
+	if ctx.Err() != nil {
+		// The child exists now: an abort from here on is a post-publication
+		// cancel (R24), and the run settles aborted.
+		r.Cancel()
+	}
+	return r, nil
+}
+
+// errAborted is the start failure when the request ended before the child
+// was published.
+func errAborted() error {
+	return subagent.Errorf(subagent.EAborted, "subagent request was aborted before the ACP child started")
+}
+
+// workdir is the configured cwd, else the parent's, checked again at every
+// start because directories come and go.
+func (p *Provider) workdir(parentCwd string) (string, error) {
+	dir, from := p.cfg.Cwd, "configured cwd"
+	if dir == "" {
+		if parentCwd == "" {
+			return "", subagent.Errorf(subagent.EInvalidRequest,
+				"subagent-acp: no working directory for the child — the parent session has no cwd and provider %q configures none", p.cfg.Name)
+		}
+		dir, from = parentCwd, "parent session's cwd"
+	}
+	if err := config.CheckWorkdir(dir, p.roots); err != nil {
+		return "", subagent.Errorf(subagent.EInvalidRequest,
+			"subagent-acp: the %s cannot be the child's working directory: %v", from, err)
+	}
+	return dir, nil
+}
+
+func (p *Provider) childSession(id, cwd string, req subagent.ResolvedRequest) store.Session {
+	return store.Session{
+		ID:              id,
+		ParentID:        req.Parent.Session.ID,
+		Origin:          "subagent",
+		DelegationDepth: req.ChildDepth,
+		Cwd:             cwd,
+		Label:           req.Label,
+		Provider:        p.cfg.Name,
+		Mode:            subagent.ModeOneShot,
+		CreatedAt:       time.Now(),
+	}
+}
+
+// textOnly keeps the text blocks of a prompt: the service promises agents
+// nothing else (no image or resource capabilities are negotiated).
+func textOnly(blocks []model.Block) []model.Block {
+	out := []model.Block{}
+	for _, b := range blocks {
+		if b.Type == "text" {
+			out = append(out, model.TextBlock(b.Text))
+		}
+	}
+	return out
+}
+
+// handshake runs initialize and session/new. It gives up when ctx ends or the
+// agent exits; the caller reaps the process.
+func (r *run) handshake(ctx context.Context, cwd string) error {
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-r.proc.exited:
+			cancel(errExited)
+		case <-hctx.Done():
+		}
+	}()
+	_, err := r.conn.Initialize(hctx, sdk.InitializeRequest{
+		ProtocolVersion: sdk.ProtocolVersionNumber,
+		ClientInfo:      &sdk.Implementation{Name: "subagentd", Version: "1"},
+	})
+	if err != nil {
+		return r.handshakeError(hctx, "initialize", err)
+	}
+	resp, err := r.conn.NewSession(hctx, sdk.NewSessionRequest{Cwd: cwd, McpServers: []sdk.McpServer{}})
+	if err != nil {
+		return r.handshakeError(hctx, "session/new", err)
+	}
+	if resp.SessionId == "" {
+		return errors.New("ACP child published without a session id")
+	}
+	r.sessionID = resp.SessionId
+	return nil
+}
+
+var errExited = errors.New("agent process exited")
+
+func (r *run) handshakeError(hctx context.Context, step string, err error) error {
+	if errors.Is(context.Cause(hctx), errExited) || isDisconnect(r.conn) {
+		return fmt.Errorf("%s: %s", step, r.exitDiagnostic())
+	}
+	var re *sdk.RequestError
+	if errors.As(err, &re) {
+		return fmt.Errorf("%s: %s", step, rpcMessage(re))
+	}
+	return fmt.Errorf("%s: %w", step, err)
+}
+
+func rpcMessage(re *sdk.RequestError) string {
+	if re.Message == "" {
+		return fmt.Sprintf("JSON-RPC error %d", re.Code)
+	}
+	return re.Message
+}
+
+func isDisconnect(conn *sdk.ClientSideConnection) bool {
+	select {
+	case <-conn.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// openLog creates the child session and opens its first turn. It runs after
+// the handshake, so a start that fails earlier leaves nothing in the store.
+func (r *run) openLog(sess store.Session, prompt []model.Block, descriptor json.RawMessage) error {
+	if err := r.p.store.CreateSession(r.logCtx, sess); err != nil {
+		return fmt.Errorf("create child session: %w", err)
+	}
+	events := []struct {
+		typ  string
+		data any
+	}{
+		{agent.EventTurnStart, agent.TurnData{Turn: turn}},
+		{agent.EventUserMessage, agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: agent.Source{Kind: "user"}}},
+		{subagent.EventDescriptor, descriptor},
+		{agent.EventStepStart, agent.StepData{Turn: turn, Step: step}},
+	}
+	batch := make([]store.NewEvent, len(events))
+	for i, e := range events {
+		data, err := json.Marshal(e.data)
+		if err != nil {
+			return fmt.Errorf("encode %s: %w", e.typ, err)
+		}
+		batch[i] = store.NewEvent{Type: e.typ, Data: data}
+	}
+	if _, err := r.p.store.AppendEvents(r.logCtx, r.childID, batch...); err != nil {
+		return fmt.Errorf("open child log: %w", err)
+	}
+	r.mu.Lock()
+	r.logging = true
+	r.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,511 @@
+package acp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	sdk "github.com/coder/acp-go-sdk"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/config"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+func TestProvider_DescribesItself(t *testing.T) {
+	t.Parallel()
+	p, _ := setup(t, "text")
+	if p.Name() != "fake" || p.Capabilities() != (subagent.Capabilities{}) || p.InheritsParentContext() {
+		t.Fatalf("Name %q, Capabilities %+v, InheritsParentContext %v", p.Name(), p.Capabilities(), p.InheritsParentContext())
+	}
+	if !strings.Contains(p.Description(), `"fakeagent"`) || strings.Contains(p.Description(), fakeAgent) {
+		t.Fatalf("Description %q should name the program, not its path", p.Description())
+	}
+}
+
+func TestStart_R12_PublishesAfterHandshakeAndStreamsIntoChildLog(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "text")
+	image := model.Block{Type: "image", Raw: json.RawMessage(`{"type":"image","data":"AAAA","mimeType":"image/png"}`)}
+	r := start(t, p, b, model.TextBlock("hello"), image, model.TextBlock("world"))
+
+	if r.Local() {
+		t.Fatal("an ACP run is not local")
+	}
+	res := result(t, r)
+	// The agent echoes the prompt blocks it received: only the text ones.
+	want := subagent.Result{Output: textOutput("You said: text:hello | text:world"), StopReason: subagent.StopCompleted}
+	if !reflect.DeepEqual(res, want) {
+		t.Fatalf("result = %+v, want %+v", res, want)
+	}
+
+	sess, err := b.store.GetSession(context.Background(), r.ChildID())
+	if err != nil {
+		t.Fatalf("child session: %v", err)
+	}
+	wantSess := store.Session{ID: r.ChildID(), ParentID: parentID, Origin: "subagent", DelegationDepth: 1,
+		Cwd: b.root, Label: "task", Provider: "fake", Mode: subagent.ModeOneShot, CreatedAt: sess.CreatedAt}
+	if !reflect.DeepEqual(sess, wantSess) {
+		t.Fatalf("child session = %+v, want %+v", sess, wantSess)
+	}
+
+	evs := events(t, b.store, r.ChildID())
+	var types []string
+	for _, e := range evs {
+		types = append(types, e.Type)
+	}
+	wantTypes := []string{
+		agent.EventTurnStart, agent.EventUserMessage, subagent.EventDescriptor, agent.EventStepStart,
+		agent.EventAssistantChunk, // the thought, as reasoning
+		EventToolCall, EventToolCallUpdate, EventPlan,
+		agent.EventAssistantChunk, agent.EventAssistantChunk,
+		agent.EventAssistantMessage, agent.EventStepEnd, agent.EventTurnEnd,
+	}
+	if !reflect.DeepEqual(types, wantTypes) {
+		t.Fatalf("child log types =\n%v\nwant\n%v", types, wantTypes)
+	}
+	wantData := map[int]string{
+		1:  `{"id":"` + userMessageID(t, evs[1]) + `","role":"user","content":[{"type":"text","text":"hello"},{"type":"text","text":"world"}],"source":{"kind":"user"}}`,
+		2:  `{"version":2,"mode":"one-shot","provider":"fake","label":"task"}`,
+		4:  `{"turn":1,"step":1,"chunk":{"type":"reasoning-delta","text":"secret thoughts"}}`,
+		5:  `{"turn":1,"toolCallId":"call-1","title":"Read notes.txt","kind":"read","status":"pending"}`,
+		6:  `{"turn":1,"toolCallId":"call-1","status":"completed"}`,
+		7:  `{"turn":1,"entries":[{"content":"answer","priority":"high","status":"completed"}]}`,
+		8:  `{"turn":1,"step":1,"chunk":{"type":"text-delta","text":"You said: "}}`,
+		10: `{"turn":1,"step":1,"message":{"role":"assistant","content":[{"type":"text","text":"You said: text:hello | text:world"}]},"usage":{"inputTokens":3,"outputTokens":5}}`,
+		12: `{"turn":1,"reason":{"kind":"completed"}}`,
+	}
+	for i, want := range wantData {
+		if got := compact(t, evs[i].Data); got != want {
+			t.Errorf("event %d (%s) = %s\nwant %s", i, evs[i].Type, got, want)
+		}
+	}
+	if got := subagent.SelectOutput(evs); len(got) != 1 || model.Text(got) != model.Text(res.Output) {
+		t.Errorf("the log selects output %+v, the result holds %+v", got, res.Output)
+	}
+}
+
+func userMessageID(t *testing.T, e store.Event) string {
+	var m agent.UserMessage
+	if err := json.Unmarshal(e.Data, &m); err != nil || m.ID == "" {
+		t.Fatalf("user/message %s: %v", e.Data, err)
+	}
+	return m.ID
+}
+
+// compact is event data without insignificant space, in its stored key order.
+func compact(t *testing.T, data json.RawMessage) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, data); err != nil {
+		t.Fatalf("event data %s: %v", data, err)
+	}
+	return buf.String()
+}
+
+func TestStart_R21_PreAbortedNeverSpawns(t *testing.T) {
+	t.Parallel()
+	// A command that cannot be started: trying to would fail differently.
+	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Command = filepath.Join(t.TempDir(), "absent") })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := p.Start(ctx, request(b.root, model.TextBlock("hello")))
+	var se *subagent.Error
+	if !errors.As(err, &se) || se.Code != subagent.EAborted ||
+		se.Message != "subagent request was aborted before the ACP child started" {
+		t.Fatalf("Start = %v, want the EAborted error", err)
+	}
+	assertNoChild(t, b)
+}
+
+func assertNoChild(t *testing.T, b *bundle) {
+	t.Helper()
+	parent := parentID
+	children, err := b.store.ListSessions(context.Background(), store.SessionFilter{ParentID: &parent})
+	if err != nil || len(children) != 0 {
+		t.Fatalf("children = %+v, %v; want none", children, err)
+	}
+}
+
+func TestStart_R22_AbortDuringHandshakeReapsTheAgent(t *testing.T) {
+	t.Parallel()
+	fifo, waitReady := readyFIFO(t)
+	p, b := setup(t, "hanginit", func(c *config.ProviderConfig) { c.Env["FAKE_READY"] = fifo })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pid := make(chan int, 1)
+	go func() {
+		pid <- waitReady() // initialize is pending in the agent
+		cancel()
+	}()
+	_, err := p.Start(ctx, request(b.root, model.TextBlock("hello")))
+	if subagent.ErrorCode(err) != subagent.EAborted {
+		t.Fatalf("Start = %v, want EAborted", err)
+	}
+	if agentPID := <-pid; alive(t, agentPID) {
+		t.Fatalf("agent %d still runs after the aborted start", agentPID)
+	}
+	assertNoChild(t, b)
+}
+
+func TestStart_R11_MissingSessionIDFailsAndReaps(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "nosession")
+	_, err := p.Start(context.Background(), request(b.root, model.TextBlock("hello")))
+	if err == nil || !strings.Contains(err.Error(), "ACP child published without a session id") {
+		t.Fatalf("Start = %v, want the missing session id error", err)
+	}
+	assertNoChild(t, b)
+}
+
+func TestStart_R11_UnstartableCommandFails(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Command = filepath.Join(t.TempDir(), "absent") })
+	_, err := p.Start(context.Background(), request(b.root, model.TextBlock("hello")))
+	if err == nil || subagent.ErrorCode(err) != subagent.EInternal || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Start = %v, want an internal not-exist error", err)
+	}
+}
+
+func TestStart_WorkdirRules(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "env")
+	outside := t.TempDir()
+	file := filepath.Join(b.root, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, cwd, want string
+	}{
+		{"no cwd anywhere", "", `subagent-acp: no working directory for the child — the parent session has no cwd and provider "fake" configures none`},
+		{"relative", "work", `subagent-acp: the parent session's cwd cannot be the child's working directory: "work" is not an absolute path`},
+		{"missing", filepath.Join(b.root, "gone"), `subagent-acp: the parent session's cwd cannot be the child's working directory: "` + filepath.Join(b.root, "gone") + `" does not exist`},
+		{"file", file, `subagent-acp: the parent session's cwd cannot be the child's working directory: "` + file + `" is not a directory`},
+		{"outside the roots", outside, `subagent-acp: the parent session's cwd cannot be the child's working directory: "` + outside + `" is outside the workspace roots`},
+	}
+	for _, tt := range tests {
+		_, err := p.Start(context.Background(), request(tt.cwd, model.TextBlock("hello")))
+		var se *subagent.Error
+		if !errors.As(err, &se) || se.Code != subagent.EInvalidRequest || se.Message != tt.want {
+			t.Errorf("%s: Start = %v, want EInvalidRequest %q", tt.name, err, tt.want)
+		}
+	}
+	assertNoChild(t, b)
+}
+
+func TestStart_ConfiguredCwdWinsAndIsTheSessionWorkspace(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "env")
+	work := filepath.Join(b.root, "work")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p.cfg.Cwd = work
+	r := start(t, p, b)
+	out := model.Text(result(t, r).Output)
+	if !strings.Contains(out, "cwd="+work+"\n") || !strings.Contains(out, "session-cwd="+work+"\n") {
+		t.Fatalf("agent reports\n%s\nwant process and session cwd %s", out, work)
+	}
+}
+
+func TestStart_EnvironmentIsScrubbed(t *testing.T) {
+	// Not parallel: it sets process environment variables.
+	t.Setenv("ACP_TEST_API_KEY", "leak-1")
+	t.Setenv("acp_test_password", "leak-2")
+	t.Setenv("ACP_TEST_CLIENT_SECRET", "leak-3")
+	t.Setenv("ACP_TEST_TOKEN", "leak-4")
+	t.Setenv("DATABASE_URL", "postgres://u:leak-5@db/x")
+	t.Setenv("SUBAGENTD_TOKENS", "leak-6")
+	t.Setenv("ACP_TEST_PLAIN", "kept-1")
+	t.Setenv("ACP_TEST_EXPLICIT_TOKEN", "overridden")
+	p, b := setup(t, "env", func(c *config.ProviderConfig) { c.Env["ACP_TEST_EXPLICIT_TOKEN"] = "kept-2" })
+	out := model.Text(result(t, start(t, p, b)).Output)
+	if strings.Contains(out, "leak-") || strings.Contains(out, "overridden") {
+		t.Fatalf("a credential reached the agent:\n%s", out)
+	}
+	for _, kv := range []string{"ACP_TEST_PLAIN=kept-1", "ACP_TEST_EXPLICIT_TOKEN=kept-2", "PATH=" + os.Getenv("PATH")} {
+		if !strings.Contains(out, "\n"+kv+"\n") && !strings.HasSuffix(out, "\n"+kv) {
+			t.Errorf("agent environment lacks %s", kv)
+		}
+	}
+}
+
+func TestChildEnv(t *testing.T) {
+	t.Parallel()
+	environ := []string{"PATH=/bin", "HOME=/root", "OPENAI_API_KEY=x", "GH_TOKEN=x", "Db_Password=x",
+		"AWS_SECRET_ACCESS_KEY=x", "DATABASE_URL=x", "SUBAGENTD_CONFIG=x", "LANG=C", "MY_TOKEN=ambient"}
+	got := childEnv(environ, map[string]string{"MY_TOKEN": "explicit", "B": "2", "A": "1"})
+	want := []string{"PATH=/bin", "HOME=/root", "LANG=C", "A=1", "B=2", "MY_TOKEN=explicit"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("childEnv = %v, want %v", got, want)
+	}
+}
+
+func TestRun_PermissionPolicy(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, policy string
+		noAllow      bool
+		wantText     string
+		wantData     string
+	}{
+		{"reject picks the reject option", config.PermissionReject, false, "selected no",
+			`{"turn":1,"toolCallId":"call-9","title":"Delete build/","outcome":"selected","optionId":"no","optionKind":"reject_once"}`},
+		{"allow picks the allow option", config.PermissionAllow, false, "selected yes",
+			`{"turn":1,"toolCallId":"call-9","title":"Delete build/","outcome":"selected","optionId":"yes","optionKind":"allow_once"}`},
+		{"allow without an allow option", config.PermissionAllow, true, "",
+			`{"turn":1,"toolCallId":"call-9","title":"Delete build/","outcome":"cancelled"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, b := setup(t, "permission", func(c *config.ProviderConfig) {
+				c.Permission = tt.policy
+				if tt.noAllow {
+					c.Env["FAKE_NO_ALLOW"] = "1"
+				}
+			})
+			r := start(t, p, b)
+			res := result(t, r)
+			if model.Text(res.Output) != tt.wantText {
+				t.Fatalf("output %q, want %q", model.Text(res.Output), tt.wantText)
+			}
+			var got []string
+			for _, e := range events(t, b.store, r.ChildID()) {
+				if e.Type == EventPermission {
+					got = append(got, compact(t, e.Data))
+				}
+			}
+			if !reflect.DeepEqual(got, []string{tt.wantData}) {
+				t.Fatalf("acp/permission events %v, want [%s]", got, tt.wantData)
+			}
+		})
+	}
+}
+
+func TestRun_StopReasonMapping_4_8(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		stop, want, diagnostic, turnEnd string
+	}{
+		{"end_turn", subagent.StopCompleted, "", `{"kind":"completed"}`},
+		{"max_tokens", subagent.StopMaxTokens, "", `{"kind":"max-tokens"}`},
+		{"refusal", subagent.StopRefusal, "", `{"kind":"refusal"}`},
+		{"cancelled", subagent.StopAborted, "", `{"kind":"aborted"}`},
+		{"max_turn_requests", subagent.StopError, `agent stopped with reason "max_turn_requests"`,
+			`{"kind":"error","message":"agent stopped with reason \"max_turn_requests\""}`},
+		{"bored", subagent.StopError, `agent stopped with reason "bored"`,
+			`{"kind":"error","message":"agent stopped with reason \"bored\""}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.stop, func(t *testing.T) {
+			t.Parallel()
+			p, b := setup(t, "stop:"+tt.stop)
+			r := start(t, p, b)
+			res := result(t, r)
+			want := subagent.Result{Output: textOutput("partial"), StopReason: tt.want, Diagnostic: tt.diagnostic}
+			if !reflect.DeepEqual(res, want) {
+				t.Fatalf("result %+v, want %+v", res, want)
+			}
+			evs := events(t, b.store, r.ChildID())
+			if got := compact(t, evs[len(evs)-1].Data); got != `{"turn":1,"reason":`+tt.turnEnd+`}` {
+				t.Fatalf("turn/end %s, want reason %s", got, tt.turnEnd)
+			}
+		})
+	}
+}
+
+func TestRun_R27_JSONRPCErrorSettlesError(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "autherror")
+	res := result(t, start(t, p, b))
+	want := subagent.Result{Output: []model.Block{}, StopReason: subagent.StopError, Diagnostic: "Authentication required"}
+	if !reflect.DeepEqual(res, want) {
+		t.Fatalf("result %+v, want %+v", res, want)
+	}
+}
+
+func TestRun_R27_CrashSettlesErrorWithExitCode(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "crash")
+	res := result(t, start(t, p, b))
+	if res.StopReason != subagent.StopError || res.Diagnostic != "agent process exited (exit code 3)" {
+		t.Fatalf("result %+v, want error with the exit code", res)
+	}
+}
+
+func TestRun_DiagnosticIsBounded(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "longerror")
+	res := result(t, start(t, p, b))
+	d := res.Diagnostic
+	if len(d) > subagent.MaxDiagnosticBytes || !strings.HasSuffix(d, subagent.DiagnosticSuffix) || !utf8.ValidString(d) {
+		t.Fatalf("diagnostic of %d bytes, suffix %v, valid UTF-8 %v", len(d), strings.HasSuffix(d, subagent.DiagnosticSuffix), utf8.ValidString(d))
+	}
+}
+
+func TestCancel_R26_SettlesWithoutAgent(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "ignorecancel")
+	r := start(t, p, b)
+	waitForEvent(t, b.store, r.ChildID(), isTextChunk("working"))
+	r.Cancel()
+	r.Cancel() // idempotent
+	res := result(t, r)
+	want := subagent.Result{Output: textOutput("working"), StopReason: subagent.StopAborted}
+	if !reflect.DeepEqual(res, want) {
+		t.Fatalf("result %+v, want %+v", res, want)
+	}
+	evs := events(t, b.store, r.ChildID())
+	if got := compact(t, evs[len(evs)-1].Data); got != `{"turn":1,"reason":{"kind":"aborted","reason":{"kind":"parent"}}}` {
+		t.Fatalf("turn/end %s", got)
+	}
+	dispose(t, r) // the agent ignores session/cancel but not EOF
+}
+
+func TestCancel_R25_CompletedStaysCompleted(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "text")
+	r := start(t, p, b)
+	before := result(t, r)
+	r.Cancel()
+	after := result(t, r)
+	if after.StopReason != subagent.StopCompleted || !reflect.DeepEqual(before, after) {
+		t.Fatalf("after Cancel: %+v, before: %+v", after, before)
+	}
+}
+
+func TestDispose_R28_IdempotentAndR29SettlesAborted(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "hang")
+	r := start(t, p, b)
+	waitForEvent(t, b.store, r.ChildID(), isTextChunk("working"))
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- r.Dispose(context.Background()) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("Dispose: %v", err)
+		}
+	}
+	if err := r.Dispose(context.Background()); err != nil {
+		t.Fatalf("third Dispose: %v", err)
+	}
+	res := result(t, r)
+	if res.StopReason != subagent.StopAborted {
+		t.Fatalf("stop reason %q, want aborted", res.StopReason)
+	}
+	evs := events(t, b.store, r.ChildID())
+	if got := compact(t, evs[len(evs)-1].Data); got != `{"turn":1,"reason":{"kind":"aborted","reason":{"kind":"disposed"}}}` {
+		t.Fatalf("turn/end %s", got)
+	}
+	if pid := r.(*run).proc.pgid; alive(t, pid) {
+		t.Fatalf("agent %d alive after Dispose", pid)
+	}
+}
+
+func TestDispose_R29_KillsTheWholeProcessGroup(t *testing.T) {
+	t.Parallel()
+	// The agent exits on EOF but leaves its grandchild, which only SIGTERM
+	// to the group reaches.
+	p, b := setup(t, "grandchild", func(c *config.ProviderConfig) { c.DisposeEOFGrace = 100 * time.Millisecond })
+	r := start(t, p, b)
+	res := result(t, r)
+	grandchild, err := strconv.Atoi(model.Text(res.Output))
+	if err != nil || !alive(t, grandchild) {
+		t.Fatalf("grandchild %q not running: %v", model.Text(res.Output), err)
+	}
+	dispose(t, r)
+	if alive(t, grandchild) {
+		t.Fatalf("grandchild %d survived Dispose", grandchild)
+	}
+}
+
+func TestDispose_Ladder(t *testing.T) {
+	t.Parallel()
+	short := 100 * time.Millisecond
+	tests := []struct {
+		name, teardown string
+		eofGrace       time.Duration
+		termGrace      time.Duration
+		wantEOF        bool // the agent exited by itself on EOF
+		wantTerm       bool // the agent saw SIGTERM
+	}{
+		{"EOF is enough", "eof", wait, wait, true, false},
+		{"SIGTERM after the EOF grace", "ignoreeof", short, wait, false, true},
+		{"SIGKILL after the SIGTERM grace", "trapterm", short, short, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, b := setup(t, "text", func(c *config.ProviderConfig) {
+				c.Env["FAKE_TEARDOWN"] = tt.teardown
+				c.DisposeEOFGrace, c.DisposeGrace = tt.eofGrace, tt.termGrace
+			})
+			r := start(t, p, b)
+			result(t, r)
+			dispose(t, r)
+			if marked(b, "eof") != tt.wantEOF || marked(b, "term") != tt.wantTerm {
+				t.Fatalf("eof mark %v (want %v), term mark %v (want %v)", marked(b, "eof"), tt.wantEOF, marked(b, "term"), tt.wantTerm)
+			}
+			if pid := r.(*run).proc.pgid; alive(t, pid) {
+				t.Fatalf("agent %d alive after Dispose", pid)
+			}
+		})
+	}
+}
+
+func TestChoose(t *testing.T) {
+	t.Parallel()
+	opt := func(id string, kind sdk.PermissionOptionKind) sdk.PermissionOption {
+		return sdk.PermissionOption{OptionId: sdk.PermissionOptionId(id), Kind: kind}
+	}
+	all := []sdk.PermissionOption{
+		opt("aa", sdk.PermissionOptionKindAllowAlways), opt("ra", sdk.PermissionOptionKindRejectAlways),
+		opt("ao", sdk.PermissionOptionKindAllowOnce), opt("ro", sdk.PermissionOptionKindRejectOnce),
+	}
+	tests := []struct {
+		policy  string
+		options []sdk.PermissionOption
+		want    string // "" = cancelled
+	}{
+		{config.PermissionAllow, all, "ao"},
+		{config.PermissionReject, all, "ro"},
+		{config.PermissionAllow, all[:2], "aa"},
+		{config.PermissionReject, all[:1], ""},
+		{config.PermissionAllow, nil, ""},
+	}
+	for _, tt := range tests {
+		got := ""
+		if o := choose(tt.policy, tt.options); o != nil {
+			got = string(o.OptionId)
+		}
+		if got != tt.want {
+			t.Errorf("choose(%s, %d options) = %q, want %q", tt.policy, len(tt.options), got, tt.want)
+		}
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	t.Parallel()
+	state, pgrp, ok := parseStat([]byte("4242 (a (weird) name) S 1 4240 4240 0 -1 4194560"))
+	if !ok || state != "S" || pgrp != 4240 {
+		t.Fatalf("parseStat = %q, %d, %v", state, pgrp, ok)
+	}
+	if _, _, ok := parseStat([]byte("garbage")); ok {
+		t.Fatal("parseStat accepted garbage")
+	}
+}

@@ -1,0 +1,287 @@
+// Command fakeagent is a scripted ACP agent for the provider's tests. It
+// speaks raw newline-delimited JSON-RPC 2.0 on stdio (no SDK, so the tests do
+// not check the SDK against itself) and behaves according to its environment:
+//
+//	FAKE_MODE      what session/prompt does (see prompt); "hanginit" never
+//	               answers initialize, "nosession" answers session/new without
+//	               a session id, "sleeper" is the grandchild that only waits
+//	FAKE_READY     a FIFO the agent writes its pid to once it is in the state
+//	               the test waits for (initialize received, for hanginit)
+//	FAKE_TEARDOWN  what stdin EOF and SIGTERM do: "" exits on EOF; "eof"
+//	               writes FAKE_MARKS/eof and exits; "ignoreeof" ignores EOF and
+//	               on SIGTERM writes FAKE_MARKS/term and exits; "trapterm"
+//	               ignores EOF and SIGTERM (writing FAKE_MARKS/term)
+//	FAKE_NO_ALLOW  with FAKE_MODE=permission, offer only a reject option
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+type message struct {
+	JSONRPC string           `json:"jsonrpc"`
+	ID      *json.RawMessage `json:"id,omitempty"`
+	Method  string           `json:"method,omitempty"`
+	Params  json.RawMessage  `json:"params,omitempty"`
+	Result  any              `json:"result,omitempty"`
+	Error   *rpcError        `json:"error,omitempty"`
+}
+
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+type agent struct {
+	mode string
+
+	writeMu sync.Mutex
+
+	mu         sync.Mutex
+	sessionCwd string
+	cancelled  chan struct{}
+	cancelOnce sync.Once
+	waiters    map[string]chan json.RawMessage // permission answers by request id
+}
+
+func main() {
+	a := &agent{mode: os.Getenv("FAKE_MODE"), cancelled: make(chan struct{}), waiters: map[string]chan json.RawMessage{}}
+	if a.mode == "sleeper" {
+		for {
+			time.Sleep(time.Hour) // select{} alone would be a deadlock the runtime reports
+		}
+	}
+	teardown := os.Getenv("FAKE_TEARDOWN")
+	if teardown == "ignoreeof" || teardown == "trapterm" {
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		go func() {
+			for range term {
+				mark("term")
+				if teardown == "ignoreeof" {
+					os.Exit(0)
+				}
+			}
+		}()
+	}
+
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 1<<24)
+	for in.Scan() {
+		var m struct {
+			ID     *json.RawMessage `json:"id"`
+			Method string           `json:"method"`
+			Params json.RawMessage  `json:"params"`
+			Result json.RawMessage  `json:"result"`
+		}
+		if err := json.Unmarshal(in.Bytes(), &m); err != nil {
+			fmt.Fprintln(os.Stderr, "fakeagent: bad line:", err)
+			continue
+		}
+		switch {
+		case m.Method == "":
+			a.answered(string(*m.ID), m.Result)
+		case m.ID == nil:
+			if m.Method == "session/cancel" {
+				a.cancelOnce.Do(func() { close(a.cancelled) })
+			}
+		default:
+			go a.handle(*m.ID, m.Method, m.Params)
+		}
+	}
+	switch teardown {
+	case "eof":
+		mark("eof")
+	case "ignoreeof", "trapterm":
+		select {}
+	}
+}
+
+// mark creates FAKE_MARKS/name so the test can see which teardown rung ran.
+func mark(name string) {
+	if err := os.WriteFile(filepath.Join(os.Getenv("FAKE_MARKS"), name), nil, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "fakeagent: mark:", err)
+	}
+}
+
+// ready tells the test, through the FAKE_READY FIFO, that the agent got here.
+func ready() {
+	f, err := os.OpenFile(os.Getenv("FAKE_READY"), os.O_WRONLY, 0)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fakeagent: ready:", err)
+		return
+	}
+	fmt.Fprintln(f, os.Getpid())
+	f.Close()
+}
+
+func (a *agent) send(m message) {
+	m.JSONRPC = "2.0"
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	a.writeMu.Lock()
+	defer a.writeMu.Unlock()
+	os.Stdout.Write(append(b, '\n'))
+}
+
+func (a *agent) reply(id json.RawMessage, result any) { a.send(message{ID: &id, Result: result}) }
+
+func (a *agent) update(update map[string]any) {
+	params, _ := json.Marshal(map[string]any{"sessionId": "sess-1", "update": update})
+	a.send(message{Method: "session/update", Params: params})
+}
+
+func (a *agent) say(text string) {
+	a.update(map[string]any{"sessionUpdate": "agent_message_chunk", "content": map[string]any{"type": "text", "text": text}})
+}
+
+func (a *agent) answered(id string, result json.RawMessage) {
+	a.mu.Lock()
+	ch := a.waiters[id]
+	a.mu.Unlock()
+	if ch != nil {
+		ch <- result
+	}
+}
+
+func (a *agent) handle(id json.RawMessage, method string, params json.RawMessage) {
+	switch method {
+	case "initialize":
+		if a.mode == "hanginit" {
+			ready()
+			select {}
+		}
+		a.reply(id, map[string]any{
+			"protocolVersion":   1,
+			"agentCapabilities": map[string]any{"loadSession": false, "promptCapabilities": map[string]any{"image": false, "audio": false, "embeddedContext": false}},
+			"authMethods":       []any{},
+		})
+	case "session/new":
+		var p struct {
+			Cwd string `json:"cwd"`
+		}
+		json.Unmarshal(params, &p)
+		a.mu.Lock()
+		a.sessionCwd = p.Cwd
+		a.mu.Unlock()
+		if a.mode == "nosession" {
+			a.reply(id, map[string]any{})
+			return
+		}
+		a.reply(id, map[string]any{"sessionId": "sess-1"})
+	case "session/prompt":
+		a.prompt(id, params)
+	default:
+		a.send(message{ID: &id, Error: &rpcError{Code: -32601, Message: "Method not found"}})
+	}
+}
+
+func (a *agent) prompt(id json.RawMessage, params json.RawMessage) {
+	var p struct {
+		Prompt []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"prompt"`
+	}
+	json.Unmarshal(params, &p)
+	stop := func(reason string) { a.reply(id, map[string]any{"stopReason": reason}) }
+
+	switch mode := a.mode; {
+	case mode == "" || mode == "text":
+		var texts []string
+		for _, b := range p.Prompt {
+			texts = append(texts, b.Type+":"+b.Text)
+		}
+		a.update(map[string]any{"sessionUpdate": "agent_thought_chunk", "content": map[string]any{"type": "text", "text": "secret thoughts"}})
+		a.update(map[string]any{"sessionUpdate": "tool_call", "toolCallId": "call-1", "title": "Read notes.txt", "kind": "read", "status": "pending", "rawInput": map[string]any{"path": "notes.txt"}})
+		a.update(map[string]any{"sessionUpdate": "tool_call_update", "toolCallId": "call-1", "status": "completed", "rawOutput": map[string]any{"content": "file body"}})
+		a.update(map[string]any{"sessionUpdate": "plan", "entries": []any{map[string]any{"content": "answer", "priority": "high", "status": "completed"}}})
+		a.say("You said: ")
+		a.say(strings.Join(texts, " | "))
+		a.reply(id, map[string]any{"stopReason": "end_turn", "usage": map[string]any{"inputTokens": 3, "outputTokens": 5, "totalTokens": 8}})
+	case mode == "permission":
+		a.askPermission(id)
+	case strings.HasPrefix(mode, "stop:"):
+		a.say("partial")
+		stop(strings.TrimPrefix(mode, "stop:"))
+	case mode == "autherror":
+		a.send(message{ID: &id, Error: &rpcError{Code: -32000, Message: "Authentication required"}})
+	case mode == "longerror":
+		a.send(message{ID: &id, Error: &rpcError{Code: -32603, Message: strings.Repeat("é", 3000)}})
+	case mode == "crash":
+		a.say("partial")
+		os.Exit(3)
+	case mode == "hang":
+		a.say("working")
+		<-a.cancelled
+		stop("cancelled")
+	case mode == "ignorecancel":
+		a.say("working")
+		select {}
+	case mode == "grandchild":
+		self, _ := os.Executable()
+		cmd := exec.Command(self)
+		cmd.Env = append(os.Environ(), "FAKE_MODE=sleeper")
+		if err := cmd.Start(); err != nil {
+			a.send(message{ID: &id, Error: &rpcError{Code: -32603, Message: err.Error()}})
+			return
+		}
+		a.say(fmt.Sprint(cmd.Process.Pid))
+		stop("end_turn")
+	case mode == "env":
+		wd, _ := os.Getwd()
+		a.mu.Lock()
+		sessionCwd := a.sessionCwd
+		a.mu.Unlock()
+		a.say("cwd=" + wd + "\nsession-cwd=" + sessionCwd + "\n" + strings.Join(os.Environ(), "\n"))
+		stop("end_turn")
+	default:
+		a.send(message{ID: &id, Error: &rpcError{Code: -32603, Message: "unknown FAKE_MODE " + mode}})
+	}
+}
+
+// askPermission asks with JSON-RPC id 0 (a valid id that careless clients
+// drop) and reports the decision as text.
+func (a *agent) askPermission(id json.RawMessage) {
+	options := []any{map[string]any{"optionId": "yes", "name": "Allow", "kind": "allow_once"}}
+	if os.Getenv("FAKE_NO_ALLOW") != "" {
+		options = nil
+	}
+	options = append(options, map[string]any{"optionId": "no", "name": "Reject", "kind": "reject_once"})
+	answer := make(chan json.RawMessage, 1)
+	a.mu.Lock()
+	a.waiters["0"] = answer
+	a.mu.Unlock()
+	reqID := json.RawMessage("0")
+	params, _ := json.Marshal(map[string]any{
+		"sessionId": "sess-1",
+		"toolCall":  map[string]any{"toolCallId": "call-9", "title": "Delete build/"},
+		"options":   options,
+	})
+	a.send(message{ID: &reqID, Method: "session/request_permission", Params: params})
+	var res struct {
+		Outcome struct {
+			Outcome  string `json:"outcome"`
+			OptionID string `json:"optionId"`
+		} `json:"outcome"`
+	}
+	json.Unmarshal(<-answer, &res)
+	if res.Outcome.Outcome != "selected" {
+		a.reply(id, map[string]any{"stopReason": "cancelled"})
+		return
+	}
+	a.say("selected " + res.Outcome.OptionID)
+	a.reply(id, map[string]any{"stopReason": "end_turn"})
+}
