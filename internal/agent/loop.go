@@ -227,6 +227,9 @@ func (a *Agent) stream(t *turnRun, n int, req model.Request) streamed {
 			if tc.ID == "" {
 				tc.ID = fmt.Sprintf("call_%d_%d_%d", t.n, n, len(res.calls)+1)
 			}
+			if tc.Arguments == "" {
+				tc.Arguments = "{}"
+			}
 			res.calls = append(res.calls, tc)
 			logged.CallID, logged.Name, logged.Arguments = tc.ID, tc.Name, tc.Arguments
 		case model.ChunkUsage:
@@ -329,14 +332,11 @@ func (a *Agent) finishStep(t *turnRun, n int, res streamed) (TurnReason, bool) {
 // reports whether the call committed a structured capture; an error means
 // the log could not be written.
 func (a *Agent) runCall(t *turnRun, n int, c model.ToolCall) (bool, error) {
-	args := c.Arguments
-	if args == "" {
-		args = "{}"
-	}
-	if err := a.append(event(EventToolCall, ToolCallData{Turn: t.n, Step: n, CallID: c.ID, Name: c.Name, Arguments: args})); err != nil {
+	args := json.RawMessage(c.Arguments)
+	if err := a.append(event(EventToolCall, ToolCallData{Turn: t.n, Step: n, CallID: c.ID, Name: c.Name, Arguments: c.Arguments})); err != nil {
 		return false, err
 	}
-	content, isError := a.execute(t, c.ID, c.Name, json.RawMessage(args))
+	content, isError := a.execute(t, c.ID, c.Name, args)
 	if _, err := json.Marshal(content); err != nil {
 		content, isError = []model.Block{model.TextBlock(fmt.Sprintf("tool %s returned unencodable content", c.Name))}, true
 	}
@@ -348,7 +348,7 @@ func (a *Agent) runCall(t *turnRun, n int, c model.ToolCall) (bool, error) {
 		return false, err
 	}
 	if c.Name == StructuredOutputTool && a.cfg.OutputSchema != nil && !isError {
-		a.commitStructured(json.RawMessage(args))
+		a.commitStructured(args)
 		return true, nil
 	}
 	return false, nil
