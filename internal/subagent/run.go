@@ -25,6 +25,7 @@ type RunHandle struct {
 	// for every later store write and listener call.
 	ctx      context.Context
 	log      *slog.Logger
+	tenant   string
 	id       string
 	provider string
 	childID  string
@@ -45,6 +46,10 @@ type RunHandle struct {
 
 // ID is the run id: a fresh UUID per start, never reused (R17).
 func (h *RunHandle) ID() string { return h.id }
+
+// Tenant is the tenant of the Start call. Run looks handles up by id alone,
+// so callers serving a tenant must check it.
+func (h *RunHandle) Tenant() string { return h.tenant }
 
 // ProviderName is the provider that published the run, even if it has been
 // unregistered since (R6).

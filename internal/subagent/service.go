@@ -328,6 +328,7 @@ func (s *Service) publish(ctx context.Context, provider, parentID string, run Ru
 	h := &RunHandle{
 		svc:      s,
 		ctx:      context.WithoutCancel(ctx),
+		tenant:   store.Tenant(ctx),
 		id:       uuid.NewString(),
 		provider: provider,
 		childID:  run.ChildID(),
@@ -375,7 +376,7 @@ func (s *Service) forget(h *RunHandle) {
 }
 
 // Run returns the live handle of a run this process started and has not
-// disposed.
+// disposed, of any tenant (see RunHandle.Tenant).
 func (s *Service) Run(runID string) (*RunHandle, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

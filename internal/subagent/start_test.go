@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/schema"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -41,7 +42,7 @@ func TestStart_R9_ValidationOrder(t *testing.T) {
 		{"persona capability", func() { p.caps.ToolFilter = true }, "spawn", EUnsupportedCapability, "persona"},
 		{"maxDepth domain", func() { p.caps.Persona = true }, "spawn", EInvalidMaxDepth, "non-negative safe integer"},
 		{"toolFilter shape", func() { req.MaxDepth = ptr(0) }, "spawn", EInvalidRequest, "toolFilter"},
-		{"outputSchema subset", func() { req.ToolFilter = &ToolFilter{Allow: []string{}} }, "spawn", EUnsupportedSchema, ObjectRootViolationText},
+		{"outputSchema subset", func() { req.ToolFilter = &ToolFilter{Allow: []string{}} }, "spawn", EUnsupportedSchema, "unsupported JSON schema: " + schema.ObjectRootViolation},
 		{"descriptor snapshot", func() { req.OutputSchema = json.RawMessage(`{"type":"object"}`) }, "spawn", EInvalidRequest, "losslessly JSON-serializable"},
 		{"child depth", func() { req.Label = "label" }, "spawn", EDepthExceeded, "subagent depth 1 exceeds maxDepth 0"},
 	}
@@ -69,10 +70,6 @@ func TestStart_R9_ValidationOrder(t *testing.T) {
 		}
 	}
 }
-
-// ObjectRootViolationText is the object-root violation as it appears in the
-// start error.
-const ObjectRootViolationText = `unsupported JSON schema: schema.type must be "object" (structured output is object-rooted)`
 
 func TestStart_R9_UnsupportedSchemaListsEveryViolation(t *testing.T) {
 	t.Parallel()
@@ -195,8 +192,8 @@ func TestStart_R13_StartDispatchedBeforeReturn(t *testing.T) {
 	if live, ok := svc.Run(h.ID()); !ok || live != h {
 		t.Error("the handle is not live")
 	}
-	if h.ProviderName() != "spawn" || h.ChildID() != "child-1" || h.ParentID() != "p1" || !h.Local() {
-		t.Errorf("handle = %s %s %s %v", h.ProviderName(), h.ChildID(), h.ParentID(), h.Local())
+	if h.ProviderName() != "spawn" || h.ChildID() != "child-1" || h.ParentID() != "p1" || !h.Local() || h.Tenant() != "acme" {
+		t.Errorf("handle = %s %s %s %v %s", h.ProviderName(), h.ChildID(), h.ParentID(), h.Local(), h.Tenant())
 	}
 	run.settle(Result{StopReason: StopCompleted}, nil)
 	waitDone(t, h)
