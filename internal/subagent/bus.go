@@ -11,7 +11,9 @@ import (
 // of subagent/start, subagent/end or subagent/provider-removed is logged and
 // ignored (R19); from a listener of subagent/provider-added it rolls the
 // registration back (R3). Listeners may be called concurrently for
-// different runs; the two events of one run arrive in order.
+// different runs; the two events of one run arrive in order, the end only
+// after every start listener returned, so a start listener must not wait
+// for its run to settle.
 type Listener func(ctx context.Context, e Event) error
 
 // unrenderable stands for a panic value whose rendering itself panicked.
