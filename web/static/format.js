@@ -1,0 +1,92 @@
+// Small pure helpers: time parsing, durations, state labels and icons.
+
+/** Parses an API time (epoch milliseconds or an RFC 3339 string) to ms, or null. */
+export function toMillis(v) {
+  if (v === undefined || v === null || v === '') return null;
+  if (typeof v === 'number') return Number.isFinite(v) ? v : null;
+  const ms = Date.parse(v);
+  return Number.isNaN(ms) ? null : ms;
+}
+
+/**
+ * Formats a non-negative duration in ms: exact seconds below a minute, then
+ * at most two adjacent units ("3m 05s", "2h 10m", "4d 3h").
+ */
+export function formatDuration(ms) {
+  if (ms === null || ms === undefined || !Number.isFinite(ms) || ms < 0) return '';
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m ${String(s % 60).padStart(2, '0')}s`;
+  const h = Math.floor(m / 60);
+  if (h < 24) return `${h}h ${String(m % 60).padStart(2, '0')}m`;
+  const d = Math.floor(h / 24);
+  return `${d}d ${h % 24}h`;
+}
+
+/** Returns the id shortened for display ("3f2a9c1e…"). */
+export function shortId(id) {
+  if (!id) return '';
+  return id.length > 10 ? `${id.slice(0, 8)}…` : id;
+}
+
+// Every state is shown as an icon (a distinct shape) plus its word, never by
+// colour alone. Stop reasons other than the known ones count as failures.
+const STATES = {
+  running: { icon: '◐', tone: 'run' },
+  starting: { icon: '◌', tone: 'run' },
+  completed: { icon: '✓', tone: 'ok' },
+  aborted: { icon: '⊘', tone: 'warn' },
+  inactive: { icon: '○', tone: 'idle' },
+  disposed: { icon: '⌀', tone: 'idle' },
+  root: { icon: '◆', tone: 'root' },
+};
+
+/** Returns {icon, tone} for a state word; unknown words are failures. */
+export function stateStyle(state) {
+  return STATES[state] || { icon: '✕', tone: 'bad' };
+}
+
+/** Joins the text blocks of a content array. */
+export function blocksText(content) {
+  if (!Array.isArray(content)) return typeof content === 'string' ? content : '';
+  return content
+    .filter((b) => b && b.type === 'text' && typeof b.text === 'string')
+    .map((b) => b.text)
+    .join('');
+}
+
+/** Wraps plain text as a content array of one text block. */
+export function textBlocks(text) {
+  return [{ type: 'text', text }];
+}
+
+/** Pretty-prints JSON text when it parses, else returns it unchanged. */
+export function prettyJSON(v) {
+  if (typeof v === 'string') {
+    try {
+      return JSON.stringify(JSON.parse(v), null, 2);
+    } catch {
+      return v;
+    }
+  }
+  return JSON.stringify(v, null, 2);
+}
+
+/** Creates an element with attributes and children (strings become text). */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'class') el.className = v;
+    else if (k === 'text') el.textContent = v;
+    else if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+    else if (v === true) el.setAttribute(k, '');
+    else el.setAttribute(k, String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : String(c));
+  }
+  return el;
+}
