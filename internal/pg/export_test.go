@@ -1,0 +1,6 @@
+package pg
+
+// Internals the external tests reach.
+var NewMigrator = newMigrator
+
+const ListenerName = listenerName

@@ -1,0 +1,260 @@
+// Package pg is the Postgres store.Store (DESIGN §4, §5): durable, shared by
+// every replica. Commits are announced with pg_notify inside the committing
+// transaction; each Store LISTENs and wakes its own subscribers, so a replica
+// sees what another one wrote. NOTIFY is only a wake-up: the tables are the
+// truth, and after a lost listener connection every subscriber is woken to
+// re-query.
+//
+// Values behave like columns: times come back in UTC with microsecond
+// precision, JSON is stored as jsonb (so key order and spacing are
+// normalised), and zero times are set from the process clock.
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgxlisten"
+
+	"github.com/subagentd/subagentd/internal/memstore"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+const (
+	// notifyChannel carries every wake-up; the payload is the topic.
+	notifyChannel = "subagentd"
+	// listenerName is the application_name of the LISTEN connection, so
+	// operators (and tests) can find it in pg_stat_activity.
+	listenerName = "subagentd-listener"
+	// reconnectDelay is how long the listener waits before reconnecting
+	// (pgxlisten's default is a minute).
+	reconnectDelay = time.Second
+
+	defaultLimit = 100
+	maxLimit     = 1000
+)
+
+// Store is the Postgres store.Store. Create it with New and Close it when
+// done; the pool stays the caller's.
+type Store struct {
+	pool   *pgxpool.Pool
+	log    *slog.Logger
+	latest uint // newest embedded migration; Ping wants the schema there
+
+	hub  memstore.Hub
+	stop context.CancelFunc
+	done chan struct{} // closed when the listener has stopped
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a Store on pool, once the schema is at the latest migration
+// (run Migrate first) and the listener is LISTENing. ctx bounds only the
+// start-up; if it ends first, New fails.
+func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Store, error) {
+	latest, err := latestVersion()
+	if err != nil {
+		return nil, fmt.Errorf("pg: new store: %w", err)
+	}
+	s := &Store{pool: pool, log: log, latest: latest, done: make(chan struct{})}
+	if err := s.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("pg: new store: %w", err)
+	}
+
+	ready := make(chan struct{})
+	l := &pgxlisten.Listener{
+		Connect:        s.connectListener,
+		LogError:       s.logListenerError,
+		ReconnectDelay: reconnectDelay,
+	}
+	l.Handle(notifyChannel, &wakeHandler{hub: &s.hub, log: log, ready: ready})
+	var listenCtx context.Context
+	listenCtx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		defer close(s.done)
+		_ = l.Listen(listenCtx) // returns only once listenCtx is cancelled
+	}()
+	select {
+	case <-ready:
+		return s, nil
+	case <-ctx.Done():
+		s.Close()
+		return nil, fmt.Errorf("pg: new store: listener not connected: %w", context.Cause(ctx))
+	}
+}
+
+// Close stops the listener and waits for it. Subscribers are not woken again.
+// Close is idempotent and does not close the pool.
+func (s *Store) Close() {
+	s.stop()
+	<-s.done
+}
+
+// Ping fails when the database is unreachable or its schema is not at the
+// latest embedded migration (dirty, older, or newer than this binary).
+func (s *Store) Ping(ctx context.Context) error {
+	var version int64
+	var dirty bool
+	err := s.pool.QueryRow(ctx, `SELECT version, dirty FROM schema_migrations`).Scan(&version, &dirty)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("pg: ping: database is not migrated (no schema version)")
+	case err != nil:
+		return fmt.Errorf("pg: ping: read schema version: %w", err)
+	case dirty:
+		return fmt.Errorf("pg: ping: %w", dirtyError(int(version)))
+	case version != int64(s.latest):
+		return fmt.Errorf("pg: ping: database schema is at version %d, this binary needs %d", version, s.latest)
+	}
+	return nil
+}
+
+// Subscribe returns a channel woken after each commit that touches topic, by
+// any replica, and after the listener reconnects.
+func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
+	return s.hub.Subscribe(topic)
+}
+
+// commit runs fn in a transaction that announces topic: pg_notify inside it
+// wakes every replica's subscribers once it commits, and this process's own
+// subscribers are woken directly after the commit.
+func (s *Store) commit(ctx context.Context, topic string, fn func(tx pgx.Tx) error) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, topic)
+		return err
+	})
+	if err == nil {
+		s.hub.Wake(topic)
+	}
+	return err
+}
+
+func (s *Store) connectListener(ctx context.Context) (*pgx.Conn, error) {
+	cfg := s.pool.Config().ConnConfig
+	cfg.RuntimeParams["application_name"] = listenerName
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+func (s *Store) logListenerError(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // Close
+	}
+	s.log.WarnContext(ctx, "pg: listener lost; reconnecting", slog.Duration("delay", reconnectDelay), slog.Any("error", err))
+}
+
+// wakeHandler turns notifications into wake-ups.
+type wakeHandler struct {
+	hub       *memstore.Hub
+	log       *slog.Logger
+	ready     chan struct{}
+	connected sync.Once
+}
+
+func (h *wakeHandler) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+	h.hub.Wake(n.Payload)
+	return nil
+}
+
+// HandleBacklog runs after every (re)connect, once LISTEN is in place:
+// notifications sent while the connection was down are lost, so every
+// subscriber is woken to re-query.
+func (h *wakeHandler) HandleBacklog(ctx context.Context, _ string, _ *pgx.Conn) error {
+	first := false
+	h.connected.Do(func() { first = true; close(h.ready) })
+	if !first {
+		h.log.InfoContext(ctx, "pg: listener reconnected; waking every subscriber")
+	}
+	h.hub.WakeAll()
+	return nil
+}
+
+// wrap adds context to a non-nil *errp and maps driver errors to store
+// errors, in this one place: no rows is store.ErrNotFound, a unique
+// violation store.ErrConflict.
+func wrap(errp *error, format string, args ...any) {
+	err := *errp
+	if err == nil {
+		return
+	}
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		err = fmt.Errorf("%w: %w", store.ErrNotFound, err)
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation:
+		err = fmt.Errorf("%w: %w", store.ErrConflict, err)
+	}
+	*errp = fmt.Errorf("pg: "+format+": %w", append(args, err)...)
+}
+
+// limit applies the store.Store limit rules: <= 0 means 100, at most 1000.
+func limit(n int) int {
+	if n <= 0 {
+		return defaultLimit
+	}
+	return min(n, maxLimit)
+}
+
+// now is t, or the current time if t is zero.
+func now(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Now()
+	}
+	return t
+}
+
+// nullTime maps the zero time to NULL.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// fromDB maps a timestamptz column to UTC; NULL is the zero time.
+func fromDB(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// nullJSON maps empty JSON to NULL.
+func nullJSON(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
+
+// query builds a WHERE clause; ? in a condition is its next argument.
+type query struct {
+	where []string
+	args  []any
+}
+
+func (q *query) and(cond string, args ...any) {
+	for _, a := range args {
+		q.args = append(q.args, a)
+		cond = strings.Replace(cond, "?", fmt.Sprintf("$%d", len(q.args)), 1)
+	}
+	q.where = append(q.where, cond)
+}
+
+// sql returns "SELECT cols FROM table WHERE … ORDER BY order LIMIT n".
+func (q *query) sql(cols, table, order string, n int) string {
+	q.args = append(q.args, n)
+	return fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT $%d",
+		cols, table, strings.Join(q.where, " AND "), order, len(q.args))
+}

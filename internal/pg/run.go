@@ -1,0 +1,179 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+const runCols = `id, kind, provider, child_id, parent_id, task_id, local, state, started_at, ended_at,
+	stop_reason, output, structured, diagnostic, owner, lease_until`
+
+type runRow struct {
+	ID         string     `db:"id"`
+	Kind       string     `db:"kind"`
+	Provider   string     `db:"provider"`
+	ChildID    string     `db:"child_id"`
+	ParentID   string     `db:"parent_id"`
+	TaskID     string     `db:"task_id"`
+	Local      bool       `db:"local"`
+	State      string     `db:"state"`
+	StartedAt  time.Time  `db:"started_at"`
+	EndedAt    *time.Time `db:"ended_at"`
+	StopReason string     `db:"stop_reason"`
+	Output     []byte     `db:"output"`
+	Structured []byte     `db:"structured"`
+	Diagnostic string     `db:"diagnostic"`
+	Owner      string     `db:"owner"`
+	LeaseUntil *time.Time `db:"lease_until"`
+}
+
+func (r runRow) run() store.Run {
+	return store.Run{
+		ID: r.ID, Kind: r.Kind, Provider: r.Provider, ChildID: r.ChildID, ParentID: r.ParentID,
+		TaskID: r.TaskID, Local: r.Local, State: r.State, StartedAt: r.StartedAt.UTC(),
+		EndedAt: fromDB(r.EndedAt), StopReason: r.StopReason, Output: r.Output, Structured: r.Structured,
+		Diagnostic: r.Diagnostic, Owner: r.Owner, LeaseUntil: fromDB(r.LeaseUntil),
+	}
+}
+
+func collectRuns(rows pgx.Rows) ([]store.Run, error) {
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[runRow])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Run, len(list))
+	for i, r := range list {
+		out[i] = r.run()
+	}
+	return out, nil
+}
+
+// StartRun stores r as running and appends start in one transaction.
+// Settlement fields of r are ignored; a zero StartedAt is now. Returns
+// store.ErrConflict if the run id exists, in any tenant.
+func (s *Store) StartRun(ctx context.Context, r store.Run, start store.LifecycleEvent) (_ store.LifecycleEvent, err error) {
+	defer wrap(&err, "start run %q", r.ID)
+	tenant := store.Tenant(ctx)
+	err = s.commit(ctx, store.LifecycleTopic, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO runs
+			(tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, owner, lease_until)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11)`,
+			tenant, r.ID, r.Kind, r.Provider, r.ChildID, r.ParentID, r.TaskID, r.Local,
+			now(r.StartedAt), r.Owner, nullTime(r.LeaseUntil))
+		if err != nil {
+			return err
+		}
+		start, err = appendLifecycle(ctx, tx, tenant, start)
+		return err
+	})
+	return start, err
+}
+
+// EndRun settles the run with res and appends end in one transaction; a
+// zero EndedAt is now. Returns store.ErrNotFound, or store.ErrConflict if the
+// run already ended. Concurrent calls queue on the run's row lock and only
+// the first finds it running.
+func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent) (_ store.LifecycleEvent, err error) {
+	defer wrap(&err, "end run %q", runID)
+	tenant := store.Tenant(ctx)
+	err = s.commit(ctx, store.LifecycleTopic, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE runs
+			SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7
+			WHERE tenant = $1 AND id = $2 AND state = 'running'`,
+			tenant, runID, now(res.EndedAt), res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return notRunning(ctx, tx, tenant, runID, "already ended")
+		}
+		end, err = appendLifecycle(ctx, tx, tenant, end)
+		return err
+	})
+	return end, err
+}
+
+// DisposeRun marks a settled run disposed; disposing again is a no-op.
+// Returns store.ErrNotFound, or store.ErrConflict while the run is running.
+func (s *Store) DisposeRun(ctx context.Context, runID string) (err error) {
+	defer wrap(&err, "dispose run %q", runID)
+	tenant := store.Tenant(ctx)
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var state string
+		err := tx.QueryRow(ctx, `UPDATE runs SET state = 'disposed'
+			WHERE tenant = $1 AND id = $2 AND state <> 'running' RETURNING state`, tenant, runID).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notRunning(ctx, tx, tenant, runID, "is running")
+		}
+		return err
+	})
+}
+
+// notRunning explains why an update conditional on the run's state matched
+// no row: the run does not exist (pgx.ErrNoRows), or its state is not the
+// one wanted (store.ErrConflict, with why).
+func notRunning(ctx context.Context, tx pgx.Tx, tenant, runID, why string) error {
+	var state string
+	if err := tx.QueryRow(ctx, `SELECT state FROM runs WHERE tenant = $1 AND id = $2`, tenant, runID).Scan(&state); err != nil {
+		return err
+	}
+	return fmt.Errorf("run %s (%s): %w", why, state, store.ErrConflict)
+}
+
+// GetRun returns one run. Returns store.ErrNotFound.
+func (s *Store) GetRun(ctx context.Context, runID string) (_ store.Run, err error) {
+	defer wrap(&err, "get run %q", runID)
+	rows, _ := s.pool.Query(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND id = $2`, store.Tenant(ctx), runID)
+	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[runRow])
+	return row.run(), err
+}
+
+// ListRuns returns the tenant's runs matching f, ordered by (StartedAt, ID).
+// Returns store.ErrNotFound if f.AfterID names no run of the tenant.
+func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (_ []store.Run, err error) {
+	defer wrap(&err, "list runs")
+	tenant := store.Tenant(ctx)
+	var q query
+	q.and("tenant = ?", tenant)
+	for _, c := range []struct{ col, v string }{
+		{"parent_id", f.ParentID}, {"child_id", f.ChildID}, {"task_id", f.TaskID}, {"state", f.State},
+	} {
+		if c.v != "" {
+			q.and(c.col+" = ?", c.v)
+		}
+	}
+	if f.AfterID != "" {
+		var started time.Time
+		err := s.pool.QueryRow(ctx, `SELECT started_at FROM runs WHERE tenant = $1 AND id = $2`, tenant, f.AfterID).Scan(&started)
+		if err != nil {
+			return nil, fmt.Errorf("cursor %q: %w", f.AfterID, err)
+		}
+		q.and("(started_at, id) > (?, ?)", started, f.AfterID)
+	}
+	rows, _ := s.pool.Query(ctx, q.sql(runCols, "runs", "started_at, id", limit(f.Limit)), q.args...)
+	return collectRuns(rows)
+}
+
+// RenewLeases sets LeaseUntil of every running run owned by owner, in every
+// tenant: a replica's heartbeat covers all the runs it drives.
+func (s *Store) RenewLeases(ctx context.Context, owner string, until time.Time) (err error) {
+	defer wrap(&err, "renew leases of %q", owner)
+	_, err = s.pool.Exec(ctx, `UPDATE runs SET lease_until = $2 WHERE owner = $1 AND state = 'running'`, owner, until)
+	return err
+}
+
+// ExpiredRuns returns running runs of every tenant whose lease ended before
+// at, ordered by (StartedAt, ID), at most 1000. A run without a lease (zero
+// LeaseUntil) never expires.
+func (s *Store) ExpiredRuns(ctx context.Context, at time.Time) (_ []store.Run, err error) {
+	defer wrap(&err, "list expired runs")
+	rows, _ := s.pool.Query(ctx, `SELECT `+runCols+` FROM runs
+		WHERE state = 'running' AND lease_until < $1 ORDER BY started_at, id LIMIT $2`, at, maxLimit)
+	return collectRuns(rows)
+}

@@ -1,0 +1,180 @@
+package pg
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+const sessionCols = `id, parent_id, origin, delegation_depth, seed_length, cwd, label, provider, mode,
+	agent_provider, agent_model, max_tokens, persona, created_at`
+
+type sessionRow struct {
+	ID              string    `db:"id"`
+	ParentID        string    `db:"parent_id"`
+	Origin          string    `db:"origin"`
+	DelegationDepth int       `db:"delegation_depth"`
+	SeedLength      int       `db:"seed_length"`
+	Cwd             string    `db:"cwd"`
+	Label           string    `db:"label"`
+	Provider        string    `db:"provider"`
+	Mode            string    `db:"mode"`
+	AgentProvider   string    `db:"agent_provider"`
+	AgentModel      string    `db:"agent_model"`
+	MaxTokens       int       `db:"max_tokens"`
+	Persona         *string   `db:"persona"`
+	CreatedAt       time.Time `db:"created_at"`
+}
+
+func (r sessionRow) session() store.Session {
+	return store.Session{
+		ID: r.ID, ParentID: r.ParentID, Origin: r.Origin, DelegationDepth: r.DelegationDepth,
+		SeedLength: r.SeedLength, Cwd: r.Cwd, Label: r.Label, Provider: r.Provider, Mode: r.Mode,
+		AgentProvider: r.AgentProvider, AgentModel: r.AgentModel, MaxTokens: r.MaxTokens,
+		Persona: r.Persona, CreatedAt: r.CreatedAt.UTC(),
+	}
+}
+
+type eventRow struct {
+	Seq  int64     `db:"seq"`
+	Type string    `db:"type"`
+	Time time.Time `db:"time"`
+	Data []byte    `db:"data"`
+}
+
+func (r eventRow) event() store.Event {
+	return store.Event{Seq: r.Seq, Type: r.Type, Time: r.Time.UTC(), Data: r.Data}
+}
+
+// CreateSession stores a new header; a zero CreatedAt is now. Returns
+// store.ErrConflict if the id exists, in any tenant (ids are minted by the
+// server and global).
+func (s *Store) CreateSession(ctx context.Context, h store.Session) (err error) {
+	defer wrap(&err, "create session %q", h.ID)
+	_, err = s.pool.Exec(ctx, `INSERT INTO sessions (tenant, `+sessionCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+		store.Tenant(ctx), h.ID, h.ParentID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
+		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, now(h.CreatedAt))
+	return err
+}
+
+// GetSession returns one header. Returns store.ErrNotFound.
+func (s *Store) GetSession(ctx context.Context, id string) (_ store.Session, err error) {
+	defer wrap(&err, "get session %q", id)
+	rows, _ := s.pool.Query(ctx, `SELECT `+sessionCols+` FROM sessions WHERE tenant = $1 AND id = $2`, store.Tenant(ctx), id)
+	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[sessionRow])
+	return row.session(), err
+}
+
+// ListSessions returns headers ordered by (CreatedAt, ID). Returns
+// store.ErrNotFound if f.AfterID names no session of the tenant.
+func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) (_ []store.Session, err error) {
+	defer wrap(&err, "list sessions")
+	tenant := store.Tenant(ctx)
+	var q query
+	q.and("tenant = ?", tenant)
+	if f.ParentID != nil {
+		q.and("parent_id = ?", *f.ParentID)
+	}
+	if f.AfterID != "" {
+		var created time.Time
+		err := s.pool.QueryRow(ctx, `SELECT created_at FROM sessions WHERE tenant = $1 AND id = $2`, tenant, f.AfterID).Scan(&created)
+		if err != nil {
+			return nil, fmt.Errorf("cursor %q: %w", f.AfterID, err)
+		}
+		q.and("(created_at, id) > (?, ?)", created, f.AfterID)
+	}
+	rows, _ := s.pool.Query(ctx, q.sql(sessionCols, "sessions", "created_at, id", limit(f.Limit)), q.args...)
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[sessionRow])
+	out := make([]store.Session, len(list))
+	for i, r := range list {
+		out[i] = r.session()
+	}
+	return out, err
+}
+
+// AppendEvents appends evs atomically with the next contiguous seqs. Returns
+// store.ErrNotFound for an unknown session, and an error (appending nothing)
+// if any Data is not valid JSON. A nil Data is stored as JSON null.
+func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) (out []store.Event, err error) {
+	defer wrap(&err, "append %d events to session %q", len(evs), sessionID)
+	tenant := store.Tenant(ctx)
+	if len(evs) == 0 {
+		return nil, s.sessionExists(ctx, tenant, sessionID)
+	}
+	err = s.commit(ctx, store.SessionTopic(sessionID), func(tx pgx.Tx) error {
+		out, err = appendEvents(ctx, tx, tenant, sessionID, evs)
+		return err
+	})
+	return out, err
+}
+
+// appendEvents inserts evs after the session's last seq in one statement.
+// Bumping sessions.last_seq locks the session row until commit, so
+// concurrent appenders queue and seqs stay contiguous.
+func appendEvents(ctx context.Context, tx pgx.Tx, tenant, sessionID string, evs []store.NewEvent) ([]store.Event, error) {
+	types, times, data := make([]string, len(evs)), make([]time.Time, len(evs)), make([]string, len(evs))
+	for i, e := range evs {
+		types[i], times[i], data[i] = e.Type, now(e.Time), string(e.Data)
+		if len(e.Data) == 0 {
+			data[i] = "null"
+		}
+	}
+	rows, _ := tx.Query(ctx, `
+		WITH s AS (
+			UPDATE sessions SET last_seq = last_seq + cardinality($3::text[])
+			WHERE tenant = $1 AND id = $2
+			RETURNING last_seq - cardinality($3::text[]) AS before
+		), ins AS (
+			INSERT INTO session_events (tenant, session_id, seq, type, time, data)
+			SELECT $1, $2, s.before + e.n, e.type, e.time, e.data::jsonb
+			FROM s, unnest($3::text[], $4::timestamptz[], $5::text[]) WITH ORDINALITY AS e (type, time, data, n)
+			RETURNING seq, type, time, data
+		)
+		SELECT seq, type, time, data FROM ins ORDER BY seq`,
+		tenant, sessionID, types, times, data)
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[eventRow])
+	if err != nil {
+		return nil, err
+	}
+	if len(list) == 0 {
+		return nil, fmt.Errorf("session: %w", store.ErrNotFound)
+	}
+	out := make([]store.Event, len(list))
+	for i, r := range list {
+		out[i] = r.event()
+	}
+	return out, nil
+}
+
+// Events returns up to n events with Seq > after, in seq order. Returns
+// store.ErrNotFound for an unknown session.
+func (s *Store) Events(ctx context.Context, sessionID string, after int64, n int) (_ []store.Event, err error) {
+	defer wrap(&err, "read events of session %q", sessionID)
+	tenant := store.Tenant(ctx)
+	rows, _ := s.pool.Query(ctx, `SELECT seq, type, time, data FROM session_events
+		WHERE tenant = $1 AND session_id = $2 AND seq > $3 ORDER BY seq LIMIT $4`,
+		tenant, sessionID, after, limit(n))
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[eventRow])
+	if err != nil {
+		return nil, err
+	}
+	if len(list) == 0 {
+		return nil, s.sessionExists(ctx, tenant, sessionID) // an empty page, or no such session?
+	}
+	out := make([]store.Event, len(list))
+	for i, r := range list {
+		out[i] = r.event()
+	}
+	return out, nil
+}
+
+// sessionExists returns pgx.ErrNoRows unless the tenant has session id.
+func (s *Store) sessionExists(ctx context.Context, tenant, id string) error {
+	var one int
+	return s.pool.QueryRow(ctx, `SELECT 1 FROM sessions WHERE tenant = $1 AND id = $2`, tenant, id).Scan(&one)
+}
