@@ -259,11 +259,12 @@ func TestClose_NoGoroutineLeak(t *testing.T) {
 	}
 	// The driver has returned from Close's point of view; let the scheduler
 	// retire it and the steer goroutine.
-	for i := 0; i < 1000 && runtime.NumGoroutine() > before; i++ {
+	for i := 0; i < 100_000 && runtime.NumGoroutine() > before; i++ {
 		runtime.Gosched()
 	}
 	if after := runtime.NumGoroutine(); after > before {
-		t.Errorf("goroutines: %d before, %d after Close", before, after)
+		buf := make([]byte, 1<<16)
+		t.Errorf("goroutines: %d before, %d after Close\n%s", before, after, buf[:runtime.Stack(buf, true)])
 	}
 }
 
