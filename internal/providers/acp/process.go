@@ -85,7 +85,7 @@ func (p *process) copyStderr() {
 	defer close(p.stderrDone)
 	sc := bufio.NewScanner(p.stderr)
 	for sc.Scan() {
-		p.log.Debug("agent stderr", slog.String("line", sc.Text()))
+		p.log.Info("agent stderr", slog.String("line", sc.Text()))
 	}
 }
 

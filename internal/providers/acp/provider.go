@@ -102,20 +102,18 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 	if err != nil {
 		return nil, fmt.Errorf("acp provider %s: start %s: %w", p.cfg.Name, p.cfg.Command, err)
 	}
-	r := newRun(p, childID, proc, log, store.WithTenant(context.Background(), store.Tenant(ctx)))
-	if err := r.handshake(ctx, cwd); err != nil {
+	r := newRun(context.WithoutCancel(ctx), p, childID, proc, log)
+	prompt := textOnly(req.Prompt)
+	err = r.handshake(ctx, cwd)
+	if err == nil {
+		err = r.openLog(p.childSession(childID, cwd, req), prompt, descriptor)
+	}
+	if err != nil {
 		if releaseErr := r.release(); releaseErr != nil {
 			log.Error("ACP agent not reaped after a failed start", slog.Any("error", releaseErr))
 		}
 		if ctx.Err() != nil {
 			return nil, errAborted()
-		}
-		return nil, fmt.Errorf("acp provider %s: %w", p.cfg.Name, err)
-	}
-	prompt := textOnly(req.Prompt)
-	if err := r.openLog(p.childSession(childID, cwd, req), prompt, descriptor); err != nil {
-		if releaseErr := r.release(); releaseErr != nil {
-			log.Error("ACP agent not reaped after a failed start", slog.Any("error", releaseErr))
 		}
 		return nil, fmt.Errorf("acp provider %s: %w", p.cfg.Name, err)
 	}
@@ -211,7 +209,7 @@ func (r *run) handshake(ctx context.Context, cwd string) error {
 var errExited = errors.New("agent process exited")
 
 func (r *run) handshakeError(hctx context.Context, step string, err error) error {
-	if errors.Is(context.Cause(hctx), errExited) || isDisconnect(r.conn) {
+	if errors.Is(context.Cause(hctx), errExited) || disconnected(err) {
 		return fmt.Errorf("%s: %s", step, r.exitDiagnostic())
 	}
 	var re *sdk.RequestError
@@ -226,15 +224,6 @@ func rpcMessage(re *sdk.RequestError) string {
 		return fmt.Sprintf("JSON-RPC error %d", re.Code)
 	}
 	return re.Message
-}
-
-func isDisconnect(conn *sdk.ClientSideConnection) bool {
-	select {
-	case <-conn.Done():
-		return true
-	default:
-		return false
-	}
 }
 
 // openLog creates the child session and opens its first turn. It runs after

@@ -159,14 +159,24 @@ func TestStart_R22_AbortDuringHandshakeReapsTheAgent(t *testing.T) {
 	assertNoChild(t, b)
 }
 
-func TestStart_R11_MissingSessionIDFailsAndReaps(t *testing.T) {
+func TestStart_R11_HandshakeFailuresReapAndPublishNothing(t *testing.T) {
 	t.Parallel()
-	p, b := setup(t, "nosession")
-	_, err := p.Start(context.Background(), request(b.root, model.TextBlock("hello")))
-	if err == nil || !strings.Contains(err.Error(), "ACP child published without a session id") {
-		t.Fatalf("Start = %v, want the missing session id error", err)
+	tests := []struct{ mode, want string }{
+		{"nosession", "acp provider fake: ACP child published without a session id"},
+		{"exitinit", "acp provider fake: initialize: agent process exited (exit code 2)"},
+		{"newerror", "acp provider fake: session/new: Authentication required"},
 	}
-	assertNoChild(t, b)
+	for _, tt := range tests {
+		t.Run(tt.mode, func(t *testing.T) {
+			t.Parallel()
+			p, b := setup(t, tt.mode)
+			_, err := p.Start(context.Background(), request(b.root, model.TextBlock("hello")))
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("Start = %v, want %q", err, tt.want)
+			}
+			assertNoChild(t, b)
+		})
+	}
 }
 
 func TestStart_R11_UnstartableCommandFails(t *testing.T) {

@@ -35,13 +35,14 @@ type run struct {
 	proc      *process
 	conn      *sdk.ClientSideConnection
 	sessionID sdk.SessionId // set by the handshake, before publication
-	// logCtx scopes log writes to the start request's tenant without its
-	// cancellation: the child's log outlives the request.
+	// logCtx carries the start request's values (its tenant) without its
+	// cancellation, for log writes: the child's log outlives the request.
 	logCtx context.Context
 
 	done       chan struct{} // closed once the result settled
 	cancelled  chan struct{} // closed by the first cancel
 	cancelOnce sync.Once
+	cancelSent chan struct{} // closed once session/cancel was written or failed
 	driveDone  chan struct{}
 
 	disposeOnce sync.Once
@@ -59,10 +60,10 @@ type run struct {
 
 var _ subagent.Run = (*run)(nil)
 
-func newRun(p *Provider, childID string, proc *process, log *slog.Logger, logCtx context.Context) *run {
+func newRun(logCtx context.Context, p *Provider, childID string, proc *process, log *slog.Logger) *run {
 	r := &run{
 		p: p, log: log, childID: childID, proc: proc, logCtx: logCtx,
-		done: make(chan struct{}), cancelled: make(chan struct{}),
+		done: make(chan struct{}), cancelled: make(chan struct{}), cancelSent: make(chan struct{}),
 		driveDone: make(chan struct{}), disposed: make(chan struct{}),
 	}
 	r.conn = sdk.NewClientSideConnection((*client)(r), proc.stdin, proc.stdout)
@@ -97,8 +98,9 @@ func (r *run) cancel(cause string) {
 	r.cancelOnce.Do(func() {
 		close(r.cancelled)
 		go func() {
+			defer close(r.cancelSent)
 			// Best effort: disposal is what actually stops the agent. The
-			// write can only block until the process is gone.
+			// write blocks at most until disposal closes the pipe.
 			if err := r.conn.Cancel(context.Background(), sdk.CancelNotification{SessionId: r.sessionID}); err != nil {
 				r.log.Debug("session/cancel not sent", slog.Any("error", err))
 			}
@@ -118,6 +120,7 @@ func (r *run) Dispose(ctx context.Context) error {
 		go func() {
 			r.disposeErr = r.release()
 			<-r.driveDone
+			<-r.cancelSent
 			close(r.disposed)
 		}()
 	})
@@ -190,7 +193,7 @@ func (r *run) drive(prompt []model.Block) {
 // failure is the safe diagnostic of a failed prompt: how the process ended
 // when the connection broke, else the agent's JSON-RPC error message.
 func (r *run) failure(err error) string {
-	if errors.Is(err, errExited) || isDisconnect(r.conn) {
+	if errors.Is(err, errExited) || disconnected(err) {
 		return r.exitDiagnostic()
 	}
 	var re *sdk.RequestError
@@ -198,6 +201,19 @@ func (r *run) failure(err error) string {
 		return rpcMessage(re)
 	}
 	return "session/prompt failed"
+}
+
+// disconnected reports whether err is the SDK's account of a connection that
+// closed before the answer came (an internal error whose data says "peer
+// disconnected…"), rather than an error the agent sent.
+func disconnected(err error) bool {
+	var re *sdk.RequestError
+	if !errors.As(err, &re) {
+		return false
+	}
+	data, _ := re.Data.(map[string]any)
+	msg, _ := data["error"].(string)
+	return strings.HasPrefix(msg, "peer disconnected")
 }
 
 // exitDiagnostic describes the end of an agent whose connection broke. The
@@ -237,7 +253,8 @@ func stopOutcome(reason sdk.StopReason) outcome {
 	}
 }
 
-// turnReason is the turn/end reason of a settled run.
+// turnReason is the turn/end reason of a settled run. A refusal has no agent
+// kind; it is logged as "refusal" (the kinds are an open set).
 func turnReason(o outcome) agent.TurnReason {
 	switch o.reason {
 	case subagent.StopCompleted:
@@ -290,8 +307,9 @@ func (r *run) settle(o outcome) {
 	close(r.done)
 }
 
-// appendLocked writes one event to the child log; call it with mu held.
-// Logging is best effort: a failed write is logged and the run goes on.
+// appendLocked writes one event to the child log, once it exists; call it
+// with mu held. Logging is best effort: a failed write is logged and the run
+// goes on (R31).
 func (r *run) appendLocked(typ string, payload any) {
 	if !r.logging {
 		return
@@ -305,16 +323,6 @@ func (r *run) appendLocked(typ string, payload any) {
 	}
 }
 
-// record appends an event for an update from the agent, unless the run has
-// settled: its log ends with turn/end.
-func (r *run) record(typ string, payload any) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.settled {
-		r.appendLocked(typ, payload)
-	}
-}
-
 // client is the run's side of the protocol: what the agent may call.
 type client run
 
@@ -324,27 +332,29 @@ var _ sdk.Client = (*client)(nil)
 // message text reaches the output; thoughts are logged as reasoning.
 func (c *client) SessionUpdate(_ context.Context, n sdk.SessionNotification) error {
 	r := (*run)(c)
-	if n.SessionId != r.sessionID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Nothing is recorded before the child log exists (during the handshake,
+	// which is also when sessionID is written) or after the turn ended.
+	if !r.logging || r.settled || n.SessionId != r.sessionID {
 		return nil
 	}
 	u := n.Update
 	switch {
 	case u.AgentMessageChunk != nil:
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if text := blockText(u.AgentMessageChunk.Content); text != "" && !r.settled {
+		if text := blockText(u.AgentMessageChunk.Content); text != "" {
 			r.text.WriteString(text)
 			r.appendLocked(agent.EventAssistantChunk, agent.ChunkData{Turn: turn, Step: step,
 				Chunk: agent.Chunk{Type: string(model.ChunkText), Text: text}})
 		}
 	case u.AgentThoughtChunk != nil:
 		if text := blockText(u.AgentThoughtChunk.Content); text != "" {
-			r.record(agent.EventAssistantChunk, agent.ChunkData{Turn: turn, Step: step,
+			r.appendLocked(agent.EventAssistantChunk, agent.ChunkData{Turn: turn, Step: step,
 				Chunk: agent.Chunk{Type: string(model.ChunkReasoning), Text: text}})
 		}
 	case u.ToolCall != nil:
 		tc := u.ToolCall
-		r.record(EventToolCall, ToolCallData{Turn: turn, ToolCallID: string(tc.ToolCallId),
+		r.appendLocked(EventToolCall, ToolCallData{Turn: turn, ToolCallID: string(tc.ToolCallId),
 			Title: tc.Title, Kind: string(tc.Kind), Status: string(tc.Status)})
 	case u.ToolCallUpdate != nil:
 		tc := u.ToolCallUpdate
@@ -358,13 +368,13 @@ func (c *client) SessionUpdate(_ context.Context, n sdk.SessionNotification) err
 		if tc.Status != nil {
 			d.Status = string(*tc.Status)
 		}
-		r.record(EventToolCallUpdate, d)
+		r.appendLocked(EventToolCallUpdate, d)
 	case u.Plan != nil:
 		d := PlanData{Turn: turn, Entries: make([]PlanEntry, len(u.Plan.Entries))}
 		for i, e := range u.Plan.Entries {
 			d.Entries[i] = PlanEntry{Content: e.Content, Priority: string(e.Priority), Status: string(e.Status)}
 		}
-		r.record(EventPlan, d)
+		r.appendLocked(EventPlan, d)
 	}
 	return nil
 }
@@ -400,7 +410,11 @@ func (c *client) RequestPermission(_ context.Context, req sdk.RequestPermissionR
 			Selected: &sdk.RequestPermissionOutcomeSelected{Outcome: "selected", OptionId: chosen.OptionId},
 		}
 	}
-	r.record(EventPermission, d)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.settled {
+		r.appendLocked(EventPermission, d)
+	}
 	return resp, nil
 }
 

@@ -3,8 +3,9 @@
 // not check the SDK against itself) and behaves according to its environment:
 //
 //	FAKE_MODE      what session/prompt does (see prompt); "hanginit" never
-//	               answers initialize, "nosession" answers session/new without
-//	               a session id, "sleeper" is the grandchild that only waits
+//	               answers initialize, "exitinit" exits on it, "nosession"
+//	               answers session/new without a session id, "newerror" with
+//	               a JSON-RPC error; "sleeper" is the grandchild that only waits
 //	FAKE_READY     a FIFO the agent writes its pid to once it is in the state
 //	               the test waits for (initialize received, for hanginit)
 //	FAKE_TEARDOWN  what stdin EOF and SIGTERM do: "" exits on EOF; "eof"
@@ -159,9 +160,12 @@ func (a *agent) answered(id string, result json.RawMessage) {
 func (a *agent) handle(id json.RawMessage, method string, params json.RawMessage) {
 	switch method {
 	case "initialize":
-		if a.mode == "hanginit" {
+		switch a.mode {
+		case "hanginit":
 			ready()
 			select {}
+		case "exitinit":
+			os.Exit(2)
 		}
 		a.reply(id, map[string]any{
 			"protocolVersion":   1,
@@ -176,8 +180,12 @@ func (a *agent) handle(id json.RawMessage, method string, params json.RawMessage
 		a.mu.Lock()
 		a.sessionCwd = p.Cwd
 		a.mu.Unlock()
-		if a.mode == "nosession" {
+		switch a.mode {
+		case "nosession":
 			a.reply(id, map[string]any{})
+			return
+		case "newerror":
+			a.send(message{ID: &id, Error: &rpcError{Code: -32000, Message: "Authentication required"}})
 			return
 		}
 		a.reply(id, map[string]any{"sessionId": "sess-1"})
