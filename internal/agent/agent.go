@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/subagentd/subagentd/internal/model"
@@ -90,10 +91,11 @@ type Agent struct {
 
 	mu       sync.Mutex
 	events   []store.Event
-	turn     int           // highest turn number in the log
-	queue    []UserMessage // next-turn inbox: one turn per message, FIFO
-	steers   []*steer      // next-step inbox: pending confirmed steers
-	parked   bool          // queued messages wait for the next Followup
+	turn     int             // highest turn number in the log
+	queue    []UserMessage   // next-turn inbox: one turn per message, FIFO
+	received map[string]bool // ids ever inserted into the next-turn inbox
+	steers   []*steer        // next-step inbox: pending confirmed steers
+	parked   bool            // queued messages wait for the next Followup
 	closed   bool
 	driving  bool          // the driver goroutine is running
 	idle     chan struct{} // closed when driving becomes false
@@ -130,7 +132,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	if cfg.OutputSchema != nil {
 		if v := schema.Check(cfg.OutputSchema); len(v) > 0 {
-			return nil, fmt.Errorf("new agent %s: unsupported output schema: %v", cfg.ID, v)
+			return nil, fmt.Errorf("new agent %s: unsupported JSON schema: %s", cfg.ID, strings.Join(v, "; "))
 		}
 	}
 	logger := cfg.Logger
@@ -138,15 +140,16 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	a := &Agent{
-		cfg:    cfg,
-		id:     cfg.ID,
-		store:  cfg.Store,
-		log:    logger.With(slog.String("session_id", cfg.ID)),
-		global: cfg.Global,
-		filter: cfg.Filter,
-		locals: slices.Clone(cfg.Local),
-		base:   context.WithoutCancel(ctx),
-		idle:   make(chan struct{}),
+		cfg:      cfg,
+		id:       cfg.ID,
+		store:    cfg.Store,
+		log:      logger.With(slog.String("session_id", cfg.ID)),
+		global:   cfg.Global,
+		filter:   cfg.Filter,
+		locals:   slices.Clone(cfg.Local),
+		base:     context.WithoutCancel(ctx),
+		idle:     make(chan struct{}),
+		received: map[string]bool{},
 	}
 	close(a.idle)
 	if cfg.OutputSchema != nil {
@@ -252,7 +255,8 @@ func (a *Agent) load(ctx context.Context, seedLength int) error {
 		a.events = append(a.events, page...)
 		after = page[len(page)-1].Seq
 	}
-	var openTurn, openStep *StepData
+	openTurn := 0 // a turn without turn/end
+	var openStep *StepData
 	var steerQueue []UserMessage
 	calls := map[string]string{} // structured_output call id → arguments
 	for i, ev := range a.events {
@@ -261,10 +265,10 @@ func (a *Agent) load(ctx context.Context, seedLength int) error {
 			var d TurnData
 			if json.Unmarshal(ev.Data, &d) == nil {
 				a.turn = max(a.turn, d.Turn)
-				openTurn = &StepData{Turn: d.Turn}
+				openTurn = d.Turn
 			}
 		case EventTurnEnd:
-			openTurn, openStep = nil, nil
+			openTurn, openStep = 0, nil
 		case EventStepStart:
 			var d StepData
 			if json.Unmarshal(ev.Data, &d) == nil {
@@ -279,8 +283,11 @@ func (a *Agent) load(ctx context.Context, seedLength int) error {
 			}
 			if d.Target == TargetNextStep {
 				steerQueue = splice(steerQueue, d)
-			} else {
-				a.queue = splice(a.queue, d)
+				continue
+			}
+			a.queue = splice(a.queue, d)
+			for _, m := range d.Inserted {
+				a.received[m.ID] = true
 			}
 		case EventToolCall:
 			var d ToolCallData
@@ -301,8 +308,8 @@ func (a *Agent) load(ctx context.Context, seedLength int) error {
 	if openStep != nil {
 		repair = append(repair, event(EventStepEnd, *openStep))
 	}
-	if openTurn != nil {
-		repair = append(repair, event(EventTurnEnd, TurnEndData{Turn: openTurn.Turn, Reason: TurnReason{Kind: ReasonInterrupted}}))
+	if openTurn != 0 {
+		repair = append(repair, event(EventTurnEnd, TurnEndData{Turn: openTurn, Reason: TurnReason{Kind: ReasonInterrupted}}))
 	}
 	if len(steerQueue) > 0 {
 		repair = append(repair, cancelSplice(TargetNextStep, 0, len(steerQueue)))

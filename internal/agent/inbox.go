@@ -23,13 +23,23 @@ type steer struct {
 // newMessage builds a user message with a fresh id. It returns an error if
 // a content block does not marshal (a Raw that is not JSON).
 func newMessage(content []model.Block, src Source) (UserMessage, error) {
-	if content == nil {
-		content = []model.Block{}
+	return checkMessage(UserMessage{Content: content, Source: src})
+}
+
+// checkMessage completes msg (fresh id when empty, role user, [] content)
+// and checks that its content marshals.
+func checkMessage(msg UserMessage) (UserMessage, error) {
+	if msg.ID == "" {
+		msg.ID = uuid.NewString()
 	}
-	if _, err := json.Marshal(content); err != nil {
+	msg.Role = "user"
+	if msg.Content == nil {
+		msg.Content = []model.Block{}
+	}
+	if _, err := json.Marshal(msg.Content); err != nil {
 		return UserMessage{}, fmt.Errorf("message content: %w", err)
 	}
-	return UserMessage{ID: uuid.NewString(), Role: "user", Content: content, Source: src}, nil
+	return msg, nil
 }
 
 // Followup durably inserts content into the inbox (agent/inbox/spliced,
@@ -39,7 +49,17 @@ func newMessage(content []model.Block, src Source) (UserMessage, error) {
 // oldest queued message, so messages parked by Cancel(…, true) run first.
 // Returns ErrClosed after Close, or a store error (nothing was accepted).
 func (a *Agent) Followup(ctx context.Context, content []model.Block, src Source) (string, error) {
-	msg, err := newMessage(content, src)
+	return a.FollowupMessage(ctx, UserMessage{Content: content, Source: src})
+}
+
+// FollowupMessage is Followup for a message whose id the caller already
+// issued (for example an accepted store.InboxMessage), so that the
+// user/message the agent logs carries that id; an empty ID gets a fresh
+// one. Delivery is idempotent by id: a message this agent's inbox already
+// received (in this process or in the loaded log) is not inserted again,
+// and its id is returned with a nil error.
+func (a *Agent) FollowupMessage(ctx context.Context, msg UserMessage) (string, error) {
+	msg, err := checkMessage(msg)
 	if err != nil {
 		return "", fmt.Errorf("followup %s: %w", a.id, err)
 	}
@@ -51,6 +71,9 @@ func (a *Agent) Followup(ctx context.Context, content []model.Block, src Source)
 	if a.closed {
 		return "", fmt.Errorf("followup %s: %w", a.id, ErrClosed)
 	}
+	if a.received[msg.ID] {
+		return msg.ID, nil
+	}
 	evs := []store.NewEvent{event(EventInboxSpliced, InboxSplicedData{
 		Target: TargetNextTurn, Start: len(a.queue), Inserted: []UserMessage{msg}})}
 	queue := append(slices.Clip(a.queue), msg)
@@ -61,6 +84,7 @@ func (a *Agent) Followup(ctx context.Context, content []model.Block, src Source)
 	if err := a.appendLocked(evs...); err != nil {
 		return "", fmt.Errorf("followup: %w", err)
 	}
+	a.received[msg.ID] = true
 	a.queue = queue
 	a.parked = false
 	if start {

@@ -163,3 +163,29 @@ func TestLoad_S4_3_CommittedCaptureSurvivesReload(t *testing.T) {
 		t.Errorf("Structured() after reload = %s, %v", v, ok)
 	}
 }
+
+func TestFollowupMessage_R94_CallerIDLoggedAndDeliveryIdempotent(t *testing.T) {
+	t.Parallel()
+	st := newFakeStore()
+	first := newAgent(t, st, Config{Model: scripted.New(scripted.Step{Text: "a"})})
+	msg := UserMessage{ID: "accepted-1", Content: text("hello"), Source: userSrc}
+	for range 2 {
+		id, err := first.FollowupMessage(testCtx(t), msg)
+		if err != nil || id != "accepted-1" {
+			t.Fatalf("FollowupMessage: %q, %v", id, err)
+		}
+	}
+	waitIdle(t, first)
+	if err := first.Close(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	// Redelivery after a restart is recognised from the log.
+	second := newAgent(t, st, Config{Model: scripted.New()})
+	if id, err := second.FollowupMessage(testCtx(t), msg); err != nil || id != "accepted-1" || second.Running() {
+		t.Fatalf("redelivery: %q, %v, running %v", id, err, second.Running())
+	}
+	um := ofType[UserMessage](t, second.Events(), EventUserMessage)
+	if len(um) != 1 || um[0].ID != "accepted-1" {
+		t.Errorf("user messages %+v", um)
+	}
+}
