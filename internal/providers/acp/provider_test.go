@@ -414,6 +414,9 @@ func TestDispose_R28_IdempotentAndR29SettlesAborted(t *testing.T) {
 	if err := r.Dispose(context.Background()); err != nil {
 		t.Fatalf("third Dispose: %v", err)
 	}
+	if !marked(b, "cancel") {
+		t.Fatal("the agent got EOF without session/cancel first")
+	}
 	res := result(t, r)
 	if res.StopReason != subagent.StopAborted {
 		t.Fatalf("stop reason %q, want aborted", res.StopReason)

@@ -109,15 +109,23 @@ func (r *run) cancel(cause string) {
 	})
 }
 
-// Dispose cancels, then tears the agent down (stdin EOF, SIGTERM, SIGKILL to
-// its process group, each after its grace) and returns once the whole group
-// is gone and the connection closed (R28, R29). Every call returns the same
-// outcome; ctx only bounds how long this call waits. Returns an error only
-// when the process group survived SIGKILL (R30).
+// Dispose cancels (sending session/cancel), then tears the agent down: stdin
+// EOF, SIGTERM and SIGKILL to its process group, each after its grace. It
+// returns once the whole group is gone and the connection closed (R28, R29).
+// Every call returns the same outcome; ctx only bounds how long this call
+// waits. Returns an error only when the process group survived SIGKILL (R30).
 func (r *run) Dispose(ctx context.Context) error {
 	r.disposeOnce.Do(func() {
 		r.cancel(agent.CauseDisposed)
 		go func() {
+			// session/cancel goes out before the EOF, unless the pipe is so
+			// full that writing it would outlast the EOF grace.
+			sent := time.NewTimer(r.p.cfg.DisposeEOFGrace)
+			select {
+			case <-r.cancelSent:
+			case <-sent.C:
+			}
+			sent.Stop()
 			r.disposeErr = r.release()
 			<-r.driveDone
 			<-r.cancelSent

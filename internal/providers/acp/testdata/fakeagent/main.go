@@ -12,6 +12,7 @@
 //	               writes FAKE_MARKS/eof and exits; "ignoreeof" ignores EOF and
 //	               on SIGTERM writes FAKE_MARKS/term and exits; "trapterm"
 //	               ignores EOF and SIGTERM (writing FAKE_MARKS/term)
+//	FAKE_MARKS     where marks go; session/cancel leaves FAKE_MARKS/cancel
 //	FAKE_NO_ALLOW  with FAKE_MODE=permission, offer only a reject option
 package main
 
@@ -94,6 +95,7 @@ func main() {
 			a.answered(string(*m.ID), m.Result)
 		case m.ID == nil:
 			if m.Method == "session/cancel" {
+				mark("cancel")
 				a.cancelOnce.Do(func() { close(a.cancelled) })
 			}
 		default:
