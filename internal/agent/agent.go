@@ -145,13 +145,16 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		store:    cfg.Store,
 		log:      logger.With(slog.String("session_id", cfg.ID)),
 		global:   cfg.Global,
-		filter:   cfg.Filter,
 		locals:   slices.Clone(cfg.Local),
 		base:     context.WithoutCancel(ctx),
 		idle:     make(chan struct{}),
 		received: map[string]bool{},
 	}
 	close(a.idle)
+	if f := cfg.Filter; f != nil {
+		// A private copy: the filter is read live at every step.
+		a.filter = &Filter{Allow: slices.Clone(f.Allow), Deny: slices.Clone(f.Deny)}
+	}
 	if cfg.OutputSchema != nil {
 		a.locals = slices.DeleteFunc(a.locals, func(t Tool) bool { return t.Name == StructuredOutputTool })
 		a.locals = append(a.locals, a.structuredTool())
