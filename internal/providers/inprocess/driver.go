@@ -1,0 +1,365 @@
+// Package inprocess is the shared driver of the in-process providers spawn
+// and fork (seam-spec §4.1): it composes a one-shot child agent from its
+// parent and the resolved request (R45–R51), publishes it, runs the prompt
+// and reads the result from the child's own events.
+//
+// Every check that can fail on caller input runs before the child session is
+// created, because the store is append-only: a child that was created cannot
+// be taken back.
+package inprocess
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/schema"
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// DelegationSection is the name of the runtime-context statement every
+// in-process child carries (R50).
+const DelegationSection = "subagent:delegation"
+
+const (
+	delegationOrder = 120
+	delegationText  = "You are a subagent working on a task delegated to you by another agent. " +
+		"Your permission scope is fixed for this task: approval requests are rejected automatically " +
+		"and nobody can grant you more. If something needs a permission or a tool you do not have, " +
+		"do not retry it; report the limitation in your answer instead."
+)
+
+// Origin is the header origin of every child session.
+const Origin = "subagent"
+
+// Deps are the collaborators of the in-process providers.
+type Deps struct {
+	// Store holds the child sessions and their logs. Required.
+	Store store.Store
+	// Routes resolves the child's agentOptions; nil means no model is
+	// configured, so every child turn ends with reason error.
+	Routes *model.Routes
+	// Tools is the deployment-global tool registry the child's tool filter
+	// scopes (nil: no global tools).
+	Tools *agent.Registry
+	// DeploymentPersona is the persona a child without its own inherits.
+	DeploymentPersona string
+	// Vars are the prompt variables persona templates may reference, as
+	// for root agents (seam-spec §1.7).
+	Vars map[string]func() (string, bool)
+	// Logger receives child failures (R27); nil discards them.
+	Logger *slog.Logger
+}
+
+// SeedFunc returns the events a child inherits from its parent: a balanced
+// completed-turn prefix of the parent's log, contiguous from seq 0
+// (seam-spec §3.3), or none for a fresh child.
+type SeedFunc func(ctx context.Context, parent store.Session) ([]store.Event, error)
+
+// Driver creates, publishes and runs in-process one-shot children. It keeps
+// no state between starts and is safe for concurrent use.
+type Driver struct {
+	deps Deps
+	log  *slog.Logger
+}
+
+// NewDriver returns a driver over d.
+func NewDriver(d Deps) *Driver {
+	log := d.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Driver{deps: d, log: log}
+}
+
+// Start composes the child of req, publishes it and returns its run with
+// the prompt already accepted (R12): the child session exists with its
+// header (R46), its seed and delegation policy events (R49), and its agent
+// holds the delegation statement (R50), persona, tool filter, structured
+// output runtime and one-shot descriptor hook (R48). seed is nil for a
+// fresh child.
+//
+// ctx is the request's cancellation until publication. Done on entry, or
+// while the seed is read, Start returns an EAborted *subagent.Error and
+// creates nothing (R21). Done once the child exists, the child is closed and
+// Start returns an EAborted error wrapping ctx's error (R22); the session
+// stays in the append-only store, without a turn. Done after the prompt was
+// accepted, the run is returned cancelled and settles aborted (R24).
+//
+// Returns EInvalidRequest for an unknown model route, an invalid maxTokens,
+// a persona that is not UTF-8 or a tool filter naming an unknown global tool,
+// EUnsupportedSchema for an output schema outside the subset, and other
+// (internal) errors when the store fails. Nothing is created on any of
+// them except a store failure after the session was created.
+func (d *Driver) Start(ctx context.Context, req subagent.ResolvedRequest, seed SeedFunc) (subagent.Run, error) {
+	if ctx.Err() != nil {
+		return nil, abortedBefore(ctx)
+	}
+	c, err := d.compose(req)
+	if err != nil {
+		return nil, err
+	}
+	if seed != nil {
+		if c.seed, err = seed(ctx, req.Parent.Session); err != nil {
+			if ctx.Err() != nil {
+				return nil, abortedBefore(ctx)
+			}
+			return nil, fmt.Errorf("in-process child: read seed: %w", err)
+		}
+		if err := checkSeed(c.seed); err != nil {
+			return nil, err
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, abortedBefore(ctx)
+	}
+	// Store writes must not be cut half-way by the request's cancellation;
+	// ctx is checked between steps instead.
+	base := context.WithoutCancel(ctx)
+	a, err := d.create(base, c)
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		d.rollback(base, a)
+		return nil, abortedDuring(ctx)
+	}
+	r := newRun(base, a, c, d.log.With(slog.String("child_id", c.id)))
+	if err := r.begin(); err != nil {
+		d.rollback(base, a)
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		// The child is published: from here an abort is a cancellation of
+		// the run (R24).
+		r.Cancel()
+	}
+	return r, nil
+}
+
+// child is a composed, not yet created child.
+type child struct {
+	id         string
+	header     store.Session
+	cfg        agent.Config
+	prompt     []model.Block
+	seed       []store.Event
+	schema     bool
+	descriptor []byte
+}
+
+// compose builds the child of req without touching the store: route and
+// options (R45), header (R46), agent configuration (R47–R51). It returns
+// every caller-input error Start documents.
+func (d *Driver) compose(req subagent.ResolvedRequest) (child, error) {
+	opts, err := childOptions(req)
+	if err != nil {
+		return child{}, err
+	}
+	m, modelName, err := d.resolve(opts)
+	if err != nil {
+		return child{}, err
+	}
+	filter, err := d.filter(req.ToolFilter)
+	if err != nil {
+		return child{}, err
+	}
+	if req.Persona != nil && !utf8.ValidString(*req.Persona) {
+		return child{}, invalid("persona", "persona must be valid UTF-8")
+	}
+	if req.OutputSchema != nil {
+		if v := schema.Check(req.OutputSchema); len(v) > 0 {
+			return child{}, subagent.Errorf(subagent.EUnsupportedSchema, "unsupported JSON schema: %s", strings.Join(v, "; "))
+		}
+	}
+	descriptor, err := subagent.SnapshotDescriptor(req.Descriptor)
+	if err != nil {
+		return child{}, err
+	}
+	id := uuid.NewString()
+	parent := req.Parent.Session
+	c := child{
+		id:         id,
+		prompt:     req.Prompt,
+		schema:     req.OutputSchema != nil,
+		descriptor: descriptor,
+		header: store.Session{
+			ID:              id,
+			ParentID:        parent.ID,
+			Origin:          Origin,
+			DelegationDepth: *opts.SubagentDepth,
+			Cwd:             parent.Cwd,
+			Label:           req.Label,
+			Provider:        req.Descriptor.Provider,
+			Mode:            subagent.ModeOneShot,
+			AgentProvider:   opts.Provider,
+			AgentModel:      opts.Model,
+			MaxTokens:       opts.MaxTokens,
+			Persona:         req.Persona,
+			CreatedAt:       time.Now(),
+		},
+	}
+	c.cfg = agent.Config{
+		ID:                id,
+		Store:             d.deps.Store,
+		Logger:            d.log.With(slog.String("child_id", id)),
+		Model:             m,
+		ModelName:         modelName,
+		MaxTokens:         opts.MaxTokens,
+		Global:            d.deps.Tools,
+		Filter:            filter,
+		Sections:          []agent.Section{{Name: DelegationSection, Order: delegationOrder, Text: delegationText}},
+		Persona:           req.Persona,
+		DeploymentPersona: d.deps.DeploymentPersona,
+		Vars:              d.deps.Vars,
+		OutputSchema:      req.OutputSchema,
+		// The one-shot descriptor goes inside the first turn, right before
+		// the first model step (seam-spec §3.4).
+		BeforeFirstStep: func() []store.NewEvent {
+			return []store.NewEvent{{Type: subagent.EventDescriptor, Data: descriptor}}
+		},
+	}
+	return c, nil
+}
+
+// childOptions merges the parent's route with the request's agentOptions
+// field-wise and stamps the child depth (R45). Returns EInvalidRequest for
+// a maxTokens that is not a positive safe integer.
+func childOptions(req subagent.ResolvedRequest) (subagent.AgentOptions, error) {
+	p := req.Parent.Options
+	o := subagent.AgentOptions{Provider: p.Provider, Model: p.Model, MaxTokens: p.MaxTokens}
+	if r := req.AgentOptions; r != nil {
+		if r.MaxTokens < 0 || r.MaxTokens > subagent.MaxSafeInteger {
+			return o, invalid("agentOptions.maxTokens", "agentOptions.maxTokens must be a positive safe integer")
+		}
+		if r.Provider != "" {
+			o.Provider = r.Provider
+		}
+		if r.Model != "" {
+			o.Model = r.Model
+		}
+		if r.MaxTokens != 0 {
+			o.MaxTokens = r.MaxTokens
+		}
+	}
+	depth := req.ChildDepth
+	o.SubagentDepth = &depth
+	return o, nil
+}
+
+// resolve maps the child's route onto a model. An empty route name means
+// the default route, as for root sessions. Returns EInvalidRequest for a
+// route that is not configured.
+func (d *Driver) resolve(o subagent.AgentOptions) (model.Model, string, error) {
+	if d.deps.Routes == nil {
+		if o.Provider != "" {
+			return nil, "", invalid("agentOptions.provider", fmt.Sprintf("unknown model route %q (no model routes are configured)", o.Provider))
+		}
+		return nil, o.Model, nil
+	}
+	rt, name, err := d.deps.Routes.Resolve(o.Provider, o.Model)
+	if errors.Is(err, model.ErrUnknownRoute) {
+		return nil, "", invalid("agentOptions.provider", err.Error())
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("in-process child: resolve model route: %w", err)
+	}
+	return rt.Model, name, nil
+}
+
+// filter checks a tool filter against the global tools registered now
+// (seam-spec §1.6, R48), before anything is created. Returns EInvalidRequest
+// for a filter with no list, or one naming an unknown global tool or
+// run_code.
+func (d *Driver) filter(f *subagent.ToolFilter) (*agent.Filter, error) {
+	if f == nil {
+		return nil, nil
+	}
+	if f.Allow == nil && f.Deny == nil {
+		return nil, invalid("toolFilter", "toolFilter needs allow or deny")
+	}
+	known := d.deps.Tools.Names()
+	for _, name := range slices.Concat(f.Allow, f.Deny) {
+		if name == agent.RunCodeTool || !slices.Contains(known, name) {
+			return nil, invalid("toolFilter", fmt.Sprintf("tools.restrict() names unknown global tool %q; known global tools: %s",
+				name, strings.Join(known, ", ")))
+		}
+	}
+	return &agent.Filter{Allow: slices.Clone(f.Allow), Deny: slices.Clone(f.Deny)}, nil
+}
+
+// checkSeed enforces the seed contract: contiguous from seq 0.
+func checkSeed(seed []store.Event) error {
+	for i, e := range seed {
+		if e.Seq != int64(i) {
+			return fmt.Errorf("in-process child: seed event %d has seq %d; a seed must be contiguous from seq 0", i, e.Seq)
+		}
+	}
+	return nil
+}
+
+// create writes the child's header and setup events — the seed verbatim,
+// session/end-seed after it, the approval pin (R49) — and builds its agent.
+func (d *Driver) create(ctx context.Context, c child) (*agent.Agent, error) {
+	c.header.SeedLength = len(c.seed)
+	if err := d.deps.Store.CreateSession(ctx, c.header); err != nil {
+		return nil, fmt.Errorf("in-process child: create session: %w", err)
+	}
+	var setup []store.NewEvent
+	for _, e := range c.seed {
+		setup = append(setup, store.NewEvent{Type: e.Type, Time: e.Time, Data: e.Data})
+	}
+	if len(c.seed) > 0 {
+		setup = append(setup, store.NewEvent{Type: agent.EventEndSeed, Data: []byte(`{}`)})
+	}
+	setup = append(setup, store.NewEvent{Type: agent.EventApprovalPolicy,
+		Data: []byte(`{"policy":"never","source":"delegation"}`)})
+	if _, err := d.deps.Store.AppendEvents(ctx, c.id, setup...); err != nil {
+		return nil, fmt.Errorf("in-process child: write setup events: %w", err)
+	}
+	a, err := agent.New(ctx, c.cfg)
+	if errors.Is(err, agent.ErrToolFilter) {
+		// The registry changed since compose checked the filter.
+		return nil, &subagent.Error{Code: subagent.EInvalidRequest, Message: err.Error(), Err: err}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("in-process child: %w", err)
+	}
+	return a, nil
+}
+
+// rollback closes an unpublished child's agent.
+func (d *Driver) rollback(ctx context.Context, a *agent.Agent) {
+	if err := a.Close(ctx); err != nil {
+		d.log.ErrorContext(ctx, "close unpublished child", slog.String("child_id", a.ID()), slog.Any("error", err))
+	}
+}
+
+// abortedBefore is the start failure of a request that ended before any
+// child existed.
+func abortedBefore(ctx context.Context) error {
+	return &subagent.Error{Code: subagent.EAborted, Message: "subagent request was aborted before child publication",
+		Err: context.Cause(ctx)}
+}
+
+// abortedDuring is the start failure of a request that ended while the
+// child was being set up; it wraps ctx's error (R22).
+func abortedDuring(ctx context.Context) error {
+	return &subagent.Error{Code: subagent.EAborted, Message: "subagent request was aborted during child setup",
+		Err: context.Cause(ctx)}
+}
+
+// invalid is an EInvalidRequest error about one request field.
+func invalid(field, msg string) error {
+	return &subagent.Error{Code: subagent.EInvalidRequest, Message: msg, Fields: map[string]string{field: msg}}
+}

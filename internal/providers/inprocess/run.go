@@ -1,0 +1,150 @@
+package inprocess
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// run is a published in-process one-shot child: its agent runs the prompt
+// as one turn, and the result is read from the events after the seed.
+type run struct {
+	agent  *agent.Agent
+	base   context.Context // the tenant of the start, without its cancellation
+	log    *slog.Logger
+	prompt []model.Block
+	// boundary is the seed length: result selection reads only the
+	// child's own events (R42).
+	boundary int
+	schema   bool
+
+	mu        sync.Mutex
+	cancelled bool
+
+	done   chan struct{}
+	result subagent.Result
+
+	disposeOnce sync.Once
+	disposed    chan struct{}
+	disposeErr  error
+}
+
+var (
+	_ subagent.Run     = (*run)(nil)
+	_ subagent.Steerer = (*run)(nil)
+)
+
+func newRun(base context.Context, a *agent.Agent, c child, log *slog.Logger) *run {
+	return &run{
+		agent:    a,
+		base:     base,
+		log:      log,
+		prompt:   c.prompt,
+		boundary: len(c.seed),
+		schema:   c.schema,
+		done:     make(chan struct{}),
+		disposed: make(chan struct{}),
+	}
+}
+
+// begin hands the prompt to the child as its first own turn, attributed to
+// the user (seam-spec §4.1 step 7), and starts the goroutine that settles
+// the result. Returns the agent's error when the prompt was not accepted.
+func (r *run) begin() error {
+	if _, err := r.agent.Followup(r.base, r.prompt, agent.Source{Kind: "user"}); err != nil {
+		return fmt.Errorf("in-process child: deliver prompt: %w", err)
+	}
+	go r.settle()
+	return nil
+}
+
+// settle waits until the child is idle, then reads the result from its own
+// events (seam-spec §4.1 step 8). Child failures are stop reasons, never
+// errors (R27).
+func (r *run) settle() {
+	defer close(r.done)
+	// Background never ends, so WaitIdle returns only once the child is idle.
+	_ = r.agent.WaitIdle(context.Background())
+	r.mu.Lock()
+	cancelled := r.cancelled
+	r.mu.Unlock()
+	structured, _ := r.agent.Structured() // nil without a committed capture
+	r.result = subagent.OneShotResult(r.agent.Events()[r.boundary:], cancelled, r.schema, structured)
+	if !subagent.IsSuccess(r.result.StopReason) {
+		r.log.WarnContext(r.base, "in-process child did not complete",
+			slog.String("stop_reason", r.result.StopReason), slog.String("diagnostic", r.result.Diagnostic))
+	}
+}
+
+// ChildID is the child session id.
+func (r *run) ChildID() string { return r.agent.ID() }
+
+// Local is true: the child is an in-process agent.
+func (r *run) Local() bool { return true }
+
+// Done is closed once the result has settled.
+func (r *run) Done() <-chan struct{} { return r.done }
+
+// Result returns the settled result. It never fails: child failures settle
+// as stop reasons (R27).
+func (r *run) Result() (subagent.Result, error) {
+	<-r.done
+	return r.result, nil
+}
+
+// Cancel aborts the child's turn with cause parent; the result settles
+// aborted unless the turn had already completed (R23, R25). Idempotent.
+func (r *run) Cancel() {
+	r.mu.Lock()
+	r.cancelled = true
+	r.mu.Unlock()
+	r.agent.Cancel(agent.CauseParent, false)
+}
+
+// Dispose cancels the child, closes its agent and waits until the result
+// has settled and the agent's goroutine has exited (R28, R29). Calls after
+// the first wait for the same disposal. It returns ctx's error when ctx
+// ends first; the disposal then completes in the background. The child's
+// session stays in the store (R31).
+func (r *run) Dispose(ctx context.Context) error {
+	r.disposeOnce.Do(func() { go r.dispose() })
+	select {
+	case <-r.disposed:
+		return r.disposeErr
+	case <-ctx.Done():
+		return fmt.Errorf("dispose child %s: %w", r.ChildID(), ctx.Err())
+	}
+}
+
+func (r *run) dispose() {
+	defer close(r.disposed)
+	r.Cancel()
+	if err := r.agent.Close(r.base); err != nil {
+		r.disposeErr = fmt.Errorf("dispose child %s: %w", r.ChildID(), err)
+	}
+	<-r.done
+}
+
+// Steer is confirmed steering into the child's running turn: it returns the
+// message id once a model step admitted the content. Returns an
+// ESteerRejected *subagent.Error when the child is not running a turn, was
+// cancelled or disposed, already recorded structured output, or its turn
+// ended first; ctx's error when ctx ended before admission.
+func (r *run) Steer(ctx context.Context, content []model.Block) (string, error) {
+	id, err := r.agent.Steer(ctx, content, agent.Source{Kind: "user"})
+	if errors.Is(err, agent.ErrSteerRejected) {
+		return "", &subagent.Error{Code: subagent.ESteerRejected,
+			Message: "the child did not admit the message: it is not running a turn, was cancelled, " +
+				"already recorded structured output, or its turn ended first", Err: err}
+	}
+	if err != nil {
+		return "", fmt.Errorf("steer child %s: %w", r.ChildID(), err)
+	}
+	return id, nil
+}
