@@ -37,6 +37,9 @@ const (
 	// dbPrefix names the per-test databases: dbPrefix<pid>_<random>, so
 	// databases left by a killed test process can be found and dropped.
 	dbPrefix = "subagentd_t_"
+	// templatePrefix names migrated templates: templatePrefix<hash of the
+	// migrations>.
+	templatePrefix = "subagentd_tmpl_"
 	// setupTimeout bounds finding a server and migrating the template.
 	setupTimeout = 2 * time.Minute
 )
@@ -61,8 +64,12 @@ func URL(t testing.TB) string {
 	name := fmt.Sprintf("%s%d_%s", dbPrefix, os.Getpid(), strings.ToLower(rand.Text()[:10]))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := server.admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+server.template); err != nil {
-		t.Fatalf("pgtest: create test database: %v", err)
+	// Test data need not survive a crash: skip waiting for the WAL flush.
+	for _, sql := range []string{"CREATE DATABASE " + name + " TEMPLATE " + server.template,
+		"ALTER DATABASE " + name + " SET synchronous_commit = off"} {
+		if _, err := server.admin.Exec(ctx, sql); err != nil {
+			t.Fatalf("pgtest: create test database: %v", err)
+		}
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -159,7 +166,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	name := "subagentd_tmpl_" + sum[:12]
+	name := templatePrefix + sum[:12]
 	conn, err := server.admin.Acquire(ctx)
 	if err != nil {
 		return "", fmt.Errorf("pgtest: %w", err)
@@ -192,7 +199,23 @@ func ensureTemplate(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("pgtest: build template: %w", err)
 		}
 	}
+	dropOldTemplates(ctx, conn, name)
 	return name, nil
+}
+
+// dropOldTemplates drops templates of earlier migrations, so editing them
+// does not pile up databases. A test process still on old migrations would
+// fail to clone; that only happens while migrations are being edited.
+func dropOldTemplates(ctx context.Context, conn *pgxpool.Conn, keep string) {
+	rows, _ := conn.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, $1) AND datname <> $2", templatePrefix, keep)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		_, _ = conn.Exec(ctx, "ALTER DATABASE "+name+" WITH IS_TEMPLATE false")
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	}
 }
 
 // migrationsHash identifies the schema the template holds.
