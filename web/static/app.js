@@ -50,7 +50,7 @@ const CONN_RANK = { connected: 0, connecting: 1, reconnecting: 2, offline: 3 };
 let connDetail = '';
 
 function setStreamState(which, state, detail) {
-  streamStates[which] = state;
+  streamStates[which] = state === 'failed' ? '' : state;
   if (detail || state !== 'offline') connDetail = detail;
   const worst = Object.values(streamStates).filter(Boolean)
     .reduce((a, b) => (CONN_RANK[b] > CONN_RANK[a] ? b : a), 'connected');
@@ -416,6 +416,10 @@ function openTranscript(id) {
     onEvent: (ev) => transcript.apply(ev),
     onState: (state, detail) => setStreamState('session', state, detail),
     fill: (after, until) => fetchEvents(base, after, until),
+    probe: () => api('GET', `${base}/events?limit=1`),
+    onFail: (err) => {
+      $('conversation').append(h('p', { class: 'field-error', 'data-testid': 'transcript-error' }, `The log cannot be read: ${describeError(err)}`));
+    },
   }).start();
 }
 

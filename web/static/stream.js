@@ -24,6 +24,9 @@ export class EventStream {
    * @param {boolean} [o.contiguous] ids are 0,1,2,… (session seqs): a gap is repaired with fill
    * @param {(after: number|null, until: number) => Promise<{id: number, type: string, data: any}[]>} [o.fill]
    *   fetches the events after `after` (null: from the start) up to, excluding, `until`
+   * @param {() => Promise<any>} [o.probe] when the server refuses the stream, a plain request to the
+   *   same resource: if it fails with a client error (4xx but 429) the stream stops for good
+   * @param {(err: Error) => void} [o.onFail] the stream stopped for good; err says why
    */
   constructor(url, o) {
     this.url = url;
@@ -74,7 +77,7 @@ export class EventStream {
     };
     es.onerror = () => {
       if (es !== this.es) return;
-      if (es.readyState === EventSource.CLOSED) this.retryLater();
+      if (es.readyState === EventSource.CLOSED) this.refused();
       else this.setState(navigator.onLine === false ? 'offline' : 'reconnecting');
     };
     const listener = (type) => (ev) => {
@@ -91,6 +94,26 @@ export class EventStream {
     if (this.es) this.es.close();
     this.es = null;
     this.open();
+  }
+
+  // refused handles a stream the server would not open: a missing resource
+  // ends it, anything else (5xx, network, wrong content type) is retried.
+  async refused() {
+    if (this.es) this.es.close();
+    this.es = null;
+    if (this.o.probe) {
+      try {
+        await this.o.probe();
+      } catch (err) {
+        if (err && err.status >= 400 && err.status < 500 && err.status !== 429) {
+          this.close();
+          this.setState('failed');
+          if (this.o.onFail) this.o.onFail(err);
+          return;
+        }
+      }
+    }
+    this.retryLater();
   }
 
   retryLater() {
