@@ -62,6 +62,7 @@ func TestMigrate_DirtyVersionFailsWithRepairHint(t *testing.T) {
 	if err == nil {
 		t.Fatal("Migrate on a dirty database succeeded")
 	}
+	t.Logf("Migrate on a dirty database: %v", err)
 	for _, want := range []string{"dirty at version 1", "migrations/000001_*.up.sql", "force 1", "force -1"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Migrate error %q does not mention %q", err, want)
