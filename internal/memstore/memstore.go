@@ -21,7 +21,7 @@ import (
 
 // Store is an in-memory store.Store, safe for concurrent use.
 type Store struct {
-	hub Hub
+	hub store.Hub
 
 	mu        sync.RWMutex
 	sessions  map[string]*session                // by id, every tenant
@@ -31,6 +31,8 @@ type Store struct {
 	runList   map[string][]*run                  // by tenant, in (StartedAt, ID) order
 	lifecycle []lifecycleEvent                   // lifecycle[i].ev.ID == i+1
 	inbox     map[string]bool                    // ids of queued messages, every tenant
+	inboxPos  map[string]uint64                  // acceptance position of each queued message
+	inboxSeq  uint64                             // last acceptance position handed out
 	queues    map[[2]string][]store.InboxMessage // by (tenant, child), in acceptance order
 }
 
@@ -61,6 +63,7 @@ func New() *Store {
 		runs:     make(map[string]*run),
 		runList:  make(map[string][]*run),
 		inbox:    make(map[string]bool),
+		inboxPos: make(map[string]uint64),
 		queues:   make(map[[2]string][]store.InboxMessage),
 	}
 }
@@ -195,7 +198,7 @@ func (s *Store) StartRun(ctx context.Context, r store.Run, start store.Lifecycle
 	r = store.Run{
 		ID: r.ID, Kind: r.Kind, Provider: r.Provider, ChildID: r.ChildID, ParentID: r.ParentID,
 		TaskID: r.TaskID, Local: r.Local, State: store.StateRunning, StartedAt: stamp(r.StartedAt),
-		Owner: r.Owner, LeaseUntil: norm(r.LeaseUntil),
+		Owner: r.Owner, LeaseUntil: norm(r.LeaseUntil), Tenant: tenant,
 	}
 	s.mu.Lock()
 	if _, ok := s.runs[r.ID]; ok {
@@ -401,6 +404,8 @@ func (s *Store) Enqueue(ctx context.Context, m store.InboxMessage) error {
 		return fmt.Errorf("memstore: enqueue %q: %w", m.ID, store.ErrConflict)
 	}
 	s.inbox[m.ID] = true
+	s.inboxSeq++
+	s.inboxPos[m.ID] = s.inboxSeq
 	s.queues[key] = append(s.queues[key], m)
 	return nil
 }
@@ -419,6 +424,29 @@ func (s *Store) Pending(ctx context.Context, childID string) ([]store.InboxMessa
 	return out, nil
 }
 
+// PendingChildren lists the children of every tenant with undelivered
+// messages, ordered by their oldest message's acceptance, at most 1000.
+func (s *Store) PendingChildren(ctx context.Context) ([]store.PendingChild, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	type entry struct {
+		pc    store.PendingChild
+		first uint64
+	}
+	var list []entry
+	for key, q := range s.queues {
+		if len(q) > 0 {
+			list = append(list, entry{store.PendingChild{Tenant: key[0], ChildID: key[1]}, s.inboxPos[q[0].ID]})
+		}
+	}
+	slices.SortFunc(list, func(a, b entry) int { return cmp.Compare(a.first, b.first) })
+	out := make([]store.PendingChild, 0, min(len(list), maxLimit))
+	for _, e := range list[:min(len(list), maxLimit)] {
+		out = append(out, e.pc)
+	}
+	return out, nil
+}
+
 // Ack removes the child's delivered messages ids; unknown ids are ignored.
 func (s *Store) Ack(ctx context.Context, childID string, ids ...string) error {
 	key := [2]string{store.Tenant(ctx), childID}
@@ -427,6 +455,7 @@ func (s *Store) Ack(ctx context.Context, childID string, ids ...string) error {
 	q := slices.DeleteFunc(slices.Clone(s.queues[key]), func(m store.InboxMessage) bool {
 		if slices.Contains(ids, m.ID) {
 			delete(s.inbox, m.ID)
+			delete(s.inboxPos, m.ID)
 			return true
 		}
 		return false

@@ -52,3 +52,16 @@ func (s *Store) Ack(ctx context.Context, childID string, ids ...string) (err err
 		store.Tenant(ctx), childID, ids)
 	return err
 }
+
+// PendingChildren lists the children of every tenant with undelivered
+// messages, ordered by their oldest message's acceptance, at most 1000.
+func (s *Store) PendingChildren(ctx context.Context) (_ []store.PendingChild, err error) {
+	defer wrap(&err, "list children with pending messages")
+	rows, _ := s.pool.Query(ctx, `SELECT tenant, child_id FROM inbox
+		GROUP BY tenant, child_id ORDER BY min(pos) LIMIT $1`, maxLimit)
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.PendingChild, error) {
+		var pc store.PendingChild
+		err := row.Scan(&pc.Tenant, &pc.ChildID)
+		return pc, err
+	})
+}

@@ -25,7 +25,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgxlisten"
 
-	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -50,7 +49,7 @@ type Store struct {
 	log    *slog.Logger
 	latest uint // newest embedded migration; Ping wants the schema there
 
-	hub  memstore.Hub
+	hub  store.Hub
 	stop context.CancelFunc
 	done chan struct{} // closed when the listener has stopped
 }
@@ -156,7 +155,7 @@ func (s *Store) logListenerError(ctx context.Context, err error) {
 
 // wakeHandler turns notifications into wake-ups.
 type wakeHandler struct {
-	hub       *memstore.Hub
+	hub       *store.Hub
 	log       *slog.Logger
 	ready     chan struct{}
 	connected sync.Once

@@ -11,10 +11,11 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-const runCols = `id, kind, provider, child_id, parent_id, task_id, local, state, started_at, ended_at,
+const runCols = `tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, ended_at,
 	stop_reason, output, structured, diagnostic, owner, lease_until`
 
 type runRow struct {
+	Tenant     string     `db:"tenant"`
 	ID         string     `db:"id"`
 	Kind       string     `db:"kind"`
 	Provider   string     `db:"provider"`
@@ -35,7 +36,7 @@ type runRow struct {
 
 func (r runRow) run() store.Run {
 	return store.Run{
-		ID: r.ID, Kind: r.Kind, Provider: r.Provider, ChildID: r.ChildID, ParentID: r.ParentID,
+		Tenant: r.Tenant, ID: r.ID, Kind: r.Kind, Provider: r.Provider, ChildID: r.ChildID, ParentID: r.ParentID,
 		TaskID: r.TaskID, Local: r.Local, State: r.State, StartedAt: r.StartedAt.UTC(),
 		EndedAt: fromDB(r.EndedAt), StopReason: r.StopReason, Output: r.Output, Structured: r.Structured,
 		Diagnostic: r.Diagnostic, Owner: r.Owner, LeaseUntil: fromDB(r.LeaseUntil),

@@ -109,7 +109,11 @@ const (
 // activation, with TaskID). Owner and LeaseUntil record which replica drives
 // it (DESIGN §5).
 type Run struct {
-	ID         string
+	ID string
+	// Tenant is filled in by the store when reading; it is ignored on write
+	// (the context's tenant is used). Readers across tenants (ExpiredRuns)
+	// need it to scope the follow-up writes.
+	Tenant     string
 	Kind       string
 	Provider   string
 	ChildID    string
@@ -177,15 +181,23 @@ type InboxMessage struct {
 	CreatedAt time.Time
 }
 
+// PendingChild names a child with undelivered inbox messages.
+type PendingChild struct {
+	Tenant  string
+	ChildID string
+}
+
 // Store is the persistence contract. Implementations are safe for concurrent
 // use. Limits <= 0 mean a store-chosen default of 100; no call returns more
 // than 1000 rows.
 type Store interface {
-	// CreateSession stores a new header. Returns ErrConflict if the id exists.
+	// CreateSession stores a new header. Returns ErrConflict if the id exists
+	// in any tenant: ids are global.
 	CreateSession(ctx context.Context, s Session) error
 	// GetSession returns one header. Returns ErrNotFound.
 	GetSession(ctx context.Context, id string) (Session, error)
-	// ListSessions returns headers ordered by (CreatedAt, ID).
+	// ListSessions returns headers ordered by (CreatedAt, ID). Returns
+	// ErrNotFound for an unknown AfterID.
 	ListSessions(ctx context.Context, f SessionFilter) ([]Session, error)
 
 	// AppendEvents appends evs to the session's log atomically, giving them
@@ -198,8 +210,8 @@ type Store interface {
 	Events(ctx context.Context, sessionID string, after int64, limit int) ([]Event, error)
 
 	// StartRun stores r (State running) and appends start to the lifecycle
-	// log in one transaction, returning start with its ID. Returns
-	// ErrConflict if the run id exists.
+	// log in one transaction, returning start with its ID. Settlement fields
+	// of r are ignored. Returns ErrConflict if the run id exists (any tenant).
 	StartRun(ctx context.Context, r Run, start LifecycleEvent) (LifecycleEvent, error)
 	// EndRun settles the run with res and appends end in one transaction.
 	// Returns ErrNotFound, or ErrConflict if the run already ended: this is
@@ -210,9 +222,11 @@ type Store interface {
 	DisposeRun(ctx context.Context, runID string) error
 	// GetRun returns one run. Returns ErrNotFound.
 	GetRun(ctx context.Context, runID string) (Run, error)
-	// ListRuns returns runs ordered by (StartedAt, ID).
+	// ListRuns returns runs ordered by (StartedAt, ID). Returns ErrNotFound
+	// for an unknown AfterID.
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
-	// RenewLeases extends LeaseUntil of every running run owned by owner.
+	// RenewLeases extends LeaseUntil of every running run owned by owner,
+	// in every tenant: one replica's heartbeat covers all its runs.
 	RenewLeases(ctx context.Context, owner string, until time.Time) error
 	// ExpiredRuns returns running runs, of any tenant, whose lease ended
 	// before now: their owner is gone.
@@ -231,6 +245,10 @@ type Store interface {
 	Pending(ctx context.Context, childID string) ([]InboxMessage, error)
 	// Ack removes delivered messages. Unknown ids are ignored.
 	Ack(ctx context.Context, childID string, ids ...string) error
+	// PendingChildren lists, across tenants, the children that have
+	// undelivered messages, ordered by their oldest message, at most 1000:
+	// what start-up recovery must resume.
+	PendingChildren(ctx context.Context) ([]PendingChild, error)
 
 	// Subscribe returns a channel that receives a value (coalesced, never
 	// blocking the writer) after a commit touches topic, and a func that

@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -50,6 +51,27 @@ var inboxTests = []test{
 		recent(t, "CreatedAt", got[0].CreatedAt, before)
 		if got[0].Content != nil || got[0].Source != nil {
 			t.Fatalf("nil JSON came back as %s, %s", got[0].Content, got[0].Source)
+		}
+	}},
+	{"PendingChildren_AcrossTenantsByOldestMessage", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		if got := must(s.PendingChildren(ctx))(t); len(got) != 0 {
+			t.Fatalf("PendingChildren of an empty store = %v", got)
+		}
+		ok(t, s.Enqueue(ctx, followup("m1", "c")))
+		ok(t, s.Enqueue(other(ctx), followup("m2", "x")))
+		ok(t, s.Enqueue(ctx, followup("m3", "d")))
+		ok(t, s.Enqueue(ctx, followup("m4", "c")))
+		want := []store.PendingChild{
+			{Tenant: store.DefaultTenant, ChildID: "c"}, {Tenant: otherTenant, ChildID: "x"}, {Tenant: store.DefaultTenant, ChildID: "d"},
+		}
+		if got := must(s.PendingChildren(ctx))(t); !reflect.DeepEqual(got, want) {
+			t.Fatalf("PendingChildren = %v, want %v", got, want)
+		}
+		ok(t, s.Ack(ctx, "c", "m1", "m4"))
+		want = want[1:]
+		if got := must(s.PendingChildren(ctx))(t); !reflect.DeepEqual(got, want) {
+			t.Fatalf("PendingChildren after acking c = %v, want %v", got, want)
 		}
 	}},
 	{"Pending_UnknownChildIsEmpty", func(t *testing.T, s store.Store) {

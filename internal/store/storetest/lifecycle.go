@@ -70,7 +70,7 @@ var leaseTests = []test{
 			sameIDs(t, fmt.Sprintf("ExpiredRuns(%v)", tc.now), runIDs(got), tc.want)
 		}
 		got := must(s.ExpiredRuns(ctx, sec(11)))(t)
-		same(t, "ExpiredRuns(...)[1]", got[1], func() store.Run { r := acme; r.State = store.StateRunning; return r }(), canonRun)
+		same(t, "ExpiredRuns(...)[1]", got[1], func() store.Run { r := acme; r.State, r.Tenant = store.StateRunning, otherTenant; return r }(), canonRun)
 	}},
 }
 

@@ -82,6 +82,7 @@ var runTests = []test{
 		want := store.Run{
 			ID: "r1", Kind: store.KindActivation, Provider: "spawn", ChildID: "c1", ParentID: "p1",
 			TaskID: "task-1", Local: true, State: store.StateRunning, StartedAt: t0, Owner: "replica-1", LeaseUntil: sec(30),
+			Tenant: store.DefaultTenant, // filled in on read
 		}
 		same(t, "GetRun", must(s.GetRun(ctx, "r1"))(t), want, canonRun)
 	}},
@@ -124,6 +125,7 @@ var runTests = []test{
 		same(t, "EndRun result", end, wantEnd, canonLifecycle)
 
 		want := r
+		want.Tenant = store.DefaultTenant
 		want.State, want.EndedAt, want.StopReason = store.StateSettled, sec(10), "completed"
 		want.Output, want.Structured, want.Diagnostic = completed.Output, completed.Structured, "ok"
 		same(t, "GetRun after EndRun", must(s.GetRun(ctx, "r1"))(t), want, canonRun)

@@ -1,10 +1,10 @@
-package memstore
+package store
 
 import "sync"
 
 // Hub fans wake-ups out to in-process subscribers by topic. Each subscriber
 // owns a channel with a buffer of one: a wake-up is coalesced with a pending
-// one and never blocks the waker. internal/pg uses it too, fed by NOTIFY.
+// one and never blocks the waker. internal/memstore wakes it on commit, internal/pg from NOTIFY.
 // The zero value is ready to use.
 type Hub struct {
 	mu   sync.Mutex
