@@ -1,0 +1,87 @@
+package subagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// OwnerLostDiagnostic is the diagnostic of a run closed because the replica
+// that owned it stopped renewing its lease (DESIGN §5).
+const OwnerLostDiagnostic = "owner lost: replica %q stopped renewing the run's lease"
+
+// RecoverOwned closes the runs that an earlier incarnation of this replica
+// (same Config.Owner) left running: they died with it. Call it at start-up,
+// before the first Start; each such run gets its subagent/end (stop reason
+// error) exactly once, also when several replicas recover at the same time.
+func (s *Service) RecoverOwned(ctx context.Context) error {
+	// A lease in the past marks every running run of this owner expired;
+	// the reaper then closes them like any other orphan.
+	if err := s.store.RenewLeases(ctx, s.owner, time.Unix(0, 0)); err != nil {
+		return fmt.Errorf("expire runs of a previous %q: %w", s.owner, err)
+	}
+	return s.reap(ctx, time.Now())
+}
+
+// KeepLeases renews the leases of this replica's runs and closes the runs
+// of replicas whose leases ran out, every third of the lease duration, until
+// ctx is done.
+func (s *Service) KeepLeases(ctx context.Context) {
+	tick := time.NewTicker(s.lease / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			if err := s.store.RenewLeases(ctx, s.owner, now.Add(s.lease)); err != nil && ctx.Err() == nil {
+				s.log.ErrorContext(ctx, "renew run leases", slog.Any("error", err))
+			}
+			if err := s.reap(ctx, now); err != nil && ctx.Err() == nil {
+				s.log.ErrorContext(ctx, "close runs of lost replicas", slog.Any("error", err))
+			}
+		}
+	}
+}
+
+// reap ends every run whose lease expired before now with stop reason
+// error and the owner-lost diagnostic. A run another replica ended first
+// (ErrConflict) is skipped: its end was the only one.
+func (s *Service) reap(ctx context.Context, now time.Time) error {
+	runs, err := s.store.ExpiredRuns(ctx, now)
+	if err != nil {
+		return fmt.Errorf("list expired runs: %w", err)
+	}
+	var errs []error
+	for _, r := range runs {
+		rctx := store.WithTenant(ctx, r.Tenant)
+		end := Event{
+			Type: EventEnd, RunID: r.ID, Provider: r.Provider, ID: r.ChildID, Local: r.Local,
+			ParentID: r.ParentID, TaskID: r.TaskID, StopReason: StopError,
+		}
+		row, err := lifecycleRow(end, now)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		row, err = s.store.EndRun(rctx, r.ID, store.RunResult{
+			StopReason: StopError, Output: []byte("[]"),
+			Diagnostic: fmt.Sprintf(OwnerLostDiagnostic, r.Owner), EndedAt: now,
+		}, row)
+		switch {
+		case errors.Is(err, store.ErrConflict):
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Errorf("close run %s of lost owner %q: %w", r.ID, r.Owner, err))
+			continue
+		}
+		end.Seq = row.ID
+		s.log.WarnContext(rctx, "closed run of a lost owner", slog.String("run_id", r.ID), slog.String("owner", r.Owner))
+		s.bus.dispatch(rctx, end)
+	}
+	return errors.Join(errs...)
+}
