@@ -1,0 +1,100 @@
+package http
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"sync"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/goccy/go-yaml"
+	httpSwagger "github.com/swaggo/http-swagger/v2"
+	"github.com/swaggo/swag"
+
+	"github.com/subagentd/subagentd/api"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// serveSpec serves the embedded OpenAPI document.
+func serveSpec(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(api.OpenAPI)
+}
+
+func redirectDocs(w http.ResponseWriter, r *http.Request) {
+	http.Redirect(w, r, "/docs/index.html", http.StatusFound)
+}
+
+// docName is the swag instance the Swagger UI at /docs reads.
+const docName = "subagentd"
+
+// specDoc serves the OpenAPI document as JSON to swag (the UI fetches it
+// from /docs/doc.json).
+type specDoc struct{ json string }
+
+func (d specDoc) ReadDoc() string { return d.json }
+
+var registerDoc = sync.OnceFunc(func() {
+	doc, err := yaml.YAMLToJSON(api.OpenAPI)
+	if err != nil {
+		// api's tests load the document; a broken one never ships.
+		panic(fmt.Sprintf("openapi.yaml is not valid YAML: %v", err))
+	}
+	swag.Register(docName, specDoc{json: string(doc)})
+})
+
+// docsHandler serves Swagger UI (swaggo/files v2.0.2 can show OpenAPI 3.1)
+// for the registered document.
+func docsHandler() http.HandlerFunc {
+	registerDoc()
+	return httpSwagger.Handler(httpSwagger.InstanceName(docName))
+}
+
+// Dashboard file names: one directory level, names with an extension.
+// Anchored, because chi matches route regexps unanchored.
+const (
+	dirPattern   = `^[a-z][a-z0-9_-]*$`
+	assetPattern = `^[A-Za-z0-9_-]+\.[A-Za-z0-9]+$`
+)
+
+// placeholder is served at "/" when no dashboard is configured.
+const placeholder = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>subagentd</title></head>
+<body><h1>subagentd</h1><p>No dashboard is built into this server. The API is described at <a href="/docs">/docs</a>.</p></body></html>
+`
+
+// dashboardIndex serves the dashboard's index.html, or the placeholder.
+func (s *Server) dashboardIndex(w http.ResponseWriter, r *http.Request) error {
+	if s.dashboard == nil {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte(placeholder))
+		return nil
+	}
+	return s.serveDashboard(w, r, "index.html")
+}
+
+// dashboardAsset serves one static file of the dashboard.
+func (s *Server) dashboardAsset(w http.ResponseWriter, r *http.Request) error {
+	name := chi.URLParam(r, "asset")
+	if dir := chi.URLParam(r, "dir"); dir != "" {
+		name = dir + "/" + name
+	}
+	return s.serveDashboard(w, r, name)
+}
+
+func (s *Server) serveDashboard(w http.ResponseWriter, r *http.Request, name string) error {
+	if s.dashboard == nil {
+		return subagent.Errorf(codeNotFound, "no dashboard file %q", name)
+	}
+	info, err := fs.Stat(s.dashboard, name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist), err == nil && info.IsDir():
+		return subagent.Errorf(codeNotFound, "no dashboard file %q", name)
+	case err != nil:
+		return fmt.Errorf("dashboard file %s: %w", name, err)
+	}
+	w.Header().Set("Cache-Control", "no-cache")
+	http.ServeFileFS(w, r, s.dashboard, name)
+	return nil
+}

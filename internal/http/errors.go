@@ -1,0 +1,142 @@
+package http
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// Codes of the HTTP layer itself, beside the seam's (subagent.E…).
+const (
+	codeNotFound         = "NOT_FOUND"
+	codeMethodNotAllowed = "METHOD_NOT_ALLOWED"
+	codeNotReady         = "NOT_READY"
+)
+
+// problemType is what a code means on the wire.
+type problemType struct {
+	status int
+	title  string
+}
+
+// problems is the one code → status table (DESIGN §3). A code missing here
+// is a bug and is answered as INTERNAL.
+var problems = map[string]problemType{
+	subagent.ENoProvider:            {http.StatusNotFound, "No such provider"},
+	subagent.EDuplicateProvider:     {http.StatusConflict, "Provider already registered"},
+	subagent.ESessionNotFound:       {http.StatusNotFound, "No such session"},
+	subagent.ERunNotFound:           {http.StatusNotFound, "No such run"},
+	subagent.ETaskNotFound:          {http.StatusNotFound, "No such task"},
+	codeNotFound:                    {http.StatusNotFound, "Not found"},
+	codeMethodNotAllowed:            {http.StatusMethodNotAllowed, "Method not allowed"},
+	subagent.EUnsupportedCapability: {http.StatusUnprocessableEntity, "Unsupported capability"},
+	subagent.EInvalidRequest:        {http.StatusBadRequest, "Invalid request"},
+	subagent.EUnsupportedSchema:     {http.StatusUnprocessableEntity, "Unsupported output schema"},
+	subagent.EInvalidMaxDepth:       {http.StatusUnprocessableEntity, "Invalid maxDepth"},
+	subagent.EDepthExceeded:         {http.StatusUnprocessableEntity, "Delegation depth exceeded"},
+	subagent.EDuplicateChild:        {http.StatusConflict, "Child already exists"},
+	subagent.ENotResumable:          {http.StatusConflict, "Child not resumable"},
+	subagent.ESteerRejected:         {http.StatusConflict, "Steer rejected"},
+	subagent.EUnauthorized:          {http.StatusForbidden, "Unauthorized"},
+	subagent.EUnauthenticated:       {http.StatusUnauthorized, "Unauthenticated"},
+	subagent.ERateLimited:           {http.StatusTooManyRequests, "Rate limited"},
+	subagent.EPayloadTooLarge:       {http.StatusRequestEntityTooLarge, "Payload too large"},
+	subagent.EDraining:              {http.StatusServiceUnavailable, "Draining"},
+	codeNotReady:                    {http.StatusServiceUnavailable, "Not ready"},
+	// ABORTED: a start was cancelled before its child was published
+	// (gRPC's Aborted → 409, as in ardanlabs' table).
+	subagent.EAborted:  {http.StatusConflict, "Aborted"},
+	subagent.EInternal: {http.StatusInternalServerError, "Internal error"},
+}
+
+// problem is an RFC 9457 problem detail with a stable code.
+type problem struct {
+	Type   string       `json:"type"`
+	Title  string       `json:"title"`
+	Status int          `json:"status"`
+	Detail string       `json:"detail"`
+	Code   string       `json:"code"`
+	Errors []fieldError `json:"errors,omitempty"`
+}
+
+// fieldError is one invalid field of a request.
+type fieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// writeError is the one writer of error responses. A *subagent.Error shows
+// its code, message and fields; anything else is INTERNAL with the detail
+// "internal error", and the real error is only logged. 4xx are logged at
+// Warn, 5xx at Error; an error caused by the client going away is logged at
+// Debug and not answered.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	req := slog.Group("request", slog.String("method", r.Method), slog.String("uri", r.URL.RequestURI()))
+	if r.Context().Err() != nil && errors.Is(err, context.Canceled) {
+		s.log.DebugContext(r.Context(), "request ended by the client", req, slog.Any("error", err))
+		return
+	}
+	code := subagent.ErrorCode(err)
+	pt, ok := problems[code]
+	if !ok {
+		s.log.ErrorContext(r.Context(), "error code has no status", slog.String("code", code))
+		code, pt = subagent.EInternal, problems[subagent.EInternal]
+	}
+	p := problem{
+		Type:   "urn:subagentd:problem:" + strings.ToLower(strings.ReplaceAll(code, "_", "-")),
+		Title:  pt.title,
+		Status: pt.status,
+		Detail: subagent.ErrorMessage(err),
+		Code:   code,
+	}
+	var se *subagent.Error
+	if code != subagent.EInternal && errors.As(err, &se) {
+		p.Errors = sortedFields(se.Fields)
+	}
+	if code == subagent.EInternal {
+		p.Detail = "internal error"
+	}
+	s.metrics.errors.WithLabelValues(code).Inc()
+	resp := slog.Group("response", slog.Int("status_code", pt.status), slog.String("code", code))
+	if pt.status >= 500 {
+		s.log.ErrorContext(r.Context(), "request failed", req, resp, slog.Any("error", err))
+	} else {
+		s.log.WarnContext(r.Context(), "request rejected", req, resp, slog.String("detail", p.Detail))
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(pt.status)
+	if err := json.NewEncoder(w).Encode(p); err != nil {
+		s.log.DebugContext(r.Context(), "write problem", req, slog.Any("error", err))
+	}
+}
+
+// sortedFields lists fields ordered by field name, so answers are stable.
+func sortedFields(fields map[string]string) []fieldError {
+	if len(fields) == 0 {
+		return nil
+	}
+	out := make([]fieldError, 0, len(fields))
+	for f, m := range fields {
+		out = append(out, fieldError{Field: f, Message: m})
+	}
+	slices.SortFunc(out, func(a, b fieldError) int { return strings.Compare(a.Field, b.Field) })
+	return out
+}
+
+// invalid returns an INVALID_REQUEST error listing fields; the detail names
+// them, so a client that ignores `errors` still learns what was wrong.
+func invalid(fields map[string]string) error {
+	list := sortedFields(fields)
+	parts := make([]string, len(list))
+	for i, f := range list {
+		parts[i] = f.Field + ": " + f.Message
+	}
+	return &subagent.Error{Code: subagent.EInvalidRequest, Message: "invalid request: " + strings.Join(parts, "; "), Fields: fields}
+}

@@ -1,0 +1,287 @@
+package http
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// createRun starts a one-shot run and answers 201 once the child is ready.
+//
+// The run is started under the server's context with the request's tenant,
+// not under the request: it keeps running when the client goes away. With
+// ?wait=true or Prefer: wait=N the answer waits (at most MaxWait) for the
+// run to settle and carries the run as it stands then — still 201, since the
+// run was created either way. onDisconnect "cancel" cancels the run when the
+// client disconnects while waiting (or before Start returned).
+func (s *Server) createRun(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	waitAll := p.bool("wait")
+	if err := p.err(); err != nil {
+		return err
+	}
+	var req createRunRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	wait, applied := s.preferWait(r.Header.Get("Prefer"))
+	if waitAll {
+		wait, applied = s.maxWait, ""
+	}
+	parent, err := s.session(r.Context(), req.ParentSessionID)
+	if err != nil {
+		return err
+	}
+	ctx := store.WithTenant(s.runCtx, store.Tenant(r.Context()))
+	h, err := s.svc.Start(ctx, req.Provider, req.seam(parent))
+	if err != nil {
+		return err
+	}
+	cancelOnDisconnect := req.OnDisconnect == onDisconnectCancel
+	if cancelOnDisconnect && r.Context().Err() != nil {
+		h.Cancel()
+		return r.Context().Err()
+	}
+	run, err := s.awaitRun(r.Context(), h.ID(), wait)
+	if err != nil {
+		if cancelOnDisconnect && r.Context().Err() != nil {
+			h.Cancel()
+		}
+		return err
+	}
+	w.Header().Set("Location", "/v1/runs/"+h.ID())
+	if applied != "" {
+		w.Header().Set("Preference-Applied", applied)
+	}
+	s.writeJSON(w, r, http.StatusCreated, runOut(run))
+	return nil
+}
+
+// preferWait reads "wait=N" (seconds) from a Prefer header (RFC 7240) and
+// returns the wait, bounded by MaxWait, and the Preference-Applied value.
+// Preferences it does not understand are ignored, as the RFC asks.
+func (s *Server) preferWait(header string) (time.Duration, string) {
+	for _, pref := range strings.FieldsFunc(header, func(r rune) bool { return r == ',' || r == ';' }) {
+		name, value, ok := strings.Cut(strings.TrimSpace(pref), "=")
+		if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
+			continue
+		}
+		n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(value), `"`))
+		if err != nil || n < 0 {
+			continue
+		}
+		d := min(time.Duration(n)*time.Second, s.maxWait)
+		return d, "wait=" + strconv.Itoa(int(d/time.Second))
+	}
+	return 0, ""
+}
+
+// listRuns pages through runs, oldest first.
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	f := store.RunFilter{
+		ParentID: p.str("parentSessionId", maxIDLength),
+		ChildID:  p.str("childSessionId", maxIDLength),
+		State:    p.str("state", 16),
+	}
+	after := p.str("after", maxIDLength)
+	limit := p.limit()
+	switch f.State {
+	case "", store.StateRunning, store.StateSettled, store.StateDisposed:
+	default:
+		p.fail("state", "must be one of: running, settled, disposed")
+	}
+	if err := p.err(); err != nil {
+		return err
+	}
+	rows, next, err := page(r.Context(), limit, func(ctx context.Context, after string, n int) ([]store.Run, error) {
+		f.AfterID, f.Limit = after, n
+		return s.store.ListRuns(ctx, f)
+	}, after, func(x store.Run) string { return x.ID })
+	if err != nil {
+		return fmt.Errorf("list runs: %w", err)
+	}
+	out := runListJSON{Runs: make([]runJSON, 0, len(rows)), NextCursor: next}
+	for _, row := range rows {
+		out.Runs = append(out.Runs, runOut(row))
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
+	return nil
+}
+
+// getRun answers one run; ?wait=N long-polls up to N seconds for a running
+// run to settle.
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	id := p.id("runId")
+	wait := time.Duration(p.int("wait", 0, 0, int64(s.maxWait/time.Second))) * time.Second
+	if err := p.err(); err != nil {
+		return err
+	}
+	run, err := s.awaitRun(r.Context(), id, wait)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, r, http.StatusOK, runOut(run))
+	return nil
+}
+
+// steerRun steers content into a live run and answers once a model step
+// admitted it. A run that is not live here is STEER_REJECTED.
+func (s *Server) steerRun(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	id := p.id("runId")
+	if err := p.err(); err != nil {
+		return err
+	}
+	var req steerRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	h, ok := s.svc.Run(id)
+	if !ok {
+		run, err := s.run(r.Context(), id)
+		if err != nil {
+			return err
+		}
+		return subagent.Errorf(subagent.ESteerRejected, "run %s is %s, not running here", id, run.State)
+	}
+	msgID, err := h.Steer(r.Context(), req.Content)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, r, http.StatusOK, steerResponse{MessageID: msgID})
+	return nil
+}
+
+// cancelRun cancels a live run and answers 202 with the run as it stands.
+// Cancelling a settled or disposed run changes nothing.
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	id := p.id("runId")
+	if err := p.err(); err != nil {
+		return err
+	}
+	if h, ok := s.svc.Run(id); ok {
+		h.Cancel()
+	} else if err := s.notLive(r.Context(), id); err != nil {
+		return err
+	}
+	run, err := s.run(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, r, http.StatusAccepted, runOut(run))
+	return nil
+}
+
+// disposeRun disposes a run: a live one is cancelled and waited for until
+// it settled and released its resources; a settled one is marked disposed.
+// Idempotent.
+func (s *Server) disposeRun(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	id := p.id("runId")
+	if err := p.err(); err != nil {
+		return err
+	}
+	if h, ok := s.svc.Run(id); ok {
+		if err := h.Dispose(r.Context()); err != nil {
+			return fmt.Errorf("dispose run %s: %w", id, err)
+		}
+	} else {
+		if err := s.notLive(r.Context(), id); err != nil {
+			return err
+		}
+		if err := s.store.DisposeRun(r.Context(), id); err != nil {
+			return runError(id, err)
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// notLive checks a run that has no live handle here: it must exist and
+// have settled. A running run without a handle belongs to another replica
+// or to an earlier process whose lease has not expired yet; until cancel
+// and dispose are routed to owners (DESIGN §5) it is RUN_NOT_FOUND here.
+func (s *Server) notLive(ctx context.Context, id string) error {
+	run, err := s.run(ctx, id)
+	if err != nil {
+		return err
+	}
+	if run.State == store.StateRunning {
+		return subagent.Errorf(subagent.ERunNotFound, "run %s is running but not on this server", id)
+	}
+	return nil
+}
+
+// run reads one run. Returns RUN_NOT_FOUND.
+func (s *Server) run(ctx context.Context, id string) (store.Run, error) {
+	run, err := s.store.GetRun(ctx, id)
+	if err != nil {
+		return store.Run{}, runError(id, err)
+	}
+	return run, nil
+}
+
+// runError maps store.ErrNotFound to RUN_NOT_FOUND.
+func runError(id string, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return &subagent.Error{Code: subagent.ERunNotFound, Message: fmt.Sprintf("no run %q", id), Err: err}
+	}
+	return fmt.Errorf("read run %s: %w", id, err)
+}
+
+// awaitRun returns run id once it is no longer running, or as it stands
+// when wait ran out (no wait when wait <= 0) or the server began shutting
+// down. It returns ctx's error when ctx ends first.
+func (s *Server) awaitRun(ctx context.Context, id string, wait time.Duration) (store.Run, error) {
+	if wait <= 0 {
+		return s.run(ctx, id)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	return s.untilSettled(ctx, id, timer.C)
+}
+
+// untilSettled returns run id once it is no longer running, or as it
+// stands when timeout fires (nil: never) or the server began shutting down.
+// It returns ctx's error when ctx ends first. A live handle is waited on
+// directly; any other run (another replica's) through the lifecycle log's
+// wake-ups.
+func (s *Server) untilSettled(ctx context.Context, id string, timeout <-chan time.Time) (store.Run, error) {
+	if h, ok := s.svc.Run(id); ok {
+		select {
+		case <-h.Done():
+		case <-timeout:
+		case <-s.done:
+		case <-ctx.Done():
+			return store.Run{}, ctx.Err()
+		}
+		return s.run(ctx, id)
+	}
+	wake, stop := s.store.Subscribe(store.LifecycleTopic)
+	defer stop()
+	for {
+		run, err := s.run(ctx, id)
+		if err != nil || run.State != store.StateRunning {
+			return run, err
+		}
+		select {
+		case <-wake:
+		case <-timeout:
+			return run, nil
+		case <-s.done:
+			return run, nil
+		case <-ctx.Done():
+			return store.Run{}, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,274 @@
+// Package http is the HTTP transport of subagentd: the v1 REST API of
+// DESIGN §3, its Server-Sent Event streams, problem+json errors, Prometheus
+// metrics, the OpenAPI document with Swagger UI, and the dashboard.
+// Handlers decode and validate wire structs, call the subagent seam or the
+// store, and encode the answer; they hold no domain logic.
+package http
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-playground/validator/v10"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// Service is the part of the subagent seam the API drives;
+// *subagent.Service implements it.
+type Service interface {
+	// Provider returns the provider registered as name; ok is false when
+	// there is none.
+	Provider(name string) (p subagent.Provider, ok bool)
+	// Providers returns the registered providers in registration order.
+	Providers() []subagent.Provider
+	// Start validates req, has the provider publish the child, records the
+	// run and its subagent/start, and returns its handle. Returns the seam's
+	// *subagent.Error codes (NO_PROVIDER, UNSUPPORTED_CAPABILITY,
+	// INVALID_MAX_DEPTH, UNSUPPORTED_SCHEMA, DEPTH_EXCEEDED, DRAINING, …).
+	Start(ctx context.Context, provider string, req subagent.Request) (*subagent.RunHandle, error)
+	// Run returns the live handle of a run this process started and has
+	// not disposed.
+	Run(runID string) (*subagent.RunHandle, bool)
+}
+
+var _ Service = (*subagent.Service)(nil)
+
+// Defaults of Config.
+const (
+	DefaultHeartbeat    = 15 * time.Second
+	DefaultWriteTimeout = 10 * time.Second
+	DefaultMaxWait      = 300 * time.Second
+	DefaultBodyLimit    = 1 << 20
+	DefaultRingSize     = 1024
+)
+
+// Config configures a Server. Service, Store and Logger are required; zero
+// limits take the defaults above.
+type Config struct {
+	Service Service
+	// Store is where sessions, logs, runs and the lifecycle log are read.
+	Store  store.Store
+	Logger *slog.Logger
+	// Registry receives the HTTP and SSE metrics and is served at /metrics;
+	// nil means a new private registry (see NewRegistry).
+	Registry *prometheus.Registry
+	// Version is reported by /healthz.
+	Version string
+	// Dashboard holds the dashboard's static files (index.html at its root),
+	// served at "/"; nil serves a placeholder page.
+	Dashboard fs.FS
+	// Heartbeat is the interval of SSE comment heartbeats.
+	Heartbeat time.Duration
+	// WriteTimeout bounds each SSE write; a subscriber that cannot take a
+	// frame within it is disconnected.
+	WriteTimeout time.Duration
+	// MaxWait bounds ?wait and Prefer: wait=N.
+	MaxWait time.Duration
+	// BodyLimit bounds request bodies (413 PAYLOAD_TOO_LARGE beyond).
+	BodyLimit int64
+	// RingSize is how many recent events each SSE topic keeps in memory; a
+	// subscriber that falls further behind is disconnected.
+	RingSize int
+}
+
+// Server serves the API. Create it with NewServer, serve Handler, and call
+// Shutdown when the process stops.
+type Server struct {
+	svc       Service
+	store     store.Store
+	log       *slog.Logger
+	version   string
+	dashboard fs.FS
+	heartbeat time.Duration
+	writeTO   time.Duration
+	maxWait   time.Duration
+	bodyLimit int64
+
+	registry *prometheus.Registry
+	metrics  *metrics
+	validate *validator.Validate
+	broker   *broker
+	router   chi.Router
+
+	// runCtx is the parent of every run started over HTTP: runs outlive
+	// their request and end through Service.Shutdown, not through it.
+	runCtx context.Context
+	// done is closed by Shutdown: streams flush what is stored and end,
+	// waits return early, /readyz answers DRAINING.
+	done chan struct{}
+	// streamMu orders stream registration against Shutdown, so that no
+	// stream is added to streams once Shutdown waits for it.
+	streamMu sync.Mutex
+	closed   bool
+	streams  sync.WaitGroup
+}
+
+// NewServer returns a Server for cfg.
+func NewServer(cfg Config) *Server {
+	reg := cfg.Registry
+	if reg == nil {
+		reg = NewRegistry()
+	}
+	s := &Server{
+		svc:       cfg.Service,
+		store:     cfg.Store,
+		log:       cfg.Logger,
+		version:   cfg.Version,
+		dashboard: cfg.Dashboard,
+		heartbeat: orDefault(cfg.Heartbeat, DefaultHeartbeat),
+		writeTO:   orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
+		maxWait:   orDefault(cfg.MaxWait, DefaultMaxWait),
+		bodyLimit: orDefault(cfg.BodyLimit, DefaultBodyLimit),
+		registry:  reg,
+		metrics:   newMetrics(reg),
+		validate:  newValidator(),
+		runCtx:    context.Background(),
+		done:      make(chan struct{}),
+	}
+	s.broker = newBroker(cfg.Store, cfg.Logger, orDefault(cfg.RingSize, DefaultRingSize))
+	s.router = s.routes()
+	return s
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Handler returns the router.
+func (s *Server) Handler() http.Handler { return s.router }
+
+// Shutdown ends every SSE stream after it sent what is already stored, ends
+// pending waits, and waits until the streams and their store readers are
+// gone or ctx ends. Call it after Service.Shutdown so that the streams carry
+// the runs' final subagent/end events. Idempotent.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.streamMu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.done)
+	}
+	s.streamMu.Unlock()
+	finished := make(chan struct{})
+	go func() {
+		s.streams.Wait()
+		s.broker.close()
+		close(finished)
+	}()
+	select {
+	case <-finished:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("http server shutdown: %w", ctx.Err())
+	}
+}
+
+// handlerFunc is a handler that returns its error for writeError.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// h adapts f: a returned error is written as problem+json.
+func (s *Server) h(f handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := f(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	}
+}
+
+// routes is the route table; api/openapi.yaml describes exactly these
+// routes (TestRoutes_MatchSpec).
+func (s *Server) routes() chi.Router {
+	r := chi.NewRouter()
+	r.Use(s.metrics.middleware, s.recoverer)
+	r.NotFound(s.h(func(w http.ResponseWriter, r *http.Request) error {
+		return subagent.Errorf(codeNotFound, "no route for %s %s", r.Method, r.URL.Path)
+	}))
+	r.MethodNotAllowed(s.h(func(w http.ResponseWriter, r *http.Request) error {
+		return subagent.Errorf(codeMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path)
+	}))
+
+	r.Route("/v1", func(r chi.Router) {
+		r.Get("/providers", s.h(s.listProviders))
+		r.Get("/providers/{name}", s.h(s.getProvider))
+
+		r.Post("/sessions", s.h(s.createSession))
+		r.Get("/sessions", s.h(s.listSessions))
+		r.Get("/sessions/{id}", s.h(s.getSession))
+		r.Get("/sessions/{id}/events", s.h(s.listSessionEvents))
+		r.Get("/sessions/{id}/children", s.h(s.listSessionChildren))
+		r.Get("/sessions/{id}/stream", s.h(s.streamSession))
+
+		r.Post("/runs", s.h(s.createRun))
+		r.Get("/runs", s.h(s.listRuns))
+		r.Get("/runs/{runId}", s.h(s.getRun))
+		r.Delete("/runs/{runId}", s.h(s.disposeRun))
+		r.Post("/runs/{runId}/steer", s.h(s.steerRun))
+		r.Post("/runs/{runId}/cancel", s.h(s.cancelRun))
+		r.Get("/runs/{runId}/stream", s.h(s.streamRun))
+
+		r.Get("/events", s.h(s.streamEvents))
+	})
+
+	r.Get("/healthz", s.h(s.health))
+	r.Get("/readyz", s.h(s.ready))
+	r.Get("/metrics", s.metricsHandler().ServeHTTP)
+	r.Get("/openapi.yaml", serveSpec)
+	r.Get("/docs", redirectDocs)
+	r.Get("/docs/{file}", docsHandler())
+	r.Get("/", s.h(s.dashboardIndex))
+	r.Get("/{asset:"+assetPattern+"}", s.h(s.dashboardAsset))
+	r.Get("/{dir:"+dirPattern+"}/{asset:"+assetPattern+"}", s.h(s.dashboardAsset))
+	return r
+}
+
+// recoverer answers a panicking handler with INTERNAL and logs the stack,
+// unless the panic is http.ErrAbortHandler (an intended abort).
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.writeError(w, r, fmt.Errorf("panic: %v\n%s", v, debug.Stack()))
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
+	s.writeJSON(w, r, http.StatusOK, healthJSON{Status: "ok", Version: s.version})
+	return nil
+}
+
+// ready answers 200 while the store answers Ping, NOT_READY when it does
+// not, and DRAINING once Shutdown began.
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) error {
+	select {
+	case <-s.done:
+		return subagent.Errorf(subagent.EDraining, "the server is shutting down")
+	default:
+	}
+	if err := s.store.Ping(r.Context()); err != nil {
+		s.log.WarnContext(r.Context(), "store not ready", slog.Any("error", err))
+		return &subagent.Error{Code: codeNotReady, Message: "the store is not reachable or its schema is not current", Err: err}
+	}
+	s.writeJSON(w, r, http.StatusOK, healthJSON{Status: "ok", Version: s.version})
+	return nil
+}

@@ -1,0 +1,306 @@
+package http
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// sseWriter writes Server-Sent Event frames, flushing each and bounding
+// each write with a deadline so that a stalled client is cut off.
+type sseWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+// startSSE sends the stream's headers and flushes them, so the client knows
+// the subscription is in place.
+func (s *Server) startSSE(w http.ResponseWriter) (*sseWriter, error) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.writeTO}
+	return sw, sw.write(nil)
+}
+
+func (sw *sseWriter) write(p []byte) error {
+	if err := sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	if len(p) > 0 {
+		if _, err := sw.w.Write(p); err != nil {
+			return err
+		}
+	}
+	return sw.rc.Flush()
+}
+
+// event writes one frame. data must be one line of JSON.
+func (sw *sseWriter) event(id, typ string, data []byte) error {
+	var b strings.Builder
+	b.Grow(len(data) + len(typ) + 32)
+	b.WriteString("id: ")
+	b.WriteString(id)
+	b.WriteString("\nevent: ")
+	b.WriteString(oneLine(typ))
+	b.WriteString("\ndata: ")
+	b.Write(data)
+	b.WriteString("\n\n")
+	return sw.write([]byte(b.String()))
+}
+
+func (sw *sseWriter) items(items []item) error {
+	for _, it := range items {
+		if err := sw.event(strconv.FormatInt(it.id, 10), it.typ, it.data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// end clears the write deadline: the connection may serve further requests.
+func (sw *sseWriter) end() {
+	_ = sw.rc.SetWriteDeadline(time.Time{})
+}
+
+// oneLine drops line breaks, which would end an SSE field early.
+func oneLine(s string) string {
+	return strings.NewReplacer("\r", "", "\n", "").Replace(s)
+}
+
+// compactJSON returns raw as one line of JSON ("null" when empty).
+func compactJSON(raw json.RawMessage) ([]byte, error) {
+	if len(raw) == 0 {
+		return []byte("null"), nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// stream runs one SSE response: it registers the stream (DRAINING once
+// Shutdown began), sends the headers, runs body, and logs how the stream
+// ended. Errors after the headers cannot be answered; they end the stream.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, kind string, body func(sw *sseWriter) error) error {
+	s.streamMu.Lock()
+	if s.closed {
+		s.streamMu.Unlock()
+		return subagent.Errorf(subagent.EDraining, "the server is shutting down")
+	}
+	s.streams.Add(1)
+	s.streamMu.Unlock()
+	defer s.streams.Done()
+
+	gauge := s.metrics.sseClients.WithLabelValues(kind)
+	gauge.Inc()
+	defer gauge.Dec()
+
+	sw, err := s.startSSE(w)
+	if err == nil {
+		err = body(sw)
+	}
+	sw.end()
+	req := slog.Group("request", slog.String("method", r.Method), slog.String("uri", r.URL.RequestURI()))
+	switch {
+	case err == nil, r.Context().Err() != nil:
+		s.log.DebugContext(r.Context(), "stream ended", req)
+	case errors.Is(err, errBehind):
+		s.log.InfoContext(r.Context(), "stream subscriber fell behind; disconnected", req)
+	default:
+		s.log.WarnContext(r.Context(), "stream failed", req, slog.Any("error", err))
+	}
+	return nil
+}
+
+// pump writes sub's items until the client leaves, a write fails, or stop
+// is closed or the server shuts down — in the last two cases after sending
+// everything the store holds after the cursor. sub may be nil (nothing to
+// follow). Heartbeat comments keep idle connections open.
+func (s *Server) pump(ctx context.Context, sw *sseWriter, sub *subscription, stop <-chan struct{}) error {
+	hb := time.NewTicker(s.heartbeat)
+	defer hb.Stop()
+	for {
+		var wait <-chan struct{}
+		if sub != nil {
+			items, w, err := sub.poll(ctx)
+			if err != nil {
+				return err
+			}
+			if len(items) > 0 {
+				if err := sw.items(items); err != nil {
+					return err
+				}
+				continue
+			}
+			wait = w
+		}
+		select {
+		case <-wait:
+		case <-hb.C:
+			if err := sw.write([]byte(": heartbeat\n\n")); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-stop:
+			return s.flush(ctx, sw, sub)
+		case <-s.done:
+			return s.flush(ctx, sw, sub)
+		}
+	}
+}
+
+// flush sends what the store holds after sub's cursor.
+func (s *Server) flush(ctx context.Context, sw *sseWriter, sub *subscription) error {
+	if sub == nil {
+		return nil
+	}
+	for {
+		items, err := sub.fromStore(ctx)
+		if err != nil || len(items) == 0 {
+			return err
+		}
+		if err := sw.items(items); err != nil {
+			return err
+		}
+	}
+}
+
+// Bounds of the /v1/events types filter.
+const (
+	maxTypes      = 16
+	maxTypeLength = 64
+)
+
+// streamEvents streams the lifecycle log. Without Last-Event-ID or after
+// it starts at the log's current end (live only).
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	after, replay := p.resume(0, 0)
+	f := filter{parentID: p.str("parentSessionId", maxIDLength)}
+	if raw := p.str("types", maxTypes*(maxTypeLength+1)); raw != "" {
+		f.types = strings.Split(raw, ",")
+		if len(f.types) > maxTypes || slices.ContainsFunc(f.types, func(t string) bool { return t == "" || len(t) > maxTypeLength }) {
+			p.fail("types", "must list 1 to 16 comma-separated types of 1 to 64 characters")
+		}
+	}
+	if err := p.err(); err != nil {
+		return err
+	}
+	t := s.broker.acquire(store.Tenant(r.Context()), store.LifecycleTopic, lifecycleSource{s.store}, 0, true)
+	defer t.release()
+	sub := t.subscribe(after, f)
+	if !replay {
+		var err error
+		if sub, err = t.subscribeLive(r.Context(), f); err != nil {
+			return err
+		}
+	}
+	return s.stream(w, r, "events", func(sw *sseWriter) error {
+		return s.pump(r.Context(), sw, sub, nil)
+	})
+}
+
+// streamSession streams one session's log from Last-Event-ID (else after,
+// else the start).
+func (s *Server) streamSession(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	id := p.id("id")
+	after, _ := p.resume(-1, -1)
+	if err := p.err(); err != nil {
+		return err
+	}
+	if _, err := s.session(r.Context(), id); err != nil {
+		return err
+	}
+	t := s.broker.acquire(store.Tenant(r.Context()), store.SessionTopic(id), sessionSource{s.store, id}, after, false)
+	defer t.release()
+	sub := t.subscribe(after, filter{})
+	return s.stream(w, r, "session", func(sw *sseWriter) error {
+		return s.pump(r.Context(), sw, sub, nil)
+	})
+}
+
+// resultEventID is the id of a run stream's final frame. A reconnect that
+// presents it is answered 204, which makes an EventSource stop.
+const resultEventID = "result"
+
+// streamRun streams the child log of a run until it settles, then one
+// result frame with the settled run, then ends.
+func (s *Server) streamRun(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	id := p.id("runId")
+	if r.Header.Get("Last-Event-ID") == resultEventID {
+		if err := p.err(); err != nil {
+			return err
+		}
+		if _, err := s.run(r.Context(), id); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	after, _ := p.resume(-1, -1)
+	if err := p.err(); err != nil {
+		return err
+	}
+	run, err := s.run(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	var sub *subscription
+	switch _, err := s.store.GetSession(r.Context(), run.ChildID); {
+	case err == nil:
+		t := s.broker.acquire(store.Tenant(r.Context()), store.SessionTopic(run.ChildID), sessionSource{s.store, run.ChildID}, after, false)
+		defer t.release()
+		sub = t.subscribe(after, filter{})
+	case !errors.Is(err, store.ErrNotFound):
+		return sessionError(run.ChildID, err)
+	}
+
+	ctx, cancel := context.WithCancel(r.Context())
+	settled := make(chan struct{})
+	var final store.Run
+	var finalErr error
+	go func() {
+		defer close(settled)
+		final, finalErr = s.untilSettled(ctx, id, nil)
+	}()
+	defer func() {
+		cancel()
+		<-settled
+	}()
+	return s.stream(w, r, "run", func(sw *sseWriter) error {
+		if err := s.pump(ctx, sw, sub, settled); err != nil {
+			return err
+		}
+		select {
+		case <-settled:
+		default:
+			return nil // the server is shutting down before the run settled
+		}
+		if finalErr != nil || final.State == store.StateRunning {
+			return finalErr
+		}
+		data, err := json.Marshal(runOut(final))
+		if err != nil {
+			return err
+		}
+		return sw.event(resultEventID, "result", data)
+	})
+}
