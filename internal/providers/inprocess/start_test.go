@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/subagentd/subagentd/internal/agent"
-	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
@@ -118,41 +117,12 @@ func TestStart_R21_AbortedBeforeStartCreatesNothing(t *testing.T) {
 	}
 }
 
-// hookStore calls its hooks from inside store calls, so tests can cancel a
-// request at an exact point of the child's setup.
-type hookStore struct {
-	store.Store
-	onCreate func()
-	onAppend func([]store.NewEvent)
-}
-
-func (s *hookStore) CreateSession(ctx context.Context, sess store.Session) error {
-	err := s.Store.CreateSession(ctx, sess)
-	if s.onCreate != nil {
-		s.onCreate()
-	}
-	return err
-}
-
-func (s *hookStore) AppendEvents(ctx context.Context, id string, evs ...store.NewEvent) ([]store.Event, error) {
-	out, err := s.Store.AppendEvents(ctx, id, evs...)
-	if s.onAppend != nil {
-		s.onAppend(evs)
-	}
-	return out, err
-}
-
-func hookHarness(t *testing.T, steps ...scripted.Step) (*inprocesstest.Harness, *hookStore) {
+func hookHarness(t *testing.T, steps ...scripted.Step) (*inprocesstest.Harness, *inprocesstest.Hooks) {
 	t.Helper()
-	hs := &hookStore{}
+	hooks := &inprocesstest.Hooks{}
 	h := inprocesstest.New(t, inprocesstest.Config{
-		Routes: []model.Route{inprocesstest.Route("main", scripted.New(steps...))},
-		WrapStore: func(m *memstore.Store) store.Store {
-			hs.Store = m
-			return hs
-		},
-	})
-	return h, hs
+		Routes: []model.Route{inprocesstest.Route("main", scripted.New(steps...))}, Hooks: hooks})
+	return h, hooks
 }
 
 func TestStart_R22_AbortDuringSetupRollsBack(t *testing.T) {
@@ -160,7 +130,7 @@ func TestStart_R22_AbortDuringSetupRollsBack(t *testing.T) {
 	h, hs := hookHarness(t)
 	ctx, cancel := context.WithCancel(inprocesstest.Ctx(t))
 	defer cancel()
-	hs.onCreate = cancel
+	hs.OnCreate = func(store.Session) { cancel() }
 	run, err := h.Service.Start(ctx, spawn.Name, h.Request("go"))
 	if run != nil || subagent.ErrorCode(err) != subagent.EAborted || !errors.Is(err, context.Canceled) {
 		t.Fatalf("start: run %v err %v; want ABORTED wrapping context.Canceled", run, err)
@@ -185,7 +155,7 @@ func TestStart_R24_AbortAfterPromptAcceptedIsACancelledRun(t *testing.T) {
 	h, hs := hookHarness(t, scripted.Step{Text: "never sent"})
 	ctx, cancel := context.WithCancel(inprocesstest.Ctx(t))
 	defer cancel()
-	hs.onAppend = func(evs []store.NewEvent) {
+	hs.OnAppend = func(evs []store.NewEvent) {
 		if len(evs) > 0 && evs[0].Type == agent.EventInboxSpliced {
 			cancel()
 		}

@@ -39,9 +39,48 @@ type Config struct {
 	// DeploymentPersona and Vars go into the providers' Deps.
 	DeploymentPersona string
 	Vars              map[string]func() (string, bool)
-	// WrapStore, when set, wraps the memstore the providers use (the
-	// service uses the memstore itself), so tests can inject faults.
-	WrapStore func(*memstore.Store) store.Store
+	// Hooks, when set, are called from inside the store calls of the
+	// providers (the service uses the memstore directly), so tests can act
+	// at an exact point of a child's setup.
+	Hooks *Hooks
+}
+
+// Hooks are called after the store call they are named after. Set them
+// before the calls they observe; a nil hook is skipped.
+type Hooks struct {
+	OnCreate func(store.Session)
+	OnAppend func([]store.NewEvent)
+	OnEvents func(sessionID string)
+}
+
+// hookStore calls Hooks from inside store calls.
+type hookStore struct {
+	store.Store
+	hooks *Hooks
+}
+
+func (s hookStore) CreateSession(ctx context.Context, sess store.Session) error {
+	err := s.Store.CreateSession(ctx, sess)
+	if s.hooks.OnCreate != nil {
+		s.hooks.OnCreate(sess)
+	}
+	return err
+}
+
+func (s hookStore) AppendEvents(ctx context.Context, id string, evs ...store.NewEvent) ([]store.Event, error) {
+	out, err := s.Store.AppendEvents(ctx, id, evs...)
+	if s.hooks.OnAppend != nil {
+		s.hooks.OnAppend(evs)
+	}
+	return out, err
+}
+
+func (s hookStore) Events(ctx context.Context, id string, after int64, limit int) ([]store.Event, error) {
+	out, err := s.Store.Events(ctx, id, after, limit)
+	if s.hooks.OnEvents != nil {
+		s.hooks.OnEvents(id)
+	}
+	return out, err
 }
 
 // Harness is one isolated world: store, tools, service and parent.
@@ -71,8 +110,8 @@ func New(t testing.TB, cfg Config) *Harness {
 		}
 	}
 	var st store.Store = h.Store
-	if cfg.WrapStore != nil {
-		st = cfg.WrapStore(h.Store)
+	if cfg.Hooks != nil {
+		st = hookStore{Store: h.Store, hooks: cfg.Hooks}
 	}
 	h.Deps = inprocess.Deps{Store: st, Routes: routes, Tools: h.Tools,
 		DeploymentPersona: cfg.DeploymentPersona, Vars: cfg.Vars, Logger: h.Logger}
