@@ -1,0 +1,115 @@
+package delegate
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/providers/fork"
+	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// delegatingModel answers "go" with one spawn and one fork delegation in
+// the same step, sums tool results up once they are in, and answers
+// anything else with what it did and how much history it saw.
+func delegatingModel() *scripted.Model {
+	return scripted.Func(func(req model.Request) scripted.Step {
+		last := req.Messages[len(req.Messages)-1]
+		switch {
+		case last.Role == model.RoleTool:
+			var parts []string
+			for _, m := range req.Messages {
+				if m.Role == model.RoleTool {
+					parts = append(parts, model.Text(m.Content))
+				}
+			}
+			return scripted.Step{Text: "summary: " + strings.Join(parts, " | ")}
+		case lastText(req) == "go":
+			return scripted.Step{ToolCalls: []model.ToolCall{
+				call("c-spawn", SpawnTool, map[string]any{"description": "spawn child", "prompt": "task spawn"}),
+				call("c-fork", ToolName(fork.Name), map[string]any{"description": "fork child", "prompt": "task fork", "run_in_background": false}),
+			}}
+		}
+		return scripted.Step{Text: fmt.Sprintf("did %s (%d messages)", lastText(req), len(req.Messages))}
+	})
+}
+
+// TestEndToEnd_RootDelegatesToSpawnAndForkInOneStep is the issue's
+// end-to-end check: a root session's model calls subagent twice in one step
+// (spawn and fork) and gets both children's results as tool results in the
+// next step; the lifecycle log holds both start/end pairs and the root has
+// both children.
+func TestEndToEnd_RootDelegatesToSpawnAndForkInOneStep(t *testing.T) {
+	t.Parallel()
+	m := delegatingModel()
+	w := newWorld(t, m)
+	root := w.Parent.Session.ID
+
+	w.prompt(t, "hello", 1)
+	w.prompt(t, "go", 2)
+
+	results := w.toolResults(t, root)
+	for id, want := range map[string]string{"c-spawn": "did task spawn (1 messages)", "c-fork": "did task fork (3 messages)"} {
+		r, ok := results[id]
+		if !ok || r.IsError || model.Text(r.Content) != want {
+			t.Errorf("tool result %s = %+v, want %q", id, r, want)
+		}
+	}
+	var rootFinal, forkFirst *model.Request
+	for _, req := range m.Requests() {
+		switch {
+		case strings.HasPrefix(lastText(req), "did task fork"):
+			rootFinal = &req
+		case lastText(req) == "task fork" && forkFirst == nil:
+			forkFirst = &req
+		}
+	}
+	if rootFinal == nil || len(rootFinal.Messages) != 6 {
+		t.Fatalf("root's step after the delegations: %+v", rootFinal)
+	}
+	if forkFirst == nil || model.Text(forkFirst.Messages[0].Content) != "hello" {
+		t.Errorf("fork child did not start from the root's completed turn: %+v", forkFirst)
+	}
+	tools := []string{}
+	for _, spec := range rootFinal.Tools {
+		tools = append(tools, spec.Name)
+	}
+	if !slices.Contains(tools, SpawnTool) || !slices.Contains(tools, "subagent_fork") {
+		t.Errorf("root tools = %v", tools)
+	}
+
+	evs := w.RunEvents(t)
+	runs := map[string][]subagent.Event{}
+	for _, e := range evs {
+		if e.ParentID != root {
+			t.Errorf("event %+v has another parent", e)
+		}
+		runs[e.RunID] = append(runs[e.RunID], e)
+	}
+	providers := []string{}
+	for id, pair := range runs {
+		if len(pair) != 2 || pair[0].Type != subagent.EventStart || pair[1].Type != subagent.EventEnd ||
+			pair[1].StopReason != subagent.StopCompleted {
+			t.Errorf("run %s lifecycle = %+v, want one start then one completed end", id, pair)
+			continue
+		}
+		providers = append(providers, pair[0].Provider)
+	}
+	slices.Sort(providers)
+	if !slices.Equal(providers, []string{fork.Name, spawn.Name}) {
+		t.Errorf("runs by provider = %v, want fork and spawn", providers)
+	}
+	kids := w.Children(t, root)
+	kidProviders := []string{}
+	for _, k := range kids {
+		kidProviders = append(kidProviders, k.Provider)
+	}
+	slices.Sort(kidProviders)
+	if !slices.Equal(kidProviders, []string{fork.Name, spawn.Name}) {
+		t.Errorf("children by provider = %v, want fork and spawn", kidProviders)
+	}
+}

@@ -1,0 +1,250 @@
+package delegate
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// historyModel answers with the number of messages it saw and the last text.
+func historyModel() *scripted.Model {
+	return scripted.Func(func(req model.Request) scripted.Step {
+		return scripted.Step{Text: "saw " + lastText(req)}
+	})
+}
+
+func TestRoots_PromptRunsTurnAndColdLoadsAfterCloseIdle(t *testing.T) {
+	t.Parallel()
+	m := historyModel()
+	w := newWorld(t, m)
+	ctx := inprocesstest.Ctx(t)
+	root := w.Parent.Session.ID
+
+	w.prompt(t, "one", 1)
+	if live, _ := w.roots.Live(ctx, root); !live {
+		t.Fatal("no live agent after a prompt")
+	}
+	n, err := w.roots.CloseIdle(ctx, time.Now())
+	if err != nil || n != 1 {
+		t.Fatalf("CloseIdle = %d, %v, want 1 closed", n, err)
+	}
+	if live, _ := w.roots.Live(ctx, root); live {
+		t.Fatal("agent still live after CloseIdle")
+	}
+	w.prompt(t, "two", 2) // cold load: turn numbering continues from the log
+	reqs := m.Requests()
+	last := reqs[len(reqs)-1]
+	if len(last.Messages) != 3 || model.Text(last.Messages[0].Content) != "one" || model.Text(last.Messages[1].Content) != "saw one" {
+		t.Errorf("history after cold load = %+v", last.Messages)
+	}
+	if last.Model != "script-default" {
+		t.Errorf("model = %q, want the default route's model", last.Model)
+	}
+}
+
+func TestRoots_CloseIdleKeepsRecentAndRunning(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	m := scripted.Func(func(req model.Request) scripted.Step { return scripted.Step{Text: "ok", Gate: gate} })
+	w := newWorld(t, m)
+	ctx := inprocesstest.Ctx(t)
+	before := time.Now()
+	if _, err := w.roots.Prompt(ctx, w.Parent.Session.ID, inprocesstest.Text("x")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := w.roots.CloseIdle(ctx, before); n != 0 || err != nil {
+		t.Errorf("CloseIdle(before last use) = %d, %v", n, err)
+	}
+	if n, err := w.roots.CloseIdle(ctx, time.Now()); n != 0 || err != nil {
+		t.Errorf("CloseIdle of a running agent = %d, %v", n, err)
+	}
+	close(gate)
+	w.waitTurnEnd(t, w.Parent.Session.ID, 1)
+}
+
+func TestRoots_PromptErrors(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, historyModel())
+	ctx := inprocesstest.Ctx(t)
+	child := w.NewSession(t, store.Session{ParentID: w.Parent.Session.ID, Origin: "subagent", DelegationDepth: 1})
+	badRoute := w.NewSession(t, store.Session{AgentProvider: "nope"})
+	tests := []struct {
+		name, id, code string
+	}{
+		{"unknown session", "missing", subagent.ESessionNotFound},
+		{"child session", child.ID, subagent.EInvalidRequest},
+		{"unknown route", badRoute.ID, subagent.EInvalidRequest},
+	}
+	for _, tt := range tests {
+		if _, err := w.roots.Prompt(ctx, tt.id, inprocesstest.Text("x")); subagent.ErrorCode(err) != tt.code {
+			t.Errorf("%s: err = %v, want %s", tt.name, err, tt.code)
+		}
+	}
+	// Other tenants do not see the session.
+	other := store.WithTenant(ctx, "other")
+	if _, err := w.roots.Prompt(other, w.Parent.Session.ID, inprocesstest.Text("x")); subagent.ErrorCode(err) != subagent.ESessionNotFound {
+		t.Errorf("other tenant: err = %v", err)
+	}
+	if err := w.roots.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.roots.Prompt(ctx, w.Parent.Session.ID, inprocesstest.Text("x")); subagent.ErrorCode(err) != subagent.EDraining {
+		t.Errorf("after Close: err = %v, want DRAINING", err)
+	}
+}
+
+// notice is a settlement notice as the continuation manager sends it.
+func notice(child string) ([]model.Block, agent.Source) {
+	summary := "Background subagent " + child + " finished and will do no further work unless you send it more."
+	return []model.Block{model.TextBlock(summary), model.TextBlock("It left no closing message.")},
+		agent.Source{Kind: "subagent-settled", Form: "notice", Summary: summary, SenderSessionID: child}
+}
+
+// userMessages returns the user/message payloads of a log.
+func userMessages(t *testing.T, evs []store.Event) []agent.UserMessage {
+	t.Helper()
+	var out []agent.UserMessage
+	for _, e := range inprocesstest.OfType(evs, agent.EventUserMessage) {
+		out = append(out, inprocesstest.Decode[agent.UserMessage](t, e))
+	}
+	return out
+}
+
+func TestRoots_R78_NoticeWithoutLiveAgentIsSeenAtNextTurn(t *testing.T) {
+	t.Parallel()
+	m := historyModel()
+	w := newWorld(t, m)
+	ctx := inprocesstest.Ctx(t)
+	root := w.Parent.Session.ID
+	content, src := notice("kid-1")
+	if err := w.roots.Notify(ctx, root, content, src); err != nil {
+		t.Fatal(err)
+	}
+	if live, _ := w.roots.Live(ctx, root); live {
+		t.Fatal("a notice loaded the agent")
+	}
+	if evs := w.Log(t, root); len(evs) != 1 || evs[0].Type != agent.EventUserMessage {
+		t.Fatalf("log = %v, want the notice alone", inprocesstest.Types(evs))
+	}
+	w.prompt(t, "next", 1)
+	req := m.Requests()[0]
+	if len(req.Messages) != 2 || model.Text(req.Messages[0].Content) != model.Text(content) {
+		t.Errorf("first turn's history = %+v, want the notice before the prompt", req.Messages)
+	}
+	if msgs := userMessages(t, w.Log(t, root)); msgs[0].Source != src {
+		t.Errorf("notice source = %+v", msgs[0].Source)
+	}
+	if err := w.roots.Notify(ctx, "missing", content, src); subagent.ErrorCode(err) != subagent.ESessionNotFound {
+		t.Errorf("unknown parent: %v", err)
+	}
+	child := w.NewSession(t, store.Session{ParentID: root, Origin: "subagent", DelegationDepth: 1})
+	if err := w.roots.Notify(ctx, child.ID, content, src); subagent.ErrorCode(err) != subagent.EInvalidRequest {
+		t.Errorf("child parent: %v", err)
+	}
+}
+
+func TestRoots_R78_NoticeToIdleAgentOpensTurn(t *testing.T) {
+	t.Parallel()
+	m := historyModel()
+	w := newWorld(t, m)
+	ctx := inprocesstest.Ctx(t)
+	root := w.Parent.Session.ID
+	w.prompt(t, "one", 1)
+	content, src := notice("kid-2")
+	if err := w.roots.Notify(ctx, root, content, src); err != nil {
+		t.Fatal(err)
+	}
+	w.waitTurnEnd(t, root, 2)
+	msgs := userMessages(t, w.Log(t, root))
+	if len(msgs) != 2 || msgs[1].Source != src {
+		t.Errorf("user messages = %+v, want the notice as turn 2", msgs)
+	}
+}
+
+func TestRoots_R78_NoticeToBusyAgentJoinsNextStep(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	m := scripted.Func(func(req model.Request) scripted.Step {
+		if lastText(req) == "work" {
+			return scripted.Step{Text: "working", Gate: gate}
+		}
+		return scripted.Step{Text: "noted"}
+	})
+	w := newWorld(t, m)
+	ctx := inprocesstest.Ctx(t)
+	root := w.Parent.Session.ID
+	if _, err := w.roots.Prompt(ctx, root, inprocesstest.Text("work")); err != nil {
+		t.Fatal(err)
+	}
+	w.WaitEvent(t, root, inprocesstest.Type(agent.EventStepStart))
+	content, src := notice("kid-3")
+	if err := w.roots.Notify(ctx, root, content, src); err != nil {
+		t.Fatal(err)
+	}
+	// The steer is in the next-step inbox before the step may end.
+	w.WaitEvent(t, root, func(e store.Event) bool {
+		if e.Type != agent.EventInboxSpliced {
+			return false
+		}
+		var d agent.InboxSplicedData
+		return json.Unmarshal(e.Data, &d) == nil && d.Target == agent.TargetNextStep && len(d.Inserted) == 1
+	})
+	close(gate)
+	end := w.waitTurnEnd(t, root, 1)
+	if end.Reason.Kind != agent.ReasonCompleted {
+		t.Errorf("turn end = %+v", end)
+	}
+	evs := w.Log(t, root)
+	if n := len(inprocesstest.OfType(evs, agent.EventTurnStart)); n != 1 {
+		t.Errorf("%d turns, want the notice inside the running turn", n)
+	}
+	msgs := userMessages(t, evs)
+	if len(msgs) != 2 || msgs[1].Source != src {
+		t.Errorf("user messages = %+v", msgs)
+	}
+	reqs := m.Requests()
+	if len(reqs) != 2 || lastText(reqs[1]) != model.Text(content) {
+		t.Errorf("%d model steps; the second did not end with the notice", len(reqs))
+	}
+}
+
+func TestRoots_CloseEndsRunningTurnAndKeepsNotices(t *testing.T) {
+	t.Parallel()
+	m := scripted.Func(func(req model.Request) scripted.Step { return scripted.Step{Text: "never", Gate: make(chan struct{})} })
+	w := newWorld(t, m)
+	ctx := inprocesstest.Ctx(t)
+	root := w.Parent.Session.ID
+	if _, err := w.roots.Prompt(ctx, root, inprocesstest.Text("x")); err != nil {
+		t.Fatal(err)
+	}
+	w.WaitEvent(t, root, inprocesstest.Type(agent.EventStepStart))
+	content, src := notice("kid-4")
+	if err := w.roots.Notify(ctx, root, content, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.roots.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	end := w.waitTurnEnd(t, root, 1)
+	if end.Reason.Kind != agent.ReasonAborted || end.Reason.Cause == nil || end.Reason.Cause.Kind != agent.CauseDisposed {
+		t.Errorf("turn end = %+v, want aborted by disposal", end)
+	}
+	// The steer was rejected by the close and the notice went to the log.
+	var found bool
+	for _, msg := range userMessages(t, w.Log(t, root)) {
+		found = found || msg.Source == src
+	}
+	if !found {
+		t.Errorf("notice lost: %v", inprocesstest.Types(w.Log(t, root)))
+	}
+	if err := w.roots.Notify(ctx, root, content, src); err != nil {
+		t.Errorf("notice after Close: %v", err)
+	}
+}
