@@ -105,11 +105,15 @@ type fakeProvider struct {
 	reqs []subagent.ResolvedRequest
 }
 
-func (p *fakeProvider) Name() string                         { return p.name }
-func (p *fakeProvider) Description() string                  { return "fake provider " + p.name }
-func (p *fakeProvider) Capabilities() subagent.Capabilities  { return p.caps }
-func (p *fakeProvider) InheritsParentContext() bool          { return p.inherits }
-func (p *fakeProvider) requests() []subagent.ResolvedRequest { p.mu.Lock(); defer p.mu.Unlock(); return p.reqs }
+func (p *fakeProvider) Name() string                        { return p.name }
+func (p *fakeProvider) Description() string                 { return "fake provider " + p.name }
+func (p *fakeProvider) Capabilities() subagent.Capabilities { return p.caps }
+func (p *fakeProvider) InheritsParentContext() bool         { return p.inherits }
+func (p *fakeProvider) requests() []subagent.ResolvedRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reqs
+}
 
 func (p *fakeProvider) Start(ctx context.Context, req subagent.ResolvedRequest) (subagent.Run, error) {
 	p.mu.Lock()
@@ -130,12 +134,12 @@ type fakeRun struct {
 	result subagent.Result
 }
 
-func (r *fakeRun) ChildID() string                          { return r.id }
-func (r *fakeRun) Local() bool                              { return false }
-func (r *fakeRun) Done() <-chan struct{}                    { return r.done }
-func (r *fakeRun) Result() (subagent.Result, error)         { return r.result, nil }
-func (r *fakeRun) Cancel()                                  {}
-func (r *fakeRun) Dispose(ctx context.Context) error        { return nil }
+func (r *fakeRun) ChildID() string                   { return r.id }
+func (r *fakeRun) Local() bool                       { return false }
+func (r *fakeRun) Done() <-chan struct{}             { return r.done }
+func (r *fakeRun) Result() (subagent.Result, error)  { return r.result, nil }
+func (r *fakeRun) Cancel()                           {}
+func (r *fakeRun) Dispose(ctx context.Context) error { return nil }
 func contains(s string, subs ...string) bool {
 	for _, sub := range subs {
 		if !strings.Contains(s, sub) {
