@@ -149,13 +149,12 @@ func (d *Driver) Start(ctx context.Context, req subagent.ResolvedRequest, seed S
 
 // child is a composed, not yet created child.
 type child struct {
-	id         string
-	header     store.Session
-	cfg        agent.Config
-	prompt     []model.Block
-	seed       []store.Event
-	schema     bool
-	descriptor []byte
+	id     string
+	header store.Session
+	cfg    agent.Config
+	prompt []model.Block
+	seed   []store.Event
+	schema bool
 }
 
 // compose builds the child of req without touching the store: route and
@@ -189,10 +188,9 @@ func (d *Driver) compose(req subagent.ResolvedRequest) (child, error) {
 	id := uuid.NewString()
 	parent := req.Parent.Session
 	c := child{
-		id:         id,
-		prompt:     req.Prompt,
-		schema:     req.OutputSchema != nil,
-		descriptor: descriptor,
+		id:     id,
+		prompt: req.Prompt,
+		schema: req.OutputSchema != nil,
 		header: store.Session{
 			ID:              id,
 			ParentID:        parent.ID,

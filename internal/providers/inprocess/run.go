@@ -76,8 +76,9 @@ func (r *run) settle() {
 	r.mu.Unlock()
 	structured, _ := r.agent.Structured() // nil without a committed capture
 	r.result = subagent.OneShotResult(r.agent.Events()[r.boundary:], cancelled, r.schema, structured)
-	if !subagent.IsSuccess(r.result.StopReason) {
-		r.log.WarnContext(r.base, "in-process child did not complete",
+	if reason := r.result.StopReason; reason != subagent.StopCompleted && reason != subagent.StopAborted {
+		// R27: a child failure is reported here, never as a Result error.
+		r.log.WarnContext(r.base, "in-process child failed",
 			slog.String("stop_reason", r.result.StopReason), slog.String("diagnostic", r.result.Diagnostic))
 	}
 }
