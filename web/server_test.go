@@ -1,0 +1,141 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apihttp "github.com/subagentd/subagentd/internal/http"
+	"github.com/subagentd/subagentd/internal/memstore"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/providers/inprocess"
+	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/web"
+)
+
+// testServer is the real router (internal/http) over the in-memory store
+// with the spawn provider, whose children talk to a scripted model, serving
+// the embedded dashboard. It can refuse SSE streams to simulate an outage.
+type testServer struct {
+	*httptest.Server
+	refuse atomic.Bool
+}
+
+// startServer starts a testServer whose children's model plays steps.
+func startServer(t *testing.T, steps ...scripted.Step) *testServer {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st := memstore.New()
+	routes, err := model.NewRoutes("scripted", model.Route{Name: "scripted", Kind: "scripted", Model: scripted.New(steps...)})
+	if err != nil {
+		t.Fatalf("model routes: %v", err)
+	}
+	svc := subagent.NewService(subagent.Config{Store: st, Logger: logger, Owner: "web-test"})
+	if err := svc.Register(context.Background(), spawn.New(inprocess.Deps{Store: st, Routes: routes, Logger: logger})); err != nil {
+		t.Fatalf("registering spawn: %v", err)
+	}
+	api := apihttp.NewServer(apihttp.Config{Service: svc, Store: st, Logger: logger, Dashboard: web.FS})
+
+	s := &testServer{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.refuse.Load() && isStream(r) {
+			http.Error(w, "streams are refused by the test", http.StatusServiceUnavailable)
+			return
+		}
+		api.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := svc.Shutdown(ctx); err != nil {
+			t.Errorf("service shutdown: %v", err)
+		}
+		if err := api.Shutdown(ctx); err != nil {
+			t.Errorf("server shutdown: %v", err)
+		}
+		s.Close()
+	})
+	return s
+}
+
+func isStream(r *http.Request) bool {
+	return r.URL.Path == "/v1/events" || strings.HasSuffix(r.URL.Path, "/stream")
+}
+
+// refuseStreams makes SSE requests fail with 503 (on) or pass again (off).
+func (s *testServer) refuseStreams(on bool) { s.refuse.Store(on) }
+
+// waitSettled long-polls the API until the run of the child has settled.
+func (s *testServer) waitSettled(t *testing.T, childID string) {
+	t.Helper()
+	var runs struct {
+		Runs []struct {
+			RunID string `json:"runId"`
+		} `json:"runs"`
+	}
+	s.getJSON(t, "/v1/runs?childSessionId="+url.QueryEscape(childID), &runs)
+	if len(runs.Runs) != 1 {
+		t.Fatalf("runs of child %s: %d, want 1", childID, len(runs.Runs))
+	}
+	var run struct {
+		State string `json:"state"`
+	}
+	s.getJSON(t, "/v1/runs/"+runs.Runs[0].RunID+"?wait=30", &run)
+	if run.State == "running" {
+		t.Fatalf("run of child %s still running after 30 s", childID)
+	}
+}
+
+// eventSeqs reads the seqs of a session's durable log through the API.
+func (s *testServer) eventSeqs(t *testing.T, sessionID string) []int64 {
+	t.Helper()
+	var page struct {
+		Events []struct {
+			Seq int64 `json:"seq"`
+		} `json:"events"`
+		HasMore bool `json:"hasMore"`
+	}
+	s.getJSON(t, "/v1/sessions/"+url.PathEscape(sessionID)+"/events?limit=1000", &page)
+	if page.HasMore {
+		t.Fatalf("the log of %s has more than 1000 events", sessionID)
+	}
+	seqs := make([]int64, len(page.Events))
+	for i, e := range page.Events {
+		seqs[i] = e.Seq
+	}
+	return seqs
+}
+
+func (s *testServer) getJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	res, err := http.Get(s.URL + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(res.Body)
+		t.Fatalf("GET %s: %s %s", path, res.Status, body)
+	}
+	if err := json.NewDecoder(res.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: decoding: %v", path, err)
+	}
+}
+
+// testWriter sends log lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
