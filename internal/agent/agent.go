@@ -93,7 +93,7 @@ type Agent struct {
 	events   []store.Event
 	turn     int             // highest turn number in the log
 	queue    []UserMessage   // next-turn inbox: one turn per message, FIFO
-	received map[string]bool // ids ever inserted into the next-turn inbox
+	received map[string]bool // ids in the next-turn inbox or claimed from it
 	steers   []*steer        // next-step inbox: pending confirmed steers
 	parked   bool            // queued messages wait for the next Followup
 	closed   bool
@@ -288,6 +288,11 @@ func (a *Agent) load(ctx context.Context, seedLength int) error {
 				steerQueue = splice(steerQueue, d)
 				continue
 			}
+			if d.Outcome == OutcomeCanceled {
+				for _, m := range spliced(a.queue, d) {
+					delete(a.received, m.ID)
+				}
+			}
 			a.queue = splice(a.queue, d)
 			for _, m := range d.Inserted {
 				a.received[m.ID] = true
@@ -327,9 +332,20 @@ func (a *Agent) load(ctx context.Context, seedLength int) error {
 
 // splice applies one inbox splice to q.
 func splice(q []UserMessage, d InboxSplicedData) []UserMessage {
-	start := min(max(d.Start, 0), len(q))
-	end := min(start+d.RemovedCount, len(q))
+	start, end := spliceRange(q, d)
 	return slices.Concat(q[:start], d.Inserted, q[end:])
+}
+
+// spliced returns the messages of q that splice d removes.
+func spliced(q []UserMessage, d InboxSplicedData) []UserMessage {
+	start, end := spliceRange(q, d)
+	return q[start:end]
+}
+
+// spliceRange is the range of q that splice d removes, clamped to q.
+func spliceRange(q []UserMessage, d InboxSplicedData) (start, end int) {
+	start = min(max(d.Start, 0), len(q))
+	return start, min(start+d.RemovedCount, len(q))
 }
 
 // cancelSplice discards n messages of target from start on.

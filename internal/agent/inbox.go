@@ -55,9 +55,12 @@ func (a *Agent) Followup(ctx context.Context, content []model.Block, src Source)
 // FollowupMessage is Followup for a message whose id the caller already
 // issued (for example an accepted store.InboxMessage), so that the
 // user/message the agent logs carries that id; an empty ID gets a fresh
-// one. Delivery is idempotent by id: a message this agent's inbox already
-// received (in this process or in the loaded log) is not inserted again,
-// and its id is returned with a nil error.
+// one. Delivery is idempotent by id: a message that is queued in this
+// agent's inbox or was claimed into a turn (in this process or in the
+// loaded log) is not inserted again, and its id is returned with a nil
+// error. A message discarded unrun (Cancel with keepInbox false, Close) is
+// inserted again, so a caller that still holds it undelivered can redeliver
+// it.
 func (a *Agent) FollowupMessage(ctx context.Context, msg UserMessage) (string, error) {
 	msg, err := checkMessage(msg)
 	if err != nil {
@@ -133,6 +136,32 @@ func (a *Agent) Steer(ctx context.Context, content []model.Block, src Source) (s
 	return msg.ID, nil
 }
 
+// SubmitSteer is Steer split in two, for a message whose id the caller
+// already issued (an accepted store.InboxMessage; an empty ID gets a fresh
+// one): it inserts msg into the running turn's next-step inbox, or rejects
+// it as Steer would, and returns at once. Steers submitted one after the
+// other are admitted in that order. The returned channel receives exactly
+// one value once the steer is settled — nil when a model step admitted msg,
+// else an error matching ErrSteerRejected — so a caller can submit under
+// its own lock and wait outside it. ctx bounds only the submission: a
+// submitted steer is never withdrawn.
+func (a *Agent) SubmitSteer(ctx context.Context, msg UserMessage) (<-chan error, error) {
+	msg, err := checkMessage(msg)
+	if err != nil {
+		return nil, fmt.Errorf("steer %s: %w", a.id, err)
+	}
+	s := &steer{msg: msg, done: make(chan struct{})}
+	if err := a.enqueueSteer(ctx, s); err != nil {
+		return nil, err
+	}
+	settled := make(chan error, 1)
+	go func() {
+		<-s.done
+		settled <- s.err
+	}()
+	return settled, nil
+}
+
 // enqueueSteer admits s into the next-step inbox or says why it cannot be.
 func (a *Agent) enqueueSteer(ctx context.Context, s *steer) error {
 	a.mu.Lock()
@@ -204,6 +233,9 @@ func (a *Agent) Cancel(cause string, keepInbox bool) {
 	}
 	if err := a.appendLocked(cancelSplice(TargetNextTurn, 0, len(a.queue))); err != nil {
 		a.log.Error("discard inbox", "error", err)
+	}
+	for _, m := range a.queue {
+		delete(a.received, m.ID) // discarded: a later redelivery inserts it again
 	}
 	a.queue = nil
 }
