@@ -126,7 +126,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, errors.New("new agent: ID and Store are required")
 	}
 	if cfg.Filter != nil {
-		if err := cfg.Filter.check(cfg.Global); err != nil {
+		if err := cfg.Filter.Check(cfg.Global); err != nil {
 			return nil, err
 		}
 	}
@@ -304,7 +304,9 @@ func (a *Agent) load(ctx context.Context, seedLength int) error {
 			}
 		case EventToolResult:
 			var d ToolResultData
-			if json.Unmarshal(ev.Data, &d) == nil && d.Name == StructuredOutputTool && !d.IsError && a.cfg.OutputSchema != nil {
+			// Only the agent's own suffix counts: a fork seed may hold the
+			// parent's capture, which is not this agent's answer.
+			if i >= seedLength && json.Unmarshal(ev.Data, &d) == nil && d.Name == StructuredOutputTool && !d.IsError && a.cfg.OutputSchema != nil {
 				if args, ok := calls[d.CallID]; ok {
 					a.capture = capture{staged: true, committed: true, value: json.RawMessage(args)}
 				}

@@ -132,8 +132,11 @@ type filterError struct{ msg string }
 func (e *filterError) Error() string        { return e.msg }
 func (e *filterError) Is(target error) bool { return target == ErrToolFilter }
 
-// check validates f against the global tools registered now.
-func (f *Filter) check(global *Registry) error {
+// Check validates f against the global tools registered now: at least one
+// list, and every name a registered global tool other than run_code
+// (seam-spec §1.6). The error matches ErrToolFilter and carries the spec's
+// wording. Callers that must refuse a filter before an agent exists use it.
+func (f *Filter) Check(global *Registry) error {
 	if f.Allow == nil && f.Deny == nil {
 		return &filterError{"tool filter needs allow or deny"}
 	}

@@ -268,6 +268,38 @@ func TestFork_StructuredOutputInASeededChild(t *testing.T) {
 	}
 }
 
+// A capture in the parent's seed is the parent's answer, not the child's:
+// the child still gets to record its own (R42 applied to §4.3).
+func TestFork_SeededParentCaptureDoesNotBlockTheChildsOwn(t *testing.T) {
+	t.Parallel()
+	schema := json.RawMessage(`{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}`)
+	h, _ := harness(t, scripted.Step{ToolCalls: []model.ToolCall{{ID: "c1", Name: agent.StructuredOutputTool, Arguments: `{"ok":true}`}}})
+	ctx := inprocesstest.Ctx(t)
+	parent, err := agent.New(ctx, agent.Config{ID: h.Parent.Session.ID, Store: h.Store, Logger: h.Logger, Global: h.Tools,
+		OutputSchema: schema, Model: scripted.New(scripted.Step{ToolCalls: []model.ToolCall{{ID: "p1", Name: agent.StructuredOutputTool, Arguments: `{"ok":false}`}}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parent.Followup(ctx, inprocesstest.Text("decide"), agent.Source{Kind: "user"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := parent.Structured(); !ok || string(v) != `{"ok":false}` {
+		t.Fatalf("parent capture = %s %v", v, ok)
+	}
+	if err := parent.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	req := h.Request("judge again")
+	req.OutputSchema = schema
+	res := inprocesstest.Settle(t, h.Start(t, fork.Name, req))
+	if res.StopReason != subagent.StopCompleted || string(res.Structured) != `{"ok":true}` {
+		t.Errorf("result %+v, want completed with the child's own capture", res)
+	}
+}
+
 func TestFork_UnknownParentIsSessionNotFound(t *testing.T) {
 	t.Parallel()
 	h, _ := harness(t)

@@ -283,17 +283,11 @@ func (d *Driver) filter(f *subagent.ToolFilter) (*agent.Filter, error) {
 	if f == nil {
 		return nil, nil
 	}
-	if f.Allow == nil && f.Deny == nil {
-		return nil, invalid("toolFilter", "toolFilter needs allow or deny")
+	af := &agent.Filter{Allow: slices.Clone(f.Allow), Deny: slices.Clone(f.Deny)}
+	if err := af.Check(d.deps.Tools); err != nil {
+		return nil, invalid("toolFilter", err.Error())
 	}
-	known := d.deps.Tools.Names()
-	for _, name := range slices.Concat(f.Allow, f.Deny) {
-		if name == agent.RunCodeTool || !slices.Contains(known, name) {
-			return nil, invalid("toolFilter", fmt.Sprintf("tools.restrict() names unknown global tool %q; known global tools: %s",
-				name, strings.Join(known, ", ")))
-		}
-	}
-	return &agent.Filter{Allow: slices.Clone(f.Allow), Deny: slices.Clone(f.Deny)}, nil
+	return af, nil
 }
 
 // checkSeed enforces the seed contract: contiguous from seq 0.
