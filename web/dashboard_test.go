@@ -164,3 +164,37 @@ func TestDashboard_RecoversFromDroppedStreams(t *testing.T) {
 	}
 	b.screenshot("recovered")
 }
+
+// TestDashboard_ShowsErrorsInWords checks that an output schema that is not
+// JSON is flagged next to its field before anything is sent, and that a
+// problem+json answer is shown with its code, in words, beside the field it
+// names.
+func TestDashboard_ShowsErrorsInWords(t *testing.T) {
+	srv := startServer(t)
+	b := newBrowser(t)
+	openDashboard(b, srv.URL)
+
+	b.do("typing a schema that is not JSON",
+		chromedp.Click(chromedp.CSS("#start-options > summary")),
+		chromedp.SendKeys(chromedp.CSS("#start-prompt"), "Answer in JSON"),
+		chromedp.SendKeys(chromedp.CSS("#start-schema"), `{"type": "object",`))
+	b.waitFor("the parse error is shown next to the field before submit",
+		`document.querySelector('[data-testid="schema-error"]').textContent.startsWith('Not valid JSON') &&
+		document.querySelector('#start-schema').getAttribute('aria-invalid') === 'true'`)
+	b.do("submitting anyway", chromedp.Click(chromedp.CSS("#start-submit")))
+	b.waitFor("the schema field has focus and nothing was started",
+		`document.activeElement.id === 'start-schema' && document.querySelectorAll('[data-testid="node"]').length === 0`)
+
+	b.do("typing a schema outside the supported subset",
+		chromedp.SetValue(chromedp.CSS("#start-schema"), `{"type":"object","properties":{"n":{"type":"number","minimum":0}}}`),
+		// A key press after the programmatic value fires the input event.
+		chromedp.SendKeys(chromedp.CSS("#start-schema"), " "))
+	b.waitFor("the parse error is gone", `document.querySelector('[data-testid="schema-error"]').textContent === ''`)
+	b.do("submitting", chromedp.Click(chromedp.CSS("#start-submit")))
+	b.waitFor("the form says UNSUPPORTED_SCHEMA in words",
+		`document.querySelector('[data-testid="start-error"]').textContent.startsWith('UNSUPPORTED_SCHEMA — unsupported JSON schema')`)
+	b.waitFor("the schema field names the offending keyword",
+		`document.querySelector('[data-testid="schema-error"]').textContent.includes('schema.properties.n.minimum')`)
+	b.waitFor("the prompt is kept", `document.querySelector('#start-prompt').value === 'Answer in JSON'`)
+	b.screenshot("errors")
+}

@@ -76,11 +76,16 @@ export function clearErrors(form) {
 export function showApiError(form, errorLine, err) {
   errorLine.textContent = describeError(err);
   if (!(err instanceof ApiError)) return;
-  let first = null;
+  const byField = new Map();
   for (const [path, msg] of err.fields) {
     const field = path.split(/[.[]/)[0];
-    const shown = setFieldError(form, field, `${msg}${path !== field ? ` (${path})` : ''}`);
-    if (shown && !first) first = form.querySelector(`.field-error[data-field="${field}"]`);
+    const sub = path.slice(field.length).replace(/^\./, '');
+    const text = sub && !msg.includes(sub) ? `${msg} (${path})` : msg;
+    byField.set(field, [...(byField.get(field) || []), text]);
+  }
+  let first = null;
+  for (const [field, msgs] of byField) {
+    if (setFieldError(form, field, msgs.join('; ')) && !first) first = form.querySelector(`.field-error[data-field="${field}"]`);
   }
   if (first && first.id) form.querySelector(`[aria-describedby~="${first.id}"]`)?.focus();
 }
