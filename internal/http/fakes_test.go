@@ -26,8 +26,9 @@ type fakeProvider struct {
 	steer bool
 	st    store.Store
 
-	mu   sync.Mutex
-	runs map[string]*fakeRun // by child id
+	mu      sync.Mutex
+	runs    map[string]*fakeRun // by child id
+	started chan *fakeRun       // every published run, in order
 }
 
 var (
@@ -57,7 +58,7 @@ func allCaps() subagent.Capabilities {
 }
 func (b *testBundle) register(t *testing.T, p *fakeProvider) *fakeProvider {
 	t.Helper()
-	p.st, p.runs = b.st, map[string]*fakeRun{}
+	p.st, p.runs, p.started = b.st, map[string]*fakeRun{}, make(chan *fakeRun, 100)
 	if err := b.svc.Register(t.Context(), p); err != nil {
 		t.Fatalf("register %s: %v", p.name, err)
 	}
@@ -66,7 +67,7 @@ func (b *testBundle) register(t *testing.T, p *fakeProvider) *fakeProvider {
 
 func (p *fakeProvider) Start(ctx context.Context, req subagent.ResolvedRequest) (subagent.Run, error) {
 	r := &fakeRun{
-		childID: uuid.NewString(), local: p.local, st: p.st, ctx: context.WithoutCancel(ctx),
+		childID: uuid.NewString(), local: p.local, st: p.st, ctx: context.WithoutCancel(ctx), startCtx: ctx,
 		done: make(chan struct{}), cancelled: make(chan struct{}),
 	}
 	if p.local {
@@ -92,6 +93,7 @@ func (p *fakeProvider) Start(ctx context.Context, req subagent.ResolvedRequest) 
 		}
 	}
 	p.setRun(r.childID, r)
+	p.started <- r
 	if !p.steer {
 		return nonSteering{r}, nil
 	}
@@ -105,6 +107,8 @@ type fakeRun struct {
 	local   bool
 	st      store.Store
 	ctx     context.Context
+	// startCtx is the context Start was called with.
+	startCtx context.Context
 
 	once       sync.Once
 	done       chan struct{}
