@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
@@ -306,16 +307,20 @@ func (a *Agent) finishStep(t *turnRun, n int, res streamed) (TurnReason, bool) {
 		return failed(logFailed), false
 	}
 	committed := false
-	for _, c := range calls {
-		if t.ctx.Err() != nil {
-			break
+	for i := 0; i < len(calls) && t.ctx.Err() == nil; {
+		j := i + 1
+		if a.concurrent(calls[i].Name) {
+			for j < len(calls) && a.concurrent(calls[j].Name) {
+				j++
+			}
 		}
-		ok, err := a.runCall(t, n, c)
+		ok, err := a.runCalls(t, n, calls[i:j])
 		if err != nil {
-			a.log.Error("log tool call", "tool", c.Name, "error", err)
+			a.log.Error("log tool call", "tool", calls[i].Name, "error", err)
 			return failed(logFailed), false
 		}
 		committed = committed || ok
+		i = j
 	}
 	switch {
 	case t.ctx.Err() != nil:
@@ -328,30 +333,65 @@ func (a *Agent) finishStep(t *turnRun, n int, res streamed) (TurnReason, bool) {
 	return TurnReason{Kind: ReasonCompleted}, len(calls) > 0 && !committed
 }
 
-// runCall logs tool/call, executes the call and logs tool/result. It
-// reports whether the call committed a structured capture; an error means
-// the log could not be written.
-func (a *Agent) runCall(t *turnRun, n int, c model.ToolCall) (bool, error) {
-	args := json.RawMessage(c.Arguments)
-	if err := a.append(event(EventToolCall, ToolCallData{Turn: t.n, Step: n, CallID: c.ID, Name: c.Name, Arguments: c.Arguments})); err != nil {
+// concurrent reports whether the visible tool name may run alongside its
+// siblings. structured_output never does: the capture guard orders it.
+func (a *Agent) concurrent(name string) bool {
+	t, ok := a.lookup(name)
+	return ok && t.Concurrent && name != StructuredOutputTool
+}
+
+// runCalls logs tool/call for each call, executes them — in parallel when
+// there are several (a batch of concurrent tools) — and logs their
+// tool/results in call order. It reports whether a call committed a
+// structured capture; an error means the log could not be written.
+func (a *Agent) runCalls(t *turnRun, n int, calls []model.ToolCall) (bool, error) {
+	evs := make([]store.NewEvent, len(calls))
+	for i, c := range calls {
+		evs[i] = event(EventToolCall, ToolCallData{Turn: t.n, Step: n, CallID: c.ID, Name: c.Name, Arguments: c.Arguments})
+	}
+	if err := a.append(evs...); err != nil {
 		return false, err
 	}
-	content, isError := a.execute(t, c.ID, c.Name, args)
-	if _, err := json.Marshal(content); err != nil {
-		content, isError = []model.Block{model.TextBlock(fmt.Sprintf("tool %s returned unencodable content", c.Name))}, true
+	type outcome struct {
+		content []model.Block
+		isError bool
 	}
-	if content == nil {
-		content = []model.Block{}
+	results := make([]outcome, len(calls))
+	exec := func(i int) {
+		c := calls[i]
+		content, isError := a.execute(t, c.ID, c.Name, json.RawMessage(c.Arguments))
+		if _, err := json.Marshal(content); err != nil {
+			content, isError = []model.Block{model.TextBlock(fmt.Sprintf("tool %s returned unencodable content", c.Name))}, true
+		}
+		if content == nil {
+			content = []model.Block{}
+		}
+		results[i] = outcome{content, isError}
 	}
-	if err := a.append(event(EventToolResult, ToolResultData{Turn: t.n, Step: n, CallID: c.ID, Name: c.Name,
-		Content: content, IsError: isError})); err != nil {
+	if len(calls) == 1 {
+		exec(0)
+	} else {
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Go(func() { exec(i) })
+		}
+		wg.Wait()
+	}
+	var capture json.RawMessage
+	for i, c := range calls {
+		r := results[i]
+		evs[i] = event(EventToolResult, ToolResultData{Turn: t.n, Step: n, CallID: c.ID, Name: c.Name, Content: r.content, IsError: r.isError})
+		if c.Name == StructuredOutputTool && a.cfg.OutputSchema != nil && !r.isError {
+			capture = json.RawMessage(c.Arguments)
+		}
+	}
+	if err := a.append(evs...); err != nil {
 		return false, err
 	}
-	if c.Name == StructuredOutputTool && a.cfg.OutputSchema != nil && !isError {
-		a.commitStructured(args)
-		return true, nil
+	if capture != nil {
+		a.commitStructured(capture) // only once its result is logged (§4.3)
 	}
-	return false, nil
+	return capture != nil, nil
 }
 
 // execute runs one call: the capture guard first, then structured_output,
@@ -364,20 +404,14 @@ func (a *Agent) execute(t *turnRun, callID, name string, args json.RawMessage) (
 	if name == StructuredOutputTool && a.cfg.OutputSchema != nil {
 		return a.runStructured(args)
 	}
-	var tool *Tool
-	for _, v := range a.visibleTools() {
-		if v.Name == name {
-			tool = &v
-			break
-		}
-	}
-	if tool == nil {
+	tool, ok := a.lookup(name)
+	if !ok {
 		return errResult("unknown tool " + name)
 	}
 	if !json.Valid(args) {
 		return errResult("INVALID_ARGS: arguments are not valid JSON")
 	}
-	content, err := a.runTool(t.ctx, *tool, Call{Agent: a, CallID: callID, Arguments: args})
+	content, err := a.runTool(t.ctx, tool, Call{Agent: a, CallID: callID, Arguments: args})
 	if err != nil {
 		return errResult(err.Error())
 	}

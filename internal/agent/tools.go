@@ -23,6 +23,11 @@ type Tool struct {
 	// {"type":"object"}.
 	Parameters json.RawMessage
 	Run        func(ctx context.Context, call Call) ([]model.Block, error)
+	// Concurrent marks the tool safe to run alongside sibling calls of the
+	// same model response (delegation: seam-spec §5.1). Consecutive
+	// concurrent calls run in parallel; their results are still logged in
+	// the model's order.
+	Concurrent bool
 }
 
 // Call is one invocation of a tool.
@@ -157,6 +162,16 @@ func (f *Filter) admits(name string) bool {
 	}
 	return (f.Allow == nil || slices.Contains(f.Allow, name)) &&
 		(f.Deny == nil || !slices.Contains(f.Deny, name))
+}
+
+// lookup returns the visible tool named name.
+func (a *Agent) lookup(name string) (Tool, bool) {
+	for _, v := range a.visibleTools() {
+		if v.Name == name {
+			return v, true
+		}
+	}
+	return Tool{}, false
 }
 
 // visibleTools returns the tools the model may see and call now: admitted

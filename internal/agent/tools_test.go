@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/subagentd/subagentd/internal/model"
@@ -186,5 +188,55 @@ func TestTool_PanicAndErrorBecomeErrorResults(t *testing.T) {
 	want := []string{"tool panics failed", "disk full", "INVALID_ARGS: arguments are not valid JSON"}
 	if !slices.Equal(got, want) {
 		t.Errorf("results %q, want %q", got, want)
+	}
+}
+
+// Sibling calls of concurrent tools in one response run at the same time
+// (seam-spec §5.1: parallel delegations); each waits until every sibling
+// has started, which only parallel execution can satisfy. Results still
+// commit in the model's order, and a non-concurrent call runs on its own.
+func TestTools_ConcurrentSiblingsRunInParallelResultsInOrder(t *testing.T) {
+	t.Parallel()
+	const n = 3
+	var started sync.WaitGroup
+	started.Add(n)
+	barrier := Tool{Name: "delegate", Concurrent: true, Run: func(ctx context.Context, c Call) ([]model.Block, error) {
+		started.Done()
+		all := make(chan struct{})
+		go func() { started.Wait(); close(all) }()
+		select {
+		case <-all:
+			return text("done " + string(c.Arguments)), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}}
+	global := NewRegistry()
+	for _, tool := range []Tool{barrier, echoTool("plain")} {
+		if err := global.Register(tool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var calls []model.ToolCall
+	for i := range n {
+		calls = append(calls, model.ToolCall{ID: fmt.Sprint("c", i), Name: "delegate", Arguments: fmt.Sprint(i)})
+	}
+	calls = append(calls, model.ToolCall{ID: "p", Name: "plain", Arguments: `"x"`})
+	st := newFakeStore()
+	a := newAgent(t, st, Config{Global: global, Model: scripted.New(scripted.Step{ToolCalls: calls}, scripted.Step{Text: "ok"})})
+	followup(t, a, "go")
+	waitIdle(t, a)
+	var ids, texts []string
+	for _, r := range ofType[ToolResultData](t, st.log("s"), EventToolResult) {
+		ids, texts = append(ids, r.CallID), append(texts, model.Text(r.Content))
+	}
+	if want := []string{"c0", "c1", "c2", "p"}; !slices.Equal(ids, want) {
+		t.Fatalf("results in order %v, want %v", ids, want)
+	}
+	if want := []string{"done 0", "done 1", "done 2", `plain ran with "x"`}; !slices.Equal(texts, want) {
+		t.Fatalf("results %q, want %q", texts, want)
+	}
+	if got := turnEnds(t, st.log("s")); !slices.Equal(got, []string{ReasonCompleted}) {
+		t.Fatalf("turn ends %v", got)
 	}
 }
