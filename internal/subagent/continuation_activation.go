@@ -1,0 +1,521 @@
+package subagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// activation is one residency epoch of a continuable child (R64, R71): a
+// live agent, a run row of kind activation with its task id, and one
+// subagent/start … subagent/end pair.
+type activation struct {
+	c        *child
+	base     context.Context // the child's tenant, without cancellation
+	agent    ChildAgent
+	runID    string
+	taskID   string
+	provider string // the descriptor's, registered or not (R7, R71)
+	parentID string
+	// boundary is the log length at the start edge: the epoch's facts
+	// come only from the events after it (R69, §8.7).
+	boundary int
+
+	// Guarded by c.mu.
+	inflight    int           // submitted steers not yet settled
+	changed     chan struct{} // closed and replaced when inflight drops
+	interrupted bool          // Interrupt cancelled the turn: rejected steers park
+	closing     bool          // the settlement began: nothing more is delivered
+
+	done chan struct{} // closed once the activation settled and was removed
+}
+
+// event returns the lifecycle event of type typ for act.
+func (a *activation) event(typ string) Event {
+	return Event{Type: typ, RunID: a.runID, Provider: a.provider, ID: a.c.key.id, Local: true,
+		ParentID: a.parentID, TaskID: a.taskID}
+}
+
+// begin publishes an activation over ag: it records the run row of kind
+// activation with a fresh run id and task id, and dispatches subagent/start
+// (R71). c.mu is held.
+func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store.Session, desc Descriptor) (*activation, error) {
+	act := &activation{
+		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(),
+		provider: desc.Provider, parentID: sess.ParentID, boundary: len(ag.Events()),
+		changed: make(chan struct{}), done: make(chan struct{}),
+	}
+	now := time.Now()
+	start := act.event(EventStart)
+	row, err := lifecycleRow(start, now)
+	if err == nil {
+		row, err = m.store.StartRun(ctx, store.Run{
+			ID: act.runID, Kind: store.KindActivation, Provider: act.provider, ChildID: c.key.id,
+			ParentID: act.parentID, TaskID: act.taskID, Local: true, State: store.StateRunning,
+			StartedAt: now, Owner: m.svc.owner, LeaseUntil: now.Add(m.svc.lease),
+		}, row)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("record start of activation of %s: %w", c.key.id, err)
+	}
+	start.Seq = row.ID
+	m.svc.bus.dispatch(ctx, start)
+	return act, nil
+}
+
+// activate makes act the live activation of c and starts its settlement
+// watcher. c.mu is held.
+func (m *Manager) activate(c *child, act *activation) {
+	c.act = act
+	m.wg.Add(1)
+	go m.watch(act)
+}
+
+// open delivers row as the message that opens act's turn: on the idle
+// agent it is logged as user/message at once, so the row is acknowledged.
+func (m *Manager) open(act *activation, row store.InboxMessage) error {
+	msg, err := rowMessage(row)
+	if err == nil {
+		_, err = act.agent.FollowupMessage(act.base, msg)
+	}
+	if err != nil {
+		return fmt.Errorf("deliver message %s to %s: %w", row.ID, act.c.key.id, err)
+	}
+	m.ack(act.base, act.c.key.id, row.ID)
+	return nil
+}
+
+// rollback undoes an activation whose first message was not accepted: its
+// agent is closed and its start edge ended aborted, without a notice (R59,
+// R60, R75). c.mu is held and act was never activated.
+func (m *Manager) rollback(act *activation) {
+	m.closeAgent(act.base, act.c.key.id, act.agent)
+	m.end(act, StopAborted, []model.Block{})
+	close(act.done)
+}
+
+// route hands the accepted row to child c (c.mu is held). A running,
+// uninterrupted activation gets it as a steer, answered once admitted.
+// Otherwise the row is owed to the next activation, in acceptance order
+// behind every pending row: when c has none and waking is set, a cold
+// resume starts it now; when one is live, its settlement cold-resumes c
+// (R90). A non-waking row — a notice while draining, a steer an interrupt
+// rejected — stays parked until a waking one arrives (R102–R103). The error
+// is that of a cold resume started here; it was also given to every waiter.
+func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, waking bool) error {
+	act := c.act
+	if act == nil {
+		if waking {
+			return m.resume(ctx, c)
+		}
+		return nil
+	}
+	if !act.closing && !act.interrupted && act.agent.Running() {
+		if msg, err := rowMessage(row); err == nil {
+			if settled, err := act.agent.SubmitSteer(ctx, msg); err == nil {
+				m.track(act, row.ID, RouteSteered, settled)
+				return nil
+			}
+		}
+		// Rejected at once: the turn is ending, and so is the activation.
+	}
+	if waking {
+		c.wake = true
+	}
+	return nil
+}
+
+// track waits, off the lock, for a submitted steer of act to settle: an
+// admitted message is acknowledged and its caller answered route; a
+// rejected one is owed to the next activation, unless an interrupt or a
+// drain parked it. c.mu is held.
+func (m *Manager) track(act *activation, id, route string, settled <-chan error) {
+	act.inflight++
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		err := <-settled
+		c := act.c
+		c.mu.Lock()
+		defer m.unlock(c)
+		act.inflight--
+		close(act.changed)
+		act.changed = make(chan struct{})
+		if err == nil {
+			m.ack(act.base, c.key.id, id)
+			m.answer(c, id, answer{res: FollowupResult{Route: route, TaskID: act.taskID, MessageID: id}})
+			return
+		}
+		if !act.interrupted && !m.isDraining() {
+			c.wake = true
+		}
+	}()
+}
+
+// answer hands a to the caller waiting for message id, if any. c.mu is
+// held.
+func (m *Manager) answer(c *child, id string, a answer) {
+	if w, ok := c.waiters[id]; ok {
+		w <- a
+		delete(c.waiters, id)
+	}
+}
+
+// resume cold-resumes c and delivers its pending rows. On failure every
+// waiting caller gets the error and its message is withdrawn, so that an
+// error means not delivered; rows nobody waits for stay pending. c.mu is
+// held and c has no live activation.
+func (m *Manager) resume(ctx context.Context, c *child) error {
+	c.wake = false
+	err := m.coldResume(ctx, c)
+	if err != nil {
+		for id, w := range c.waiters {
+			w <- answer{err: err}
+			delete(c.waiters, id)
+			m.ack(ctx, c.key.id, id)
+		}
+	}
+	return err
+}
+
+// delivery is a pending row ready to deliver.
+type delivery struct {
+	id  string
+	msg agent.UserMessage
+}
+
+// coldResume starts a new activation of c over its persisted log (R86–R89)
+// and delivers its pending rows in acceptance order: the first opens the
+// turn, the others are steered into it, each answered RouteStarted once the
+// child logged it. Rows the log already holds as user/messages (a crash
+// between delivery and acknowledgement) are acknowledged instead. With
+// nothing to deliver no activation starts. c.mu is held, c.act is nil and
+// c.sess, c.desc are verified.
+func (m *Manager) coldResume(ctx context.Context, c *child) error {
+	id := c.key.id
+	pending, err := m.store.Pending(ctx, id)
+	if err != nil {
+		return fmt.Errorf("resume %s: read inbox: %w", id, err)
+	}
+	todo := m.decode(ctx, c, pending)
+	if len(todo) == 0 {
+		return nil
+	}
+	sess, desc := *c.sess, *c.desc
+	// Only the descriptor's route: never the original budget, never the
+	// parent's current route (§1.8, R88).
+	ag, err := m.mat.Materialize(ctx, MaterializeRequest{Session: sess, Descriptor: desc,
+		Options: AgentOptions{Provider: desc.AgentProvider, Model: desc.AgentModel}})
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return err // R89
+		}
+		return &Error{Code: ENotResumable, Message: fmt.Sprintf("subagent %q could not be resumed", id), Err: err}
+	}
+	// The durable inbox is the authority for undelivered messages: what a
+	// crash left queued in the agent's own log-sourced inbox is dropped, so
+	// that nothing runs twice.
+	ag.Cancel(agent.CauseDisposed, false)
+	logged := loggedMessages(ag.Events())
+	var seen []string
+	todo = slices.DeleteFunc(todo, func(d delivery) bool {
+		if logged[d.id] {
+			seen = append(seen, d.id)
+			return true
+		}
+		return false
+	})
+	if len(seen) > 0 {
+		m.ack(ctx, id, seen...)
+	}
+	if len(todo) == 0 {
+		m.closeAgent(ctx, id, ag)
+		return nil
+	}
+	act, err := m.begin(ctx, c, ag, sess, desc)
+	if err != nil {
+		m.closeAgent(ctx, id, ag)
+		return err
+	}
+	if _, err := ag.FollowupMessage(ctx, todo[0].msg); err != nil {
+		m.rollback(act)
+		return fmt.Errorf("resume %s: deliver message %s: %w", id, todo[0].id, err)
+	}
+	m.ack(ctx, id, todo[0].id)
+	m.answer(c, todo[0].id, answer{res: FollowupResult{Route: RouteStarted, TaskID: act.taskID, MessageID: todo[0].id}})
+	m.activate(c, act)
+	for _, d := range todo[1:] {
+		settled, err := ag.SubmitSteer(ctx, d.msg)
+		if err != nil {
+			// The turn already ended: the rest waits, in order, for the
+			// next activation, which this one's settlement starts.
+			c.wake = true
+			break
+		}
+		m.track(act, d.id, RouteStarted, settled)
+	}
+	return nil
+}
+
+// decode turns pending rows into deliveries. A row that does not decode is
+// dropped: it is logged, withdrawn and its caller told. c.mu is held.
+func (m *Manager) decode(ctx context.Context, c *child, rows []store.InboxMessage) []delivery {
+	out := make([]delivery, 0, len(rows))
+	for _, r := range rows {
+		msg, err := rowMessage(r)
+		if err != nil {
+			m.log.ErrorContext(ctx, "dropping an undecodable inbox message", slog.String("child_id", c.key.id), slog.Any("error", err))
+			m.ack(ctx, c.key.id, r.ID)
+			m.answer(c, r.ID, answer{err: fmt.Errorf("deliver message %s: %w", r.ID, err)})
+			continue
+		}
+		out = append(out, delivery{id: r.ID, msg: msg})
+	}
+	return out
+}
+
+// watch waits until act has nothing left to run — its turn ended and no
+// submitted steer is unsettled — and settles it. The decision to settle is
+// taken under the child's lock, so a concurrent delivery either got into
+// the turn first or waits for the settlement and cold-resumes (R65, R90).
+func (m *Manager) watch(act *activation) {
+	defer m.wg.Done()
+	c := act.c
+	for {
+		// Background: WaitIdle returns only once the agent is idle.
+		_ = act.agent.WaitIdle(context.Background())
+		c.mu.Lock()
+		if act.agent.Running() {
+			c.mu.Unlock()
+			continue
+		}
+		if act.inflight > 0 {
+			changed := act.changed
+			c.mu.Unlock()
+			<-changed
+			continue
+		}
+		act.closing = true
+		c.mu.Unlock()
+		break
+	}
+	m.settle(act)
+}
+
+// settle ends act (R67–R71): the epoch's facts are read from its own events
+// before the agent is closed; a failed close makes it error without output
+// (R70); the parent gets its notice (R74), then subagent/end is recorded and
+// dispatched; finally the activation is removed and, when a delivery is
+// owed, the child cold-resumes.
+func (m *Manager) settle(act *activation) {
+	c := act.c
+	ctx := act.base
+	events := act.agent.Events()
+	events = events[min(act.boundary, len(events)):]
+	output := SelectOutput(events)
+	reason := EpochStopReason(events)
+	if err := act.agent.Close(ctx); err != nil {
+		m.log.ErrorContext(ctx, "close continuable child agent", slog.String("child_id", c.key.id), slog.Any("error", err))
+		reason, output = StopError, []model.Block{}
+	}
+	// Every message the epoch logged is delivered; most were acknowledged
+	// on admission already.
+	if claimed := loggedMessages(events); len(claimed) > 0 {
+		ids := make([]string, 0, len(claimed))
+		for id := range claimed {
+			ids = append(ids, id)
+		}
+		m.ack(ctx, c.key.id, ids...)
+	}
+	m.notify(act, reason, output)
+	m.end(act, reason, output)
+
+	c.mu.Lock()
+	defer m.unlock(c)
+	c.act = nil
+	close(act.done)
+	if c.wake && !m.isDraining() {
+		if err := m.resume(ctx, c); err != nil {
+			m.log.ErrorContext(ctx, "cold resume after settlement", slog.String("child_id", c.key.id), slog.Any("error", err))
+		}
+	}
+}
+
+// end records act's subagent/end with reason and output and dispatches it
+// (R71). A run another replica already ended is not dispatched twice; a
+// store failure is logged and the end still dispatched.
+func (m *Manager) end(act *activation, reason string, output []model.Block) {
+	e := act.event(EventEnd)
+	e.StopReason = reason
+	if len(output) > 0 {
+		e.LastAssistantMessage = output
+	}
+	out, err := json.Marshal(output)
+	var row store.LifecycleEvent
+	if err == nil {
+		row, err = lifecycleRow(e, time.Now())
+	}
+	if err == nil {
+		row, err = m.store.EndRun(act.base, act.runID, store.RunResult{StopReason: reason, Output: out, EndedAt: row.Time}, row)
+	}
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		m.log.WarnContext(act.base, "activation was already ended elsewhere; not dispatching a second end", slog.String("run_id", act.runID))
+		return
+	case err != nil:
+		m.log.ErrorContext(act.base, "record activation end", slog.String("run_id", act.runID), slog.Any("error", err))
+	default:
+		e.Seq = row.ID
+	}
+	m.svc.bus.dispatch(act.base, e)
+}
+
+// notify sends act's settlement notice to its durable parent (R74–R79): a
+// continuable parent gets it through its own durable inbox as waking work
+// (steered into a running turn, else starting a new activation); any other
+// parent through the NoticeSink. A failure is logged and never blocks the
+// settlement (R79).
+func (m *Manager) notify(act *activation, reason string, output []model.Block) {
+	ctx := act.base
+	content, src := settlementNotice(act.c.key.id, reason, output)
+	parent, err := m.store.GetSession(ctx, act.parentID)
+	switch {
+	case err != nil:
+	case parent.ParentID != "" && parent.Mode == ModeContinuable:
+		err = m.deliverNotice(ctx, parent.ID, content, src)
+	case m.notices != nil:
+		err = m.notices.Notify(ctx, parent.ID, content, src)
+	default:
+		m.log.DebugContext(ctx, "no notice sink: settlement notice dropped", slog.String("parent_id", parent.ID))
+		return
+	}
+	if err != nil {
+		m.log.WarnContext(ctx, "settlement notice was not delivered", slog.String("child_id", act.c.key.id),
+			slog.String("parent_id", act.parentID), slog.Any("error", err))
+	}
+}
+
+// deliverNotice accepts a notice into continuable parent parentID's durable
+// inbox and routes it like a followup, without waiting for its route. While
+// draining it only parks (R118).
+func (m *Manager) deliverNotice(ctx context.Context, parentID string, content []model.Block, src agent.Source) error {
+	row, err := newRow(parentID, content, src)
+	if err != nil {
+		return err
+	}
+	c := m.lock(childKey{store.Tenant(ctx), parentID})
+	defer m.unlock(c)
+	sess, err := m.header(ctx, c)
+	if err != nil {
+		return err
+	}
+	if err := m.resumable(ctx, c, sess.ParentID); err != nil {
+		return err
+	}
+	if err := m.store.Enqueue(ctx, row); err != nil {
+		return fmt.Errorf("accept notice for %s: %w", parentID, err)
+	}
+	return m.route(ctx, c, row, !m.isDraining())
+}
+
+// ack removes delivered (or withdrawn) rows from the durable inbox. A
+// failure is logged: a delivered row left behind is recognised from the log
+// at the next cold resume.
+func (m *Manager) ack(ctx context.Context, childID string, ids ...string) {
+	if err := m.store.Ack(ctx, childID, ids...); err != nil {
+		m.log.ErrorContext(ctx, "acknowledge inbox messages", slog.String("child_id", childID), slog.Any("error", err))
+	}
+}
+
+// loggedMessages returns the ids of the user/messages in events.
+func loggedMessages(events []store.Event) map[string]bool {
+	ids := map[string]bool{}
+	for _, e := range events {
+		var msg agent.UserMessage
+		if e.Type == agent.EventUserMessage && json.Unmarshal(e.Data, &msg) == nil && msg.ID != "" {
+			ids[msg.ID] = true
+		}
+	}
+	return ids
+}
+
+// EpochStopReason is the stop reason of a continuable activation, read from
+// the events it appended (seam-spec R69, §3.5, §8.6): the consumed-work
+// fold's accounting turn maps max-tokens to max-tokens, aborted and
+// interrupted to aborted, error to error, blocked to refusal and any
+// unknown kind to error; a completed turn, or none, is aborted when
+// accepted work was dropped unrun after it, else completed. A recorded
+// failure outranks a later cancellation.
+func EpochStopReason(events []store.Event) string {
+	end, dropped := FoldConsumedWork(events)
+	kind := agent.ReasonCompleted
+	if end != nil {
+		kind = end.Reason.Kind
+	}
+	switch kind {
+	case agent.ReasonCompleted:
+		if dropped {
+			return StopAborted
+		}
+		return StopCompleted
+	case agent.ReasonMaxTokens:
+		return StopMaxTokens
+	case agent.ReasonAborted, agent.ReasonInterrupted:
+		return StopAborted
+	case agent.ReasonBlocked:
+		return StopRefusal
+	}
+	return StopError
+}
+
+// maxSummary bounds a notice's summary (seam-spec R77, §8.15).
+const maxSummary = 120
+
+// settlementNotice is the message a parent gets when child settles with
+// reason and output (seam-spec R77): the summary sentence, then the closing
+// message or the statement that there is none.
+func settlementNotice(child, reason string, output []model.Block) ([]model.Block, agent.Source) {
+	var summary string
+	switch reason {
+	case StopCompleted:
+		summary = fmt.Sprintf("Background subagent %s finished and will do no further work unless you send it more.", child)
+	case StopAborted:
+		summary = fmt.Sprintf("Background subagent %s was stopped before it finished.", child)
+	case StopMaxTokens:
+		summary = fmt.Sprintf("Background subagent %s ran out of room before it finished.", child)
+	case StopRefusal:
+		summary = fmt.Sprintf("Background subagent %s declined the task.", child)
+	case StopError:
+		summary = fmt.Sprintf("Background subagent %s failed before it finished.", child)
+	default:
+		summary = fmt.Sprintf("Background subagent %s ended abnormally (%s) before it finished.", child, reason)
+	}
+	content := []model.Block{model.TextBlock(summary)}
+	if len(output) == 0 {
+		content = append(content, model.TextBlock("It left no closing message."))
+	} else {
+		content = append(append(content, model.TextBlock("Its closing message:")), output...)
+	}
+	return content, agent.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: boundSummary(summary), SenderSessionID: child}
+}
+
+// boundSummary cuts s to maxSummary characters, ending a cut one with "…".
+func boundSummary(s string) string {
+	if utf8.RuneCountInString(s) <= maxSummary {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:maxSummary-1]) + "…"
+}

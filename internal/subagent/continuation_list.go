@@ -1,0 +1,305 @@
+package subagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// ChildInfo is one child session as GET /v1/subagents/{childId} shows it.
+type ChildInfo struct {
+	Session store.Session
+	// Identity is the child's listing identity (seam-spec §3.7): the last
+	// valid descriptor of its log, nil when there is none.
+	Identity *Identity
+	// Activity is ActivityRunning while the child has a live activation or
+	// one-shot run in this process, else ActivityInactive.
+	Activity string
+	// TaskID is the task of the live activation, else of the most recent
+	// one; "" when the child never had an activation.
+	TaskID string
+}
+
+// Child returns what the service knows of child session childID, reading
+// its header and log without loading or resuming anything. Returns
+// ESessionNotFound for an unknown session or one that is not a subagent
+// child.
+func (m *Manager) Child(ctx context.Context, childID string) (ChildInfo, error) {
+	sess, err := m.store.GetSession(ctx, childID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && sess.Origin != OriginSubagent) {
+		return ChildInfo{}, Errorf(ESessionNotFound, "subagent %q not found", childID)
+	}
+	if err != nil {
+		return ChildInfo{}, fmt.Errorf("read subagent %s: %w", childID, err)
+	}
+	id, err := m.identity(ctx, childID)
+	if err != nil {
+		return ChildInfo{}, fmt.Errorf("read subagent %s: %w", childID, err)
+	}
+	info := ChildInfo{Session: sess, Identity: id, Activity: ActivityInactive}
+	if act := m.liveActivation(childKey{store.Tenant(ctx), childID}); act != nil {
+		info.Activity, info.TaskID = ActivityRunning, act.taskID
+		return info, nil
+	}
+	if m.oneShotRunning(ctx, childID) {
+		info.Activity = ActivityRunning
+	}
+	for after := ""; ; {
+		runs, err := m.store.ListRuns(ctx, store.RunFilter{ChildID: childID, AfterID: after, Limit: 1000})
+		if err != nil {
+			return ChildInfo{}, fmt.Errorf("read tasks of subagent %s: %w", childID, err)
+		}
+		for _, r := range runs {
+			if r.Kind == store.KindActivation {
+				info.TaskID = r.TaskID
+			}
+		}
+		if len(runs) < 1000 {
+			return info, nil
+		}
+		after = runs[len(runs)-1].ID
+	}
+}
+
+// Task returns the activation run of task taskID: its state and, once
+// settled, its stop reason and output. Returns ETaskNotFound.
+func (m *Manager) Task(ctx context.Context, taskID string) (store.Run, error) {
+	runs, err := m.store.ListRuns(ctx, store.RunFilter{TaskID: taskID, Limit: 1})
+	if err != nil {
+		return store.Run{}, fmt.Errorf("read task %s: %w", taskID, err)
+	}
+	if len(runs) == 0 || runs[0].Kind != store.KindActivation {
+		return store.Run{}, Errorf(ETaskNotFound, "task %q not found", taskID)
+	}
+	return runs[0], nil
+}
+
+// Listing entry kinds and diagnostic reasons (seam-spec §1.20).
+const (
+	EntryChild      = "child"
+	EntryDiagnostic = "diagnostic"
+
+	DiagnosticCorrupt     = "corrupt"
+	DiagnosticUnavailable = "unavailable"
+)
+
+// ListEntry is one row of a children or descendants listing (seam-spec
+// §1.20). A child row has Mode, Label (always for continuable children),
+// Provider, Activity and HasChildren; a diagnostic row only ID and Reason.
+// ParentID and Depth (edges from the root) are set by Descendants.
+type ListEntry struct {
+	Kind        string
+	ID          string
+	Mode        string
+	Label       string
+	Provider    string
+	Activity    string
+	HasChildren bool
+	Reason      string
+	ParentID    string
+	Depth       int
+}
+
+// listConcurrency bounds the child logs one listing reads at once (R122).
+const listConcurrency = 4
+
+// Children lists the subagent children of parentID from their durable
+// headers and descriptors (seam-spec §2.16), without loading or resuming
+// anything, ordered by creation time then id (R121). A child's identity is
+// the last valid descriptor of its log (R124); a live child without one yet
+// is omitted, a settled one is a "corrupt" diagnostic, and one whose log
+// cannot be read an "unavailable" diagnostic (R123). Provider registration
+// does not matter (R125). An unknown parent has no children (R129). A
+// failing header listing fails the call.
+func (m *Manager) Children(ctx context.Context, parentID string) ([]ListEntry, error) {
+	kids, err := m.subsessions(ctx, parentID)
+	if err != nil {
+		return nil, err
+	}
+	kids = slices.DeleteFunc(kids, func(s store.Session) bool { return s.Origin != OriginSubagent })
+	rows := make([]*ListEntry, len(kids))
+	errs := make([]error, len(kids))
+	sem := make(chan struct{}, listConcurrency)
+	var wg sync.WaitGroup
+	for i, s := range kids {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			rows[i], errs[i] = m.entry(ctx, s)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out := []ListEntry{}
+	for _, r := range rows {
+		if r != nil {
+			out = append(out, *r)
+		}
+	}
+	return out, nil
+}
+
+// Descendants lists every subagent below rootID in stable pre-order
+// (siblings by creation time then id), walking through ordinary sessions
+// and one-shot children alike, with each row's durable parent and depth
+// (R128). The walk is iterative and never revisits a session, so cycles and
+// deep chains are safe.
+func (m *Manager) Descendants(ctx context.Context, rootID string) ([]ListEntry, error) {
+	type frame struct {
+		sess  store.Session
+		depth int
+	}
+	var stack []frame
+	push := func(parentID string, depth int) error {
+		kids, err := m.subsessions(ctx, parentID)
+		if err != nil {
+			return err
+		}
+		for _, s := range slices.Backward(kids) {
+			stack = append(stack, frame{s, depth})
+		}
+		return nil
+	}
+	if err := push(rootID, 1); err != nil {
+		return nil, err
+	}
+	visited := map[string]bool{rootID: true}
+	out := []ListEntry{}
+	for len(stack) > 0 {
+		f := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if visited[f.sess.ID] {
+			continue
+		}
+		visited[f.sess.ID] = true
+		if f.sess.Origin == OriginSubagent {
+			row, err := m.entry(ctx, f.sess)
+			if err != nil {
+				return nil, err
+			}
+			if row != nil {
+				row.ParentID, row.Depth = f.sess.ParentID, f.depth
+				out = append(out, *row)
+			}
+		}
+		if err := push(f.sess.ID, f.depth+1); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// entry is the listing row of child session s, nil when it is omitted (a
+// live child without an identity yet). The error is that of a failed
+// header listing.
+func (m *Manager) entry(ctx context.Context, s store.Session) (*ListEntry, error) {
+	live := m.liveActivation(childKey{store.Tenant(ctx), s.ID}) != nil || m.oneShotRunning(ctx, s.ID)
+	id, err := m.identity(ctx, s.ID)
+	switch {
+	case err != nil:
+		return &ListEntry{Kind: EntryDiagnostic, ID: s.ID, Reason: DiagnosticUnavailable}, nil
+	case id == nil && live:
+		return nil, nil
+	case id == nil:
+		return &ListEntry{Kind: EntryDiagnostic, ID: s.ID, Reason: DiagnosticCorrupt}, nil
+	}
+	has, err := m.hasChildren(ctx, s.ID)
+	if err != nil {
+		return nil, err
+	}
+	row := &ListEntry{Kind: EntryChild, ID: s.ID, Mode: id.Mode, Label: id.Label, Provider: id.Provider,
+		Activity: ActivityInactive, HasChildren: has}
+	if live {
+		row.Activity = ActivityRunning
+	}
+	return row, nil
+}
+
+// subsessions returns every session whose durable parent is parentID.
+func (m *Manager) subsessions(ctx context.Context, parentID string) ([]store.Session, error) {
+	var out []store.Session
+	for after := ""; ; {
+		page, err := m.store.ListSessions(ctx, store.SessionFilter{ParentID: &parentID, AfterID: after, Limit: 1000})
+		if err != nil {
+			return nil, fmt.Errorf("list children of %s: %w", parentID, err)
+		}
+		out = append(out, page...)
+		if len(page) < 1000 {
+			return out, nil
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+// hasChildren reports whether some subagent session has id as its parent
+// (an ordinary session does not count, R121).
+func (m *Manager) hasChildren(ctx context.Context, id string) (bool, error) {
+	kids, err := m.subsessions(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(kids, func(s store.Session) bool { return s.Origin == OriginSubagent }), nil
+}
+
+// identityFold is the identity fold of one child's log up to seq after.
+// Logs are append-only, so a later listing folds only the newer events.
+type identityFold struct {
+	after int64
+	id    *Identity
+}
+
+// identity is IdentityDescriptor over child id's whole log, continuing the
+// fold cached by earlier calls. The result is shared: do not modify it.
+func (m *Manager) identity(ctx context.Context, id string) (*Identity, error) {
+	key := childKey{store.Tenant(ctx), id}
+	m.mu.Lock()
+	f, ok := m.folds[key]
+	m.mu.Unlock()
+	if !ok {
+		f.after = -1
+	}
+	for {
+		page, err := m.store.Events(ctx, id, f.after, 1000)
+		if err != nil {
+			return nil, fmt.Errorf("read log of %s: %w", id, err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		// Last wins: the page's own last descriptor, valid or not, decides.
+		if slices.ContainsFunc(page, func(e store.Event) bool { return e.Type == EventDescriptor }) {
+			f.id = IdentityDescriptor(page)
+		}
+		f.after = page[len(page)-1].Seq
+	}
+	m.mu.Lock()
+	if cur, ok := m.folds[key]; !ok || cur.after < f.after {
+		m.folds[key] = f
+	}
+	m.mu.Unlock()
+	return f.id, nil
+}
+
+// oneShotRunning reports whether a one-shot run of this process and
+// tenant has child id and has not settled.
+func (m *Manager) oneShotRunning(ctx context.Context, id string) bool {
+	tenant := store.Tenant(ctx)
+	m.svc.mu.Lock()
+	defer m.svc.mu.Unlock()
+	for _, h := range m.svc.runs {
+		if h.childID == id && h.tenant == tenant {
+			select {
+			case <-h.done:
+			default:
+				return true
+			}
+		}
+	}
+	return false
+}
