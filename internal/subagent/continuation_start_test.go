@@ -1,0 +1,296 @@
+package subagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+func TestContinuable_R57_AnswersAtAcceptanceBeforeTheModelRuns(t *testing.T) {
+	t.Parallel()
+	gate, reached := make(chan struct{}), make(chan struct{})
+	e := newContEnv(t, gatedModel(gate, reached, "done"))
+	res := e.start(t, e.req(t, "hello"))
+	// The model is still held: the answer did not wait for it.
+	if res.ChildID == "" || res.TaskID == "" || res.MessageID == "" {
+		t.Fatalf("started %+v", res)
+	}
+	if p, _ := e.st.Pending(t.Context(), res.ChildID); len(p) != 0 {
+		t.Errorf("accepted prompt still pending: %+v", p)
+	}
+	msgs := userMessages(t, e.log(t, res.ChildID))
+	if len(msgs) != 1 || msgs[0].ID != res.MessageID || msgs[0].Source.Kind != SourceUser {
+		t.Errorf("user messages %+v, want the prompt as %s from the user (R58)", msgs, res.MessageID)
+	}
+	// R71: the start edge carrying the task id was dispatched before the answer.
+	evs := e.life.all()
+	if len(evs) != 1 || evs[0].Type != EventStart || evs[0].TaskID != res.TaskID || evs[0].ID != res.ChildID ||
+		!evs[0].Local || evs[0].Provider != "spawn" || evs[0].ParentID != "p1" {
+		t.Errorf("lifecycle %+v", evs)
+	}
+	close(gate)
+	end := e.ended(t, res.TaskID)
+	if end.StopReason != StopCompleted || model.Text(end.LastAssistantMessage) != "done" || end.RunID != evs[0].RunID {
+		t.Errorf("end %+v", end)
+	}
+	run, err := e.m.Task(t.Context(), res.TaskID)
+	if err != nil || run.Kind != store.KindActivation || run.State != store.StateSettled || run.StopReason != StopCompleted {
+		t.Errorf("Task: %+v, %v", run, err)
+	}
+}
+
+func TestContinuable_R56_CreationLogAndDescriptorBeforeFirstTurn(t *testing.T) {
+	t.Parallel()
+	e := newContEnv(t, scripted.New(scripted.Step{Text: "ok"}))
+	seed := []store.Event{
+		{Seq: 0, Type: agent.EventTurnStart, Data: json.RawMessage(`{"turn":1}`)},
+		{Seq: 1, Type: agent.EventUserMessage, Data: json.RawMessage(`{"id":"u0","role":"user","content":[{"type":"text","text":"earlier"}],"source":{"kind":"user"}}`)},
+		{Seq: 2, Type: agent.EventTurnEnd, Data: json.RawMessage(`{"turn":1,"reason":{"kind":"completed"}}`)},
+	}
+	e.prov.prepare = func(_ context.Context, req ContinuableCreateRequest) (ContinuableSpec, error) {
+		if req.SessionID != "kid" || req.Parent.Session.ID != "p1" {
+			t.Errorf("prepare request %+v", req)
+		}
+		return ContinuableSpec{Seed: seed}, nil
+	}
+	req := e.req(t, "go")
+	req.ChildID = "kid"
+	req.AgentOptions = &AgentOptions{Model: "model-b", MaxTokens: 77}
+	persona := "Be terse."
+	req.Persona = &persona
+	res := e.start(t, req)
+	e.ended(t, res.TaskID)
+
+	evs := e.log(t, "kid")
+	want := []string{agent.EventTurnStart, agent.EventUserMessage, agent.EventTurnEnd, agent.EventEndSeed,
+		EventDescriptor, agent.EventEndSeed, agent.EventApprovalPolicy, agent.EventInboxSpliced, agent.EventTurnStart}
+	var got []string
+	for _, ev := range evs[:len(want)] {
+		got = append(got, ev.Type)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("creation log %v, want %v", got, want)
+	}
+	if string(evs[6].Data) != `{"policy":"never","source":"delegation"}` {
+		t.Errorf("policy %s", evs[6].Data)
+	}
+	var turn agent.TurnData
+	if err := json.Unmarshal(evs[8].Data, &turn); err != nil || turn.Turn != 2 {
+		t.Errorf("first own turn %s: numbering continues after the seed", evs[8].Data)
+	}
+	// Route: the request's model, the parent's provider; no budget (§1.8).
+	if string(evs[4].Data) != `{"version":2,"mode":"continuable","provider":"spawn","label":"task","agentProvider":"route-a","agentModel":"model-b","persona":"Be terse."}` {
+		t.Errorf("descriptor %s", evs[4].Data)
+	}
+	sess, err := e.st.GetSession(t.Context(), "kid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.ParentID != "p1" || sess.Origin != OriginSubagent || sess.DelegationDepth != 1 || sess.SeedLength != 3 ||
+		sess.Mode != ModeContinuable || sess.Label != "task" || sess.Provider != "spawn" || sess.MaxTokens != 77 {
+		t.Errorf("header %+v", sess)
+	}
+	mr := e.mat.requests()
+	if len(mr) != 1 || mr[0].Create == nil || mr[0].Options != (AgentOptions{Provider: "route-a", Model: "model-b", MaxTokens: 77}) {
+		t.Errorf("materialize requests %+v", mr)
+	}
+}
+
+func TestContinuable_R56_UndeclaredFieldsOmitted(t *testing.T) {
+	t.Parallel()
+	e := newContEnv(t, scripted.New(scripted.Step{Text: "ok"}))
+	if err := e.st.CreateSession(t.Context(), store.Session{ID: "bare"}); err != nil {
+		t.Fatal(err)
+	}
+	req := e.req(t, "go")
+	req.Parent = e.parent(t, "bare")
+	req.ToolFilter = &ToolFilter{Deny: []string{"shell"}}
+	res := e.start(t, req)
+	e.ended(t, res.TaskID)
+	d := e.log(t, res.ChildID)[0]
+	if d.Type != EventDescriptor || string(d.Data) != `{"version":2,"mode":"continuable","provider":"spawn","label":"task","toolFilter":{"deny":["shell"]}}` {
+		t.Errorf("first event %s %s", d.Type, d.Data)
+	}
+}
+
+func TestContinuable_R53_ValidationOrderCreatesNothing(t *testing.T) {
+	t.Parallel()
+	neg, zero := -1, 0
+	for _, tc := range []struct {
+		name string
+		mod  func(e *contEnv, r *ContinuableRequest)
+		code string
+		// prepares: the check comes after PrepareContinuable.
+		prepares bool
+	}{
+		{"maxDepth domain before provider lookup", func(_ *contEnv, r *ContinuableRequest) { r.MaxDepth, r.Provider = &neg, "nope" }, EInvalidMaxDepth, false},
+		{"depth cap before provider lookup (R38)", func(_ *contEnv, r *ContinuableRequest) { r.MaxDepth, r.Provider = &zero, "nope" }, EDepthExceeded, false},
+		{"label required", func(_ *contEnv, r *ContinuableRequest) { r.Label = "" }, EInvalidRequest, false},
+		{"prompt required", func(_ *contEnv, r *ContinuableRequest) { r.Prompt = nil }, EInvalidRequest, false},
+		{"tool filter needs a list", func(_ *contEnv, r *ContinuableRequest) { r.ToolFilter = &ToolFilter{} }, EInvalidRequest, false},
+		{"descriptor must be lossless", func(_ *contEnv, r *ContinuableRequest) { r.Label = "\xff" }, EInvalidRequest, false},
+		{"unknown provider", func(_ *contEnv, r *ContinuableRequest) { r.Provider = "nope" }, ENoProvider, false},
+		{"R55 provider without PrepareContinuable", func(e *contEnv, r *ContinuableRequest) { r.Provider = "oneshot" }, EUnsupportedCapability, false},
+		{"materializer rejects before Create", func(e *contEnv, r *ContinuableRequest) {
+			e.mat.err = Errorf(EInvalidRequest, "unknown model route")
+		}, EInvalidRequest, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newContEnv(t, scripted.New())
+			oneshot := &fakeProvider{name: "oneshot"}
+			if err := e.svc.Register(t.Context(), oneshot); err != nil {
+				t.Fatal(err)
+			}
+			prepared := false
+			e.prov.prepare = func(context.Context, ContinuableCreateRequest) (ContinuableSpec, error) {
+				prepared = true
+				return ContinuableSpec{}, nil
+			}
+			req := e.req(t, "go")
+			req.ChildID = "kid"
+			tc.mod(e, &req)
+			_, err := e.m.StartContinuable(t.Context(), req)
+			wantCode(t, err, tc.code)
+			if prepared != tc.prepares {
+				t.Errorf("prepared %v, want %v", prepared, tc.prepares)
+			}
+			if _, err := e.st.GetSession(t.Context(), "kid"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("child session exists: %v", err)
+			}
+			if n := len(e.life.all()); n != 0 || oneshot.startCount() != 0 || e.prov.startCount() != 0 {
+				t.Errorf("%d lifecycle events, %d/%d one-shot starts (R54)", n, oneshot.startCount(), e.prov.startCount())
+			}
+		})
+	}
+}
+
+func TestContinuable_R53_DrainingRejects(t *testing.T) {
+	t.Parallel()
+	e := newContEnv(t, scripted.New())
+	if err := e.m.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.m.StartContinuable(t.Context(), e.req(t, "go"))
+	wantCode(t, err, EDraining)
+}
+
+func TestContinuable_R59_AbortBeforeAcceptanceLeavesNothing(t *testing.T) {
+	t.Parallel()
+	e := newContEnv(t, scripted.New())
+	ctx, cancel := context.WithCancel(t.Context())
+	e.prov.prepare = func(context.Context, ContinuableCreateRequest) (ContinuableSpec, error) {
+		cancel() // the caller gives up while the provider prepares
+		return ContinuableSpec{}, nil
+	}
+	req := e.req(t, "go")
+	req.ChildID = "kid"
+	_, err := e.m.StartContinuable(ctx, req)
+	wantCode(t, err, EAborted)
+	if _, err := e.st.GetSession(t.Context(), "kid"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("child session: %v", err)
+	}
+	if n := len(e.life.all()); n != 0 {
+		t.Errorf("%d lifecycle events", n)
+	}
+	if n := len(e.notices.all()); n != 0 {
+		t.Errorf("%d notices", n)
+	}
+}
+
+func TestContinuable_R60_FailureAfterStartEdgeClosesThePair(t *testing.T) {
+	t.Parallel()
+	e := newContEnv(t, scripted.New())
+	e.st.failEnqueue = errors.New("inbox down")
+	req := e.req(t, "go")
+	req.ChildID = "kid"
+	if _, err := e.m.StartContinuable(t.Context(), req); err == nil {
+		t.Fatal("start succeeded without accepting its prompt")
+	}
+	evs := e.life.all()
+	if len(evs) != 2 || evs[0].Type != EventStart || evs[1].Type != EventEnd || evs[1].StopReason != StopAborted ||
+		evs[0].RunID != evs[1].RunID || evs[1].LastAssistantMessage != nil {
+		t.Errorf("lifecycle %+v", evs)
+	}
+	if n := len(e.notices.all()); n != 0 {
+		t.Errorf("R75: %d notices for a child that never accepted a message", n)
+	}
+	if n := countType(e.log(t, "kid"), agent.EventTurnStart); n != 0 {
+		t.Errorf("%d turns", n)
+	}
+	if e.m.liveActivation(childKey{store.DefaultTenant, "kid"}) != nil {
+		t.Error("rolled-back activation is live")
+	}
+}
+
+func TestContinuable_R61_CallerCancelAfterAcceptanceChangesNothing(t *testing.T) {
+	t.Parallel()
+	gate, reached := make(chan struct{}), make(chan struct{})
+	e := newContEnv(t, gatedModel(gate, reached, "finished"))
+	ctx, cancel := context.WithCancel(t.Context())
+	res, err := e.m.StartContinuable(ctx, e.req(t, "go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-reached
+	close(gate)
+	if end := e.ended(t, res.TaskID); end.StopReason != StopCompleted {
+		t.Errorf("end %+v", end)
+	}
+}
+
+func TestContinuable_R62_ReservedIDDuplicateWhileLiveAndAfterSettlement(t *testing.T) {
+	t.Parallel()
+	gate, reached := make(chan struct{}), make(chan struct{})
+	e := newContEnv(t, gatedModel(gate, reached, "done"))
+	req := e.req(t, "go")
+	req.ChildID = "kid"
+	res := e.start(t, req)
+	if _, err := e.m.StartContinuable(t.Context(), req); ErrorCode(err) != EDuplicateChild {
+		t.Errorf("live duplicate: %v", err)
+	}
+	close(gate)
+	e.ended(t, res.TaskID)
+	e.settled(t, "kid")
+	if _, err := e.m.StartContinuable(t.Context(), req); ErrorCode(err) != EDuplicateChild {
+		t.Errorf("persisted duplicate: %v", err)
+	}
+	if n := len(e.mat.requests()); n != 1 {
+		t.Errorf("%d materializations, want 1", n)
+	}
+}
+
+func TestContinuable_R63_CapabilityFlagsNotConsulted(t *testing.T) {
+	t.Parallel()
+	e := newContEnv(t, scripted.New(scripted.Step{Text: "ok"}))
+	req := e.req(t, "go")
+	persona, depth := "p", 5
+	req.Persona, req.MaxDepth, req.ToolFilter = &persona, &depth, &ToolFilter{Allow: []string{}}
+	res := e.start(t, req) // the provider advertises no capability
+	e.ended(t, res.TaskID)
+}
+
+func TestContinuable_R38_DepthFromParentHeader(t *testing.T) {
+	t.Parallel()
+	e := newContEnv(t, scripted.New())
+	if err := e.st.CreateSession(t.Context(), store.Session{ID: "deep", ParentID: "p1", Origin: OriginSubagent, DelegationDepth: 2}); err != nil {
+		t.Fatal(err)
+	}
+	req := e.req(t, "go")
+	req.Parent = e.parent(t, "deep")
+	cap2 := 2
+	req.MaxDepth = &cap2
+	_, err := e.m.StartContinuable(t.Context(), req)
+	wantCode(t, err, EDepthExceeded)
+	if ErrorMessage(err) != "subagent depth 3 exceeds maxDepth 2" {
+		t.Errorf("message %q", ErrorMessage(err))
+	}
+}
