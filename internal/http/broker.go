@@ -252,9 +252,9 @@ type subscription struct {
 	t      *topic
 	f      filter
 	cursor int64
-	// live is set once the subscriber caught up with the ring's end; a live
-	// subscriber that falls behind the ring is cut off instead of being
-	// served from the store.
+	// live is set once the subscriber caught up with the ring's end after
+	// the reader reached the log's end; a live subscriber that falls behind
+	// the ring is cut off instead of being served from the store.
 	live bool
 }
 
@@ -290,7 +290,14 @@ func (s *subscription) poll(ctx context.Context) ([]item, <-chan struct{}, error
 		if t.anchored && s.cursor >= t.base {
 			i := sort.Search(len(t.ring), func(i int) bool { return t.ring[i].id > s.cursor })
 			if i == len(t.ring) {
-				s.live = true
+				// Caught up. Until the reader first reached the log's end,
+				// the ring may still fill past this cursor by catching up,
+				// not by new events: the subscriber is not live yet.
+				select {
+				case <-t.ready:
+					s.live = true
+				default:
+				}
 				wait := t.notify
 				t.mu.Unlock()
 				return nil, wait, nil

@@ -219,3 +219,15 @@ func (b *testBundle) startRun(t *testing.T, provider, parent string, extra map[s
 	b.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/runs", body: body}).decode(t, &run)
 	return run
 }
+
+// finish completes run with text and waits until it settled (its
+// subagent/end is recorded asynchronously).
+func (b *testBundle) finish(t *testing.T, p *fakeProvider, run runJSON, text string) {
+	t.Helper()
+	p.run(run.ChildSessionID).complete(t, text)
+	var got runJSON
+	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/runs/" + run.RunID + "?wait=10"}).decode(t, &got)
+	if got.State != store.StateSettled {
+		t.Fatalf("run %s did not settle: %+v", run.RunID, got)
+	}
+}

@@ -324,8 +324,7 @@ func TestSteer(t *testing.T) {
 	b.wantProblem(t, http.StatusNotFound, subagent.ERunNotFound, steer("nope"))
 	b.wantProblem(t, http.StatusBadRequest, subagent.EInvalidRequest, call{method: http.MethodPost, path: "/v1/runs/" + run.RunID + "/steer", body: map[string]any{"content": []any{}}, invalid: true})
 
-	steerable.run(run.ChildSessionID).complete(t, "done")
-	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/runs/" + run.RunID + "?wait=10"})
+	b.finish(t, steerable, run, "done")
 	b.wantProblem(t, http.StatusConflict, subagent.ESteerRejected, steer(run.RunID))
 }
 
@@ -374,8 +373,7 @@ func TestListRuns(t *testing.T) {
 	r1 := b.startRun(t, "spawn", parent, nil)
 	r2 := b.startRun(t, "spawn", parent, nil)
 	b.startRun(t, "spawn", other, nil)
-	p.run(r1.ChildSessionID).complete(t, "done")
-	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/runs/" + r1.RunID + "?wait=10"})
+	b.finish(t, p, r1, "done")
 
 	list := func(query string) runListJSON {
 		var l runListJSON

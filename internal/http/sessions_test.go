@@ -180,8 +180,7 @@ func TestSessions_Children(t *testing.T) {
 	first := b.startRun(t, "spawn", parent, map[string]any{"label": "first"})
 	second := b.startRun(t, "spawn", parent, nil)
 	grandchild := b.startRun(t, "spawn", first.ChildSessionID, nil)
-	p.run(second.ChildSessionID).complete(t, "done")
-	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/runs/" + second.RunID + "?wait=10"})
+	b.finish(t, p, second, "done")
 
 	var list childListJSON
 	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/sessions/" + parent + "/children"}).decode(t, &list)
