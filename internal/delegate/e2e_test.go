@@ -15,11 +15,26 @@ import (
 
 // delegatingModel answers "go" with one spawn and one fork delegation in
 // the same step, sums tool results up once they are in, and answers
-// anything else with what it did and how much history it saw.
+// anything else with what it did and how much history it saw. The two
+// children's steps are held until both have started, so the test only ends
+// if the sibling delegations run in parallel.
 func delegatingModel() *scripted.Model {
+	spawnReached, forkReached, both := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		<-spawnReached
+		<-forkReached
+		close(both)
+	}()
 	return scripted.Func(func(req model.Request) scripted.Step {
 		last := req.Messages[len(req.Messages)-1]
+		step := scripted.Step{Text: fmt.Sprintf("did %s (%d messages)", lastText(req), len(req.Messages))}
 		switch {
+		case lastText(req) == "task spawn":
+			step.Reached, step.Gate = spawnReached, both
+			return step
+		case lastText(req) == "task fork":
+			step.Reached, step.Gate = forkReached, both
+			return step
 		case last.Role == model.RoleTool:
 			var parts []string
 			for _, m := range req.Messages {
@@ -34,15 +49,15 @@ func delegatingModel() *scripted.Model {
 				call("c-fork", ToolName(fork.Name), map[string]any{"description": "fork child", "prompt": "task fork", "run_in_background": false}),
 			}}
 		}
-		return scripted.Step{Text: fmt.Sprintf("did %s (%d messages)", lastText(req), len(req.Messages))}
+		return step
 	})
 }
 
 // TestEndToEnd_RootDelegatesToSpawnAndForkInOneStep is the issue's
 // end-to-end check: a root session's model calls subagent twice in one step
-// (spawn and fork) and gets both children's results as tool results in the
-// next step; the lifecycle log holds both start/end pairs and the root has
-// both children.
+// (spawn and fork), the two children run in parallel (seam-spec §5.1), and
+// the root gets both results as tool results in the next step; the
+// lifecycle log holds both start/end pairs and the root has both children.
 func TestEndToEnd_RootDelegatesToSpawnAndForkInOneStep(t *testing.T) {
 	t.Parallel()
 	m := delegatingModel()

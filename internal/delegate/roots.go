@@ -350,3 +350,5 @@ func (r *Roots) Close(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+var _ subagent.NoticeSink = (*Roots)(nil)

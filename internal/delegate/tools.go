@@ -43,10 +43,32 @@ type Seam interface {
 
 var _ Seam = (*subagent.Service)(nil)
 
+// Continuations is the part of *subagent.Manager the tools drive: background
+// delegation and the control tools of seam-spec §5.2.
+type Continuations interface {
+	// StartContinuable creates a continuable child and accepts its prompt.
+	StartContinuable(ctx context.Context, req subagent.ContinuableRequest) (subagent.ContinuableStarted, error)
+	// Followup delivers content to a continuable child of parentSessionID.
+	Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src agent.Source) (subagent.FollowupResult, error)
+	// Interrupt stops the current turn of a continuable child of
+	// parentSessionID.
+	Interrupt(ctx context.Context, parentSessionID, childID string) error
+	// Children lists the direct subagent children of parentID.
+	Children(ctx context.Context, parentID string) ([]subagent.ListEntry, error)
+	// Descendants lists every subagent below rootID in pre-order.
+	Descendants(ctx context.Context, rootID string) ([]subagent.ListEntry, error)
+}
+
+var _ Continuations = (*subagent.Manager)(nil)
+
 // ToolsConfig configures Tools.
 type ToolsConfig struct {
 	// Seam starts the children. Required.
 	Seam Seam
+	// Continuations runs background children and the control tools; nil
+	// means foreground delegation only, without send_message,
+	// interrupt_agent and list_agents.
+	Continuations Continuations
 	// Store reads the calling agent's session header. Required.
 	Store store.Store
 	// Registry is the deployment-global tool registry the tools go into,
@@ -57,7 +79,8 @@ type ToolsConfig struct {
 	// capability; the others manage depth themselves (seam-spec §5.1
 	// "provider-managed").
 	MaxDepth *int
-	Logger   *slog.Logger
+	// Logger receives tool (un)mounting and internal failures. Required.
+	Logger *slog.Logger
 }
 
 // Tools keeps one delegation tool per registered provider in the global
@@ -72,6 +95,7 @@ type ToolsConfig struct {
 // "subagent", every other provider p's "subagent_<p>".
 type Tools struct {
 	seam     Seam
+	conts    Continuations
 	store    store.Store
 	registry *agent.Registry
 	maxDepth int
@@ -82,6 +106,7 @@ type Tools struct {
 	stopped bool
 	unsub   func()
 	mounted map[string]string // provider name → tool name
+	control []string          // registered control tool names
 }
 
 // NewTools returns Tools for cfg; Start mounts them.
@@ -90,7 +115,7 @@ func NewTools(cfg ToolsConfig) *Tools {
 	if cfg.MaxDepth != nil {
 		depth = *cfg.MaxDepth
 	}
-	return &Tools{seam: cfg.Seam, store: cfg.Store, registry: cfg.Registry, maxDepth: depth,
+	return &Tools{seam: cfg.Seam, conts: cfg.Continuations, store: cfg.Store, registry: cfg.Registry, maxDepth: depth,
 		log: cfg.Logger, mounted: map[string]string{}}
 }
 
@@ -102,10 +127,11 @@ func ToolName(provider string) string {
 	return SpawnTool + "_" + provider
 }
 
-// Start subscribes to provider events and mounts a tool for every provider
-// registered now; later registrations and removals are mirrored (R8).
-// Returns an error if a tool cannot be registered (its name is taken) or
-// if Tools were already started.
+// Start registers the control tools (with Continuations), subscribes to
+// provider events and mounts a delegation tool for every provider registered
+// now; later registrations and removals are mirrored (R8). Returns an error
+// if a tool cannot be registered (its name is taken) or if Tools were
+// already started; what was registered is removed again.
 func (t *Tools) Start(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -113,6 +139,15 @@ func (t *Tools) Start(ctx context.Context) error {
 		return errors.New("delegation tools: already started")
 	}
 	t.started = true
+	if t.conts != nil {
+		for _, tool := range t.controlTools() {
+			if err := t.registry.Register(tool); err != nil {
+				t.stopLocked()
+				return fmt.Errorf("control tool %s: %w", tool.Name, err)
+			}
+			t.control = append(t.control, tool.Name)
+		}
+	}
 	// Subscribe before listing, so that no registration falls between the
 	// two; mounting is idempotent, so one seen twice is harmless.
 	t.unsub = t.seam.Subscribe("", t.onEvent)
@@ -144,6 +179,10 @@ func (t *Tools) stopLocked() {
 		t.registry.Unregister(name)
 		delete(t.mounted, p)
 	}
+	for _, name := range t.control {
+		t.registry.Unregister(name)
+	}
+	t.control = nil
 }
 
 // onEvent mirrors provider registrations. An error on provider-added rolls
@@ -194,59 +233,90 @@ type delegateArgs struct {
 	RunInBackground *bool  `json:"run_in_background"`
 }
 
-// tool builds the delegation tool of p.
+// delegation is how one mounted tool delegates: to which provider, whether
+// it can run children in the background, and whether it sends a depth cap.
+type delegation struct {
+	tool, provider         string
+	background, depthLimit bool
+}
+
+// tool builds the delegation tool of p. It runs children in the background
+// by default when a continuation manager is configured and p can create
+// continuable children; otherwise it always waits for the result.
 func (t *Tools) tool(p subagent.Provider) agent.Tool {
-	name, provider := ToolName(p.Name()), p.Name()
-	description, promptParam := toolDescription(p, false)
-	params := map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			"description": map[string]any{"type": "string", "description": descriptionParam},
-			"prompt":      map[string]any{"type": "string", "description": promptParam},
-		},
-		"required":             []string{"description", "prompt"},
-		"additionalProperties": false,
+	_, continuable := p.(subagent.ContinuableProvider)
+	d := delegation{tool: ToolName(p.Name()), provider: p.Name(),
+		background: continuable && t.conts != nil, depthLimit: p.Capabilities().DepthLimit}
+	description, promptParam := toolDescription(p, d.background)
+	props := map[string]any{
+		"description": map[string]any{"type": "string", "description": descriptionParam},
+		"prompt":      map[string]any{"type": "string", "description": promptParam},
 	}
-	schema, err := json.Marshal(params)
-	if err != nil {
-		panic(fmt.Sprintf("delegate: marshal tool schema: %v", err)) // static shape
+	if d.background {
+		props["run_in_background"] = map[string]any{"type": "boolean", "description": backgroundParam}
 	}
-	depthLimit := p.Capabilities().DepthLimit
+	schema := mustJSON(map[string]any{"type": "object", "properties": props,
+		"required": []string{"description", "prompt"}, "additionalProperties": false})
 	return agent.Tool{
-		Name:        name,
+		Name:        d.tool,
 		Description: description,
 		Parameters:  schema,
+		Concurrent:  true, // sibling delegations run side by side (seam-spec §5.1)
 		Run: func(ctx context.Context, call agent.Call) ([]model.Block, error) {
-			return t.delegate(ctx, name, provider, depthLimit, call)
+			return t.delegate(ctx, d, call)
 		},
 	}
 }
 
-// delegate runs one delegation call (seam-spec §5.1 execution).
-func (t *Tools) delegate(ctx context.Context, name, provider string, depthLimit bool, call agent.Call) ([]model.Block, error) {
+// mustJSON marshals a static schema.
+func mustJSON(v any) json.RawMessage {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("delegate: marshal tool schema: %v", err))
+	}
+	return raw
+}
+
+// delegate runs one delegation call (seam-spec §5.1 execution): background
+// when the tool supports it and run_in_background is not false, else
+// foreground.
+func (t *Tools) delegate(ctx context.Context, d delegation, call agent.Call) ([]model.Block, error) {
 	if call.Agent == nil {
-		return nil, fmt.Errorf("%s requires a calling agent (exec.agent was undefined)", name)
+		return nil, fmt.Errorf("%s requires a calling agent (exec.agent was undefined)", d.tool)
 	}
 	var args delegateArgs
 	if err := json.Unmarshal(call.Arguments, &args); err != nil {
-		return nil, fmt.Errorf("INVALID_ARGS: %s arguments must be an object with string description and prompt", name)
+		return nil, fmt.Errorf("INVALID_ARGS: %s arguments must be an object with string description and prompt", d.tool)
 	}
 	if strings.TrimSpace(args.Prompt) == "" {
-		return nil, fmt.Errorf("INVALID_ARGS: %s needs a non-empty prompt", name)
+		return nil, fmt.Errorf("INVALID_ARGS: %s needs a non-empty prompt", d.tool)
 	}
-	if args.RunInBackground != nil && *args.RunInBackground {
-		return nil, fmt.Errorf("run_in_background is not available for %s: provider %s cannot run continuable children here", name, provider)
+	background := d.background && (args.RunInBackground == nil || *args.RunInBackground)
+	if !d.background && args.RunInBackground != nil && *args.RunInBackground {
+		return nil, fmt.Errorf("run_in_background is not available for %s: provider %s cannot run continuable children here", d.tool, d.provider)
 	}
 	parent, err := t.parent(ctx, call.Agent.ID())
 	if err != nil {
 		return nil, err
 	}
-	req := subagent.Request{Label: args.Description, Prompt: []model.Block{model.TextBlock(args.Prompt)}, Parent: parent}
-	if depthLimit {
-		req.MaxDepth = &t.maxDepth
+	prompt := []model.Block{model.TextBlock(args.Prompt)}
+	var maxDepth *int
+	if d.depthLimit {
+		maxDepth = &t.maxDepth
 	}
-	return t.foreground(ctx, provider, req)
+	if background {
+		started, err := t.conts.StartContinuable(ctx, subagent.ContinuableRequest{Provider: d.provider,
+			Label: args.Description, Prompt: prompt, Parent: parent, MaxDepth: maxDepth})
+		if err != nil {
+			return nil, t.safe(ctx, "start", err)
+		}
+		return text("started subagent " + started.ChildID), nil
+	}
+	return t.foreground(ctx, d.provider, subagent.Request{Label: args.Description, Prompt: prompt, Parent: parent, MaxDepth: maxDepth})
 }
+
+// text is a tool result of one text block.
+func text(s string) []model.Block { return []model.Block{model.TextBlock(s)} }
 
 // parent is the calling agent as the seam sees it: its durable header and
 // the route options recorded there (a child's header holds its resolved
@@ -289,7 +359,7 @@ func (t *Tools) foreground(ctx context.Context, provider string, req subagent.Re
 	case !subagent.IsSuccess(res.StopReason):
 		return nil, errors.New(FailureText(res))
 	}
-	return []model.Block{model.TextBlock(model.Text(res.Output))}, nil
+	return text(model.Text(res.Output)), nil
 }
 
 // safe returns err as the model may see it: a seam error's message, or
