@@ -31,8 +31,8 @@ import (
 //     not running starts a new activation that cold-resumes it from its log
 //     (route "started"). A steer that loses the race against the turn's end
 //     waits for the settlement and then cold-resumes: accepted content is
-//     never dropped. An activation therefore runs exactly one turn — opened
-//     by the first message it delivers — and settles when that turn ends.
+//     never dropped. An activation runs one turn per message it was
+//     started with — usually one — and settles when they have ended.
 //   - Every accepted message is first stored in the durable inbox
 //     (store.Enqueue) and acknowledged only once the child logged it as a
 //     user/message, so a message accepted before a crash is delivered after
@@ -43,8 +43,8 @@ const (
 	// RouteSteered: the content was admitted into the running turn's next
 	// model step.
 	RouteSteered = "steered"
-	// RouteStarted: the content opens, or joins at its next step, the turn
-	// of a new activation that cold-resumed the child.
+	// RouteStarted: the content runs as its own turn of a new activation
+	// that cold-resumed the child, behind the messages accepted before it.
 	RouteStarted = "started"
 )
 

@@ -37,6 +37,7 @@ type activation struct {
 	changed     chan struct{} // closed and replaced when inflight drops
 	interrupted bool          // Interrupt cancelled the turn: rejected steers park
 	closing     bool          // the settlement began: nothing more is delivered
+	queued      bool          // started with several turns: nothing is steered into it
 
 	done chan struct{} // closed once the activation settled and was removed
 }
@@ -106,7 +107,8 @@ func (m *Manager) rollback(act *activation) {
 }
 
 // route hands the accepted row to child c (c.mu is held). A running,
-// uninterrupted activation gets it as a steer, answered once admitted.
+// uninterrupted activation with a single turn gets it as a steer, answered
+// once admitted.
 // Otherwise the row is owed to the next activation, in acceptance order
 // behind every pending row: when c has none and waking is set, a cold
 // resume starts it now; when one is live, its settlement cold-resumes c
@@ -121,10 +123,10 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 		}
 		return nil
 	}
-	if !act.closing && !act.interrupted && act.agent.Running() {
+	if !act.closing && !act.interrupted && !act.queued && act.agent.Running() {
 		if msg, err := rowMessage(row); err == nil {
 			if settled, err := act.agent.SubmitSteer(ctx, msg); err == nil {
-				m.track(act, row.ID, RouteSteered, settled)
+				m.track(act, row.ID, settled)
 				return nil
 			}
 		}
@@ -137,10 +139,10 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 }
 
 // track waits, off the lock, for a submitted steer of act to settle: an
-// admitted message is acknowledged and its caller answered route; a
+// admitted message is acknowledged and its caller answered RouteSteered; a
 // rejected one is owed to the next activation, unless an interrupt or a
 // drain parked it. c.mu is held.
-func (m *Manager) track(act *activation, id, route string, settled <-chan error) {
+func (m *Manager) track(act *activation, id string, settled <-chan error) {
 	act.inflight++
 	m.wg.Add(1)
 	go func() {
@@ -154,7 +156,7 @@ func (m *Manager) track(act *activation, id, route string, settled <-chan error)
 		act.changed = make(chan struct{})
 		if err == nil {
 			m.ack(act.base, c.key.id, id)
-			m.answer(c, id, answer{res: FollowupResult{Route: route, TaskID: act.taskID, MessageID: id}})
+			m.answer(c, id, answer{res: FollowupResult{Route: RouteSteered, TaskID: act.taskID, MessageID: id}})
 			return
 		}
 		if !act.interrupted && !m.isDraining() {
@@ -196,12 +198,11 @@ type delivery struct {
 }
 
 // coldResume starts a new activation of c over its persisted log (R86–R89)
-// and delivers its pending rows in acceptance order: the first opens the
-// turn, the others are steered into it, each answered RouteStarted once the
-// child logged it. Rows the log already holds as user/messages (a crash
-// between delivery and acknowledgement) are acknowledged instead. With
-// nothing to deliver no activation starts. c.mu is held, c.act is nil and
-// c.sess, c.desc are verified.
+// and delivers its pending rows in acceptance order, each as its own turn
+// (R83, R103), answering their callers RouteStarted. Rows the log already
+// holds as user/messages (a crash between delivery and acknowledgement) are
+// acknowledged instead. With nothing to deliver no activation starts. c.mu
+// is held, c.act is nil and c.sess, c.desc are verified.
 func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	id := c.key.id
 	pending, err := m.store.Pending(ctx, id)
@@ -249,23 +250,26 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 		m.closeAgent(ctx, id, ag)
 		return err
 	}
-	if _, err := ag.FollowupMessage(ctx, todo[0].msg); err != nil {
-		m.rollback(act)
-		return fmt.Errorf("resume %s: deliver message %s: %w", id, todo[0].id, err)
-	}
-	m.ack(ctx, id, todo[0].id)
-	m.answer(c, todo[0].id, answer{res: FollowupResult{Route: RouteStarted, TaskID: act.taskID, MessageID: todo[0].id}})
-	m.activate(c, act)
-	for _, d := range todo[1:] {
-		settled, err := ag.SubmitSteer(ctx, d.msg)
-		if err != nil {
-			// The turn already ended: the rest waits, in order, for the
-			// next activation, which this one's settlement starts.
+	for i, d := range todo {
+		if _, err := ag.FollowupMessage(ctx, d.msg); err != nil {
+			if i == 0 {
+				m.rollback(act)
+				return fmt.Errorf("resume %s: deliver message %s: %w", id, d.id, err)
+			}
+			// The rest waits, in order, for the next activation.
+			m.log.ErrorContext(ctx, "deliver inbox message", slog.String("child_id", id), slog.Any("error", err))
 			c.wake = true
 			break
 		}
-		m.track(act, d.id, RouteStarted, settled)
+		if i == 0 {
+			m.ack(ctx, id, d.id) // logged at once: it opened the turn
+		}
+		m.answer(c, d.id, answer{res: FollowupResult{Route: RouteStarted, TaskID: act.taskID, MessageID: d.id}})
 	}
+	// Queued turns run first: a later delivery waits for the next
+	// activation rather than overtaking them as a steer.
+	act.queued = len(todo) > 1
+	m.activate(c, act)
 	return nil
 }
 

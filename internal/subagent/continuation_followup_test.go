@@ -399,7 +399,7 @@ func TestInterrupt_R101_R103_ParkedMessagesRunFirstThenTheNewOne(t *testing.T) {
 	if got := userTexts(t, evs); !slices.Equal(got, []string{"go", "parked 1", "parked 2", "new"}) {
 		t.Errorf("user messages %v", got)
 	}
-	if got := turnEndKinds(t, evs); !slices.Equal(got, []string{agent.ReasonAborted, agent.ReasonCompleted}) {
+	if got := turnEndKinds(t, evs); !slices.Equal(got, []string{agent.ReasonAborted, agent.ReasonCompleted, agent.ReasonCompleted, agent.ReasonCompleted}) {
 		t.Errorf("turn ends %v", got)
 	}
 	var first agent.TurnEndData

@@ -1,0 +1,304 @@
+package subagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+func TestActivation_R69_EpochStopReason(t *testing.T) {
+	t.Parallel()
+	ev := func(typ, data string) store.Event { return store.Event{Type: typ, Data: json.RawMessage(data)} }
+	turn := func(reason string) []store.Event {
+		return []store.Event{
+			ev(agent.EventTurnStart, `{"turn":1}`),
+			ev(agent.EventStepStart, `{"turn":1,"step":1}`),
+			ev(agent.EventTurnEnd, `{"turn":1,"reason":{"kind":"`+reason+`"}}`),
+		}
+	}
+	dropped := ev(agent.EventInboxSpliced, `{"target":"next-turn","start":0,"removedCount":1,"inserted":[],"outcome":"canceled"}`)
+	for _, tc := range []struct {
+		name   string
+		events []store.Event
+		want   string
+	}{
+		{"completed", turn("completed"), StopCompleted},
+		{"max-tokens", turn("max-tokens"), StopMaxTokens},
+		{"aborted", turn("aborted"), StopAborted},
+		{"interrupted (crash repair, R133)", turn("interrupted"), StopAborted},
+		{"error", turn("error"), StopError},
+		{"blocked is refusal", turn("blocked"), StopRefusal},
+		{"unknown is error (R32)", turn("sideways"), StopError},
+		{"no accounting turn", nil, StopCompleted},
+		{"work dropped unrun after a clean turn", append(turn("completed"), dropped), StopAborted},
+		{"work dropped unrun, no turn", []store.Event{dropped}, StopAborted},
+		{"a failure outranks a later cancellation", append(turn("error"), dropped), StopError},
+	} {
+		if got := EpochStopReason(tc.events); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// failingClose is a ChildAgent whose Close fails.
+type failingClose struct{ ChildAgent }
+
+func (f failingClose) Close(ctx context.Context) error {
+	_ = f.ChildAgent.Close(ctx)
+	return errors.New("release failed")
+}
+
+func TestActivation_R70_TeardownFailureIsErrorWithoutOutput(t *testing.T) {
+	t.Parallel()
+	e := newContEnv(t, scripted.New(scripted.Step{Text: "fine answer"}))
+	e.mat.wrap = func(a ChildAgent) ChildAgent { return failingClose{a} }
+	res := e.start(t, e.req(t, "go"))
+	end := e.ended(t, res.TaskID)
+	if end.StopReason != StopError || end.LastAssistantMessage != nil {
+		t.Errorf("end %+v", end)
+	}
+	ns := e.notices.waitFor(t, "the notice", func(ns []notice) bool { return len(ns) == 1 })
+	if got := model.Text(ns[0].content); !strings.Contains(got, "failed before it finished") || !strings.Contains(got, "no closing message") {
+		t.Errorf("notice %q", got)
+	}
+}
+
+func TestNotice_R74_R77_RootParentGetsTheOutcomeThroughTheSink(t *testing.T) {
+	t.Parallel()
+	e := newContEnv(t, scripted.New(scripted.Step{Text: "the result"}))
+	res := e.start(t, e.req(t, "go"))
+	ns := e.notices.waitFor(t, "the notice", func(ns []notice) bool { return len(ns) == 1 })
+	summary := fmt.Sprintf("Background subagent %s finished and will do no further work unless you send it more.", res.ChildID)
+	n := ns[0]
+	if n.parentID != "p1" || len(n.content) != 3 || n.content[0].Text != summary || n.content[1].Text != "Its closing message:" ||
+		n.content[2].Text != "the result" {
+		t.Errorf("notice %+v", n)
+	}
+	if n.src != (agent.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: summary, SenderSessionID: res.ChildID}) {
+		t.Errorf("source %+v", n.src)
+	}
+	// R67: the notice is sent before the end edge.
+	e.ended(t, res.TaskID)
+}
+
+func TestNotice_R77_SummaryBoundedTo120Characters(t *testing.T) {
+	t.Parallel()
+	_, src := settlementNotice("018f2b6c-6f1d-4d7e-9a63-3d2b1c0e9f4a", StopCompleted, nil)
+	if n := utf8.RuneCountInString(src.Summary); n > 120 || strings.HasSuffix(src.Summary, "…") {
+		t.Errorf("a UUID's summary (%d characters) was cut: %q", n, src.Summary)
+	}
+	long := strings.Repeat("ü", 200)
+	content, src := settlementNotice(long, "sideways", nil)
+	if n := utf8.RuneCountInString(src.Summary); n != 120 || !strings.HasSuffix(src.Summary, "…") {
+		t.Errorf("summary of %d characters: %q", n, src.Summary)
+	}
+	if !strings.Contains(content[0].Text, "ended abnormally (sideways) before it finished.") {
+		t.Errorf("unknown reason sentence %q", content[0].Text)
+	}
+	for reason, want := range map[string]string{
+		StopAborted:   "was stopped before it finished.",
+		StopMaxTokens: "ran out of room before it finished.",
+		StopRefusal:   "declined the task.",
+		StopError:     "failed before it finished.",
+	} {
+		if content, _ := settlementNotice("c", reason, nil); content[0].Text != "Background subagent c "+want {
+			t.Errorf("%s: %q", reason, content[0].Text)
+		}
+	}
+}
+
+func TestNotice_R79_FailedDeliveryDoesNotBlockSettlement(t *testing.T) {
+	t.Parallel()
+	e := newContEnv(t, scripted.New(scripted.Step{Text: "ok"}))
+	e.notices.fail = errors.New("parent gone")
+	res := e.start(t, e.req(t, "go"))
+	if end := e.ended(t, res.TaskID); end.StopReason != StopCompleted {
+		t.Errorf("end %+v", end)
+	}
+	e.settled(t, res.ChildID)
+	if !strings.Contains(e.logs.String(), "settlement notice was not delivered") {
+		t.Error("the failed notice was not logged")
+	}
+}
+
+func TestNotice_R78_ContinuableParentIsWokenByItsChildsNotice(t *testing.T) {
+	t.Parallel()
+	e := newContEnv(t, scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "ok"} }))
+	parent := e.start(t, e.req(t, "be a parent"))
+	e.ended(t, parent.TaskID)
+	e.settled(t, parent.ChildID)
+	req := e.req(t, "be a child")
+	req.Parent = e.parent(t, parent.ChildID)
+	kid := e.start(t, req)
+	e.ended(t, kid.TaskID)
+	// The parent starts a new activation that reads the notice.
+	evs := e.waitLog(t, parent.ChildID, "the notice turn", func(evs []store.Event) bool {
+		return slices.Equal(turnEndKinds(t, evs), []string{agent.ReasonCompleted, agent.ReasonCompleted})
+	})
+	msgs := userMessages(t, evs)
+	if len(msgs) != 2 || msgs[1].Source.Kind != SourceSubagentSettled || msgs[1].Source.SenderSessionID != kid.ChildID {
+		t.Fatalf("parent messages %+v", msgs)
+	}
+	e.settled(t, parent.ChildID)
+	// Both of the parent's epochs notified the root through the sink.
+	e.notices.waitFor(t, "the parent's two notices", func(ns []notice) bool {
+		n := 0
+		for _, x := range ns {
+			if x.parentID == "p1" && x.src.SenderSessionID == parent.ChildID {
+				n++
+			}
+		}
+		return n == 2
+	})
+	sess, _ := e.st.GetSession(t.Context(), kid.ChildID)
+	if sess.DelegationDepth != 2 {
+		t.Errorf("grandchild depth %d", sess.DelegationDepth)
+	}
+}
+
+func TestRecover_R130_AcceptedMessageIsDeliveredAfterARestart(t *testing.T) {
+	t.Parallel()
+	first := newContEnv(t, scripted.New(scripted.Step{Text: "before"}))
+	res := first.start(t, first.req(t, "one"))
+	first.ended(t, res.TaskID)
+	first.settled(t, res.ChildID)
+	// The process accepted a followup and died before delivering it.
+	row, err := newRow(res.ChildID, txt("accepted before the crash"), agent.Source{Kind: SourceUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.st.Enqueue(t.Context(), row); err != nil {
+		t.Fatal(err)
+	}
+
+	second := newContEnvOver(t, first.st, scripted.New(scripted.Step{Text: "after"}, scripted.Step{Text: "later"}))
+	if err := second.m.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	starts := second.life.waitFor(t, "the recovery activation", func(evs []Event) bool { return len(evs) >= 1 })
+	end := second.ended(t, starts[0].TaskID)
+	if end.StopReason != StopCompleted || model.Text(end.LastAssistantMessage) != "after" {
+		t.Errorf("recovered epoch %+v", end)
+	}
+	second.settled(t, res.ChildID)
+	f, err := second.m.Followup(t.Context(), "p1", res.ChildID, txt("three"), agent.Source{})
+	if err != nil || f.Route != RouteStarted {
+		t.Fatalf("followup after recovery: %+v, %v", f, err)
+	}
+	second.ended(t, f.TaskID)
+	evs := second.log(t, res.ChildID)
+	if got := userTexts(t, evs); !slices.Equal(got, []string{"one", "accepted before the crash", "three"}) {
+		t.Errorf("user messages %v", got)
+	}
+	if n := countType(evs, EventDescriptor); n != 1 {
+		t.Errorf("%d descriptors", n)
+	}
+}
+
+func TestRecover_R133_ClaimedButUnacknowledgedIsNotRedelivered(t *testing.T) {
+	t.Parallel()
+	first := newContEnv(t, scripted.New(scripted.Step{Text: "ok"}))
+	res := first.start(t, first.req(t, "one"))
+	first.ended(t, res.TaskID)
+	first.settled(t, res.ChildID)
+	// Crash after the child logged the message (its turn still open) and
+	// before the inbox row was acknowledged.
+	row, _ := newRow(res.ChildID, txt("claimed"), agent.Source{Kind: SourceUser})
+	msg, _ := rowMessage(row)
+	data, _ := json.Marshal(msg)
+	if err := first.st.Enqueue(t.Context(), row); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.st.AppendEvents(t.Context(), res.ChildID,
+		store.NewEvent{Type: agent.EventTurnStart, Data: json.RawMessage(`{"turn":2}`)},
+		store.NewEvent{Type: agent.EventUserMessage, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	second := newContEnvOver(t, first.st, scripted.New())
+	if err := second.m.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := second.st.Pending(t.Context(), res.ChildID); len(p) != 0 {
+		t.Errorf("pending %+v", p)
+	}
+	if n := len(second.life.all()); n != 0 {
+		t.Errorf("%d lifecycle events: nothing was left to deliver", n)
+	}
+	if got := userTexts(t, second.log(t, res.ChildID)); !slices.Equal(got, []string{"one", "claimed"}) {
+		t.Errorf("user messages %v", got)
+	}
+}
+
+func TestRecover_R132_MessageLeftInTheAgentsOwnInboxRunsOnce(t *testing.T) {
+	t.Parallel()
+	first := newContEnv(t, scripted.New(scripted.Step{Text: "ok"}))
+	res := first.start(t, first.req(t, "one"))
+	first.ended(t, res.TaskID)
+	first.settled(t, res.ChildID)
+	// Crash after the message reached the agent's log-sourced inbox, behind
+	// an open turn, before it ran.
+	row, _ := newRow(res.ChildID, txt("queued"), agent.Source{Kind: SourceUser})
+	msg, _ := rowMessage(row)
+	splice, _ := json.Marshal(agent.InboxSplicedData{Target: agent.TargetNextTurn, Inserted: []agent.UserMessage{msg}})
+	if err := first.st.Enqueue(t.Context(), row); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.st.AppendEvents(t.Context(), res.ChildID,
+		store.NewEvent{Type: agent.EventInboxSpliced, Data: splice}); err != nil {
+		t.Fatal(err)
+	}
+	second := newContEnvOver(t, first.st, scripted.New(scripted.Step{Text: "ran"}))
+	if err := second.m.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	starts := second.life.waitFor(t, "the recovery activation", func(evs []Event) bool { return len(evs) >= 1 })
+	second.ended(t, starts[0].TaskID)
+	second.settled(t, res.ChildID)
+	if got := userTexts(t, second.log(t, res.ChildID)); !slices.Equal(got, []string{"one", "queued"}) {
+		t.Errorf("user messages %v", got)
+	}
+}
+
+func TestShutdown_R113_StopsAdmissionAndKeepsAcceptedMessages(t *testing.T) {
+	t.Parallel()
+	gate, reached := make(chan struct{}), make(chan struct{})
+	e := newContEnv(t, gatedModel(gate, reached, "never"))
+	res := e.start(t, e.req(t, "go"))
+	<-reached
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out := e.followupAsync(ctx, res.ChildID, "in flight")
+	e.waitLog(t, res.ChildID, "the steer", steersSubmitted(1))
+	if err := e.m.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if end := e.ended(t, res.TaskID); end.StopReason != StopAborted {
+		t.Errorf("end %+v", end)
+	}
+	_, err := e.m.StartContinuable(t.Context(), e.req(t, "more"))
+	wantCode(t, err, EDraining)
+	_, err = e.m.Followup(t.Context(), "p1", res.ChildID, txt("more"), agent.Source{})
+	wantCode(t, err, EDraining)
+	cancel()
+	await(t, out)
+
+	next := newContEnvOver(t, e.st, scripted.New(scripted.Step{Text: "resumed"}))
+	if err := next.m.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	starts := next.life.waitFor(t, "the recovery activation", func(evs []Event) bool { return len(evs) >= 1 })
+	next.ended(t, starts[0].TaskID)
+	if got := userTexts(t, next.log(t, res.ChildID)); !slices.Equal(got, []string{"go", "in flight"}) {
+		t.Errorf("user messages %v", got)
+	}
+}
