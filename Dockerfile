@@ -1,0 +1,18 @@
+# syntax=docker/dockerfile:1
+# Build a static binary, then run it on a small base that has wget for the
+# compose health check.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/subagentd ./cmd/api
+
+FROM alpine:3.22
+RUN adduser -D -H -u 10001 subagentd
+COPY --from=build /out/subagentd /usr/local/bin/subagentd
+USER subagentd
+EXPOSE 8080
+ENV SUBAGENTD_ADDR=0.0.0.0:8080
+ENTRYPOINT ["/usr/local/bin/subagentd"]

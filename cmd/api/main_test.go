@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goccy/go-yaml"
+)
+
+// logLines collects the JSON log records run writes.
+type logLines struct {
+	w     *io.PipeWriter
+	lines chan map[string]any
+}
+
+func newLogLines(t *testing.T) *logLines {
+	r, w := io.Pipe()
+	l := &logLines{w: w, lines: make(chan map[string]any, 100)}
+	go func() {
+		defer close(l.lines)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			var rec map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+				rec = map[string]any{"msg": "not JSON: " + sc.Text()}
+			}
+			l.lines <- rec
+		}
+	}()
+	return l
+}
+
+// until returns the first record with message msg, failing after a while.
+func (l *logLines) until(t *testing.T, msg string) map[string]any {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case rec, ok := <-l.lines:
+			if !ok {
+				t.Fatalf("log ended before %q", msg)
+			}
+			if rec["msg"] == msg {
+				return rec
+			}
+		case <-timeout:
+			t.Fatalf("no %q in the log", msg)
+		}
+	}
+}
+
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+// TestRun_ServesAndShutsDown starts the server on a free port, uses it,
+// and stops it: streams end, run returns nil.
+func TestRun_ServesAndShutsDown(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	logs := newLogLines(t)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, nil, env(map[string]string{"SUBAGENTD_ADDR": "127.0.0.1:0"}), logs.w)
+		logs.w.Close()
+	}()
+	logs.until(t, "DATABASE_URL is not set: sessions, runs and events live in memory and are lost when the process exits")
+	addr := logs.until(t, "listening")["addr"].(string)
+	base := "http://" + addr
+
+	resp, err := http.Get(base + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	resp, err = http.Post(base+"/v1/sessions", "application/json", strings.NewReader(`{"label":"x"}`))
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create session: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	stream, err := http.Get(base + "/v1/events?after=0")
+	if err != nil || stream.StatusCode != http.StatusOK {
+		t.Fatalf("events: %v %v", stream, err)
+	}
+	defer stream.Body.Close()
+	if resp, err := http.Get(base + "/"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("dashboard: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	cancel()
+	if _, err := io.Copy(io.Discard, stream.Body); err != nil {
+		t.Fatalf("event stream did not end cleanly: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(shutdownGrace):
+		t.Fatal("run did not return")
+	}
+	for rec := range logs.lines {
+		if rec["msg"] == "stopped" {
+			return
+		}
+	}
+	t.Fatal(`no "stopped" in the log`)
+}
+
+func TestLoadConfig_FlagsMirrorEnv(t *testing.T) {
+	cfg, err := loadConfig([]string{"-addr", "0.0.0.0:9000"}, env(map[string]string{
+		"SUBAGENTD_ADDR": "127.0.0.1:1", "SUBAGENTD_MODEL": "llama3.1",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.get("SUBAGENTD_ADDR") != "0.0.0.0:9000" || cfg.get("SUBAGENTD_MODEL") != "llama3.1" || cfg.get("DATABASE_URL") != "" {
+		t.Fatalf("config = %v", cfg)
+	}
+	if cfg, _ := loadConfig(nil, env(nil)); cfg.get("SUBAGENTD_ADDR") != "127.0.0.1:8080" {
+		t.Fatalf("default addr %q", cfg.get("SUBAGENTD_ADDR"))
+	}
+	if _, err := loadConfig([]string{"-bogus"}, env(nil)); err == nil {
+		t.Fatal("unknown flag accepted")
+	}
+	if _, err := loadConfig([]string{"extra"}, env(nil)); err == nil {
+		t.Fatal("stray argument accepted")
+	}
+}
+
+func TestRun_BadAddress(t *testing.T) {
+	logs := newLogLines(t)
+	defer logs.w.Close()
+	go func() {
+		for range logs.lines {
+		}
+	}()
+	if err := run(t.Context(), []string{"-addr", "127.0.0.1:notaport"}, env(nil), logs.w); err == nil {
+		t.Fatal("run listened on a bad address")
+	}
+}
+
+func settingNames() []string {
+	var names []string
+	for _, s := range settings {
+		names = append(names, s.env)
+	}
+	return names
+}
+
+// TestCompose_SetsOnlyReadVariables: every variable compose.yaml sets for
+// the api service is one the server reads.
+func TestCompose_SetsOnlyReadVariables(t *testing.T) {
+	data, err := os.ReadFile("../../compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose struct {
+		Services map[string]struct {
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(data, &compose); err != nil {
+		t.Fatalf("compose.yaml: %v", err)
+	}
+	api, ok := compose.Services["api"]
+	if !ok || len(api.Environment) == 0 {
+		t.Fatal("compose.yaml has no api service environment")
+	}
+	for name := range api.Environment {
+		if !slices.Contains(settingNames(), name) {
+			t.Errorf("compose.yaml sets %s, which the server does not read", name)
+		}
+	}
+	if api.Environment["DATABASE_URL"] == "" {
+		t.Error("compose.yaml does not give the api a DATABASE_URL")
+	}
+}
+
+// TestREADME_ConfigurationTable: the README's table lists exactly the
+// variables the server reads.
+func TestREADME_ConfigurationTable(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Z_]+)` \\|").FindAllStringSubmatch(string(data), -1) {
+		listed = append(listed, m[1])
+	}
+	want := settingNames()
+	slices.Sort(listed)
+	slices.Sort(want)
+	if !slices.Equal(listed, want) {
+		t.Fatalf("README lists %v, the server reads %v", listed, want)
+	}
+}
