@@ -23,25 +23,27 @@ type world struct {
 	roots *Roots
 }
 
-// newWorld builds a world whose only (default) model route is m.
-func newWorld(t *testing.T, m model.Model, opts ...func(*ToolsConfig)) *world {
+// newWorld builds a world whose only (default) model route is m; opts
+// adjust the tools' configuration before they start.
+func newWorld(t *testing.T, m model.Model, opts ...func(*ToolsConfig, *Roots)) *world {
 	t.Helper()
 	h := inprocesstest.New(t, inprocesstest.Config{Routes: []model.Route{inprocesstest.Route("script", m)}})
-	cfg := ToolsConfig{Seam: h.Service, Store: h.Store, Registry: h.Tools, Logger: h.Logger}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	w := &world{Harness: h, tools: NewTools(cfg)}
-	if err := w.tools.Start(inprocesstest.Ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.tools.Stop)
+	w := &world{Harness: h}
 	w.roots = NewRoots(RootsConfig{Store: h.Store, Routes: h.Deps.Routes, Tools: h.Tools, Logger: h.Logger})
 	t.Cleanup(func() {
 		if err := w.roots.Close(context.Background()); err != nil {
 			t.Errorf("close roots: %v", err)
 		}
 	})
+	cfg := ToolsConfig{Seam: h.Service, Store: h.Store, Registry: h.Tools, Logger: h.Logger}
+	for _, o := range opts {
+		o(&cfg, w.roots)
+	}
+	w.tools = NewTools(cfg)
+	if err := w.tools.Start(inprocesstest.Ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.tools.Stop)
 	return w
 }
 

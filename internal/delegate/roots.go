@@ -35,7 +35,8 @@ type RootsConfig struct {
 	// alike.
 	DeploymentPersona string
 	Vars              map[string]func() (string, bool)
-	Logger            *slog.Logger
+	// Logger receives notice delivery failures. Required.
+	Logger *slog.Logger
 }
 
 // Roots runs the agents of root sessions: one live *agent.Agent per root
@@ -67,6 +68,8 @@ type root struct {
 	lastUsed time.Time
 	dead     bool
 }
+
+var _ subagent.NoticeSink = (*Roots)(nil)
 
 // NewRoots returns Roots for cfg.
 func NewRoots(cfg RootsConfig) *Roots {
@@ -350,5 +353,3 @@ func (r *Roots) Close(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
-
-var _ subagent.NoticeSink = (*Roots)(nil)

@@ -155,7 +155,7 @@ func TestDelegate_5_1_RequestFromCallingAgent(t *testing.T) {
 func TestDelegate_5_1_Rejections(t *testing.T) {
 	t.Parallel()
 	zero := 0
-	w := newWorld(t, scripted.New(), func(c *ToolsConfig) { c.MaxDepth = &zero })
+	w := newWorld(t, scripted.New(), func(c *ToolsConfig, _ *Roots) { c.MaxDepth = &zero })
 	ctx := inprocesstest.Ctx(t)
 	sp, _ := w.Service.Provider(spawn.Name)
 	tests := []struct {
