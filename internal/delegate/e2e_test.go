@@ -9,6 +9,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/fork"
+	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -118,13 +119,21 @@ func TestEndToEnd_RootDelegatesToSpawnAndForkInOneStep(t *testing.T) {
 	if !slices.Equal(providers, []string{fork.Name, spawn.Name}) {
 		t.Errorf("runs by provider = %v, want fork and spawn", providers)
 	}
-	kids := w.Children(t, root)
-	kidProviders := []string{}
-	for _, k := range kids {
-		kidProviders = append(kidProviders, k.Provider)
+	// The children catalog (GET /v1/sessions/{id}/children) lists both.
+	mgr := subagent.NewManager(w.Service, subagent.ManagerConfig{Materializer: &testMaterializer{}, Logger: w.Logger})
+	entries, err := mgr.Children(inprocesstest.Ctx(t), root)
+	if err != nil {
+		t.Fatal(err)
 	}
-	slices.Sort(kidProviders)
-	if !slices.Equal(kidProviders, []string{fork.Name, spawn.Name}) {
-		t.Errorf("children by provider = %v, want fork and spawn", kidProviders)
+	kids := []string{}
+	for _, e := range entries {
+		if e.Kind != subagent.EntryChild || e.Mode != subagent.ModeOneShot || e.Activity != subagent.ActivityInactive {
+			t.Errorf("child entry %+v", e)
+		}
+		kids = append(kids, e.Provider+":"+e.Label)
+	}
+	slices.Sort(kids)
+	if want := []string{"fork:fork child", "spawn:spawn child"}; !slices.Equal(kids, want) {
+		t.Errorf("children = %v, want %v", kids, want)
 	}
 }
