@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/fork"
@@ -135,5 +136,46 @@ func TestEndToEnd_RootDelegatesToSpawnAndForkInOneStep(t *testing.T) {
 	slices.Sort(kids)
 	if want := []string{"fork:fork child", "spawn:spawn child"}; !slices.Equal(kids, want) {
 		t.Errorf("children = %v, want %v", kids, want)
+	}
+}
+
+// TestEndToEnd_R34_GrandchildrenWhileDepthAllows checks that children see
+// the delegation tool and delegate further, and that the depth cap refuses
+// the level beyond it with the seam's message as an isError result.
+func TestEndToEnd_R34_GrandchildrenWhileDepthAllows(t *testing.T) {
+	t.Parallel()
+	chain := func() *scripted.Model {
+		return scripted.Func(func(req model.Request) scripted.Step {
+			last := req.Messages[len(req.Messages)-1]
+			switch {
+			case last.Role == model.RoleTool:
+				return scripted.Step{Text: "up: " + model.Text(last.Content)}
+			case lastText(req) == "go":
+				return scripted.Step{ToolCalls: []model.ToolCall{call("c1", SpawnTool, map[string]any{"description": "level 1", "prompt": "level1"})}}
+			case lastText(req) == "level1":
+				return scripted.Step{ToolCalls: []model.ToolCall{call("c2", SpawnTool, map[string]any{"description": "level 2", "prompt": "level2"})}}
+			}
+			return scripted.Step{Text: "leaf"}
+		})
+	}
+	for _, tt := range []struct {
+		name     string
+		maxDepth *int
+		want     string
+	}{
+		{"default cap allows depth 2", nil, "up: up: leaf"},
+		{"cap 1 refuses depth 2", func() *int { one := 1; return &one }(), "up: up: subagent depth 2 exceeds maxDepth 1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, chain(), func(c *ToolsConfig, _ *Roots) { c.MaxDepth = tt.maxDepth })
+			w.prompt(t, "go", 1)
+			evs := w.Log(t, w.Parent.Session.ID)
+			msgs := inprocesstest.OfType(evs, agent.EventAssistantMessage)
+			last := inprocesstest.Decode[agent.AssistantMessageData](t, msgs[len(msgs)-1])
+			if got := model.Text(last.Message.Content); got != tt.want {
+				t.Errorf("root answer = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
