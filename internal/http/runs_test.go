@@ -244,7 +244,6 @@ func TestCreateRun_OnDisconnectCancel(t *testing.T) {
 	}
 	fr.waitCancelled(t)
 	var run runJSON
-	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/runs?parentSessionId=" + parent})
 	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/runs/" + runID(t, b, parent) + "?wait=10"}).decode(t, &run)
 	if run.Result == nil || run.Result.StopReason != subagent.StopAborted {
 		t.Fatalf("run = %+v", run)
