@@ -207,46 +207,51 @@ func (r *Roots) load(ctx context.Context, id string) (*agent.Agent, error) {
 // Notify delivers a settlement notice (seam-spec §2.10, R77–R78) to root
 // session parentID: a live idle agent gets it as a followup, which opens a
 // turn; a live busy agent gets it steered into its next step (several
-// simultaneous notices share one step), falling back to a followup when the
-// turn ends first; with no live agent the notice is appended to the log as a
-// user/message, which the next turn sees. Notify returns once the notice is
-// durably accepted — a steer is waited for in the background, so a parent
-// in a long tool call never blocks the child's settlement.
+// simultaneous notices share one step), and as a followup when the turn ends
+// before admitting it; with no live agent the notice is appended to the log
+// as a user/message, which the next turn sees. Notify returns once the
+// notice is in the agent's inbox or the log — admission of a steer is
+// awaited in the background, so a parent in a long tool call never blocks
+// the child's settlement. (A steer still pending when the process dies is
+// cancelled by the next load, like every pending steer.)
 //
 // Returns ESessionNotFound when parentID is unknown, EInvalidRequest when it
 // is not a root session (its own driver delivers to it), and store errors.
 func (r *Roots) Notify(ctx context.Context, parentID string, content []model.Block, src agent.Source) error {
+	msg := agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: content, Source: src}
 	return r.with(ctx, parentID, false, func(a *agent.Agent) error {
 		if a == nil {
-			return r.appendNotice(ctx, parentID, content, src)
+			return r.appendNotice(ctx, parentID, msg)
 		}
-		if !a.Running() {
-			_, err := a.Followup(ctx, content, src)
-			return err
+		if a.Running() {
+			admitted, err := a.SubmitSteer(ctx, msg)
+			if err == nil {
+				r.steers.Add(1)
+				go r.awaitSteer(store.WithTenant(context.Background(), store.Tenant(ctx)), parentID, msg, admitted)
+				return nil
+			}
+			if !errors.Is(err, agent.ErrSteerRejected) {
+				return fmt.Errorf("notify %s: %w", parentID, err)
+			}
 		}
-		r.steers.Add(1)
-		go r.steer(store.WithTenant(context.Background(), store.Tenant(ctx)), a, parentID, content, src)
-		return nil
+		_, err := a.FollowupMessage(ctx, msg)
+		return err
 	})
 }
 
-// steer joins a notice to a busy agent's next step; when the turn ends
-// first it is delivered as Notify would deliver it now.
-func (r *Roots) steer(ctx context.Context, a *agent.Agent, parentID string, content []model.Block, src agent.Source) {
+// awaitSteer waits for a steered notice's admission; when the turn ended
+// first, the notice is delivered again, under the same id, as Notify would
+// deliver it now.
+func (r *Roots) awaitSteer(ctx context.Context, parentID string, msg agent.UserMessage, admitted <-chan error) {
 	defer r.steers.Done()
-	_, err := a.Steer(ctx, content, src)
-	if err == nil {
+	if err := <-admitted; err == nil {
 		return
 	}
-	if !errors.Is(err, agent.ErrSteerRejected) {
-		r.log.ErrorContext(ctx, "settlement notice was not delivered", slog.String("session_id", parentID), slog.Any("error", err))
-		return
-	}
-	err = r.with(ctx, parentID, false, func(live *agent.Agent) error {
-		if live == nil {
-			return r.appendNotice(ctx, parentID, content, src)
+	err := r.with(ctx, parentID, false, func(a *agent.Agent) error {
+		if a == nil {
+			return r.appendNotice(ctx, parentID, msg)
 		}
-		_, err := live.Followup(ctx, content, src)
+		_, err := a.FollowupMessage(ctx, msg)
 		return err
 	})
 	if err != nil {
@@ -256,7 +261,7 @@ func (r *Roots) steer(ctx context.Context, a *agent.Agent, parentID string, cont
 
 // appendNotice writes a notice to the log of a root session without a live
 // agent. Callers hold its slot lock, so no agent loads meanwhile.
-func (r *Roots) appendNotice(ctx context.Context, parentID string, content []model.Block, src agent.Source) error {
+func (r *Roots) appendNotice(ctx context.Context, parentID string, msg agent.UserMessage) error {
 	hdr, err := r.cfg.Store.GetSession(ctx, parentID)
 	if errors.Is(err, store.ErrNotFound) {
 		return subagent.Errorf(subagent.ESessionNotFound, "session %q not found", parentID)
@@ -267,10 +272,10 @@ func (r *Roots) appendNotice(ctx context.Context, parentID string, content []mod
 	if hdr.ParentID != "" {
 		return subagent.Errorf(subagent.EInvalidRequest, "session %q is not a root session", parentID)
 	}
-	if content == nil {
-		content = []model.Block{}
+	if msg.Content == nil {
+		msg.Content = []model.Block{}
 	}
-	data, err := json.Marshal(agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: content, Source: src})
+	data, err := json.Marshal(msg)
 	if err != nil {
 		return fmt.Errorf("notify %s: %w", parentID, err)
 	}

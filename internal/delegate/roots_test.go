@@ -2,6 +2,7 @@ package delegate
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -246,5 +247,38 @@ func TestRoots_CloseEndsRunningTurnAndKeepsNotices(t *testing.T) {
 	}
 	if err := w.roots.Notify(ctx, root, content, src); err != nil {
 		t.Errorf("notice after Close: %v", err)
+	}
+}
+
+// TestRoots_R78_NoticeSteerRejectedBecomesTurn checks that a notice steered
+// into a turn that then fails is not lost: it opens the next turn.
+func TestRoots_R78_NoticeSteerRejectedBecomesTurn(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	m := scripted.Func(func(req model.Request) scripted.Step {
+		if lastText(req) == "work" {
+			return scripted.Step{Gate: gate, Err: errors.New("model down")}
+		}
+		return scripted.Step{Text: "noted"}
+	})
+	w := newWorld(t, m)
+	ctx := inprocesstest.Ctx(t)
+	root := w.Parent.Session.ID
+	if _, err := w.roots.Prompt(ctx, root, inprocesstest.Text("work")); err != nil {
+		t.Fatal(err)
+	}
+	w.WaitEvent(t, root, inprocesstest.Type(agent.EventStepStart))
+	content, src := notice("kid-5")
+	if err := w.roots.Notify(ctx, root, content, src); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	if end := w.waitTurnEnd(t, root, 1); end.Reason.Kind != agent.ReasonError {
+		t.Errorf("turn 1 end = %+v, want error", end)
+	}
+	w.waitTurnEnd(t, root, 2)
+	msgs := userMessages(t, w.Log(t, root))
+	if len(msgs) != 2 || msgs[1].Source != src {
+		t.Errorf("user messages = %+v, want the notice as turn 2", msgs)
 	}
 }

@@ -44,8 +44,9 @@ const DefaultOpenAIModel = "gpt-4o-mini"
 // names. The default is cfg's defaultModel when set, else "openai" when the
 // environment configured it, else "echo". cfg may be nil (no config file).
 //
-// Keys are never logged: each route is logged with its name, base URL, model
-// and whether a key is set. Returns an error when the environment route has
+// Keys are never logged: each route is logged with its name, kind and model
+// (a config route whose key variable is empty gets a warning naming the
+// variable). Returns an error when the environment route has
 // a custom base URL but no SUBAGENTD_MODEL, when a configured route is named
 // "openai" while the environment also configures it, or when an adapter
 // rejects its settings.

@@ -83,8 +83,10 @@ type ToolsConfig struct {
 	Logger *slog.Logger
 }
 
-// Tools keeps one delegation tool per registered provider in the global
-// registry, mirroring provider-added and provider-removed (R8).
+// Tools keeps the model-facing tools of seam-spec §5 in the global
+// registry: one delegation tool per registered provider, mirroring
+// provider-added and provider-removed (R8), and, with Continuations, the
+// control tools send_message, interrupt_agent and list_agents.
 //
 // One tool per provider, rather than one tool with a provider parameter,
 // because seam-spec §5.1 binds each tool instance to one provider and never
