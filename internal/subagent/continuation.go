@@ -531,11 +531,13 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 // descriptor alone and never re-appends descriptor or policy (R86–R88).
 //
 // Returns, before anything is stored or appended: EDraining;
-// EInvalidRequest for an empty parent id or content that is not JSON;
+// EInvalidRequest for an empty parent id, or content that is empty or not
+// JSON;
 // ESessionNotFound for an unknown child; EUnauthorized when parentSessionID
 // is not the child's durable parent (src grants nothing, R84); ENotResumable
 // for a one-shot child or one without a supported continuable descriptor in
-// its own suffix (R87). After acceptance: a cold resume that fails returns
+// its own suffix (R87); EAborted when ctx is already done (R91). After
+// acceptance: a cold resume that fails returns
 // its error (a *Error unchanged, anything else as ENotResumable, R89) and
 // the message is withdrawn, so an error always means not delivered. When
 // ctx ends while the message waits for its route (a message parked by an
@@ -552,15 +554,26 @@ func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string,
 	if src.Kind == "" {
 		src.Kind = SourceUser
 	}
+	if len(content) == 0 {
+		return FollowupResult{}, &Error{Code: EInvalidRequest, Message: "content is required",
+			Fields: map[string]string{"content": "required"}}
+	}
 	row, err := newRow(childID, content, src)
 	if err != nil {
 		return FollowupResult{}, &Error{Code: EInvalidRequest, Message: "content is not valid JSON",
 			Fields: map[string]string{"content": "not valid JSON"}, Err: err}
 	}
+	if ctx.Err() != nil {
+		return FollowupResult{}, followupAborted(ctx)
+	}
 	c := m.lock(childKey{store.Tenant(ctx), childID})
 	if err := m.resumable(ctx, c, parentSessionID); err != nil {
 		m.unlock(c)
 		return FollowupResult{}, err
+	}
+	if ctx.Err() != nil {
+		m.unlock(c)
+		return FollowupResult{}, followupAborted(ctx)
 	}
 	if err := m.store.Enqueue(ctx, row); err != nil {
 		m.unlock(c)
@@ -830,6 +843,10 @@ func (m *Manager) closeAgent(ctx context.Context, childID string, ag ChildAgent)
 
 func duplicateChild(id string) error {
 	return Errorf(EDuplicateChild, "subagent %q already exists", id)
+}
+
+func followupAborted(ctx context.Context) error {
+	return &Error{Code: EAborted, Message: "the followup was aborted before it was accepted", Err: context.Cause(ctx)}
 }
 
 func abortedBeforeAcceptance(ctx context.Context) error {

@@ -298,8 +298,19 @@ func TestFollowup_BadInputAppendsNothing(t *testing.T) {
 		{"unsupported descriptor version (R87)", "p1", "future", agent.Source{}, ENotResumable},
 		{"no descriptor (R87)", "p1", "bare", agent.Source{}, ENotResumable},
 		{"no parent", "", res.ChildID, agent.Source{}, EInvalidRequest},
+		{"no content", "p1", res.ChildID, agent.Source{}, EInvalidRequest},
+		{"aborted before acceptance (R91)", "p1", res.ChildID, agent.Source{}, EAborted},
 	} {
-		_, err := e.m.Followup(t.Context(), tc.parent, tc.child, txt("hi"), tc.src)
+		ctx, content := t.Context(), txt("hi")
+		switch tc.name {
+		case "no content":
+			content = nil
+		case "aborted before acceptance (R91)":
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			ctx = cctx
+		}
+		_, err := e.m.Followup(ctx, tc.parent, tc.child, content, tc.src)
 		if ErrorCode(err) != tc.code {
 			t.Errorf("%s: %v, want %s", tc.name, err, tc.code)
 		}
