@@ -93,19 +93,23 @@ func compactJSON(raw json.RawMessage) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// stream runs one SSE response: it registers the stream (DRAINING once
-// Shutdown began), sends the headers, runs body, and logs how the stream
-// ended. Errors after the headers cannot be answered; they end the stream.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, kind string, body func(sw *sseWriter) error) error {
+// enter registers a stream that is about to subscribe, so that Shutdown
+// waits for it before it stops the broker's readers. It returns DRAINING
+// once Shutdown began; otherwise call leave when the stream ended.
+func (s *Server) enter() (leave func(), err error) {
 	s.streamMu.Lock()
+	defer s.streamMu.Unlock()
 	if s.closed {
-		s.streamMu.Unlock()
-		return subagent.Errorf(subagent.EDraining, "the server is shutting down")
+		return nil, subagent.Errorf(subagent.EDraining, "the server is shutting down")
 	}
 	s.streams.Add(1)
-	s.streamMu.Unlock()
-	defer s.streams.Done()
+	return s.streams.Done, nil
+}
 
+// serve runs one SSE response: it sends the headers, runs body, and logs
+// how the stream ended. Errors after the headers cannot be answered; they
+// end the stream.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string, body func(sw *sseWriter) error) error {
 	gauge := s.metrics.sseClients.WithLabelValues(kind)
 	gauge.Inc()
 	defer gauge.Dec()
@@ -202,16 +206,20 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	if err := p.err(); err != nil {
 		return err
 	}
+	leave, err := s.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
 	t := s.broker.acquire(store.Tenant(r.Context()), store.LifecycleTopic, lifecycleSource{s.store}, 0, true)
 	defer t.release()
 	sub := t.subscribe(after, f)
 	if !replay {
-		var err error
 		if sub, err = t.subscribeLive(r.Context(), f); err != nil {
 			return err
 		}
 	}
-	return s.stream(w, r, "events", func(sw *sseWriter) error {
+	return s.serve(w, r, "events", func(sw *sseWriter) error {
 		return s.pump(r.Context(), sw, sub, nil)
 	})
 }
@@ -228,10 +236,15 @@ func (s *Server) streamSession(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.session(r.Context(), id); err != nil {
 		return err
 	}
+	leave, err := s.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
 	t := s.broker.acquire(store.Tenant(r.Context()), store.SessionTopic(id), sessionSource{s.store, id}, after, false)
 	defer t.release()
 	sub := t.subscribe(after, filter{})
-	return s.stream(w, r, "session", func(sw *sseWriter) error {
+	return s.serve(w, r, "session", func(sw *sseWriter) error {
 		return s.pump(r.Context(), sw, sub, nil)
 	})
 }
@@ -263,6 +276,11 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	leave, err := s.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
 	var sub *subscription
 	switch _, err := s.store.GetSession(r.Context(), run.ChildID); {
 	case err == nil:
@@ -285,7 +303,7 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request) error {
 		cancel()
 		<-settled
 	}()
-	return s.stream(w, r, "run", func(sw *sseWriter) error {
+	return s.serve(w, r, "run", func(sw *sseWriter) error {
 		if err := s.pump(ctx, sw, sub, settled); err != nil {
 			return err
 		}
