@@ -8,26 +8,11 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
-
-// testMaterializer builds continuable children as plain agents over the
-// store, answering with m.
-type testMaterializer struct {
-	st store.Store
-	m  model.Model
-}
-
-func (t *testMaterializer) Materialize(ctx context.Context, req subagent.MaterializeRequest) (subagent.ChildAgent, error) {
-	if req.Create != nil {
-		if err := req.Create(ctx); err != nil {
-			return nil, err
-		}
-	}
-	return agent.New(ctx, agent.Config{ID: req.Session.ID, Store: t.st, Model: t.m})
-}
 
 // continuableProvider is a fake provider that can also create continuable
 // children.
@@ -49,13 +34,14 @@ func (g gated) open(prompt string) { close(g[prompt]) }
 func TestContinuable_5_1_5_2_BackgroundDelegationAndControlTools(t *testing.T) {
 	t.Parallel()
 	gates := gated{"task bg": make(chan struct{}), "more": make(chan struct{})}
-	child := scripted.Func(func(req model.Request) scripted.Step {
-		return scripted.Step{Text: lastText(req) + " done", Gate: gates[lastText(req)]}
-	})
+	// One model serves the root and its continuable child (the real
+	// in-process materializer resolves the same default route).
 	root := scripted.Func(func(req model.Request) scripted.Step {
 		last := req.Messages[len(req.Messages)-1]
 		words := strings.Fields(lastText(req))
 		switch {
+		case gates[lastText(req)] != nil:
+			return scripted.Step{Text: lastText(req) + " done", Gate: gates[lastText(req)]}
 		case last.Role == model.RoleTool:
 			return scripted.Step{Text: "ok"}
 		case len(words) == 0:
@@ -71,9 +57,9 @@ func TestContinuable_5_1_5_2_BackgroundDelegationAndControlTools(t *testing.T) {
 		return scripted.Step{Text: "noted"}
 	})
 	var mgr *subagent.Manager
-	w := newWorld(t, root, func(c *ToolsConfig, roots *Roots) {
+	w := newWorld(t, root, func(c *ToolsConfig, roots *Roots, deps inprocess.Deps) {
 		mgr = subagent.NewManager(c.Seam.(*subagent.Service), subagent.ManagerConfig{
-			Materializer: &testMaterializer{st: c.Store, m: child}, Notices: roots, Logger: c.Logger})
+			Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: c.Logger})
 		c.Continuations = mgr
 	})
 	t.Cleanup(func() {

@@ -10,6 +10,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/fork"
+	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -121,7 +122,7 @@ func TestEndToEnd_RootDelegatesToSpawnAndForkInOneStep(t *testing.T) {
 		t.Errorf("runs by provider = %v, want fork and spawn", providers)
 	}
 	// The children catalog (GET /v1/sessions/{id}/children) lists both.
-	mgr := subagent.NewManager(w.Service, subagent.ManagerConfig{Materializer: &testMaterializer{}, Logger: w.Logger})
+	mgr := subagent.NewManager(w.Service, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(w.Deps), Logger: w.Logger})
 	entries, err := mgr.Children(inprocesstest.Ctx(t), root)
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +169,7 @@ func TestEndToEnd_R34_GrandchildrenWhileDepthAllows(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			w := newWorld(t, chain(), func(c *ToolsConfig, _ *Roots) { c.MaxDepth = tt.maxDepth })
+			w := newWorld(t, chain(), func(c *ToolsConfig, _ *Roots, _ inprocess.Deps) { c.MaxDepth = tt.maxDepth })
 			w.prompt(t, "go", 1)
 			evs := w.Log(t, w.Parent.Session.ID)
 			msgs := inprocesstest.OfType(evs, agent.EventAssistantMessage)

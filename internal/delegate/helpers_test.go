@@ -9,6 +9,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -25,7 +26,7 @@ type world struct {
 
 // newWorld builds a world whose only (default) model route is m; opts
 // adjust the tools' configuration before they start.
-func newWorld(t *testing.T, m model.Model, opts ...func(*ToolsConfig, *Roots)) *world {
+func newWorld(t *testing.T, m model.Model, opts ...func(*ToolsConfig, *Roots, inprocess.Deps)) *world {
 	t.Helper()
 	h := inprocesstest.New(t, inprocesstest.Config{Routes: []model.Route{inprocesstest.Route("script", m)}})
 	w := &world{Harness: h}
@@ -37,7 +38,7 @@ func newWorld(t *testing.T, m model.Model, opts ...func(*ToolsConfig, *Roots)) *
 	})
 	cfg := ToolsConfig{Seam: h.Service, Store: h.Store, Registry: h.Tools, Logger: h.Logger}
 	for _, o := range opts {
-		o(&cfg, w.roots)
+		o(&cfg, w.roots, h.Deps)
 	}
 	w.tools = NewTools(cfg)
 	if err := w.tools.Start(inprocesstest.Ctx(t)); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/fork"
+	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -155,7 +156,7 @@ func TestDelegate_5_1_RequestFromCallingAgent(t *testing.T) {
 func TestDelegate_5_1_Rejections(t *testing.T) {
 	t.Parallel()
 	zero := 0
-	w := newWorld(t, scripted.New(), func(c *ToolsConfig, _ *Roots) { c.MaxDepth = &zero })
+	w := newWorld(t, scripted.New(), func(c *ToolsConfig, _ *Roots, _ inprocess.Deps) { c.MaxDepth = &zero })
 	ctx := inprocesstest.Ctx(t)
 	sp, _ := w.Service.Provider(spawn.Name)
 	tests := []struct {
