@@ -199,7 +199,7 @@ func TestFollowup_FiftyConcurrentWhileRunning(t *testing.T) {
 // TestFollowup_FiftyConcurrentAcrossSettlements: followups race with the
 // child's turns ending, so they are steered or start new activations;
 // each is still delivered exactly once, in acceptance order.
-func TestFollowup_FiftyConcurrentAcrossSettlements(t *testing.T) {
+func TestFollowup_R65_R72_R90_FiftyConcurrentAcrossSettlements(t *testing.T) {
 	t.Parallel()
 	e := newContEnv(t, scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "ok"} }))
 	res := e.start(t, e.req(t, "go"))

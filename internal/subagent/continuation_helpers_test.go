@@ -66,13 +66,18 @@ type notice struct {
 	src      agent.Source
 }
 
-// noticeSink is a NoticeSink that records notices; fail makes it fail.
+// noticeSink is a NoticeSink that records notices; fail makes it fail,
+// and onNotify, when set, is called first.
 type noticeSink struct {
 	*feed[notice]
-	fail error
+	fail     error
+	onNotify func()
 }
 
 func (s *noticeSink) Notify(_ context.Context, parentID string, content []model.Block, src agent.Source) error {
+	if s.onNotify != nil {
+		s.onNotify()
+	}
 	s.add(notice{parentID, content, src})
 	return s.fail
 }
@@ -115,6 +120,13 @@ type testMat struct {
 	reqs  []MaterializeRequest
 	err   error
 	wrap  func(ChildAgent) ChildAgent
+}
+
+// setWrap sets the agent decorator of later materializations.
+func (m *testMat) setWrap(wrap func(ChildAgent) ChildAgent) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.wrap = wrap
 }
 
 func (m *testMat) Materialize(ctx context.Context, req MaterializeRequest) (ChildAgent, error) {

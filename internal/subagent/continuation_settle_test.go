@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -73,11 +74,16 @@ func TestActivation_R70_TeardownFailureIsErrorWithoutOutput(t *testing.T) {
 	}
 }
 
-func TestNotice_R74_R77_RootParentGetsTheOutcomeThroughTheSink(t *testing.T) {
+func TestNotice_R67_R74_R77_RootParentGetsTheOutcomeThroughTheSink(t *testing.T) {
 	t.Parallel()
 	e := newContEnv(t, scripted.New(scripted.Step{Text: "the result"}))
+	endsAtNotice := -1
+	e.notices.onNotify = func() { endsAtNotice = countEnds(e.life.all()) }
 	res := e.start(t, e.req(t, "go"))
 	ns := e.notices.waitFor(t, "the notice", func(ns []notice) bool { return len(ns) == 1 })
+	if endsAtNotice != 0 {
+		t.Errorf("R67: %d end edges were dispatched before the notice", endsAtNotice)
+	}
 	summary := fmt.Sprintf("Background subagent %s finished and will do no further work unless you send it more.", res.ChildID)
 	n := ns[0]
 	if n.parentID != "p1" || len(n.content) != 3 || n.content[0].Text != summary || n.content[1].Text != "Its closing message:" ||
@@ -87,8 +93,17 @@ func TestNotice_R74_R77_RootParentGetsTheOutcomeThroughTheSink(t *testing.T) {
 	if n.src != (agent.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: summary, SenderSessionID: res.ChildID}) {
 		t.Errorf("source %+v", n.src)
 	}
-	// R67: the notice is sent before the end edge.
 	e.ended(t, res.TaskID)
+}
+
+func countEnds(evs []Event) int {
+	n := 0
+	for _, ev := range evs {
+		if ev.Type == EventEnd {
+			n++
+		}
+	}
+	return n
 }
 
 func TestNotice_R77_SummaryBoundedTo120Characters(t *testing.T) {
@@ -300,5 +315,82 @@ func TestShutdown_R113_StopsAdmissionAndKeepsAcceptedMessages(t *testing.T) {
 	next.ended(t, starts[0].TaskID)
 	if got := userTexts(t, next.log(t, res.ChildID)); !slices.Equal(got, []string{"go", "in flight"}) {
 		t.Errorf("user messages %v", got)
+	}
+}
+
+// failingFollowup is a ChildAgent whose inbox refuses messages.
+type failingFollowup struct{ ChildAgent }
+
+func (f failingFollowup) FollowupMessage(context.Context, agent.UserMessage) (string, error) {
+	return "", errors.New("inbox write failed")
+}
+
+func TestActivation_R73_DeliveryFailureWithdrawsTheMessage(t *testing.T) {
+	t.Parallel()
+	e := newContEnv(t, scripted.New(scripted.Step{Text: "ok"}))
+	e.mat.setWrap(func(a ChildAgent) ChildAgent { return failingFollowup{a} })
+	req := e.req(t, "go")
+	req.ChildID = "kid"
+	if _, err := e.m.StartContinuable(t.Context(), req); err == nil {
+		t.Fatal("start succeeded though the prompt was not delivered")
+	}
+	if p, _ := e.st.Pending(t.Context(), "kid"); len(p) != 0 {
+		t.Errorf("undelivered prompt still pending: %+v", p)
+	}
+	if evs := e.life.all(); len(evs) != 2 || evs[1].StopReason != StopAborted {
+		t.Errorf("lifecycle %+v", evs)
+	}
+	if n := len(e.notices.all()); n != 0 {
+		t.Errorf("R75: %d notices", n)
+	}
+
+	e.mat.setWrap(nil)
+	req.ChildID = "kid2"
+	res := e.start(t, req)
+	e.ended(t, res.TaskID)
+	e.settled(t, res.ChildID)
+	e.mat.setWrap(func(a ChildAgent) ChildAgent { return failingFollowup{a} })
+	if _, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("again"), agent.Source{}); err == nil {
+		t.Fatal("followup succeeded though it was not delivered")
+	}
+	if p, _ := e.st.Pending(t.Context(), res.ChildID); len(p) != 0 {
+		t.Errorf("undelivered followup still pending: %+v", p)
+	}
+}
+
+// countingCancel counts Cancel calls.
+type countingCancel struct {
+	ChildAgent
+	mu      *sync.Mutex
+	cancels *int
+}
+
+func (c countingCancel) Cancel(cause string, keepInbox bool) {
+	c.mu.Lock()
+	*c.cancels++
+	c.mu.Unlock()
+	c.ChildAgent.Cancel(cause, keepInbox)
+}
+
+func TestInterrupt_R101_R104_OneCancelPerActivation(t *testing.T) {
+	t.Parallel()
+	gate, reached := make(chan struct{}), make(chan struct{})
+	e := newContEnv(t, gatedModel(gate, reached, "never"))
+	var mu sync.Mutex
+	cancels := 0
+	e.mat.setWrap(func(a ChildAgent) ChildAgent { return countingCancel{a, &mu, &cancels} })
+	res := e.start(t, e.req(t, "go"))
+	<-reached
+	for range 3 {
+		if err := e.m.Interrupt(t.Context(), "p1", res.ChildID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.ended(t, res.TaskID)
+	e.settled(t, res.ChildID)
+	mu.Lock()
+	defer mu.Unlock()
+	if cancels != 1 {
+		t.Errorf("%d cancels, want exactly one", cancels)
 	}
 }

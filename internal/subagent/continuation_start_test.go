@@ -13,7 +13,7 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-func TestContinuable_R57_AnswersAtAcceptanceBeforeTheModelRuns(t *testing.T) {
+func TestContinuable_R54_R57_R58_AnswersAtAcceptanceBeforeTheModelRuns(t *testing.T) {
 	t.Parallel()
 	gate, reached := make(chan struct{}), make(chan struct{})
 	e := newContEnv(t, gatedModel(gate, reached, "done"))
@@ -43,6 +43,9 @@ func TestContinuable_R57_AnswersAtAcceptanceBeforeTheModelRuns(t *testing.T) {
 	run, err := e.m.Task(t.Context(), res.TaskID)
 	if err != nil || run.Kind != store.KindActivation || run.State != store.StateSettled || run.StopReason != StopCompleted {
 		t.Errorf("Task: %+v, %v", run, err)
+	}
+	if n := e.prov.startCount(); n != 0 {
+		t.Errorf("R54: the provider's one-shot Start was called %d times", n)
 	}
 }
 
