@@ -93,9 +93,10 @@ type topic struct {
 	cancel     context.CancelFunc
 	// ready is closed once the reader reached the end of the log.
 	ready chan struct{}
-
-	mu   sync.Mutex
+	// refs counts the subscribers' references; guarded by b.mu.
 	refs int
+
+	mu sync.Mutex
 	// anchored is set once the reader chose its starting position; before,
 	// base and head mean nothing and subscribers read from the store.
 	anchored bool
@@ -113,9 +114,7 @@ func (b *broker) acquire(tenant, storeTopic string, src source, hint int64, pers
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if t, ok := b.topics[key]; ok {
-		t.mu.Lock()
 		t.refs++
-		t.mu.Unlock()
 		return t
 	}
 	ctx, cancel := context.WithCancel(store.WithTenant(context.Background(), tenant))
@@ -134,11 +133,8 @@ func (b *broker) acquire(tenant, storeTopic string, src source, hint int64, pers
 func (t *topic) release() {
 	t.b.mu.Lock()
 	defer t.b.mu.Unlock()
-	t.mu.Lock()
 	t.refs--
-	last := t.refs == 0
-	t.mu.Unlock()
-	if last && !t.persistent {
+	if t.refs == 0 && !t.persistent {
 		delete(t.b.topics, t.key)
 		t.cancel()
 	}
@@ -162,9 +158,8 @@ func (t *topic) follow(hint int64) {
 	wake, stop := t.b.st.Subscribe(t.storeTopic)
 	defer stop()
 	log := t.b.log.With(slog.String("topic", t.storeTopic))
-	anchored := false
 	for {
-		err := t.readNew(&anchored, hint)
+		err := t.readNew(hint)
 		if err == nil {
 			t.markReady()
 			select {
@@ -189,8 +184,11 @@ func (t *topic) follow(hint int64) {
 
 // readNew anchors the ring on first use, then reads every row after head
 // into the ring.
-func (t *topic) readNew(anchored *bool, hint int64) error {
-	if !*anchored {
+func (t *topic) readNew(hint int64) error {
+	t.mu.Lock()
+	anchored := t.anchored
+	t.mu.Unlock()
+	if !anchored {
 		pos, err := t.src.anchor(t.ctx, hint)
 		if err != nil {
 			return err
@@ -199,7 +197,6 @@ func (t *topic) readNew(anchored *bool, hint int64) error {
 		t.anchored, t.base, t.head = true, pos, pos
 		t.broadcast()
 		t.mu.Unlock()
-		*anchored = true
 	}
 	for {
 		t.mu.Lock()
