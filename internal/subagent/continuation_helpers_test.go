@@ -82,10 +82,10 @@ func (s *noticeSink) Notify(_ context.Context, parentID string, content []model.
 	return s.fail
 }
 
-// spyStore is memstore that records the acceptance order of inbox
+// spyStore is a store that records the acceptance order of inbox
 // messages and can fail chosen calls.
 type spyStore struct {
-	*memstore.Store
+	store.Store
 	mu          sync.Mutex
 	enqueued    []string
 	failEnqueue error
