@@ -539,10 +539,10 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 // its own suffix (R87); EAborted when ctx is already done (R91). After
 // acceptance: a cold resume that fails returns
 // its error (a *Error unchanged, anything else as ENotResumable, R89) and
-// the message is withdrawn, so an error always means not delivered. When
-// ctx ends while the message waits for its route (a message parked by an
-// interrupt waits for the next followup), Followup returns EAborted and the
-// message stays accepted (R91).
+// the message is withdrawn, so an error always means not delivered — except
+// EAborted: when ctx ends, or the manager shuts down, while the message
+// waits for its route (a message parked by an interrupt waits for the next
+// followup), the message stays accepted and will still be delivered (R91).
 func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src agent.Source) (FollowupResult, error) {
 	if err := m.admitting(); err != nil {
 		return FollowupResult{}, err
@@ -759,8 +759,9 @@ func (m *Manager) recoverChild(ctx context.Context, childID string) error {
 // Shutdown stops admission (EDraining for every later start and followup),
 // cancels the turn of every live activation keeping its inbox, and waits
 // until each has settled (subagent/end emitted). Messages not yet admitted
-// stay in the durable inbox for Recover after the restart; durable sessions
-// are untouched. Returns ctx's error when it ends first.
+// stay in the durable inbox for Recover after the restart, and followup
+// calls still waiting for them return EAborted; durable sessions are
+// untouched. Returns ctx's error when it ends first.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.draining = true
@@ -784,6 +785,17 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("shutdown: waiting for activations to settle: %w", ctx.Err())
 		}
+	}
+	// Followups still waiting for a route (parked, or owed to an activation
+	// that will not start now) are released; their messages stay accepted.
+	for _, c := range all {
+		c.mu.Lock()
+		for id, w := range c.waiters {
+			w <- answer{err: &Error{Code: EAborted,
+				Message: "the service is shutting down; the followup was accepted and will be delivered when the child next runs"}}
+			delete(c.waiters, id)
+		}
+		m.unlock(c)
 	}
 	done := make(chan struct{})
 	go func() { m.wg.Wait(); close(done) }()
