@@ -76,6 +76,15 @@ func (p *Provider) Capabilities() subagent.Capabilities { return subagent.Capabi
 // InheritsParentContext is false: the agent sees only its prompt.
 func (p *Provider) InheritsParentContext() bool { return false }
 
+// CanSteer is false: ACP offers no confirmed mid-turn admission.
+func (p *Provider) CanSteer() bool { return false }
+
+// CanResume is false: ACP children are one-shot; they cannot be continuable.
+func (p *Provider) CanResume() bool { return false }
+
+// IsLocal is false: the child is an external process running its own model.
+func (p *Provider) IsLocal() bool { return false }
+
 // Start spawns the agent, performs initialize and session/new, creates the
 // child session, sends the prompt and returns the run (R12). ctx bounds only
 // the setup: done before Start, nothing is spawned (R21); done during the

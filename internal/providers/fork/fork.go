@@ -58,6 +58,30 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 	return p.driver.Start(ctx, req, p.seed)
 }
 
+var _ subagent.ContinuableProvider = (*Provider)(nil)
+
+// PrepareContinuable seeds a continuable fork child like a one-shot one:
+// with its parent's balanced completed-turn prefix, read now (R43). It
+// writes nothing. Returns ESessionNotFound for an unknown parent.
+func (p *Provider) PrepareContinuable(ctx context.Context, req subagent.ContinuableCreateRequest) (subagent.ContinuableSpec, error) {
+	seed, err := p.seed(ctx, req.Parent.Session)
+	if err != nil {
+		return subagent.ContinuableSpec{}, err
+	}
+	return subagent.ContinuableSpec{Seed: seed}, nil
+}
+
+// CanSteer is true: in-process runs accept confirmed steering
+// (subagent.Steerer).
+func (p *Provider) CanSteer() bool { return true }
+
+// CanResume is true: fork children can be continuable and cold-resumed
+// (subagent.ContinuableProvider).
+func (p *Provider) CanResume() bool { return true }
+
+// IsLocal is true: children are in-process agents with a local log.
+func (p *Provider) IsLocal() bool { return true }
+
 // seed reads the whole parent log and returns its prefix.
 func (p *Provider) seed(ctx context.Context, parent store.Session) ([]store.Event, error) {
 	var log []store.Event

@@ -76,6 +76,43 @@ func TestFork_Provider(t *testing.T) {
 	if p.Name() != fork.Name || p.Capabilities() != want || !p.InheritsParentContext() || p.Description() == "" {
 		t.Errorf("provider %q caps %+v inherits %v description %q", p.Name(), p.Capabilities(), p.InheritsParentContext(), p.Description())
 	}
+	rc, ok := p.(interface {
+		CanSteer() bool
+		CanResume() bool
+		IsLocal() bool
+	})
+	if !ok || !rc.CanSteer() || !rc.CanResume() || !rc.IsLocal() {
+		t.Errorf("runtime capabilities of %T: want steer, resume and local", p)
+	}
+}
+
+// TestFork_R43_ContinuableSeedIsThePrefixAndWritesNothing: a continuable
+// fork child is prepared from the parent's completed-turn prefix, and
+// preparing creates nothing (seam-spec §1.15).
+func TestFork_R43_ContinuableSeedIsThePrefixAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	h, _ := harness(t)
+	runParent(t, h, answers("one"), nil, "first")
+	parent := h.Log(t, h.Parent.Session.ID)
+	cp, ok := fork.New(h.Deps).(subagent.ContinuableProvider)
+	if !ok {
+		t.Fatal("fork is not a ContinuableProvider")
+	}
+	spec, err := cp.PrepareContinuable(inprocesstest.Ctx(t), subagent.ContinuableCreateRequest{SessionID: "c", Parent: h.Parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fork.Prefix(parent); len(spec.Seed) != len(want) || len(want) == 0 || spec.Seed[len(want)-1].Seq != want[len(want)-1].Seq {
+		t.Errorf("seed %v, want the prefix %v", inprocesstest.Types(spec.Seed), inprocesstest.Types(want))
+	}
+	if n := len(h.Log(t, h.Parent.Session.ID)); n != len(parent) || len(h.Children(t, h.Parent.Session.ID)) != 0 {
+		t.Errorf("preparing wrote: parent log %d -> %d events, children %+v", len(parent), n, h.Children(t, h.Parent.Session.ID))
+	}
+	req := subagent.ContinuableCreateRequest{SessionID: "c", Parent: h.Parent}
+	req.Parent.Session.ID = "missing"
+	if _, err := cp.PrepareContinuable(inprocesstest.Ctx(t), req); subagent.ErrorCode(err) != subagent.ESessionNotFound {
+		t.Errorf("unknown parent: %v, want SESSION_NOT_FOUND", err)
+	}
 }
 
 func TestFork_R39_SeedEndsAtLastTurnEnd(t *testing.T) {

@@ -47,3 +47,23 @@ func (p *Provider) InheritsParentContext() bool { return false }
 func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (subagent.Run, error) {
 	return p.driver.Start(ctx, req, nil)
 }
+
+var _ subagent.ContinuableProvider = (*Provider)(nil)
+
+// PrepareContinuable returns an empty spec: a continuable spawn child
+// starts with a fresh log, like a one-shot one. The subagent.Manager builds
+// its agent through inprocess.Materializer.
+func (p *Provider) PrepareContinuable(context.Context, subagent.ContinuableCreateRequest) (subagent.ContinuableSpec, error) {
+	return subagent.ContinuableSpec{}, nil
+}
+
+// CanSteer is true: in-process runs accept confirmed steering
+// (subagent.Steerer).
+func (p *Provider) CanSteer() bool { return true }
+
+// CanResume is true: spawn children can be continuable and cold-resumed
+// (subagent.ContinuableProvider).
+func (p *Provider) CanResume() bool { return true }
+
+// IsLocal is true: children are in-process agents with a local log.
+func (p *Provider) IsLocal() bool { return true }

@@ -19,6 +19,22 @@ func TestSpawn_Provider(t *testing.T) {
 	if p.Name() != spawn.Name || p.Capabilities() != want || p.InheritsParentContext() || p.Description() == "" {
 		t.Errorf("provider %q caps %+v inherits %v description %q", p.Name(), p.Capabilities(), p.InheritsParentContext(), p.Description())
 	}
+	rc, ok := p.(interface {
+		CanSteer() bool
+		CanResume() bool
+		IsLocal() bool
+	})
+	if !ok || !rc.CanSteer() || !rc.CanResume() || !rc.IsLocal() {
+		t.Errorf("runtime capabilities of %T: want steer, resume and local", p)
+	}
+	cp, ok := p.(subagent.ContinuableProvider)
+	if !ok {
+		t.Fatalf("%T is not a ContinuableProvider", p)
+	}
+	spec, err := cp.PrepareContinuable(inprocesstest.Ctx(t), subagent.ContinuableCreateRequest{SessionID: "c", Parent: h.Parent})
+	if err != nil || spec.Seed != nil {
+		t.Errorf("PrepareContinuable = %+v, %v; want a fresh child", spec, err)
+	}
 }
 
 // TestSpawn_FreshChildDoesNotSeeTheParent checks seam-spec §4.2: a spawn
