@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
@@ -156,46 +154,19 @@ func (b *bench) appendLog(ctx context.Context) (_ *table, err error) {
 	floor := results[len(results)-1]
 	for i, w := range writers {
 		m := results[i]
-		t.add(w.name, fmt.Sprint(m.n), num(m.perSec()), ms(m.lat.pct(50)), ms(m.lat.pct(99)), kib(float64(m.wal)/float64(m.n)), ratio(floor.perSec(), m.perSec()))
+		t.add(w.name, fmt.Sprint(m.n), num(m.perSec()), ms(m.lat.pct(50)), ms(m.lat.pct(99)), m.walPerOp(), ratio(floor.perSec(), m.perSec()))
 	}
 	t.note("Each writer appends one assistant/chunk event (%d bytes of JSON) per call for %s; writers %d apart share a session, so %d queue on each session row's lock, held until commit.", len(data), b.opts.duration, appendSessions, appendWriters/appendSessions)
 	t.note("The raw rows write the same columns, keys and JSON into scratch tables bench_sessions/bench_events of the same database.")
 	return t, nil
 }
 
-// appendLoop runs appendWriters goroutines calling fn for the duration.
+// appendLoop runs appendWriters writers calling fn, writer i on session
+// i mod len(sessions).
 func (b *bench) appendLoop(ctx context.Context, sessions []string, fn func(context.Context, string) error) (measured, error) {
-	var m measured
-	wal0, err := b.walBytes(ctx)
-	if err != nil {
-		return m, err
-	}
-	var mu sync.Mutex
-	start := time.Now()
-	deadline := start.Add(b.opts.duration)
-	g, gctx := errgroup.WithContext(ctx)
-	for i := range appendWriters {
-		session := sessions[i%len(sessions)]
-		g.Go(func() error {
-			var lat latencies
-			for time.Now().Before(deadline) {
-				t0 := time.Now()
-				if err := fn(gctx, session); err != nil {
-					return err
-				}
-				lat = append(lat, time.Since(t0))
-			}
-			mu.Lock()
-			m.lat = append(m.lat, lat...)
-			mu.Unlock()
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return m, err
-	}
-	m.dur, m.n = time.Since(start), len(m.lat)
-	wal1, err := b.walBytes(ctx)
-	m.wal = wal1 - wal0
-	return m, err
+	return b.measure(ctx, appendWriters, true, func(ctx context.Context, i int) (time.Duration, error) {
+		t0 := time.Now()
+		err := fn(ctx, sessions[i%len(sessions)])
+		return time.Since(t0), err
+	})
 }

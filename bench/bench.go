@@ -138,6 +138,7 @@ func (b *bench) printHeader(ctx context.Context) {
 	fmt.Fprintf(b.out, "- CPUs: %d (GOMAXPROCS %d), %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel())
 	fmt.Fprintf(b.out, "- memory: %s\n", memTotal())
 	fmt.Fprintf(b.out, "- %s, %s/%s, RLIMIT_NOFILE %d\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, fileLimit())
+	fmt.Fprintf(b.out, "- load average at start: %s (other work on the machine shares its CPUs)\n", loadAvg())
 	if b.admin == nil {
 		fmt.Fprintf(b.out, "- Postgres: not available (%v)\n\n", b.pgErr)
 		return
@@ -160,6 +161,16 @@ func cpuModel() string {
 // memTotal returns MemTotal of /proc/meminfo.
 func memTotal() string {
 	return procField("/proc/meminfo", "MemTotal")
+}
+
+// loadAvg returns the 1, 5 and 15 minute load averages.
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 // procField returns the value of the first "key: value" line of a /proc

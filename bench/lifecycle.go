@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,17 +17,6 @@ import (
 
 	"github.com/subagentd/subagentd/internal/pg"
 )
-
-// measured is one throughput measurement: n operations in dur, their
-// latencies, and the WAL they wrote (-1 when not measured).
-type measured struct {
-	n   int
-	dur time.Duration
-	lat latencies
-	wal int64
-}
-
-func (m measured) perSec() float64 { return rate(m.n, m.dur) }
 
 // runShape is the child log of one echo run as the service wrote it, which
 // the pgx floor writes again.
@@ -43,7 +31,7 @@ type runShape struct {
 func (b *bench) lifecycle(ctx context.Context) (*table, error) {
 	t := &table{
 		title: "1. Run lifecycle: POST /v1/runs?wait=true (spawn, echo model) → subagent/end seen on /v1/events",
-		head:  []string{"store", "clients", "runs", "runs/s", "p50", "p99", "WAL/run", "floor ÷ ours"},
+		head:  []string{"store", "clients", "runs", "runs/s", "p50", "p99", "write tx/run", "WAL/run", "floor ÷ ours"},
 	}
 	var shape *runShape
 	for _, clients := range []int{1, 16, 64} {
@@ -52,7 +40,7 @@ func (b *bench) lifecycle(ctx context.Context) (*table, error) {
 			return nil, err
 		}
 		if b.admin == nil {
-			t.add("memstore", fmt.Sprint(clients), fmt.Sprint(mem.n), num(mem.perSec()), ms(mem.lat.pct(50)), ms(mem.lat.pct(99)), "–", "–")
+			t.add("memstore", fmt.Sprint(clients), fmt.Sprint(mem.n), num(mem.perSec()), ms(mem.lat.pct(50)), ms(mem.lat.pct(99)), "–", "–", "–")
 			t.unavailable("postgres", b.pgErr.Error())
 			continue
 		}
@@ -68,26 +56,22 @@ func (b *bench) lifecycle(ctx context.Context) (*table, error) {
 			name string
 			m    measured
 		}{{"memstore", mem}, {"postgres", pgm}, {"pgx floor", floor}} {
-			wal := "–"
-			if r.m.wal >= 0 {
-				wal = kib(float64(r.m.wal) / float64(r.m.n))
-			}
-			t.add(r.name, fmt.Sprint(clients), fmt.Sprint(r.m.n), num(r.m.perSec()), ms(r.m.lat.pct(50)), ms(r.m.lat.pct(99)), wal,
-				ratio(floor.perSec(), r.m.perSec()))
+			t.add(r.name, fmt.Sprint(clients), fmt.Sprint(r.m.n), num(r.m.perSec()), ms(r.m.lat.pct(50)), ms(r.m.lat.pct(99)),
+				r.m.xidPerOp(), r.m.walPerOp(), ratio(floor.perSec(), r.m.perSec()))
 		}
 	}
 	t.note("Each client creates one root session, then starts runs back to back for %s; latency runs from sending the POST to the arrival of the run's subagent/end on one /v1/events subscription. A fresh service (and database) per row.", b.opts.duration)
 	if shape != nil {
 		t.note("pgx floor: per run, one implicit transaction (one pgx batch, one commit) inserting the child session, its %d log events (the types and payloads an echo run logged), the run row and its settlement, and both lifecycle rows through lifecycle_counter — the service's schema, without HTTP, the agent loop, NOTIFY or the separate commits the API promises (start durable before 201, each log append durable).", len(shape.types))
 	}
-	t.note("WAL/run is the server's WAL growth over the measurement ÷ runs (the whole cluster: other databases' writes count too). floor ÷ ours > 1 means the bare database does that many times more runs per second.")
+	t.note("write tx/run and WAL/run are the server's transaction-id and WAL growth over the measurement ÷ runs: cluster-wide, so whatever else writes to the server meanwhile counts too. floor ÷ ours > 1 means the bare database does that many times more runs per second.")
 	return t, nil
 }
 
 // lifecycleService measures one store with clients concurrent clients on a
 // fresh service. It fills *shape from the first run it sees.
 func (b *bench) lifecycleService(ctx context.Context, storeName string, clients int, shape **runShape) (_ measured, err error) {
-	m := measured{wal: -1}
+	var m measured
 	dbURL := ""
 	if storeName == "postgres" {
 		name, u, err := b.createDB(ctx)
@@ -134,43 +118,17 @@ func (b *bench) lifecycleService(ctx context.Context, storeName string, clients 
 		return m, fmt.Errorf("warm-up: %w", err)
 	}
 
-	wal0, walErr := int64(0), error(nil)
-	if storeName == "postgres" {
-		wal0, walErr = b.walBytes(ctx)
-	}
-	var mu sync.Mutex
-	start := time.Now()
-	deadline := start.Add(b.opts.duration)
-	g, gctx = errgroup.WithContext(ctx)
-	for _, root := range roots {
-		g.Go(func() error {
-			var lat latencies
-			for time.Now().Before(deadline) {
-				t0 := time.Now()
-				r, err := a.createRun(gctx, root, true)
-				if err != nil {
-					return err
-				}
-				end, err := w.run(gctx, r.RunID)
-				if err != nil {
-					return err
-				}
-				lat = append(lat, end.at.Sub(t0))
-			}
-			mu.Lock()
-			m.lat = append(m.lat, lat...)
-			mu.Unlock()
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return m, err
-	}
-	m.dur, m.n = time.Since(start), len(m.lat)
-	if storeName == "postgres" && walErr == nil {
-		if wal1, err := b.walBytes(ctx); err == nil {
-			m.wal = wal1 - wal0
+	m, err = b.measure(ctx, clients, storeName == "postgres", func(ctx context.Context, i int) (time.Duration, error) {
+		t0 := time.Now()
+		r, err := a.createRun(ctx, roots[i], true)
+		if err != nil {
+			return 0, err
 		}
+		end, err := w.run(ctx, r.RunID)
+		return end.at.Sub(t0), err
+	})
+	if err != nil {
+		return m, err
 	}
 	b.log.Info("lifecycle", slog.String("store", storeName), slog.Int("clients", clients), slog.Int("runs", m.n),
 		slog.String("runs/s", num(m.perSec())))
@@ -225,7 +183,7 @@ const (
 // lifecycleFloor measures clients concurrent writers of one floor
 // transaction per run on a fresh migrated database.
 func (b *bench) lifecycleFloor(ctx context.Context, clients int, shape runShape) (_ measured, err error) {
-	m := measured{wal: -1}
+	var m measured
 	name, dbURL, err := b.createDB(ctx)
 	if err != nil {
 		return m, err
@@ -253,44 +211,24 @@ func (b *bench) lifecycleFloor(ctx context.Context, clients int, shape runShape)
 		}
 	}
 	const output = `[{"type":"text","text":"echo: hello from the bench"}]`
-	wal0, walErr := b.walBytes(ctx)
-	var mu sync.Mutex
-	start := time.Now()
-	deadline := start.Add(b.opts.duration)
-	g, gctx := errgroup.WithContext(ctx)
-	for _, root := range roots {
-		g.Go(func() error {
-			var lat latencies
-			for time.Now().Before(deadline) {
-				child, run := rand.Text(), rand.Text()
-				payload := fmt.Sprintf(`{"runId":%q,"provider":"spawn","id":%q,"local":true,"parentSessionId":%q`, run, child, root)
-				t0 := time.Now()
-				var batch pgx.Batch
-				batch.Queue(floorChild, child, root, t0)
-				batch.Queue(floorEvents, child, shape.types, t0, shape.data)
-				batch.Queue(floorRun, run, child, root, t0)
-				batch.Queue(floorSettle, run, t0, output)
-				batch.Queue(floorLifecycle, root, run, t0, payload+"}",
-					payload+`,"stopReason":"completed","lastAssistantMessage":`+output+"}")
-				if err := pool.SendBatch(gctx, &batch).Close(); err != nil {
-					return fmt.Errorf("floor transaction: %w", err)
-				}
-				lat = append(lat, time.Since(t0))
-			}
-			mu.Lock()
-			m.lat = append(m.lat, lat...)
-			mu.Unlock()
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return m, err
-	}
-	m.dur, m.n = time.Since(start), len(m.lat)
-	if walErr == nil {
-		if wal1, err := b.walBytes(ctx); err == nil {
-			m.wal = wal1 - wal0
+	m, err = b.measure(ctx, clients, true, func(ctx context.Context, i int) (time.Duration, error) {
+		root, child, run := roots[i], rand.Text(), rand.Text()
+		payload := fmt.Sprintf(`{"runId":%q,"provider":"spawn","id":%q,"local":true,"parentSessionId":%q`, run, child, root)
+		t0 := time.Now()
+		var batch pgx.Batch
+		batch.Queue(floorChild, child, root, t0)
+		batch.Queue(floorEvents, child, shape.types, t0, shape.data)
+		batch.Queue(floorRun, run, child, root, t0)
+		batch.Queue(floorSettle, run, t0, output)
+		batch.Queue(floorLifecycle, root, run, t0, payload+"}",
+			payload+`,"stopReason":"completed","lastAssistantMessage":`+output+"}")
+		if err := pool.SendBatch(ctx, &batch).Close(); err != nil {
+			return 0, fmt.Errorf("floor transaction: %w", err)
 		}
+		return time.Since(t0), nil
+	})
+	if err != nil {
+		return m, err
 	}
 	b.log.Info("lifecycle floor", slog.Int("clients", clients), slog.Int("tx", m.n), slog.String("tx/s", num(m.perSec())))
 	return m, nil

@@ -145,6 +145,6 @@ func run(ctx context.Context, opts options, log *slog.Logger, out io.Writer) (er
 		t.write(out)
 		log.Info("scenario done", slog.Int("n", s.n), slog.Duration("took", time.Since(t0).Round(time.Millisecond)))
 	}
-	fmt.Fprintf(out, "_total bench time: %s_\n", time.Since(start).Round(time.Second))
+	fmt.Fprintf(out, "_total bench time: %s; load average at the end: %s_\n", time.Since(start).Round(time.Second), loadAvg())
 	return errors.Join(errs...)
 }

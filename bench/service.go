@@ -241,11 +241,25 @@ func (b *bench) dropDB(name string) error {
 	return nil
 }
 
-// walBytes returns the server's current WAL position in bytes: the
-// difference of two readings is the WAL written in between (by every
-// database of the server).
-func (b *bench) walBytes(ctx context.Context) (int64, error) {
-	var n int64
-	err := b.admin.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&n)
-	return n, err
+// pgCounters are cluster-wide counters of the Postgres server: the
+// difference of two readings is what every database of the server wrote in
+// between.
+type pgCounters struct {
+	wal int64 // WAL position in bytes
+	xid int64 // next transaction id: one is taken by each writing transaction
+}
+
+func (b *bench) counters(ctx context.Context) (pgCounters, error) {
+	var c pgCounters
+	err := b.admin.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint,
+		txid_snapshot_xmax(txid_current_snapshot())`).Scan(&c.wal, &c.xid)
+	if err != nil {
+		return c, fmt.Errorf("read WAL position and next xid: %w", err)
+	}
+	return c, nil
+}
+
+// since returns the counters' growth from c0 to c.
+func (c pgCounters) since(c0 pgCounters) pgCounters {
+	return pgCounters{wal: c.wal - c0.wal, xid: c.xid - c0.xid}
 }
