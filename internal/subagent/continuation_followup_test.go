@@ -499,3 +499,37 @@ func TestInterrupt_R105_BeforeAnyOutputEndsAborted(t *testing.T) {
 		t.Errorf("notice %+v", ns[0].content)
 	}
 }
+
+// rejectingSteer is a ChildAgent whose turn always ends before a steer
+// gets in.
+type rejectingSteer struct{ ChildAgent }
+
+func (rejectingSteer) SubmitSteer(context.Context, agent.UserMessage) (<-chan error, error) {
+	return nil, fmt.Errorf("steer: %w: turn ended", agent.ErrSteerRejected)
+}
+
+func TestFollowup_R90_SteerRejectedAtOnceWaitsForTheSettlement(t *testing.T) {
+	t.Parallel()
+	gate, reached := make(chan struct{}), make(chan struct{})
+	e := newContEnv(t, gatedModel(gate, reached, "first"))
+	e.mat.setWrap(func(a ChildAgent) ChildAgent { return rejectingSteer{a} })
+	res := e.start(t, e.req(t, "go"))
+	<-reached
+	out := e.followupAsync(t.Context(), res.ChildID, "late")
+	// Accepted durably, waiting for the running turn to end.
+	e.st.waitAccepted(t, 2)
+	close(gate)
+	o := await(t, out)
+	if o.err != nil || o.res.Route != RouteStarted || o.res.TaskID == res.TaskID {
+		t.Fatalf("followup %+v, %v", o.res, o.err)
+	}
+	first := e.ended(t, res.TaskID)
+	second := e.ended(t, o.res.TaskID)
+	if first.StopReason != StopCompleted || model.Text(first.LastAssistantMessage) != "first" ||
+		second.StopReason != StopCompleted || model.Text(second.LastAssistantMessage) != "ok" {
+		t.Errorf("ends %+v, %+v", first, second)
+	}
+	if got := userTexts(t, e.log(t, res.ChildID)); !slices.Equal(got, []string{"go", "late"}) {
+		t.Errorf("user messages %v", got)
+	}
+}

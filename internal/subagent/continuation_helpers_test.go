@@ -88,6 +88,7 @@ type spyStore struct {
 	store.Store
 	mu          sync.Mutex
 	enqueued    []string
+	changed     chan struct{} // closed and replaced by every Enqueue
 	failEnqueue error
 }
 
@@ -101,6 +102,10 @@ func (s *spyStore) Enqueue(ctx context.Context, m store.InboxMessage) error {
 		return err
 	}
 	s.enqueued = append(s.enqueued, m.ID)
+	if s.changed != nil {
+		close(s.changed)
+	}
+	s.changed = make(chan struct{})
 	return nil
 }
 
@@ -108,6 +113,28 @@ func (s *spyStore) accepted() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.enqueued)
+}
+
+// waitAccepted blocks until n messages were accepted.
+func (s *spyStore) waitAccepted(t *testing.T, n int) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		s.mu.Lock()
+		if s.changed == nil {
+			s.changed = make(chan struct{})
+		}
+		got, changed := len(s.enqueued), s.changed
+		s.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("timed out waiting for %d accepted messages (have %d)", n, got)
+		}
+	}
 }
 
 // testMat is a Materializer building real agents over the store with the
