@@ -85,19 +85,23 @@ func TestPeer_TypeScriptExampleAgent_R26_Cancel(t *testing.T) {
 	}
 }
 
+// peerFixture is where the TypeScript SDK is installed for these tests:
+// .ci/run installs it there before `go test`, and the test installs it
+// itself on a machine where that has not happened yet. It is gitignored.
+const peerFixture = "testdata/peer/acp-sdk-1.9.0"
+
 // tsExampleAgent returns node and the example agent's script, installing the
-// SDK into the user cache on first use.
+// SDK into peerFixture on first use.
 func tsExampleAgent(t *testing.T) (node, script string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatalf("the ACP peer tests need Node.js (node on PATH) to run the TypeScript SDK example agent: %v", err)
 	}
-	cache, err := os.UserCacheDir()
+	dir, err := filepath.Abs(peerFixture)
 	if err != nil {
-		t.Fatalf("no user cache directory to install %s into: %v", tsSDK, err)
+		t.Fatal(err)
 	}
-	dir := filepath.Join(cache, "subagentd-test", "acp-sdk-1.9.0")
 	script = filepath.Join(dir, "node_modules", "@agentclientprotocol", "sdk", "dist", "examples", "agent.js")
 	if _, err := os.Stat(script); err == nil {
 		return node, script
