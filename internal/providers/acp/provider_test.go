@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -386,6 +388,51 @@ func TestCancel_R26_SettlesWithoutAgent(t *testing.T) {
 		t.Fatalf("turn/end %s", got)
 	}
 	dispose(t, r) // the agent ignores session/cancel but not EOF
+}
+
+// An agent that crashes when asked to cancel still yields aborted (R26),
+// not error, and leaves nothing behind.
+func TestCancel_R26_CrashOnCancelStillAborted(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "crashoncancel")
+	r := start(t, p, b)
+	waitForEvent(t, b.store, r.ChildID(), isTextChunk("working"))
+	r.Cancel()
+	if res := result(t, r); res.StopReason != subagent.StopAborted || res.Diagnostic != "" {
+		t.Fatalf("result %+v, want aborted without a diagnostic", res)
+	}
+	dispose(t, r)
+	if pid := r.(*run).proc.pgid; alive(t, pid) {
+		t.Fatalf("agent %d alive after Dispose", pid)
+	}
+}
+
+// Twenty runs at once all settle, and disposing them leaves no agent
+// process behind.
+func TestRun_TwentyConcurrentRunsSettleAndLeaveNoProcess(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "text")
+	runs := make([]subagent.Run, 20)
+	var wg sync.WaitGroup
+	for i := range runs {
+		wg.Go(func() { runs[i] = start(t, p, b, model.TextBlock(fmt.Sprint("task ", i))) })
+	}
+	wg.Wait()
+	for i, r := range runs {
+		res := result(t, r)
+		if res.StopReason != subagent.StopCompleted || !strings.Contains(model.Text(res.Output), fmt.Sprint("text:task ", i)) {
+			t.Fatalf("run %d: %+v", i, res)
+		}
+	}
+	for _, r := range runs {
+		wg.Go(func() { dispose(t, r) })
+	}
+	wg.Wait()
+	for i, r := range runs {
+		if pid := r.(*run).proc.pgid; alive(t, pid) {
+			t.Fatalf("run %d: agent %d alive after Dispose", i, pid)
+		}
+	}
 }
 
 func TestCancel_R25_CompletedStaysCompleted(t *testing.T) {

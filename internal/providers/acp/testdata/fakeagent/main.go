@@ -237,6 +237,10 @@ func (a *agent) prompt(id json.RawMessage, params json.RawMessage) {
 		a.say("working")
 		<-a.cancelled
 		stop("cancelled")
+	case mode == "crashoncancel":
+		a.say("working")
+		<-a.cancelled
+		os.Exit(4)
 	case mode == "ignorecancel":
 		a.say("working")
 		select {}
