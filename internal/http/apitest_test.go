@@ -69,7 +69,10 @@ type testBundle struct {
 	svc  *subagent.Service
 	srv  *Server
 	ts   *httptest.Server
+	log  *slog.Logger
 	logs *bytes.Buffer
+	// stops run at cleanup, in order, before the service shuts down.
+	stops []func(context.Context) error
 }
 
 // testLogger returns a logger writing JSON into a buffer, which tests can
@@ -100,6 +103,14 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // (and may wrap Config.Store).
 func setup(t *testing.T, opts ...func(*Config)) *testBundle {
 	t.Helper()
+	return start(t, nil, opts...)
+}
+
+// start is setup with wire, which (when set) runs once the service exists
+// and before the server is built: it registers providers, sets the
+// config's collaborators and adds their stops.
+func start(t *testing.T, wire func(b *testBundle, cfg *Config), opts ...func(*Config)) *testBundle {
+	t.Helper()
 	log, logs := testLogger(t)
 	cfg := Config{Logger: log, Version: "test", Registry: NewRegistry(), Store: memstore.New()}
 	for _, o := range opts {
@@ -108,20 +119,29 @@ func setup(t *testing.T, opts ...func(*Config)) *testBundle {
 	st := InstrumentStore(cfg.Store, cfg.Registry)
 	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: "test"})
 	cfg.Store, cfg.Service = st, svc
-	srv := NewServer(cfg)
-	ts := httptest.NewServer(srv.Handler())
+	b := &testBundle{st: st, svc: svc, log: log, logs: logs}
+	if wire != nil {
+		wire(b, &cfg)
+	}
+	b.srv = NewServer(cfg)
+	b.ts = httptest.NewServer(b.srv.Handler())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		for _, stop := range b.stops {
+			if err := stop(ctx); err != nil {
+				t.Errorf("stop: %v", err)
+			}
+		}
 		if err := svc.Shutdown(ctx); err != nil {
 			t.Errorf("service shutdown: %v", err)
 		}
-		if err := srv.Shutdown(ctx); err != nil {
+		if err := b.srv.Shutdown(ctx); err != nil {
 			t.Errorf("server shutdown: %v", err)
 		}
-		ts.Close()
+		b.ts.Close()
 	})
-	return &testBundle{st: st, svc: svc, srv: srv, ts: ts, logs: logs}
+	return b
 }
 
 // call is one request through the spec-validating client.

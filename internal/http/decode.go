@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -25,9 +26,14 @@ const (
 	defPageLimit = 100
 )
 
+// safeID is what a caller-reserved id may look like (childId): a letter or
+// digit, then letters, digits, '.', '_' and '-' — safe in paths, logs and
+// file names.
+var safeID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
 // newValidator returns the validator of the wire structs: field paths use
-// JSON names, and the "blocktext" tag bounds the total text of content
-// blocks in bytes.
+// JSON names, the "blocktext" tag bounds the total text of content blocks
+// in bytes, and "safeid" requires safeID.
 func newValidator() *validator.Validate {
 	v := validator.New(validator.WithRequiredStructEnabled())
 	v.RegisterTagNameFunc(func(f reflect.StructField) string {
@@ -52,6 +58,11 @@ func newValidator() *validator.Validate {
 			total += len(b.Text)
 		}
 		return total <= limit
+	}); err != nil {
+		panic(err)
+	}
+	if err := v.RegisterValidation("safeid", func(fl validator.FieldLevel) bool {
+		return safeID.MatchString(fl.Field().String())
 	}); err != nil {
 		panic(err)
 	}
@@ -129,6 +140,8 @@ func fieldMessage(fe validator.FieldError) string {
 		return "must start with " + strconv.Quote(fe.Param())
 	case "blocktext":
 		return "text of the blocks must total at most " + fe.Param() + " bytes"
+	case "safeid":
+		return "must match " + safeID.String()
 	default:
 		return "is invalid (" + fe.Tag() + ")"
 	}

@@ -17,6 +17,9 @@ const (
 	codeNotFound         = "NOT_FOUND"
 	codeMethodNotAllowed = "METHOD_NOT_ALLOWED"
 	codeNotReady         = "NOT_READY"
+	// codeUnknownRoute: agentOptions.provider names no configured model
+	// route. A 422 of its own, since INVALID_REQUEST is 400 in the table.
+	codeUnknownRoute = "UNKNOWN_ROUTE"
 )
 
 // problemType is what a code means on the wire.
@@ -39,6 +42,7 @@ var problems = map[string]problemType{
 	subagent.EInvalidRequest:        {http.StatusBadRequest, "Invalid request"},
 	subagent.EUnsupportedSchema:     {http.StatusUnprocessableEntity, "Unsupported output schema"},
 	subagent.EInvalidMaxDepth:       {http.StatusUnprocessableEntity, "Invalid maxDepth"},
+	codeUnknownRoute:                {http.StatusUnprocessableEntity, "Unknown model route"},
 	subagent.EDepthExceeded:         {http.StatusUnprocessableEntity, "Delegation depth exceeded"},
 	subagent.EDuplicateChild:        {http.StatusConflict, "Child already exists"},
 	subagent.ENotResumable:          {http.StatusConflict, "Child not resumable"},

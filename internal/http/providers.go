@@ -10,7 +10,7 @@ import (
 func (s *Server) listProviders(w http.ResponseWriter, r *http.Request) error {
 	list := providerListJSON{Providers: []providerJSON{}}
 	for _, p := range s.svc.Providers() {
-		list.Providers = append(list.Providers, providerOut(p))
+		list.Providers = append(list.Providers, providerOut(p, s.modelRoutes))
 	}
 	s.writeJSON(w, r, http.StatusOK, list)
 	return nil
@@ -27,6 +27,6 @@ func (s *Server) getProvider(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return subagent.Errorf(subagent.ENoProvider, "no subagent provider named %q", name)
 	}
-	s.writeJSON(w, r, http.StatusOK, providerOut(prov))
+	s.writeJSON(w, r, http.StatusOK, providerOut(prov, s.modelRoutes))
 	return nil
 }

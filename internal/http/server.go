@@ -19,6 +19,9 @@ import (
 	"github.com/go-playground/validator/v10"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/delegate"
+	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -43,6 +46,44 @@ type Service interface {
 
 var _ Service = (*subagent.Service)(nil)
 
+// Continuations is the continuation manager the continuable routes drive
+// (/v1/subagents, /v1/tasks, the children and descendants listings);
+// *subagent.Manager implements it. Its errors are *subagent.Error values
+// whose codes the problem table maps.
+type Continuations interface {
+	// StartContinuable creates a continuable child and accepts its prompt.
+	StartContinuable(ctx context.Context, req subagent.ContinuableRequest) (subagent.ContinuableStarted, error)
+	// Followup delivers content to a continuable child of parentSessionID,
+	// steered into its running turn or started as a new task.
+	Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src agent.Source) (subagent.FollowupResult, error)
+	// Interrupt stops the current turn of a continuable child of
+	// parentSessionID.
+	Interrupt(ctx context.Context, parentSessionID, childID string) error
+	// Child returns a child's header, identity, activity and task.
+	Child(ctx context.Context, childID string) (subagent.ChildInfo, error)
+	// Children lists the direct subagent children of parentID.
+	Children(ctx context.Context, parentID string) ([]subagent.ListEntry, error)
+	// Descendants lists every subagent below rootID in pre-order.
+	Descendants(ctx context.Context, rootID string) ([]subagent.ListEntry, error)
+	// Task returns the activation run of a task.
+	Task(ctx context.Context, taskID string) (store.Run, error)
+}
+
+var _ Continuations = (*subagent.Manager)(nil)
+
+// Roots runs the agents of root sessions (POST /v1/sessions/{id}/messages);
+// *delegate.Roots implements it.
+type Roots interface {
+	// Prompt queues content as the next turn of a root session's agent and
+	// returns the message id once it is durably accepted.
+	Prompt(ctx context.Context, sessionID string, content []model.Block) (string, error)
+	// Live reports whether the session's agent is loaded here and whether
+	// it runs a turn.
+	Live(ctx context.Context, sessionID string) (live, running bool)
+}
+
+var _ Roots = (*delegate.Roots)(nil)
+
 // Defaults of Config.
 const (
 	DefaultHeartbeat    = 15 * time.Second
@@ -56,6 +97,17 @@ const (
 // limits take the defaults above.
 type Config struct {
 	Service Service
+	// Continuations serves continuable children and the children and
+	// descendants listings; nil answers those routes NOT_READY (503).
+	Continuations Continuations
+	// Roots runs root sessions' agents; nil answers POST
+	// /v1/sessions/{id}/messages NOT_READY (503).
+	Roots Roots
+	// Routes are the model routes of in-process agents: session creation
+	// rejects an unknown agentOptions.provider with them, and
+	// /v1/providers shows the default route of in-process providers. nil
+	// checks no route and shows no model.
+	Routes *model.Routes
 	// Store is where sessions, logs, runs and the lifecycle log are read.
 	Store  store.Store
 	Logger *slog.Logger
@@ -84,15 +136,18 @@ type Config struct {
 // Server serves the API. Create it with NewServer, serve Handler, and call
 // Shutdown when the process stops.
 type Server struct {
-	svc       Service
-	store     store.Store
-	log       *slog.Logger
-	version   string
-	dashboard fs.FS
-	heartbeat time.Duration
-	writeTO   time.Duration
-	maxWait   time.Duration
-	bodyLimit int64
+	svc         Service
+	conts       Continuations
+	roots       Roots
+	modelRoutes *model.Routes
+	store       store.Store
+	log         *slog.Logger
+	version     string
+	dashboard   fs.FS
+	heartbeat   time.Duration
+	writeTO     time.Duration
+	maxWait     time.Duration
+	bodyLimit   int64
 
 	registry *prometheus.Registry
 	metrics  *metrics
@@ -120,20 +175,23 @@ func NewServer(cfg Config) *Server {
 		reg = NewRegistry()
 	}
 	s := &Server{
-		svc:       cfg.Service,
-		store:     cfg.Store,
-		log:       cfg.Logger,
-		version:   cfg.Version,
-		dashboard: cfg.Dashboard,
-		heartbeat: orDefault(cfg.Heartbeat, DefaultHeartbeat),
-		writeTO:   orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
-		maxWait:   orDefault(cfg.MaxWait, DefaultMaxWait),
-		bodyLimit: orDefault(cfg.BodyLimit, DefaultBodyLimit),
-		registry:  reg,
-		metrics:   newMetrics(reg),
-		validate:  newValidator(),
-		runCtx:    context.Background(),
-		done:      make(chan struct{}),
+		svc:         cfg.Service,
+		conts:       cfg.Continuations,
+		roots:       cfg.Roots,
+		modelRoutes: cfg.Routes,
+		store:       cfg.Store,
+		log:         cfg.Logger,
+		version:     cfg.Version,
+		dashboard:   cfg.Dashboard,
+		heartbeat:   orDefault(cfg.Heartbeat, DefaultHeartbeat),
+		writeTO:     orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
+		maxWait:     orDefault(cfg.MaxWait, DefaultMaxWait),
+		bodyLimit:   orDefault(cfg.BodyLimit, DefaultBodyLimit),
+		registry:    reg,
+		metrics:     newMetrics(reg),
+		validate:    newValidator(),
+		runCtx:      context.Background(),
+		done:        make(chan struct{}),
 	}
 	s.broker = newBroker(cfg.Store, cfg.Logger, orDefault(cfg.RingSize, DefaultRingSize))
 	s.router = s.routes()
@@ -208,7 +266,9 @@ func (s *Server) routes() chi.Router {
 		r.Get("/sessions", s.h(s.listSessions))
 		r.Get("/sessions/{id}", s.h(s.getSession))
 		r.Get("/sessions/{id}/events", s.h(s.listSessionEvents))
+		r.Post("/sessions/{id}/messages", s.h(s.promptSession))
 		r.Get("/sessions/{id}/children", s.h(s.listSessionChildren))
+		r.Get("/sessions/{id}/descendants", s.h(s.listSessionDescendants))
 		r.Get("/sessions/{id}/stream", s.h(s.streamSession))
 
 		r.Post("/runs", s.h(s.createRun))
@@ -218,6 +278,12 @@ func (s *Server) routes() chi.Router {
 		r.Post("/runs/{runId}/steer", s.h(s.steerRun))
 		r.Post("/runs/{runId}/cancel", s.h(s.cancelRun))
 		r.Get("/runs/{runId}/stream", s.h(s.streamRun))
+
+		r.Post("/subagents", s.h(s.createSubagent))
+		r.Get("/subagents/{childId}", s.h(s.getSubagent))
+		r.Post("/subagents/{childId}/followup", s.h(s.followupSubagent))
+		r.Post("/subagents/{childId}/interrupt", s.h(s.interruptSubagent))
+		r.Get("/tasks/{taskId}", s.h(s.getTask))
 
 		r.Get("/events", s.h(s.streamEvents))
 	})

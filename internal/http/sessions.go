@@ -5,15 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// createSession creates a root session with a fresh id.
+// createSession creates a root session with a fresh id. A model route
+// that is not configured is UNKNOWN_ROUTE (422) now rather than a failed
+// turn later.
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	var req createSessionRequest
 	if err := s.decode(w, r, &req); err != nil {
@@ -22,6 +27,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	opts := req.AgentOptions.seam()
 	if opts == nil {
 		opts = &subagent.AgentOptions{}
+	}
+	if err := s.checkRoute(opts.Provider); err != nil {
+		return err
 	}
 	hdr := store.Session{
 		ID:            uuid.NewString(),
@@ -75,7 +83,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := sessionListJSON{Sessions: make([]sessionJSON, 0, len(rows)), NextCursor: next}
 	for _, row := range rows {
-		running, err := s.running(r.Context(), row.ID)
+		running, err := s.running(r.Context(), row)
 		if err != nil {
 			return err
 		}
@@ -96,7 +104,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	running, err := s.running(r.Context(), id)
+	running, err := s.running(r.Context(), hdr)
 	if err != nil {
 		return err
 	}
@@ -132,12 +140,24 @@ func (s *Server) listSessionEvents(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-// listSessionChildren answers the direct subagent children of a session.
-// Unlike the seam's listChildren (R129), an unknown session is
-// SESSION_NOT_FOUND, as on every /v1/sessions/{id} route. Identity comes
-// from the child headers; a child whose header records no mode is listed as
-// a diagnostic entry.
+// listSessionChildren answers the direct subagent children of a session
+// (seam-spec §2.16), from durable headers and descriptors, without loading
+// or resuming anything. Unlike the seam's listChildren (R129), an unknown
+// session is SESSION_NOT_FOUND, as on every /v1/sessions/{id} route.
+// Children whose identity cannot be read are diagnostic entries.
 func (s *Server) listSessionChildren(w http.ResponseWriter, r *http.Request) error {
+	return s.listEntries(w, r, Continuations.Children)
+}
+
+// listSessionDescendants answers every subagent below a session in
+// pre-order, each with its durable parent and its depth below the session.
+func (s *Server) listSessionDescendants(w http.ResponseWriter, r *http.Request) error {
+	return s.listEntries(w, r, Continuations.Descendants)
+}
+
+// listEntries answers one page of the listing list makes of session {id}.
+// The cursor is the id of the last entry of the previous page.
+func (s *Server) listEntries(w http.ResponseWriter, r *http.Request, list func(c Continuations, ctx context.Context, id string) ([]subagent.ListEntry, error)) error {
 	p := newParams(r)
 	id := p.id("id")
 	after := p.str("after", maxIDLength)
@@ -145,47 +165,86 @@ func (s *Server) listSessionChildren(w http.ResponseWriter, r *http.Request) err
 	if err := p.err(); err != nil {
 		return err
 	}
+	conts, err := s.continuations()
+	if err != nil {
+		return err
+	}
 	if _, err := s.session(r.Context(), id); err != nil {
 		return err
 	}
-	rows, next, err := page(r.Context(), limit, func(ctx context.Context, after string, n int) ([]store.Session, error) {
-		return s.store.ListSessions(ctx, store.SessionFilter{ParentID: &id, AfterID: after, Limit: n})
-	}, after, func(x store.Session) string { return x.ID })
+	entries, err := list(conts, r.Context(), id)
 	if err != nil {
-		return fmt.Errorf("list children of %s: %w", id, err)
+		return fmt.Errorf("list subagents of %s: %w", id, err)
 	}
-	out := childListJSON{Entries: []childEntryJSON{}, NextCursor: next}
-	for _, c := range rows {
-		if c.Origin != "subagent" {
-			continue
+	from := 0
+	if after != "" {
+		i := slices.IndexFunc(entries, func(e subagent.ListEntry) bool { return e.ID == after })
+		if i < 0 {
+			return invalid(map[string]string{"after": "is not a known cursor"})
 		}
-		entry, err := s.childEntry(r.Context(), c)
-		if err != nil {
-			return err
-		}
-		out.Entries = append(out.Entries, entry)
+		from = i + 1
+	}
+	rows := entries[from:min(from+limit, len(entries))]
+	out := childListJSON{Entries: make([]childEntryJSON, 0, len(rows))}
+	for _, e := range rows {
+		out.Entries = append(out.Entries, childEntryOut(e))
+	}
+	if from+limit < len(entries) {
+		out.NextCursor = rows[len(rows)-1].ID
 	}
 	s.writeJSON(w, r, http.StatusOK, out)
 	return nil
 }
 
-func (s *Server) childEntry(ctx context.Context, c store.Session) (childEntryJSON, error) {
-	if c.Mode == "" {
-		return childEntryJSON{Kind: "diagnostic", ID: c.ID, Reason: "corrupt"}, nil
+// promptSession runs content as the next turn of a root session's own
+// agent and answers 202 once the message is durably accepted; the turn
+// streams on /v1/sessions/{id}/stream. A child session is INVALID_REQUEST:
+// children take followups through /v1/subagents.
+func (s *Server) promptSession(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	id := p.id("id")
+	if err := p.err(); err != nil {
+		return err
 	}
-	running, err := s.running(ctx, c.ID)
+	if s.roots == nil {
+		return subagent.Errorf(codeNotReady, "this server runs no root agents")
+	}
+	var req promptRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	msgID, err := s.roots.Prompt(r.Context(), id, req.Content)
 	if err != nil {
-		return childEntryJSON{}, err
+		return err
 	}
-	grand, err := s.store.ListSessions(ctx, store.SessionFilter{ParentID: &c.ID, Limit: 1})
+	s.writeJSON(w, r, http.StatusAccepted, promptResponse{MessageID: msgID})
+	return nil
+}
+
+// continuations returns the continuation manager, or NOT_READY when the
+// server runs without one.
+func (s *Server) continuations() (Continuations, error) {
+	if s.conts == nil {
+		return nil, subagent.Errorf(codeNotReady, "this server runs no continuation manager")
+	}
+	return s.conts, nil
+}
+
+// checkRoute returns UNKNOWN_ROUTE when name is set and is not a
+// configured model route; without Config.Routes nothing is checked.
+func (s *Server) checkRoute(name string) error {
+	if name == "" || s.modelRoutes == nil {
+		return nil
+	}
+	_, _, err := s.modelRoutes.Resolve(name, "")
+	if errors.Is(err, model.ErrUnknownRoute) {
+		msg := fmt.Sprintf("unknown model route %q; configured: %s", name, strings.Join(s.modelRoutes.Names(), ", "))
+		return &subagent.Error{Code: codeUnknownRoute, Message: msg, Fields: map[string]string{"agentOptions.provider": msg}, Err: err}
+	}
 	if err != nil {
-		return childEntryJSON{}, fmt.Errorf("list children of %s: %w", c.ID, err)
+		return fmt.Errorf("resolve model route %q: %w", name, err)
 	}
-	hasChildren := len(grand) > 0
-	return childEntryJSON{
-		Kind: "child", ID: c.ID, Mode: c.Mode, Label: c.Label, Activity: activity(running),
-		HasChildren: &hasChildren, Provider: c.Provider,
-	}, nil
+	return nil
 }
 
 // session reads one header. Returns SESSION_NOT_FOUND.
@@ -205,11 +264,20 @@ func sessionError(id string, err error) error {
 	return fmt.Errorf("read session %s: %w", id, err)
 }
 
-// running reports whether a run of child id is running.
-func (s *Server) running(ctx context.Context, id string) (bool, error) {
-	runs, err := s.store.ListRuns(ctx, store.RunFilter{ChildID: id, State: store.StateRunning, Limit: 1})
+// running reports whether session hdr is working: a root session whose
+// agent runs a turn in this process, or a child with a running run or
+// activation.
+func (s *Server) running(ctx context.Context, hdr store.Session) (bool, error) {
+	if hdr.ParentID == "" {
+		if s.roots == nil {
+			return false, nil
+		}
+		_, running := s.roots.Live(ctx, hdr.ID)
+		return running, nil
+	}
+	runs, err := s.store.ListRuns(ctx, store.RunFilter{ChildID: hdr.ID, State: store.StateRunning, Limit: 1})
 	if err != nil {
-		return false, fmt.Errorf("list running runs of %s: %w", id, err)
+		return false, fmt.Errorf("list running runs of %s: %w", hdr.ID, err)
 	}
 	return len(runs) > 0, nil
 }

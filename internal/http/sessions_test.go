@@ -174,12 +174,12 @@ func TestSessions_EventsPage(t *testing.T) {
 }
 
 func TestSessions_Children(t *testing.T) {
-	b := setup(t)
-	p := b.register(t, &fakeProvider{name: "spawn", caps: allCaps(), local: true})
+	b := setupWorld(t).testBundle
+	p := b.register(t, &fakeProvider{name: "fake", caps: allCaps(), local: true})
 	parent := b.rootSession(t)
-	first := b.startRun(t, "spawn", parent, map[string]any{"label": "first"})
-	second := b.startRun(t, "spawn", parent, nil)
-	grandchild := b.startRun(t, "spawn", first.ChildSessionID, nil)
+	first := b.startRun(t, "fake", parent, map[string]any{"label": "first"})
+	second := b.startRun(t, "fake", parent, nil)
+	grandchild := b.startRun(t, "fake", first.ChildSessionID, nil)
 	b.finish(t, p, second, "done")
 
 	var list childListJSON
@@ -189,7 +189,7 @@ func TestSessions_Children(t *testing.T) {
 	}
 	e0, e1 := list.Entries[0], list.Entries[1]
 	if e0.Kind != "child" || e0.ID != first.ChildSessionID || e0.Label != "first" || e0.Mode != subagent.ModeOneShot ||
-		e0.Activity != activityRunning || !*e0.HasChildren || e0.Provider != "spawn" {
+		e0.Activity != activityRunning || !*e0.HasChildren || e0.Provider != "fake" {
 		t.Fatalf("first entry = %+v", e0)
 	}
 	if e1.ID != second.ChildSessionID || e1.Activity != activityInactive || *e1.HasChildren {
@@ -200,10 +200,10 @@ func TestSessions_Children(t *testing.T) {
 	p.run(grandchild.ChildSessionID).complete(t, "done")
 }
 
-// TestSessions_DiagnosticChild: a child header without a mode is listed as
-// a diagnostic entry, not hidden.
+// TestSessions_DiagnosticChild: a settled child without a descriptor is
+// listed as a corrupt diagnostic entry, not hidden (R123).
 func TestSessions_DiagnosticChild(t *testing.T) {
-	b := setup(t)
+	b := setupWorld(t).testBundle
 	parent := b.rootSession(t)
 	if err := b.st.CreateSession(t.Context(), store.Session{ID: "odd", ParentID: parent, Origin: "subagent"}); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/delegate"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -29,6 +31,18 @@ type providerJSON struct {
 	Steer                 bool             `json:"steer"`
 	Resume                bool             `json:"resume"`
 	Local                 bool             `json:"local"`
+	// Model is the route in-process children use by default; absent for
+	// providers that run their own model (ACP) and without Config.Routes.
+	Model *providerModelJSON `json:"model,omitempty"`
+}
+
+// providerModelJSON is a model route as /v1/providers shows it. Offline
+// marks the deterministic echo model, which needs no model server.
+type providerModelJSON struct {
+	Route   string `json:"route"`
+	Kind    string `json:"kind"`
+	Model   string `json:"model"`
+	Offline bool   `json:"offline,omitempty"`
 }
 
 // RuntimeCapabilities is implemented by providers that advertise runtime
@@ -42,7 +56,9 @@ type RuntimeCapabilities interface {
 	IsLocal() bool
 }
 
-func providerOut(p subagent.Provider) providerJSON {
+// providerOut describes p; routes (nil: unknown) give the model of
+// in-process providers.
+func providerOut(p subagent.Provider, routes *model.Routes) providerJSON {
 	c := p.Capabilities()
 	out := providerJSON{
 		Name:                  p.Name(),
@@ -52,6 +68,10 @@ func providerOut(p subagent.Provider) providerJSON {
 	}
 	if rc, ok := p.(RuntimeCapabilities); ok {
 		out.Steer, out.Resume, out.Local = rc.CanSteer(), rc.CanResume(), rc.IsLocal()
+	}
+	if out.Local && routes != nil {
+		def := routes.Default()
+		out.Model = &providerModelJSON{Route: def.Name, Kind: def.Kind, Model: def.DefaultModel, Offline: def.Kind == delegate.KindEcho}
 	}
 	return out
 }
@@ -84,9 +104,27 @@ func agentOptionsOut(provider, model string, maxTokens int) *agentOptionsJSON {
 	return &o
 }
 
+// toolFilterJSON is a tool filter. omitzero keeps `allow: []`, which hides
+// every global tool, apart from an absent list.
 type toolFilterJSON struct {
-	Allow []string `json:"allow,omitempty" validate:"required_without=Deny,max=64,dive,min=1,max=128"`
-	Deny  []string `json:"deny,omitempty" validate:"max=64,dive,min=1,max=128"`
+	Allow []string `json:"allow,omitzero" validate:"required_without=Deny,max=64,dive,min=1,max=128"`
+	Deny  []string `json:"deny,omitzero" validate:"max=64,dive,min=1,max=128"`
+}
+
+// seam returns the filter as the seam takes it; nil stays nil.
+func (f *toolFilterJSON) seam() *subagent.ToolFilter {
+	if f == nil {
+		return nil
+	}
+	return &subagent.ToolFilter{Allow: f.Allow, Deny: f.Deny}
+}
+
+// toolFilterOut is the wire form of a seam filter; nil stays nil.
+func toolFilterOut(f *subagent.ToolFilter) *toolFilterJSON {
+	if f == nil {
+		return nil
+	}
+	return &toolFilterJSON{Allow: f.Allow, Deny: f.Deny}
 }
 
 type createSessionRequest struct {
@@ -170,6 +208,8 @@ type sessionEventPageJSON struct {
 	HasMore bool               `json:"hasMore"`
 }
 
+// childEntryJSON is one row of a children or descendants listing; ParentID
+// and Depth are set in descendants listings only.
 type childEntryJSON struct {
 	Kind        string `json:"kind"`
 	ID          string `json:"id"`
@@ -179,6 +219,18 @@ type childEntryJSON struct {
 	HasChildren *bool  `json:"hasChildren,omitempty"`
 	Provider    string `json:"provider,omitempty"`
 	Reason      string `json:"reason,omitempty"`
+	ParentID    string `json:"parentId,omitempty"`
+	Depth       int    `json:"depth,omitempty"`
+}
+
+func childEntryOut(e subagent.ListEntry) childEntryJSON {
+	if e.Kind != subagent.EntryChild {
+		return childEntryJSON{Kind: e.Kind, ID: e.ID, Reason: e.Reason, ParentID: e.ParentID, Depth: e.Depth}
+	}
+	return childEntryJSON{
+		Kind: e.Kind, ID: e.ID, Mode: e.Mode, Label: e.Label, Activity: e.Activity,
+		HasChildren: &e.HasChildren, Provider: e.Provider, ParentID: e.ParentID, Depth: e.Depth,
+	}
 }
 
 type childListJSON struct {
@@ -205,26 +257,29 @@ type createRunRequest struct {
 	OnDisconnect    string            `json:"onDisconnect" validate:"omitempty,oneof=continue cancel"`
 }
 
-// seam returns the start request for parent. The parent's live options are
-// its header's route: a root session's own, or the route a provider
-// recorded for a child.
+// seamParent is the delegating parent as the seam sees it. The parent's
+// live options are its header's route: a root session's own, or the route
+// a provider recorded for a child.
+func seamParent(parent store.Session) subagent.Parent {
+	return subagent.Parent{
+		Session: parent,
+		Options: subagent.AgentOptions{Provider: parent.AgentProvider, Model: parent.AgentModel, MaxTokens: parent.MaxTokens},
+	}
+}
+
+// seam returns the start request for parent.
 func (c *createRunRequest) seam(parent store.Session) subagent.Request {
 	req := subagent.Request{
-		Label:  c.Label,
-		Prompt: c.Prompt,
-		Parent: subagent.Parent{
-			Session: parent,
-			Options: subagent.AgentOptions{Provider: parent.AgentProvider, Model: parent.AgentModel, MaxTokens: parent.MaxTokens},
-		},
+		Label:        c.Label,
+		Prompt:       c.Prompt,
+		Parent:       seamParent(parent),
 		AgentOptions: c.AgentOptions.seam(),
 		MaxDepth:     c.MaxDepth,
+		ToolFilter:   c.ToolFilter.seam(),
 		Persona:      c.Persona,
 	}
 	if len(c.OutputSchema) > 0 && !bytes.Equal(c.OutputSchema, []byte("null")) {
 		req.OutputSchema = c.OutputSchema
-	}
-	if c.ToolFilter != nil {
-		req.ToolFilter = &subagent.ToolFilter{Allow: c.ToolFilter.Allow, Deny: c.ToolFilter.Deny}
 	}
 	return req
 }
@@ -288,6 +343,128 @@ type steerRequest struct {
 
 type steerResponse struct {
 	MessageID string `json:"messageId"`
+}
+
+type promptRequest struct {
+	Content []model.Block `json:"content" validate:"required,min=1,max=64,blocktext=262144"`
+}
+
+type promptResponse struct {
+	MessageID string `json:"messageId"`
+}
+
+// createSubagentRequest is a continuable start (DESIGN §3): a one-shot
+// start without outputSchema and onDisconnect, with a required label and
+// an optional caller-reserved child id.
+type createSubagentRequest struct {
+	Provider        string            `json:"provider" validate:"required,max=128"`
+	ParentSessionID string            `json:"parentSessionId" validate:"required,max=128"`
+	Label           string            `json:"label" validate:"required,max=200"`
+	Prompt          []model.Block     `json:"prompt" validate:"required,min=1,max=64,blocktext=262144"`
+	ChildID         string            `json:"childId" validate:"omitempty,max=128,safeid"`
+	AgentOptions    *agentOptionsJSON `json:"agentOptions"`
+	MaxDepth        *int              `json:"maxDepth"`
+	ToolFilter      *toolFilterJSON   `json:"toolFilter"`
+	Persona         *string           `json:"persona" validate:"omitempty,max=16384"`
+}
+
+// seam returns the continuable start request for parent.
+func (c *createSubagentRequest) seam(parent store.Session) subagent.ContinuableRequest {
+	return subagent.ContinuableRequest{
+		Provider:     c.Provider,
+		Label:        c.Label,
+		ChildID:      c.ChildID,
+		Prompt:       c.Prompt,
+		Parent:       seamParent(parent),
+		AgentOptions: c.AgentOptions.seam(),
+		MaxDepth:     c.MaxDepth,
+		ToolFilter:   c.ToolFilter.seam(),
+		Persona:      c.Persona,
+	}
+}
+
+type createSubagentResponse struct {
+	ChildID   string `json:"childId"`
+	TaskID    string `json:"taskId"`
+	MessageID string `json:"messageId"`
+}
+
+// sourceJSON attributes a followup (seam-spec §1.19). A client may claim
+// user or coordinator; either grants nothing: the authority is
+// parentSessionId (seam-spec R84).
+type sourceJSON struct {
+	Kind string `json:"kind" validate:"required,oneof=user coordinator"`
+}
+
+type followupRequest struct {
+	ParentSessionID string        `json:"parentSessionId" validate:"required,max=128"`
+	Content         []model.Block `json:"content" validate:"required,min=1,max=64,blocktext=262144"`
+	Source          *sourceJSON   `json:"source"`
+}
+
+// source is the message source the child logs: user by default; a
+// coordinator message is a relay from the parent session, as send_message
+// writes it.
+func (f *followupRequest) source() agent.Source {
+	if f.Source != nil && f.Source.Kind == delegate.SourceCoordinator {
+		return agent.Source{Kind: delegate.SourceCoordinator, Form: "relay", SenderSessionID: f.ParentSessionID}
+	}
+	return agent.Source{Kind: delegate.SourceUser}
+}
+
+type followupResponse struct {
+	Route     string `json:"route"`
+	TaskID    string `json:"taskId"`
+	MessageID string `json:"messageId"`
+}
+
+type interruptRequest struct {
+	ParentSessionID string `json:"parentSessionId" validate:"required,max=128"`
+}
+
+type acceptedJSON struct {
+	Accepted bool `json:"accepted"`
+}
+
+// identityJSON is a child's listing identity: the last valid descriptor
+// of its log and that event's seq.
+type identityJSON struct {
+	Seq           int64           `json:"seq"`
+	Mode          string          `json:"mode"`
+	Provider      string          `json:"provider"`
+	Label         string          `json:"label,omitempty"`
+	AgentProvider string          `json:"agentProvider,omitempty"`
+	AgentModel    string          `json:"agentModel,omitempty"`
+	Persona       *string         `json:"persona,omitempty"`
+	ToolFilter    *toolFilterJSON `json:"toolFilter,omitempty"`
+}
+
+// subagentJSON is GET /v1/subagents/{childId}: the header, the identity
+// (absent when the log holds no valid descriptor), the activity and the
+// live or most recent task.
+type subagentJSON struct {
+	ChildID  string        `json:"childId"`
+	Activity string        `json:"activity"`
+	TaskID   string        `json:"taskId,omitempty"`
+	Identity *identityJSON `json:"identity,omitempty"`
+	Session  sessionJSON   `json:"session"`
+}
+
+func subagentOut(info subagent.ChildInfo) subagentJSON {
+	out := subagentJSON{
+		ChildID:  info.Session.ID,
+		Activity: info.Activity,
+		TaskID:   info.TaskID,
+		Session:  sessionOut(info.Session, info.Activity == subagent.ActivityRunning),
+	}
+	if id := info.Identity; id != nil {
+		out.Identity = &identityJSON{
+			Seq: id.Seq, Mode: id.Mode, Provider: id.Provider, Label: id.Label,
+			AgentProvider: id.AgentProvider, AgentModel: id.AgentModel,
+			Persona: id.Persona, ToolFilter: toolFilterOut(id.ToolFilter),
+		}
+	}
+	return out
 }
 
 type healthJSON struct {
