@@ -31,7 +31,7 @@ type runShape struct {
 func (b *bench) lifecycle(ctx context.Context) (*table, error) {
 	t := &table{
 		title: "1. Run lifecycle: POST /v1/runs?wait=true (spawn, echo model) → subagent/end seen on /v1/events",
-		head:  []string{"store", "clients", "runs", "runs/s", "p50", "p99", "write tx/run", "WAL/run", "floor ÷ ours"},
+		head:  []string{"store", "clients", "runs", "runs/s", "p50", "p99", "write tx/run", "WAL/run", "floor ÷ ours", "Postgres backends by state"},
 	}
 	var shape *runShape
 	for _, clients := range []int{1, 16, 64} {
@@ -40,7 +40,7 @@ func (b *bench) lifecycle(ctx context.Context) (*table, error) {
 			return nil, err
 		}
 		if b.admin == nil {
-			t.add("memstore", fmt.Sprint(clients), fmt.Sprint(mem.n), num(mem.perSec()), ms(mem.lat.pct(50)), ms(mem.lat.pct(99)), "–", "–", "–")
+			t.add("memstore", fmt.Sprint(clients), fmt.Sprint(mem.n), num(mem.perSec()), ms(mem.lat.pct(50)), ms(mem.lat.pct(99)), "–", "–", "–", "–")
 			t.unavailable("postgres", b.pgErr.Error())
 			continue
 		}
@@ -57,7 +57,7 @@ func (b *bench) lifecycle(ctx context.Context) (*table, error) {
 			m    measured
 		}{{"memstore", mem}, {"postgres", pgm}, {"pgx floor", floor}} {
 			t.add(r.name, fmt.Sprint(clients), fmt.Sprint(r.m.n), num(r.m.perSec()), ms(r.m.lat.pct(50)), ms(r.m.lat.pct(99)),
-				r.m.xidPerOp(), r.m.walPerOp(), ratio(floor.perSec(), r.m.perSec()))
+				r.m.xidPerOp(), r.m.walPerOp(), ratio(floor.perSec(), r.m.perSec()), r.m.waits.String())
 		}
 	}
 	t.note("Each client creates one root session, then starts runs back to back for %s; latency runs from sending the POST to the arrival of the run's subagent/end on one /v1/events subscription. A fresh service (and database) per row.", b.opts.duration)
@@ -65,6 +65,7 @@ func (b *bench) lifecycle(ctx context.Context) (*table, error) {
 		t.note("pgx floor: per run, one implicit transaction (one pgx batch, one commit) inserting the child session, its %d log events (the types and payloads an echo run logged), the run row and its settlement, and both lifecycle rows through lifecycle_counter — the service's schema, without HTTP, the agent loop, NOTIFY or the separate commits the API promises (start durable before 201, each log append durable).", len(shape.types))
 	}
 	t.note("write tx/run and WAL/run are the server's transaction-id and WAL growth over the measurement ÷ runs: cluster-wide, so whatever else writes to the server meanwhile counts too. floor ÷ ours > 1 means the bare database does that many times more runs per second.")
+	t.note(waitsNote)
 	return t, nil
 }
 
@@ -72,14 +73,12 @@ func (b *bench) lifecycle(ctx context.Context) (*table, error) {
 // fresh service. It fills *shape from the first run it sees.
 func (b *bench) lifecycleService(ctx context.Context, storeName string, clients int, shape **runShape) (_ measured, err error) {
 	var m measured
-	dbURL := ""
+	dbName, dbURL := "", ""
 	if storeName == "postgres" {
-		name, u, err := b.createDB(ctx)
-		if err != nil {
+		if dbName, dbURL, err = b.createDB(ctx); err != nil {
 			return m, err
 		}
-		defer func() { err = errors.Join(err, b.dropDB(name)) }()
-		dbURL = u
+		defer func() { err = errors.Join(err, b.dropDB(dbName)) }()
 	}
 	svc, err := b.startService(ctx, fmt.Sprintf("s1-%s-c%d", storeName, clients), dbURL)
 	if err != nil {
@@ -118,7 +117,7 @@ func (b *bench) lifecycleService(ctx context.Context, storeName string, clients 
 		return m, fmt.Errorf("warm-up: %w", err)
 	}
 
-	m, err = b.measure(ctx, clients, storeName == "postgres", func(ctx context.Context, i int) (time.Duration, error) {
+	m, err = b.measure(ctx, clients, b.opts.duration, dbName, func(ctx context.Context, i int) (time.Duration, error) {
 		t0 := time.Now()
 		r, err := a.createRun(ctx, roots[i], true)
 		if err != nil {
@@ -211,7 +210,7 @@ func (b *bench) lifecycleFloor(ctx context.Context, clients int, shape runShape)
 		}
 	}
 	const output = `[{"type":"text","text":"echo: hello from the bench"}]`
-	m, err = b.measure(ctx, clients, true, func(ctx context.Context, i int) (time.Duration, error) {
+	m, err = b.measure(ctx, clients, b.opts.duration, name, func(ctx context.Context, i int) (time.Duration, error) {
 		root, child, run := roots[i], rand.Text(), rand.Text()
 		payload := fmt.Sprintf(`{"runId":%q,"provider":"spawn","id":%q,"local":true,"parentSessionId":%q`, run, child, root)
 		t0 := time.Now()

@@ -10,13 +10,35 @@ import (
 )
 
 // measured is one throughput measurement: n operations in dur and their
-// latencies, plus what the Postgres server wrote meanwhile (nil when not
-// read).
+// latencies, plus, on Postgres, what the server wrote meanwhile and what
+// the database's backends waited for (nil when not read).
 type measured struct {
-	n   int
-	dur time.Duration
-	lat latencies
-	pg  *pgCounters
+	n     int
+	dur   time.Duration
+	lat   latencies
+	pg    *pgCounters
+	waits *waitSampler
+}
+
+// merge adds o, a measurement of the same thing, to m.
+func (m measured) merge(o measured) measured {
+	m.n += o.n
+	m.dur += o.dur
+	m.lat = append(m.lat, o.lat...)
+	if o.pg != nil {
+		sum := *o.pg
+		if m.pg != nil {
+			sum = pgCounters{wal: m.pg.wal + sum.wal, xid: m.pg.xid + sum.xid}
+		}
+		m.pg = &sum
+	}
+	if o.waits != nil {
+		if m.waits == nil {
+			m.waits = &waitSampler{}
+		}
+		m.waits.merge(o.waits)
+	}
+	return m
 }
 
 func (m measured) perSec() float64 { return rate(m.n, m.dur) }
@@ -38,21 +60,25 @@ func (m measured) xidPerOp() string {
 }
 
 // measure runs op in workers goroutines, each calling it back to back
-// until the -d duration has passed, and collects the latency each call
-// reports. With readPG it also reads the Postgres server's counters
-// before and after. The first error stops every worker.
-func (b *bench) measure(ctx context.Context, workers int, readPG bool, op func(ctx context.Context, worker int) (time.Duration, error)) (measured, error) {
+// for dur, and collects the latency each call reports. With a database
+// name db it also reads the Postgres server's counters before and after,
+// and samples what db's backends wait for. The first error stops every
+// worker.
+func (b *bench) measure(ctx context.Context, workers int, dur time.Duration, db string, op func(ctx context.Context, worker int) (time.Duration, error)) (measured, error) {
 	var m measured
 	var c0 pgCounters
-	if readPG {
+	if db != "" {
 		var err error
 		if c0, err = b.counters(ctx); err != nil {
 			return m, err
 		}
+		m.waits = &waitSampler{}
+		stop := m.waits.run(ctx, b, db)
+		defer stop()
 	}
 	var mu sync.Mutex
 	start := time.Now()
-	deadline := start.Add(b.opts.duration)
+	deadline := start.Add(dur)
 	g, gctx := errgroup.WithContext(ctx)
 	for w := range workers {
 		g.Go(func() error {
@@ -74,7 +100,7 @@ func (b *bench) measure(ctx context.Context, workers int, readPG bool, op func(c
 		return m, err
 	}
 	m.dur, m.n = time.Since(start), len(m.lat)
-	if readPG {
+	if db != "" {
 		c1, err := b.counters(ctx)
 		if err != nil {
 			return m, err
