@@ -18,11 +18,22 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	cfgfile "github.com/subagentd/subagentd/internal/config"
+	"github.com/subagentd/subagentd/internal/delegate"
 	httpapi "github.com/subagentd/subagentd/internal/http"
 	"github.com/subagentd/subagentd/internal/memstore"
+	"github.com/subagentd/subagentd/internal/pg"
+	"github.com/subagentd/subagentd/internal/providers/acp"
+	"github.com/subagentd/subagentd/internal/providers/fork"
+	"github.com/subagentd/subagentd/internal/providers/inprocess"
+	"github.com/subagentd/subagentd/internal/providers/spawn"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/web"
@@ -59,6 +70,7 @@ var settings = []setting{
 	{"OPENAI_BASE_URL", "openai-base-url", "", "base URL of an OpenAI-compatible server"},
 	{"OPENAI_API_KEY", "openai-api-key", "", "API key of that server (prefer the environment: flags are visible to other users)"},
 	{"SUBAGENTD_MODEL", "model", "", "model name of the OpenAI-compatible route"},
+	{"SUBAGENTD_REPLICA_ID", "replica-id", "", "stable, unique name of this replica; lets a restart close the runs its previous process left open at once (else they close when their lease lapses)"},
 }
 
 // config is the effective configuration: flags over environment over
@@ -107,7 +119,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	defer a.close()
+	defer a.stop()
 
 	ln, err := net.Listen("tcp", cfg.get("SUBAGENTD_ADDR"))
 	if err != nil {
@@ -135,10 +147,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer cancel()
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Shutdown(sctx) }() // stops accepting at once
-	errs := []error{
-		a.svc.Shutdown(sctx), // live runs settle and emit subagent/end
-		a.api.Shutdown(sctx), // streams deliver them, then end
-	}
+	errs := []error{a.shutdown(sctx)}
 	if err := <-httpDone; err != nil {
 		errs = append(errs, fmt.Errorf("http shutdown: %w", err), srv.Close())
 	}
@@ -152,44 +161,160 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 // app is the wired process.
 type app struct {
 	svc   *subagent.Service
+	mgr   *subagent.Manager
+	roots *delegate.Roots
 	api   *httpapi.Server
-	close func()
+	// stop ends the background loops (leases, idle roots) and releases the
+	// store; call it after the shutdown of everything above.
+	stop func()
 }
 
+// shutdown stops the process's work in dependency order: root agents first
+// (so no root turn reacts to children being stopped), then continuable
+// activations and one-shot runs, which settle and emit subagent/end, then
+// the event streams, which deliver those events before they end.
+func (a *app) shutdown(ctx context.Context) error {
+	return errors.Join(
+		a.roots.Close(ctx),
+		a.mgr.Shutdown(ctx),
+		a.svc.Shutdown(ctx),
+		a.api.Shutdown(ctx),
+	)
+}
+
+// rootIdle is how long a root agent stays live after its last turn; it is
+// re-created from its log on the next message.
+const rootIdle = 10 * time.Minute
+
 // wire builds the process from cfg. It is the one place that picks
-// implementations; providers, model routes and the Postgres store are
-// added here as they land.
-func wire(ctx context.Context, cfg config, log *slog.Logger) (*app, error) {
+// implementations.
+func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error) {
+	file, err := loadFile(cfg.get("SUBAGENTD_CONFIG"))
+	if err != nil {
+		return nil, err
+	}
+	routes, err := delegate.RoutesFromConfig(file, cfg.get, log)
+	if err != nil {
+		return nil, err
+	}
 	reg := httpapi.NewRegistry()
 	st, closeStore, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var loops sync.WaitGroup
+	stop := func() { stopBG(); loops.Wait(); closeStore() }
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
 	st = httpapi.InstrumentStore(st, reg)
-	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: owner()})
-	api := httpapi.NewServer(httpapi.Config{
-		Service: svc, Store: st, Logger: log, Registry: reg, Version: version, Dashboard: web.FS,
-	})
-	for _, name := range []string{"SUBAGENTD_CONFIG", "OPENAI_BASE_URL", "OPENAI_API_KEY", "SUBAGENTD_MODEL"} {
-		if cfg.get(name) != "" {
-			log.WarnContext(ctx, "setting is read but not wired into cmd/api yet", slog.String("setting", name))
+
+	replica := cfg.get("SUBAGENTD_REPLICA_ID")
+	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: owner(replica)})
+	if replica != "" {
+		// A stable replica id lets this start close, at once, the runs the
+		// previous process of this replica left open (SIGKILL, crash).
+		if err := svc.RecoverOwned(ctx); err != nil {
+			return nil, fmt.Errorf("close runs of the previous %q: %w", replica, err)
 		}
 	}
-	return &app{svc: svc, api: api, close: closeStore}, nil
+	loops.Go(func() { svc.KeepLeases(bg) })
+
+	tools := agent.NewRegistry()
+	deps := inprocess.Deps{Store: st, Routes: routes, Tools: tools, Logger: log}
+	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: log})
+	mgr := subagent.NewManager(svc, subagent.ManagerConfig{
+		Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: log,
+	})
+	dtools := delegate.NewTools(delegate.ToolsConfig{Seam: svc, Continuations: mgr, Store: st, Registry: tools, Logger: log})
+	if err := dtools.Start(ctx); err != nil {
+		return nil, fmt.Errorf("mount delegation tools: %w", err)
+	}
+	stopAll := stop
+	stop = func() { dtools.Stop(); stopAll() }
+
+	providers := []subagent.Provider{spawn.New(deps), fork.New(deps)}
+	for _, pc := range file.Providers {
+		providers = append(providers, acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots}))
+	}
+	for _, p := range providers {
+		if err := svc.Register(ctx, p); err != nil {
+			return nil, fmt.Errorf("register provider %s: %w", p.Name(), err)
+		}
+	}
+	if err := mgr.Recover(ctx); err != nil {
+		return nil, fmt.Errorf("deliver followups accepted before the restart: %w", err)
+	}
+	loops.Go(func() { closeIdleRoots(bg, roots, log) })
+
+	api := httpapi.NewServer(httpapi.Config{
+		Service: svc, Store: st, Logger: log, Registry: reg, Version: version, Dashboard: web.FS,
+		Continuations: mgr, Roots: roots, Routes: routes,
+	})
+	return &app{svc: svc, mgr: mgr, roots: roots, api: api, stop: stop}, nil
 }
 
-// openStore returns the store DATABASE_URL names, or the in-memory store
-// when it is unset, saying once that data will not survive the process.
+// closeIdleRoots closes root agents idle for rootIdle, every minute, until
+// ctx ends.
+func closeIdleRoots(ctx context.Context, roots *delegate.Roots, log *slog.Logger) {
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			if _, err := roots.CloseIdle(ctx, now.Add(-rootIdle)); err != nil && ctx.Err() == nil {
+				log.ErrorContext(ctx, "close idle root agents", slog.Any("error", err))
+			}
+		}
+	}
+}
+
+// loadFile reads the SUBAGENTD_CONFIG file, or the defaults when path is
+// empty (no ACP providers, the echo route, the start directory as the only
+// workspace root).
+func loadFile(path string) (*cfgfile.File, error) {
+	if path == "" {
+		return cfgfile.Parse(nil)
+	}
+	return cfgfile.Load(path)
+}
+
+// openStore returns the store DATABASE_URL names — migrated first, under
+// golang-migrate's advisory lock — or the in-memory store when it is unset,
+// saying once that data will not survive the process.
 func openStore(ctx context.Context, cfg config, log *slog.Logger) (store.Store, func(), error) {
-	if cfg.get("DATABASE_URL") == "" {
+	url := cfg.get("DATABASE_URL")
+	if url == "" {
 		log.InfoContext(ctx, "DATABASE_URL is not set: sessions, runs and events live in memory and are lost when the process exits")
 		return memstore.New(), func() {}, nil
 	}
-	return nil, nil, errors.New("DATABASE_URL is set, but the Postgres store is not wired into cmd/api yet")
+	if err := pg.Migrate(ctx, url, log); err != nil {
+		return nil, nil, err
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open Postgres pool: %w", err)
+	}
+	st, err := pg.New(ctx, pool, log)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	log.InfoContext(ctx, "using Postgres", slog.String("database", pool.Config().ConnConfig.Database))
+	return st, func() { st.Close(); pool.Close() }, nil
 }
 
-// owner names this replica in run leases (DESIGN §5).
-func owner() string {
+// owner names this replica in run leases (DESIGN §5): the configured
+// replica id, else one unique to this process.
+func owner(replica string) string {
+	if replica != "" {
+		return replica
+	}
 	host, err := os.Hostname()
 	if err != nil {
 		host = "unknown"
