@@ -140,10 +140,8 @@ func (s *Store) session(ctx context.Context, id string) (*session, error) {
 // store.ErrNotFound for an unknown session, and an error (appending nothing)
 // if any Data is not valid JSON. A nil Data is stored as JSON null.
 func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error) {
-	for i, e := range evs {
-		if err := checkJSON(e.Data); err != nil {
-			return nil, fmt.Errorf("memstore: append to session %q: event %d data: %w", sessionID, i, err)
-		}
+	if err := store.CheckEvents(evs); err != nil {
+		return nil, fmt.Errorf("memstore: append to session %q: %w", sessionID, err)
 	}
 	s.mu.Lock()
 	sess, err := s.session(ctx, sessionID)

@@ -103,6 +103,9 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) (_ []st
 func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) (out []store.Event, err error) {
 	defer wrap(&err, "append %d events to session %q", len(evs), sessionID)
 	tenant := store.Tenant(ctx)
+	if err := store.CheckEvents(evs); err != nil {
+		return nil, err
+	}
 	if len(evs) == 0 {
 		return nil, s.sessionExists(ctx, tenant, sessionID)
 	}

@@ -202,7 +202,8 @@ type Store interface {
 
 	// AppendEvents appends evs to the session's log atomically, giving them
 	// the next contiguous seqs, and returns them as stored. Returns
-	// ErrNotFound if the session does not exist.
+	// ErrNotFound if the session does not exist, ErrInvalid (see
+	// CheckEvents) for a bad event; either way nothing is appended.
 	AppendEvents(ctx context.Context, sessionID string, evs ...NewEvent) ([]Event, error)
 	// Events returns up to limit events with Seq > after, in seq order; pass
 	// after = -1 to read from the start. Returns ErrNotFound for an unknown

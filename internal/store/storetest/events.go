@@ -2,7 +2,9 @@ package storetest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,6 +42,31 @@ func checkSeqs(t *testing.T, what string, evs []store.Event, from int64) {
 }
 
 var eventTests = []test{
+	{"AppendEvents_BadInputIsInvalidAndAppendsNothing", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		newSession(t, s, "s1")
+		must(s.AppendEvents(ctx, "s1", ev("turn/start", `{"turn":1}`)))(t)
+		huge := `{"text":"` + strings.Repeat("x", store.MaxEventBytes) + `"}`
+		for name, batch := range map[string][]store.NewEvent{
+			"non-JSON data":  {ev("turn/end", `{"turn":1}`), ev("assistant/chunk", `{not json`)},
+			"oversized data": {ev("assistant/chunk", huge)},
+			"missing type":   {ev("", `{}`)},
+			"overlong type":  {ev(strings.Repeat("t", store.MaxTypeLen+1), `{}`)},
+			"non-UTF-8 type": {ev("bad\xff", `{}`)},
+		} {
+			_, err := s.AppendEvents(ctx, "s1", batch...)
+			isErr(t, err, store.ErrInvalid, "AppendEvents("+name+")")
+		}
+		_, err := s.AppendEvents(ctx, "missing", ev("turn/start", `{"turn":1}`))
+		isErr(t, err, store.ErrNotFound, "AppendEvents(unknown session)")
+		if _, err := s.GetSession(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("an append to an unknown session created it: %v", err)
+		}
+		got := must(s.Events(ctx, "s1", -1, 0))(t)
+		if len(got) != 1 || got[0].Type != "turn/start" {
+			t.Fatalf("log after refused appends = %v, want only the first event", got)
+		}
+	}},
 	{"AppendEvents_Sec3_1_ContiguousZeroBasedSeqs", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		newSession(t, s, "s1")
