@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,37 +27,84 @@ type browser struct {
 	ctx context.Context
 }
 
-// newBrowser starts a fresh headless chromium (own user-data-dir, no
-// background network, NoSandbox when running as root) with a 1280×800
-// window. A missing browser fails the test with instructions: these tests
-// never skip. Uncaught page exceptions fail the test; console output goes to
-// the test log.
+// shared is the one chromium process the tests of this package open their
+// tabs in: starting a browser costs more than a test on a small machine.
+var shared struct {
+	once   sync.Once
+	ctx    context.Context // the browser's first tab; parent of every test's tab
+	err    error
+	cancel func()
+}
+
+// TestMain stops the shared browser after the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.cancel != nil {
+		shared.cancel()
+	}
+	os.Exit(code)
+}
+
+// startBrowser starts the shared headless chromium (own user-data-dir, no
+// background network, NoSandbox when running as root) once.
+func startBrowser() (context.Context, error) {
+	shared.once.Do(func() {
+		path := chromiumPath
+		if p := os.Getenv("SUBAGENTD_CHROMIUM"); p != "" {
+			path = p
+		}
+		if _, err := os.Stat(path); err != nil {
+			shared.err = fmt.Errorf("chromium is required for the dashboard tests and was not found at %s (%w); "+
+				"install it with `apt-get install -y chromium` or set SUBAGENTD_CHROMIUM", path, err)
+			return
+		}
+		dir, err := os.MkdirTemp("", "subagentd-web-chromium-")
+		if err != nil {
+			shared.err = fmt.Errorf("chromium user-data-dir: %w", err)
+			return
+		}
+		opts := append(chromedp.DefaultExecAllocatorOptions[:],
+			chromedp.ExecPath(path),
+			chromedp.UserDataDir(dir),
+			chromedp.DisableGPU,
+			chromedp.NoFirstRun,
+			chromedp.Flag("disable-quic", true),
+			chromedp.Flag("disable-background-networking", true),
+			chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-sync", true),
+			chromedp.WindowSize(1280, 800),
+		)
+		if os.Geteuid() == 0 {
+			opts = append(opts, chromedp.NoSandbox)
+		}
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		ctx, cancelBrowser := chromedp.NewContext(actx)
+		shared.ctx = ctx
+		shared.cancel = func() {
+			cancelBrowser()
+			cancelAlloc()
+			os.RemoveAll(dir)
+		}
+		if err := chromedp.Do(ctx); err != nil {
+			shared.err = fmt.Errorf("starting chromium at %s: %w", path, err)
+		}
+	})
+	return shared.ctx, shared.err
+}
+
+// newBrowser opens a tab of the shared browser in a browser context of its
+// own (no cookies, storage or cache shared with other tests), with a
+// 1280×800 viewport. A missing browser fails the test with instructions:
+// these tests never skip. Uncaught page exceptions fail the test; console
+// output goes to the test log. Tabs live in windows of their own, so tests
+// may run in parallel and each page gets animation frames.
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
-	path := chromiumPath
-	if p := os.Getenv("SUBAGENTD_CHROMIUM"); p != "" {
-		path = p
+	parent, err := startBrowser()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("chromium is required for the dashboard tests and was not found at %s (%v); "+
-			"install it with `apt-get install -y chromium` or set SUBAGENTD_CHROMIUM", path, err)
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.WindowSize(1280, 800),
-	)
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox)
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelTab := chromedp.NewContext(actx)
+	ctx, cancelTab := chromedp.NewContext(parent, chromedp.WithNewBrowserContext())
 	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
 
 	// Console subscribes before the first navigation, so nothing is lost.
@@ -78,11 +126,10 @@ func newBrowser(t *testing.T) *browser {
 	t.Cleanup(func() {
 		cancelTimeout()
 		cancelTab()
-		cancelAlloc()
 		<-consoleDone
 	})
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
-		t.Fatalf("starting chromium at %s: %v", path, err)
+		t.Fatalf("opening a chromium tab: %v", err)
 	}
 	return &browser{t: t, ctx: ctx}
 }

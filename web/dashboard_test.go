@@ -67,8 +67,9 @@ func startRunFromForm(b *browser) string {
 // open the page, start a run through the form, watch its node appear as
 // running, read the text as it streams, and see the run complete.
 func TestDashboard_StartRunStreamsAndCompletes(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
-	srv := startServer(t, scripted.Step{Text: answer, Pause: release})
+	srv := startServer(t, scripted.New(scripted.Step{Text: answer, Pause: release}))
 	b := newBrowser(t)
 	openDashboard(b, srv.URL)
 
@@ -111,8 +112,9 @@ func TestDashboard_StartRunStreamsAndCompletes(t *testing.T) {
 // must recreate them with ?after= — and checks that the transcript and the
 // tree end up exactly like the durable log: no row twice, none missing.
 func TestDashboard_RecoversFromDroppedStreams(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
-	srv := startServer(t, scripted.Step{Text: answer, Pause: release})
+	srv := startServer(t, scripted.New(scripted.Step{Text: answer, Pause: release}))
 	b := newBrowser(t)
 	openDashboard(b, srv.URL)
 	child := startRunFromForm(b)
@@ -170,7 +172,8 @@ func TestDashboard_RecoversFromDroppedStreams(t *testing.T) {
 // problem+json answer is shown with its code, in words, beside the field it
 // names.
 func TestDashboard_ShowsErrorsInWords(t *testing.T) {
-	srv := startServer(t)
+	t.Parallel()
+	srv := startServer(t, scripted.New())
 	b := newBrowser(t)
 	openDashboard(b, srv.URL)
 

@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,38 +14,52 @@ import (
 	"testing"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/delegate"
 	apihttp "github.com/subagentd/subagentd/internal/http"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/providers/fork"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
 	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/web"
 )
 
-// testServer is the real router (internal/http) over the in-memory store
-// with the spawn provider, whose children talk to a scripted model, serving
-// the embedded dashboard. It can refuse SSE streams to simulate an outage.
+// testServer is the real router (internal/http) over the in-memory store,
+// wired as cmd/api wires it: the spawn and fork providers, the continuation
+// manager over the in-process materializer, and root agents — all talking
+// to one scripted model — serving the embedded dashboard. It can refuse SSE
+// streams to simulate an outage.
 type testServer struct {
 	*httptest.Server
 	refuse atomic.Bool
 }
 
-// startServer starts a testServer whose children's model plays steps.
-func startServer(t *testing.T, steps ...scripted.Step) *testServer {
+// startServer starts a testServer whose children and root agents ask mdl.
+func startServer(t *testing.T, mdl model.Model) *testServer {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st := memstore.New()
-	routes, err := model.NewRoutes("scripted", model.Route{Name: "scripted", Kind: "scripted", Model: scripted.New(steps...)})
+	routes, err := model.NewRoutes("scripted", model.Route{Name: "scripted", Kind: "scripted", DefaultModel: "scripted-model", Model: mdl})
 	if err != nil {
 		t.Fatalf("model routes: %v", err)
 	}
 	svc := subagent.NewService(subagent.Config{Store: st, Logger: logger, Owner: "web-test"})
-	if err := svc.Register(context.Background(), spawn.New(inprocess.Deps{Store: st, Routes: routes, Logger: logger})); err != nil {
-		t.Fatalf("registering spawn: %v", err)
+	tools := agent.NewRegistry()
+	deps := inprocess.Deps{Store: st, Routes: routes, Tools: tools, Logger: logger}
+	for _, p := range []subagent.Provider{spawn.New(deps), fork.New(deps)} {
+		if err := svc.Register(t.Context(), p); err != nil {
+			t.Fatalf("registering %s: %v", p.Name(), err)
+		}
 	}
-	api := apihttp.NewServer(apihttp.Config{Service: svc, Store: st, Logger: logger, Dashboard: web.FS})
+	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: logger})
+	mgr := subagent.NewManager(svc, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: logger})
+	api := apihttp.NewServer(apihttp.Config{
+		Service: svc, Store: st, Logger: logger, Dashboard: web.FS,
+		Continuations: mgr, Roots: roots, Routes: routes,
+	})
 
 	s := &testServer{}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -57,15 +72,27 @@ func startServer(t *testing.T, steps ...scripted.Step) *testServer {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := svc.Shutdown(ctx); err != nil {
-			t.Errorf("service shutdown: %v", err)
-		}
-		if err := api.Shutdown(ctx); err != nil {
-			t.Errorf("server shutdown: %v", err)
+		// The order of cmd/api: root agents, activations, runs, streams.
+		if err := errors.Join(roots.Close(ctx), mgr.Shutdown(ctx), svc.Shutdown(ctx), api.Shutdown(ctx)); err != nil {
+			t.Errorf("shutdown: %v", err)
 		}
 		s.Close()
 	})
 	return s
+}
+
+// replying is a model that answers "re: <text of the last message>",
+// except that the step whose last message is a key of holds streams
+// "working on <text>" and then waits until that channel is closed (or its
+// turn is cancelled): the run stays running while a test looks at it.
+func replying(holds map[string]chan struct{}) *scripted.Model {
+	return scripted.Func(func(req model.Request) scripted.Step {
+		last := model.Text(req.Messages[len(req.Messages)-1].Content)
+		if hold, ok := holds[last]; ok {
+			return scripted.Step{Text: "working on " + last, Pause: hold}
+		}
+		return scripted.Step{Text: "re: " + last}
+	})
 }
 
 func isStream(r *http.Request) bool {
