@@ -42,15 +42,9 @@ const (
 	baselineBuffer       = 256
 )
 
+// serveEvents subscribes, then sends the headers: a client that has them
+// gets every later frame.
 func (b *broadcaster) serveEvents(w http.ResponseWriter, r *http.Request) {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	if rc.Flush() != nil {
-		return
-	}
 	ch := make(chan []byte, baselineBuffer)
 	b.mu.Lock()
 	b.subs[ch] = struct{}{}
@@ -60,6 +54,14 @@ func (b *broadcaster) serveEvents(w http.ResponseWriter, r *http.Request) {
 		delete(b.subs, ch)
 		b.mu.Unlock()
 	}()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if rc.Flush() != nil {
+		return
+	}
 	hb := time.NewTicker(baselineHeartbeat)
 	defer hb.Stop()
 	write := func(p []byte) error {

@@ -35,7 +35,6 @@ type fanTarget struct {
 
 // fanResult is one fan-out measurement.
 type fanResult struct {
-	subs, runs   int
 	rateAchieved float64
 	// delivered counts subagent/start frames received, of subs×runs.
 	delivered int
@@ -149,7 +148,6 @@ type sseSub struct {
 // server's memory growth, then creates runs and collects every
 // subscriber's receipt of every subagent/start.
 func (b *bench) fanoutMeasure(ctx context.Context, target fanTarget, subs, runs int) (res fanResult, err error) {
-	res = fanResult{subs: subs, runs: runs}
 	addr := strings.TrimPrefix(target.p.base, "http://")
 	rss0, err := rssKB(target.p.pid())
 	if err != nil {
