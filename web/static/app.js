@@ -29,6 +29,7 @@ const transcript = new Transcript({
   scroller: $('pane-conv'),
   onCount: (n) => { $('log-count').textContent = n ? `(${n})` : ''; },
   onDescriptor: (d) => { if (selected) model.applyDescriptor(selected, d); },
+  onTurn: (running) => { if (selected) model.setActivity(selected, running); },
 });
 
 let selected = '';
@@ -84,11 +85,13 @@ async function loadProviders() {
   }
 }
 
+// modelName says which model route a provider's children use: the route,
+// its model when that differs, and whether it is the offline echo model.
 function modelName(p) {
   const m = p.model;
   if (!m) return '';
-  if (typeof m === 'string') return m;
-  return `${m.name || m.model || ''}${m.offline ? ' (offline)' : ''}`;
+  const name = m.model && m.route && m.model !== m.route ? `${m.route} · ${m.model}` : m.route || m.model || '';
+  return name && m.offline ? `${name} (offline echo)` : name;
 }
 
 const CAPS = [
@@ -234,6 +237,7 @@ function renderHead() {
     $('session-meta').replaceChildren();
     actions.replaceChildren();
     actionsKey = '';
+    setStatus('');
     $('message-form').hidden = true;
     $('readonly-note').hidden = true;
     return;
@@ -255,21 +259,32 @@ function renderHead() {
       parent && parent.label ? parent.label : shortId(n.parentId))));
   }
   items.push(metaItem('Id', h('code', { 'data-testid': 'head-id' }, n.id)));
-  if (v.latest) items.push(metaItem(v.mode === 'continuable' ? 'Task' : 'Run', h('code', {}, v.latest.taskId || v.latest.runId)));
+  if (v.mode === 'continuable' && v.taskId) {
+    items.push(metaItem(v.tasks > 1 ? `Task (${v.tasks} so far)` : 'Task', h('code', { 'data-testid': 'head-task' }, v.taskId)));
+  } else if (v.latest) {
+    items.push(metaItem('Run', h('code', { 'data-testid': 'head-run' }, v.latest.runId), v.disposed ? ' (disposed)' : ''));
+  }
   $('session-meta').replaceChildren(...items);
   renderActions(n, v);
   renderComposer(n, v);
+}
+
+// setStatus says what the last action did; route is the followup's answer
+// (steered | started), kept for tests and styling.
+function setStatus(text, route = '') {
+  $('action-status').textContent = text;
+  $('action-status').dataset.route = route;
 }
 
 function actionButton(id, label, help, fn) {
   return h('button', { type: 'button', id: `action-${id}`, 'data-testid': `action-${id}`, title: help, onclick: async (e) => {
     const btn = e.currentTarget;
     btn.disabled = true;
-    $('action-status').textContent = `${label}…`;
+    setStatus(`${label}…`);
     try {
-      $('action-status').textContent = await fn();
+      setStatus(await fn());
     } catch (err) {
-      $('action-status').textContent = '';
+      setStatus('');
       showError(label, err);
     } finally {
       btn.disabled = false;
@@ -277,33 +292,40 @@ function actionButton(id, label, help, fn) {
   } }, label);
 }
 
+// actionsKey names the buttons on show, so that a render that changes
+// nothing keeps them (and the keyboard focus on them).
 let actionsKey = '';
-// renderActions offers only what the run's provider and state allow.
+// renderActions offers only what the child's mode, provider and state
+// allow: cancel while a one-shot run runs, dispose until it is disposed,
+// interrupt while a continuable child runs. Steering and followups are the
+// composer's.
 function renderActions(n, v) {
-  const buttons = [];
   const run = v.latest;
+  const wanted = [];
   if (v.mode === 'one-shot' && run) {
-    if (v.running) {
-      buttons.push(actionButton('cancel', 'Cancel', 'Abort the run; it settles "aborted"', async () => {
-        await api('POST', `/v1/runs/${encodeURIComponent(run.runId)}/cancel`);
-        return 'Cancel requested — the run settles as aborted.';
-      }));
-    }
-    if (!v.disposed) {
-      buttons.push(actionButton('dispose', 'Dispose', 'Cancel if running, wait until it is quiet, release it', async () => {
-        await api('DELETE', `/v1/runs/${encodeURIComponent(run.runId)}`);
-        model.upsertRun({ runId: run.runId, state: 'disposed' });
-        return 'Run disposed.';
-      }));
-    }
+    if (v.running) wanted.push('cancel');
+    if (!v.disposed) wanted.push('dispose');
   }
-  if (v.mode === 'continuable' && v.running) {
-    buttons.push(actionButton('interrupt', 'Interrupt', 'Stop the current turn; queued followups stay', async () => {
+  if (v.mode === 'continuable' && v.running) wanted.push('interrupt');
+  const key = `${n.id}:${run ? run.runId : ''}:${wanted.join()}`;
+  if (key === actionsKey) return;
+  actionsKey = key;
+  const make = {
+    cancel: () => actionButton('cancel', 'Cancel', 'Abort the run; it settles "aborted"', async () => {
+      await api('POST', `/v1/runs/${encodeURIComponent(run.runId)}/cancel`);
+      return 'Cancel requested — the run settles as aborted.';
+    }),
+    dispose: () => actionButton('dispose', 'Dispose', 'Cancel if running, wait until it is quiet, release it', async () => {
+      await api('DELETE', `/v1/runs/${encodeURIComponent(run.runId)}`);
+      model.upsertRun({ runId: run.runId, state: 'disposed' });
+      return 'Run disposed — it is released and its transcript stays readable.';
+    }),
+    interrupt: () => actionButton('interrupt', 'Interrupt', 'Stop the current turn; followups not yet admitted stay queued', async () => {
       await api('POST', `/v1/subagents/${encodeURIComponent(n.id)}/interrupt`, { parentSessionId: n.parentId });
-      return 'Interrupt accepted — the current turn stops.';
-    }));
-  }
-  $('actions').replaceChildren(...buttons);
+      return 'Interrupt accepted — the current turn stops; a followup resumes the child.';
+    }),
+  };
+  $('actions').replaceChildren(...wanted.map((id) => make[id]()));
 }
 
 // The composer sends what fits the selected session: a message to a root
@@ -311,9 +333,9 @@ function renderActions(n, v) {
 // running one-shot run whose provider supports steering.
 function composerMode(n, v) {
   const p = provider(n.provider);
-  if (v.mode === 'root') return { kind: 'root', label: 'Message the root agent', button: 'Send', help: 'Runs a turn of this session\'s own agent; its tools include subagent.' };
+  if (v.mode === 'root') return { kind: 'root', label: 'Message the root agent', button: 'Send', help: 'Runs a turn of this session\'s own agent, which can start children with its tools.' };
   if (v.mode === 'continuable') {
-    if (v.running) return { kind: 'followup', label: 'Follow up', button: 'Send followup', help: 'The child is running: the followup is steered into its next model step.' };
+    if (v.running || v.state === 'starting') return { kind: 'followup', label: 'Follow up', button: 'Send followup', help: 'The child is running: the followup is steered into its next model step.' };
     if (p && p.resume === false) return { readonly: `${n.provider} cannot resume a stopped child, so followups are unavailable.` };
     return { kind: 'followup', label: 'Follow up', button: 'Send followup', help: 'The child is inactive: the followup starts a new task that resumes it from its log.' };
   }
@@ -360,26 +382,31 @@ async function sendMessage(e) {
   const btn = $('message-send');
   btn.disabled = true;
   const content = textBlocks(text);
+  const kind = form.dataset.kind;
+  // A followup or steer to a running child is answered once a model step
+  // admitted it, which can take as long as the step in progress.
+  setStatus(kind === 'root' ? 'Sending…' : model.view(n).running
+    ? 'Sent — waiting until the child\'s next model step admits it…' : 'Sending…');
   try {
-    const kind = form.dataset.kind;
-    let status;
     if (kind === 'root') {
       const res = await api('POST', `/v1/sessions/${encodeURIComponent(n.id)}/messages`, { content });
-      status = `Accepted${res && res.messageId ? ` (message ${shortId(res.messageId)})` : ''} — the agent runs a turn.`;
+      setStatus(`Accepted${res.messageId ? ` (message ${shortId(res.messageId)})` : ''} — the agent runs a turn; it streams below.`);
     } else if (kind === 'followup') {
       const res = await api('POST', `/v1/subagents/${encodeURIComponent(n.id)}/followup`, { parentSessionId: n.parentId, content });
-      status = res && res.route === 'steered'
-        ? `Steered into the running activation${res.taskId ? ` (task ${shortId(res.taskId)})` : ''}.`
-        : `Started a new task${res && res.taskId ? ` ${shortId(res.taskId)}` : ''} — the child resumes from its log.`;
-      $('action-status').dataset.route = (res && res.route) || '';
+      if (res.route === 'steered') {
+        setStatus(`Followup steered into the running task ${shortId(res.taskId)}: its next model step read it.`, res.route);
+      } else {
+        model.announceTask(n.id, res.taskId);
+        setStatus(`Followup started a new task ${shortId(res.taskId)}: the child resumes from its log.`, res.route);
+      }
     } else {
       const run = model.view(n).latest;
       const res = await api('POST', `/v1/runs/${encodeURIComponent(run.runId)}/steer`, { content });
-      status = `Steer admitted by the model${res && res.messageId ? ` (message ${shortId(res.messageId)})` : ''}.`;
+      setStatus(`Steer admitted by the model${res.messageId ? ` (message ${shortId(res.messageId)})` : ''}.`);
     }
     $('message-text').value = '';
-    $('action-status').textContent = status;
   } catch (err) {
+    setStatus('');
     // The draft stays so nothing typed is lost.
     showApiError(form, $('message-error'), err);
   } finally {
@@ -399,7 +426,7 @@ function select(id, { keepParent = false } = {}) {
   selected = id;
   tree.selected = id;
   history.replaceState(null, '', `#s=${encodeURIComponent(id)}`);
-  $('action-status').textContent = '';
+  setStatus('');
   if (!keepParent) parentChoice = id;
   openTranscript(id);
   scheduleRender();
@@ -451,8 +478,17 @@ function startKind() {
 // updateStartForm shows only the options the chosen provider enforces;
 // output schemas belong to one-shot runs only.
 function updateStartForm() {
-  const kind = startKind();
   const p = provider($('start-provider').value);
+  // Continuable children need a provider that can resume them.
+  const canResume = !p || p.resume !== false;
+  $('kind-child').disabled = !canResume;
+  if (!canResume) $('kind-run').checked = true;
+  const kind = startKind();
+  $('kind-help').textContent = !canResume
+    ? `${p.name} cannot resume children, so it starts one-shot runs only.`
+    : kind === 'run'
+      ? `Runs once and settles; while it runs you can ${p && p.steer ? 'steer or cancel' : 'cancel'} it.`
+      : 'Keeps its conversation: send it followups later; each activation is a task.';
   const caps = (p && p.capabilities) || {};
   const groups = [
     ['group-schema', 'output schema', kind === 'run' && caps.outputSchema],
@@ -538,9 +574,9 @@ async function submitStart(e) {
       select(res.childSessionId, { keepParent: true });
     } else {
       const res = await api('POST', '/v1/subagents', body);
-      model.addPendingChild({ id: res.childId, parentId, provider: providerName, mode: 'continuable', label });
+      model.addContinuableChild({ id: res.childId, parentId, provider: providerName, label, taskId: res.taskId });
       $('start-prompt').value = '';
-      $('start-status').textContent = `Child ${shortId(res.childId)} accepted${res.taskId ? ` — task ${shortId(res.taskId)}` : ''}.`;
+      $('start-status').textContent = `Child ${shortId(res.childId)} accepted — task ${shortId(res.taskId)} started.`;
       select(res.childId, { keepParent: true });
     }
   } catch (err) {

@@ -36,7 +36,7 @@ export class Model {
   node(id) {
     let n = this.nodes.get(id);
     if (!n) {
-      n = { id, parentId: null, provider: '', mode: '', label: '', createdAt: null, status: '', runIds: [], pending: false, known: false, seen: this.seen++ };
+      n = { id, parentId: null, provider: '', mode: '', label: '', createdAt: null, status: '', runIds: [], taskId: '', known: false, seen: this.seen++ };
       this.nodes.set(id, n);
     }
     return n;
@@ -120,21 +120,43 @@ export class Model {
       if (r.provider && !n.provider) n.provider = r.provider;
       if (r.mode) n.mode = r.mode;
       else if (!n.mode && !r.taskId) n.mode = 'one-shot';
-      n.pending = false;
       if (!n.runIds.includes(r.runId)) n.runIds.push(r.runId);
     }
     if (r.parentId) this.node(r.parentId);
     this.changed();
   }
 
-  /** Records a child this page just created and whose first activation may not have started yet. */
-  addPendingChild({ id, parentId, provider, mode, label }) {
+  /**
+   * Records a continuable child this page just created (POST /v1/subagents)
+   * with its first task, whose activation may not have started yet.
+   */
+  addContinuableChild({ id, parentId, provider, label, taskId }) {
     const n = this.node(id);
     n.parentId = parentId;
     n.provider = provider;
-    n.mode = mode;
+    n.mode = 'continuable';
     if (label) n.label = label;
-    if (n.runIds.length === 0) n.pending = true;
+    this.announceTask(id, taskId);
+  }
+
+  /**
+   * Records the task an API answer named for a continuable child (a start,
+   * or a followup that started a new task): until its subagent/start
+   * arrives, the child shows as starting.
+   */
+  announceTask(id, taskId) {
+    if (!taskId) return;
+    this.node(id).taskId = taskId;
+    this.changed();
+  }
+
+  /** Records whether a root session's own agent is running a turn, as its log shows. */
+  setActivity(id, running) {
+    const n = this.nodes.get(id);
+    if (!n) return;
+    const status = running ? 'running' : 'inactive';
+    if (n.status === status) return;
+    n.status = status;
     this.changed();
   }
 
@@ -152,36 +174,43 @@ export class Model {
     return !n.parentId && n.runIds.length === 0 && n.mode !== 'one-shot' && n.mode !== 'continuable';
   }
 
-  /** The runs of a node, oldest first. */
+  /** The runs of a node, oldest first (by start; unknown starts last). */
   nodeRuns(n) {
-    return n.runIds.map((id) => this.runs.get(id)).filter(Boolean);
+    return n.runIds.map((id) => this.runs.get(id)).filter(Boolean)
+      .sort((a, b) => (a.startedAt ?? Infinity) - (b.startedAt ?? Infinity));
   }
 
   /**
    * What a node shows: mode (root | one-shot | continuable), state word,
-   * stop reason of the latest settled run, active duration, latest run and
-   * whether that run was disposed.
+   * stop reason of the latest settled run, active duration, latest run,
+   * whether that run was disposed, and for continuable children the
+   * current task and how many tasks ran.
    */
   view(n) {
     const runs = this.nodeRuns(n);
     const latest = runs.at(-1) || null;
     const root = this.isRoot(n);
     const mode = root ? 'root' : n.mode || (latest && latest.taskId ? 'continuable' : 'one-shot');
+    // A task an answer announced whose activation has not been seen yet.
+    const announced = n.taskId && !runs.some((r) => r.taskId === n.taskId) ? n.taskId : '';
     let state;
     const running = runs.some((r) => r.state === 'running');
     if (root) state = n.status || 'root';
     else if (running) state = 'running';
-    else if (!latest) state = n.pending ? 'starting' : n.status || 'inactive';
+    else if (announced) state = 'starting';
+    else if (!latest) state = n.status || 'inactive';
     else if (mode === 'continuable') state = 'inactive';
     else state = latest.stopReason || 'settled';
-    const stopReason = latest && latest.state !== 'running' ? latest.stopReason : '';
+    const stopReason = latest && !announced && latest.state !== 'running' ? latest.stopReason : '';
     let durationMs = null;
     const now = Date.now();
     for (const r of runs) {
       if (!r.startedAt) continue;
       durationMs = (durationMs || 0) + Math.max(0, (r.endedAt || now) - r.startedAt);
     }
-    return { mode, state, stopReason, durationMs, running, latest, disposed: !!latest && latest.state === 'disposed' };
+    const taskId = announced || (latest && latest.taskId) || '';
+    const tasks = runs.filter((r) => r.taskId).length + (announced ? 1 : 0);
+    return { mode, state, stopReason, durationMs, running, latest, disposed: !!latest && latest.state === 'disposed', taskId, tasks };
   }
 
   children(id) {

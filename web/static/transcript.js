@@ -18,6 +18,7 @@ export class Transcript {
    * @param {HTMLElement} o.scroller element that scrolls the conversation
    * @param {(n: number) => void} o.onCount number of events in the log
    * @param {(descriptor: object) => void} o.onDescriptor a subagent/descriptor was read
+   * @param {(running: boolean) => void} o.onTurn a turn started (true) or ended (false)
    */
   constructor(o) {
     this.o = o;
@@ -81,10 +82,12 @@ export class Transcript {
         this.toolResult(seq, d);
         break;
       case 'turn/start':
+        this.o.onTurn(true);
         this.add(h('div', { class: 'sep', role: 'separator', 'data-seq': seq, 'data-testid': 'turn-start' }, `Turn ${d.turn ?? ''}`));
         break;
       case 'turn/end':
         this.turnEnd(seq, d);
+        this.o.onTurn(false);
         break;
       case 'subagent/descriptor':
         this.o.onDescriptor(d);

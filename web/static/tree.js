@@ -1,7 +1,7 @@
 // The session tree: roots (newest first), their children and grandchildren,
 // each a real <button> showing title, state (icon + word), provider, mode,
-// stop reason and active duration. Arrow keys move between nodes; Left/Right
-// collapse and expand.
+// the number of tasks of a continuable child, stop reason and active
+// duration. Arrow keys move between nodes; Left/Right collapse and expand.
 
 import { formatDuration, h, shortId, stateStyle } from './format.js';
 
@@ -45,8 +45,9 @@ export class Tree {
     ];
     if (n.provider) meta.push(h('span', { class: 'chip' }, n.provider));
     meta.push(h('span', { class: 'chip' }, v.mode));
+    if (v.mode === 'continuable' && v.tasks) meta.push(h('span', { class: 'chip', 'data-testid': 'node-tasks' }, `${v.tasks} task${v.tasks > 1 ? 's' : ''}`));
     if (v.stopReason && v.stopReason !== v.state) meta.push(h('span', { class: 'chip' }, `stop: ${v.stopReason}`));
-    if (v.disposed) meta.push(h('span', { class: 'chip' }, 'disposed'));
+    if (v.disposed) meta.push(h('span', { class: 'chip', 'data-testid': 'node-disposed' }, 'disposed'));
     if (v.durationMs !== null) meta.push(h('span', { class: 'dur', 'data-dur-for': n.id }, formatDuration(v.durationMs)));
     const button = h('button', {
       type: 'button',
@@ -57,6 +58,7 @@ export class Tree {
       'data-state': v.state,
       'data-mode': v.mode,
       'data-stop-reason': v.stopReason || '',
+      'data-task': v.taskId || false,
       'aria-current': this.selected === n.id ? 'true' : false,
       onclick: () => this.onSelect(n.id),
     }, h('span', { class: 'node-title' }, title), h('span', { class: 'node-meta' }, meta));
