@@ -50,14 +50,14 @@ func openDashboard(b *browser, url string) {
 }
 
 // startRunFromForm fills the delegate form and starts a one-shot spawn run
-// under a new root session; it returns the child session id once its node is
-// selected and running.
-func startRunFromForm(b *browser) string {
+// labelled label under a new root session; it returns the child session id
+// once its node is selected and running.
+func startRunFromForm(b *browser, label, prompt string) string {
 	b.t.Helper()
 	b.do("filling and submitting the delegate form",
 		chromedp.SetValue(chromedp.CSS("#start-provider"), "spawn"),
-		chromedp.SendKeys(chromedp.CSS("#start-label"), "greeter"),
-		chromedp.SendKeys(chromedp.CSS("#start-prompt"), "Say hello"),
+		chromedp.SendKeys(chromedp.CSS("#start-label"), label),
+		chromedp.SendKeys(chromedp.CSS("#start-prompt"), prompt),
 		chromedp.Click(chromedp.CSS("#start-submit")))
 	b.waitFor("the new run's node is selected and running", selectedNode+`?.dataset.state === 'running'`)
 	return eval[string](b, "reading the child id", selectedNode+`.dataset.id`)
@@ -73,7 +73,7 @@ func TestDashboard_StartRunStreamsAndCompletes(t *testing.T) {
 	b := newBrowser(t)
 	openDashboard(b, srv.URL)
 
-	child := startRunFromForm(b)
+	child := startRunFromForm(b, "greeter", "Say hello")
 	b.waitFor("the node shows provider and mode", fmt.Sprintf(
 		`[...document.getElementById(%s).querySelectorAll('.chip')].map(c => c.textContent).join() === 'spawn,one-shot'`, jsString("node-"+child)))
 	b.waitFor("the streamed text is in the transcript while the step is open", streamedAnswer)
@@ -117,7 +117,7 @@ func TestDashboard_RecoversFromDroppedStreams(t *testing.T) {
 	srv := startServer(t, scripted.New(scripted.Step{Text: answer, Pause: release}))
 	b := newBrowser(t)
 	openDashboard(b, srv.URL)
-	child := startRunFromForm(b)
+	child := startRunFromForm(b, "greeter", "Say hello")
 	b.waitFor("the streamed text is in the transcript", streamedAnswer)
 	_ = eval[bool](b, "recording connection states", `(() => {
 		window.connStates = [];

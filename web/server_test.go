@@ -29,9 +29,9 @@ import (
 
 // testServer is the real router (internal/http) over the in-memory store,
 // wired as cmd/api wires it: the spawn and fork providers, the continuation
-// manager over the in-process materializer, and root agents — all talking
-// to one scripted model — serving the embedded dashboard. It can refuse SSE
-// streams to simulate an outage.
+// manager over the in-process materializer, root agents and the delegation
+// tools — all talking to one scripted model — serving the embedded
+// dashboard. It can refuse SSE streams to simulate an outage.
 type testServer struct {
 	*httptest.Server
 	refuse atomic.Bool
@@ -56,6 +56,10 @@ func startServer(t *testing.T, mdl model.Model) *testServer {
 	}
 	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: logger})
 	mgr := subagent.NewManager(svc, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: logger})
+	dtools := delegate.NewTools(delegate.ToolsConfig{Seam: svc, Continuations: mgr, Store: st, Registry: tools, Logger: logger})
+	if err := dtools.Start(t.Context()); err != nil {
+		t.Fatalf("mounting the delegation tools: %v", err)
+	}
 	api := apihttp.NewServer(apihttp.Config{
 		Service: svc, Store: st, Logger: logger, Dashboard: web.FS,
 		Continuations: mgr, Roots: roots, Routes: routes,
@@ -76,6 +80,7 @@ func startServer(t *testing.T, mdl model.Model) *testServer {
 		if err := errors.Join(roots.Close(ctx), mgr.Shutdown(ctx), svc.Shutdown(ctx), api.Shutdown(ctx)); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
+		dtools.Stop()
 		s.Close()
 	})
 	return s
