@@ -141,3 +141,36 @@ func TestKeepLeases_OtherReplicaClosesExpiredRunsAndRenewsItsOwn(t *testing.T) {
 	stop()
 	<-done
 }
+
+// A settled run nobody disposes is disposed by the service after
+// RetainSettled, so the process does not grow with forgotten runs; its
+// durable row stays readable, marked disposed.
+func TestRetainSettled_ForgottenRunsAreDisposed(t *testing.T) {
+	t.Parallel()
+	st := memstore.New()
+	svc := NewService(Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Owner: "r", RetainSettled: time.Millisecond})
+	p := &fakeProvider{name: "spawn", caps: allCaps}
+	if err := svc.Register(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	h, err := svc.Start(t.Context(), "spawn", Request{Parent: Parent{Session: store.Session{ID: "parent"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.run.(*fakeRun).settle(Result{StopReason: StopCompleted}, nil)
+	select {
+	case <-h.disposed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a settled run was not disposed after RetainSettled")
+	}
+	if _, live := svc.Run(h.ID()); live {
+		t.Fatal("the expired run is still a live handle")
+	}
+	r, err := st.GetRun(t.Context(), h.ID())
+	if err != nil || r.State != store.StateDisposed || r.StopReason != StopCompleted {
+		t.Fatalf("run row %+v, %v; want disposed with its result", r, err)
+	}
+	if cancels, disposes := h.run.(*fakeRun).counts(); disposes != 1 || cancels < 1 {
+		t.Fatalf("provider run cancelled %d and disposed %d times, want disposed once", cancels, disposes)
+	}
+}

@@ -38,6 +38,9 @@ type RunHandle struct {
 	done      chan struct{}
 	result    Result
 	resultErr error
+	// expiry disposes of the run RetainSettled after it settled; written
+	// before done is closed.
+	expiry *time.Timer
 
 	disposeOnce sync.Once
 	disposed    chan struct{}
@@ -123,6 +126,9 @@ func (h *RunHandle) dispose() {
 		errs = append(errs, fmt.Errorf("release run %s: %w", h.id, err))
 	}
 	<-h.done
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
 	if err := h.svc.store.DisposeRun(h.ctx, h.id); err != nil {
 		errs = append(errs, fmt.Errorf("record disposal of run %s: %w", h.id, err))
 	}
@@ -163,7 +169,15 @@ func (h *RunHandle) watch() {
 		h.svc.bus.dispatch(h.ctx, end)
 	}
 	h.result, h.resultErr = res, resErr
+	h.expiry = time.AfterFunc(h.svc.retain, h.expire)
 	close(h.done)
+}
+
+// expire disposes of a run its starter left settled for RetainSettled.
+func (h *RunHandle) expire() {
+	if err := h.Dispose(h.ctx); err != nil {
+		h.log.ErrorContext(h.ctx, "dispose an expired settled run", slog.Any("error", err))
+	}
 }
 
 // settle normalizes a provider's result: Output never nil, a bounded

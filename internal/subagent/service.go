@@ -32,7 +32,16 @@ type Config struct {
 	// LeaseDuration is the lease written with each new run row; the owner's
 	// lease renewer extends it. Zero means DefaultLeaseDuration.
 	LeaseDuration time.Duration
+	// RetainSettled is how long a settled one-shot run keeps its live handle
+	// (and its provider's resources, such as an in-process agent) before the
+	// service disposes of it itself: a client that never sends DELETE must
+	// not make the process grow. The durable run row stays readable. Zero
+	// means DefaultRetainSettled.
+	RetainSettled time.Duration
 }
+
+// DefaultRetainSettled is the RetainSettled of a zero Config.
+const DefaultRetainSettled = 5 * time.Minute
 
 // Service is the subagent seam of one process: the provider registry, the
 // lifecycle bus and the one-shot runs this process started. It is safe for
@@ -42,7 +51,9 @@ type Service struct {
 	log   *slog.Logger
 	owner string
 	lease time.Duration
-	bus   bus
+	// retain is Config.RetainSettled with its default applied.
+	retain time.Duration
+	bus    bus
 
 	mu        sync.Mutex
 	providers []Provider // registration order
@@ -56,13 +67,18 @@ func NewService(cfg Config) *Service {
 	if lease == 0 {
 		lease = DefaultLeaseDuration
 	}
+	retain := cfg.RetainSettled
+	if retain == 0 {
+		retain = DefaultRetainSettled
+	}
 	return &Service{
-		store: cfg.Store,
-		log:   cfg.Logger,
-		owner: cfg.Owner,
-		lease: lease,
-		bus:   bus{log: cfg.Logger},
-		runs:  map[string]*RunHandle{},
+		store:  cfg.Store,
+		log:    cfg.Logger,
+		owner:  cfg.Owner,
+		lease:  lease,
+		retain: retain,
+		bus:    bus{log: cfg.Logger},
+		runs:   map[string]*RunHandle{},
 	}
 }
 
