@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
@@ -42,8 +41,8 @@ type RootsConfig struct {
 // Roots runs the agents of root sessions: one live *agent.Agent per root
 // session, created on demand from the session header and its log, so that an
 // agent closed while idle (CloseIdle) continues where its log ends. It also
-// delivers settlement notices to root parents (Notify). It is safe for
-// concurrent use.
+// delivers settlement notices and child reports to root parents (Notify).
+// It is safe for concurrent use.
 type Roots struct {
 	cfg RootsConfig
 	log *slog.Logger
@@ -51,22 +50,60 @@ type Roots struct {
 	mu     sync.Mutex
 	closed bool
 	roots  map[rootKey]*root
-	// steers tracks notice deliveries still waiting for a busy agent's next
-	// step, so Close can wait for them.
-	steers sync.WaitGroup
+	// pumps tracks the goroutines waiting for steered notices' admission,
+	// so Close can wait for them.
+	pumps sync.WaitGroup
 }
 
 // rootKey identifies a root session across tenants.
 type rootKey struct{ tenant, id string }
 
 // root is the slot of one root session. mu serialises creating, closing and
-// delivering to its agent; dead marks a slot CloseIdle removed, which
-// callers that still hold it must not use.
+// delivering to its agent; dead marks a slot CloseIdle or Close removed,
+// which callers that still hold it must not use (except to deliver notices
+// after Close).
 type root struct {
 	mu       sync.Mutex
 	agent    *agent.Agent
 	lastUsed time.Time
 	dead     bool
+	// notices are the messages Notify accepted and has not handed over
+	// for good, in acceptance order: a prefix steered into the running
+	// turn and awaiting admission, then messages waiting for those to
+	// settle. pumping: a goroutine awaits the head's admission.
+	notices []*delivery
+	pumping bool
+	// mayTurn: a message may be runnable in the agent's next-turn inbox,
+	// so a turn other than the running one may start without Roots giving
+	// the agent a message; see followup. Cleared whenever the agent is seen
+	// idle: its inbox then holds nothing runnable, and only Roots adds to
+	// it. loaded: the agent was loaded and has had no followup yet, so it
+	// may hold messages its log left parked.
+	mayTurn bool
+	loaded  bool
+}
+
+// followup gives s's live agent msg as its next turn (an empty id gets a
+// fresh one) and returns the id. mayTurn is set when msg was queued behind
+// a running turn, when parked messages of a freshly loaded agent now run
+// first, and when notices are steered: they may belong to a turn that
+// already ended, and must not be joined by later notices in the turn this
+// followup opens. s.mu is held.
+func (s *root) followup(ctx context.Context, msg agent.UserMessage) (string, error) {
+	if s.loaded || s.agent.Running() || slices.ContainsFunc(s.notices, func(d *delivery) bool { return d.steered != nil }) {
+		s.mayTurn = true
+	}
+	s.loaded = false
+	return s.agent.FollowupMessage(ctx, msg)
+}
+
+// delivery is one message Notify accepted for a root: a settlement notice or
+// a child report. steered is set while it waits for a model step's
+// admission.
+type delivery struct {
+	msg     agent.UserMessage
+	quiet   bool
+	steered <-chan error
 }
 
 var _ subagent.NoticeSink = (*Roots)(nil)
@@ -88,9 +125,9 @@ func NewRoots(cfg RootsConfig) *Roots {
 // errors.
 func (r *Roots) Prompt(ctx context.Context, sessionID string, content []model.Block) (string, error) {
 	var id string
-	err := r.with(ctx, sessionID, true, func(a *agent.Agent) error {
+	err := r.with(ctx, sessionID, true, func(s *root) error {
 		var err error
-		id, err = a.Followup(ctx, content, agent.Source{Kind: SourceUser})
+		id, err = s.followup(ctx, agent.UserMessage{Content: content, Source: agent.Source{Kind: SourceUser}})
 		return err
 	})
 	if err != nil {
@@ -116,11 +153,11 @@ func (r *Roots) Live(ctx context.Context, sessionID string) (live, running bool)
 	return true, s.agent.Running()
 }
 
-// with runs f on the live agent of sessionID under its slot lock, loading
-// the agent first when create is true. With create false and no live agent,
-// f gets nil; after Close it always gets nil (the agents are closing, and
-// only the log still takes input), and create fails with EDraining.
-func (r *Roots) with(ctx context.Context, sessionID string, create bool, f func(a *agent.Agent) error) error {
+// with runs f on the slot of sessionID under its lock, loading the agent
+// first when create is true; with create false, s.agent may be nil. After
+// Close the agents are closing and only the log still takes input: f gets
+// the slot without an agent, and create fails with EDraining.
+func (r *Roots) with(ctx context.Context, sessionID string, create bool, f func(s *root) error) error {
 	key := rootKey{store.Tenant(ctx), sessionID}
 	for {
 		r.mu.Lock()
@@ -137,11 +174,7 @@ func (r *Roots) with(ctx context.Context, sessionID string, create bool, f func(
 		r.mu.Unlock()
 
 		s.mu.Lock()
-		if closed {
-			defer s.mu.Unlock()
-			return f(nil)
-		}
-		if s.dead {
+		if s.dead && !closed {
 			s.mu.Unlock()
 			continue // CloseIdle removed it meanwhile; take the new slot
 		}
@@ -152,10 +185,10 @@ func (r *Roots) with(ctx context.Context, sessionID string, create bool, f func(
 				if err != nil {
 					return err
 				}
-				s.agent = a
+				s.agent, s.loaded = a, true
 			}
 			s.lastUsed = time.Now()
-			return f(s.agent)
+			return f(s)
 		}()
 		return err
 	}
@@ -204,59 +237,128 @@ func (r *Roots) load(ctx context.Context, id string) (*agent.Agent, error) {
 	return a, nil
 }
 
-// Notify delivers a settlement notice (seam-spec §2.10, R77–R78) to root
-// session parentID: a live idle agent gets it as a followup, which opens a
-// turn; a live busy agent gets it steered into its next step (several
-// simultaneous notices share one step), and as a followup when the turn ends
-// before admitting it; with no live agent the notice is appended to the log
-// as a user/message, which the next turn sees. Notify returns once the
-// notice is in the agent's inbox or the log — admission of a steer is
+// Notify delivers msg — a settlement notice or a child report (seam-spec
+// §2.10, §2.14), whose id the manager issued — to root session parentID,
+// in the order Notify accepted messages for it (R110):
+//
+//   - a live agent running a turn gets it steered into its next step, so
+//     several messages accepted together share one step (R78, R109); when
+//     the turn ends before admitting it, it is delivered again, under the
+//     same id, as if it arrived then, still ahead of later messages;
+//   - a live idle agent gets it as a followup, which opens a turn — unless
+//     quiet: a quiet message is appended to the log for the next turn to
+//     read, the idle agent being closed first (it is reloaded with the log
+//     at the next prompt), so nothing wakes (R108);
+//   - with no live agent (never prompted, closed idle, or after Close) it
+//     is appended to the log as a user/message, which the next turn sees.
+//
+// Notify returns once msg is in the agent's inbox, the log, or queued
+// behind earlier messages still awaiting a step's admission — that is
 // awaited in the background, so a parent in a long tool call never blocks
-// the child's settlement. (A steer still pending when the process dies is
-// cancelled by the next load, like every pending steer.)
+// the child. (A steer pending when the process dies is cancelled by the
+// next load, like every pending steer.) A quiet message to an agent caught
+// between two queued turns becomes a turn of its own.
 //
 // Returns ESessionNotFound when parentID is unknown, EInvalidRequest when it
-// is not a root session (its own driver delivers to it), and store errors.
-func (r *Roots) Notify(ctx context.Context, parentID string, content []model.Block, src agent.Source) error {
-	msg := agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: content, Source: src}
-	return r.with(ctx, parentID, false, func(a *agent.Agent) error {
-		if a == nil {
-			return r.appendNotice(ctx, parentID, msg)
-		}
-		if a.Running() {
-			admitted, err := a.SubmitSteer(ctx, msg)
-			if err == nil {
-				r.steers.Add(1)
-				go r.awaitSteer(store.WithTenant(context.Background(), store.Tenant(ctx)), parentID, msg, admitted)
-				return nil
-			}
-			if !errors.Is(err, agent.ErrSteerRejected) {
-				return fmt.Errorf("notify %s: %w", parentID, err)
-			}
-		}
-		_, err := a.FollowupMessage(ctx, msg)
-		return err
+// is not a root session (its own driver delivers to it), and store errors
+// — only for a message delivered at once; a later failure is logged.
+func (r *Roots) Notify(ctx context.Context, parentID string, msg agent.UserMessage, quiet bool) error {
+	n := &delivery{msg: msg, quiet: quiet}
+	return r.with(ctx, parentID, false, func(s *root) error {
+		s.notices = append(s.notices, n)
+		return r.pump(ctx, parentID, s, n)
 	})
 }
 
-// awaitSteer waits for a steered notice's admission; when the turn ended
-// first, the notice is delivered again, under the same id, as Notify would
-// deliver it now.
-func (r *Roots) awaitSteer(ctx context.Context, parentID string, msg agent.UserMessage, admitted <-chan error) {
-	defer r.steers.Done()
-	if err := <-admitted; err == nil {
-		return
-	}
-	err := r.with(ctx, parentID, false, func(a *agent.Agent) error {
-		if a == nil {
-			return r.appendNotice(ctx, parentID, msg)
+// pump hands s's waiting notices over in order, as far as order allows,
+// and starts the goroutine that awaits steered ones. A waiting notice is
+// steered into the running turn when every notice before it is steered
+// into that same turn — certain when no other turn can have started since
+// (mayTurn unset) — so it cannot overtake one of them that the turn
+// already rejected. The head is handed over as deliver says when it
+// cannot be steered. It returns the delivery error of own when own was
+// handed over here; other failures are logged. s.mu is held.
+func (r *Roots) pump(ctx context.Context, parentID string, s *root, own *delivery) error {
+	var ownErr error
+	for len(s.notices) > 0 {
+		i := slices.IndexFunc(s.notices, func(n *delivery) bool { return n.steered == nil })
+		if i < 0 {
+			break // all steered: await the head
 		}
-		_, err := a.FollowupMessage(ctx, msg)
-		return err
-	})
-	if err != nil {
-		r.log.ErrorContext(ctx, "settlement notice was not delivered", slog.String("session_id", parentID), slog.Any("error", err))
+		n, a := s.notices[i], s.agent
+		running := a != nil && a.Running()
+		if a != nil && !running {
+			s.mayTurn = false
+		}
+		if running && (i == 0 || !s.mayTurn) {
+			if admitted, err := a.SubmitSteer(ctx, n.msg); err == nil {
+				n.steered = admitted
+				continue
+			}
+			// Rejected at once: the turn is ending.
+		}
+		if i > 0 {
+			break // waits for the steered ones before it
+		}
+		err := r.deliver(ctx, parentID, s, n)
+		s.notices = s.notices[1:]
+		switch {
+		case n == own:
+			ownErr = err
+		case err != nil:
+			r.log.ErrorContext(ctx, "notice was not delivered", slog.String("session_id", parentID),
+				slog.String("message_id", n.msg.ID), slog.Any("error", err))
+		}
 	}
+	if len(s.notices) > 0 && !s.pumping {
+		s.pumping = true
+		r.pumps.Add(1)
+		go r.await(store.WithTenant(context.Background(), store.Tenant(ctx)), parentID, s)
+	}
+	return ownErr
+}
+
+// deliver hands n, the head of s's notices, over without steering (see
+// Notify). s.mu is held.
+func (r *Roots) deliver(ctx context.Context, parentID string, s *root, n *delivery) error {
+	a := s.agent
+	if a != nil && (!n.quiet || a.Running()) {
+		_, err := s.followup(ctx, n.msg)
+		return err
+	}
+	if a != nil {
+		// The log is about to change behind the agent's back: close it,
+		// so the next prompt loads it again.
+		if err := a.Close(ctx); err != nil {
+			return fmt.Errorf("notify %s: close idle agent: %w", parentID, err)
+		}
+		s.agent = nil
+	}
+	return r.appendNotice(ctx, parentID, n.msg)
+}
+
+// await waits for the admission of s's steered notices, head first: an
+// admitted one is done, a rejected one is handed over again (pump), ahead
+// of every later notice. It returns once s has no notices left.
+func (r *Roots) await(ctx context.Context, parentID string, s *root) {
+	defer r.pumps.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.notices) > 0 {
+		head := s.notices[0]
+		s.mu.Unlock()
+		err := <-head.steered
+		s.mu.Lock()
+		if err == nil {
+			s.notices = s.notices[1:]
+		} else {
+			head.steered = nil
+		}
+		if err := r.pump(ctx, parentID, s, nil); err != nil {
+			r.log.ErrorContext(ctx, "notice was not delivered", slog.String("session_id", parentID), slog.Any("error", err))
+		}
+	}
+	s.pumping = false
 }
 
 // appendNotice writes a notice to the log of a root session without a live
@@ -300,7 +402,7 @@ func (r *Roots) CloseIdle(ctx context.Context, cutoff time.Time) (int, error) {
 	var errs []error
 	for k, s := range slots {
 		s.mu.Lock()
-		if s.dead || (s.agent != nil && (s.agent.Running() || s.lastUsed.After(cutoff))) {
+		if s.dead || len(s.notices) > 0 || (s.agent != nil && (s.agent.Running() || s.lastUsed.After(cutoff))) {
 			s.mu.Unlock()
 			continue
 		}
@@ -323,14 +425,14 @@ func (r *Roots) CloseIdle(ctx context.Context, cutoff time.Time) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// Close stops accepting prompts and notices (EDraining), closes every live
-// root agent — a running turn ends aborted with cause disposed — and waits
-// for pending notice deliveries. Returns ctx's error when it ends first and
-// the joined close errors.
+// Close stops accepting prompts (EDraining), closes every live root agent —
+// a running turn ends aborted with cause disposed — and waits for pending
+// notice deliveries; later notices go to the log. Returns ctx's error when
+// it ends first and the joined close errors.
 func (r *Roots) Close(ctx context.Context) error {
 	var errs []error
-	// Closing an agent rejects its pending steers, whose fallback then
-	// appends the notice to the log.
+	// Closing an agent rejects its pending steers, whose notices then go
+	// to the log.
 	r.mu.Lock()
 	r.closed = true
 	slots := make([]*root, 0, len(r.roots))
@@ -350,7 +452,7 @@ func (r *Roots) Close(ctx context.Context) error {
 		s.mu.Unlock()
 	}
 	done := make(chan struct{})
-	go func() { r.steers.Wait(); close(done) }()
+	go func() { r.pumps.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():

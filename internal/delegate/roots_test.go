@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
@@ -102,10 +104,11 @@ func TestRoots_PromptErrors(t *testing.T) {
 }
 
 // notice is a settlement notice as the continuation manager sends it.
-func notice(child string) ([]model.Block, agent.Source) {
+func notice(child string) agent.UserMessage {
 	summary := "Background subagent " + child + " finished and will do no further work unless you send it more."
-	return []model.Block{model.TextBlock(summary), model.TextBlock("It left no closing message.")},
-		agent.Source{Kind: "subagent-settled", Form: "notice", Summary: summary, SenderSessionID: child}
+	return agent.UserMessage{ID: uuid.NewString(), Role: "user",
+		Content: []model.Block{model.TextBlock(summary), model.TextBlock("It left no closing message.")},
+		Source:  agent.Source{Kind: "subagent-settled", Form: "notice", Summary: summary, SenderSessionID: child}}
 }
 
 // userMessages returns the user/message payloads of a log.
@@ -124,8 +127,8 @@ func TestRoots_R78_NoticeWithoutLiveAgentIsSeenAtNextTurn(t *testing.T) {
 	w := newWorld(t, m)
 	ctx := inprocesstest.Ctx(t)
 	root := w.Parent.Session.ID
-	content, src := notice("kid-1")
-	if err := w.roots.Notify(ctx, root, content, src); err != nil {
+	msg := notice("kid-1")
+	if err := w.roots.Notify(ctx, root, msg, false); err != nil {
 		t.Fatal(err)
 	}
 	if live, _ := w.roots.Live(ctx, root); live {
@@ -136,17 +139,17 @@ func TestRoots_R78_NoticeWithoutLiveAgentIsSeenAtNextTurn(t *testing.T) {
 	}
 	w.prompt(t, "next", 1)
 	req := m.Requests()[0]
-	if len(req.Messages) != 2 || model.Text(req.Messages[0].Content) != model.Text(content) {
+	if len(req.Messages) != 2 || model.Text(req.Messages[0].Content) != model.Text(msg.Content) {
 		t.Errorf("first turn's history = %+v, want the notice before the prompt", req.Messages)
 	}
-	if msgs := userMessages(t, w.Log(t, root)); msgs[0].Source != src {
+	if msgs := userMessages(t, w.Log(t, root)); msgs[0].Source != msg.Source {
 		t.Errorf("notice source = %+v", msgs[0].Source)
 	}
-	if err := w.roots.Notify(ctx, "missing", content, src); subagent.ErrorCode(err) != subagent.ESessionNotFound {
+	if err := w.roots.Notify(ctx, "missing", msg, false); subagent.ErrorCode(err) != subagent.ESessionNotFound {
 		t.Errorf("unknown parent: %v", err)
 	}
 	child := w.NewSession(t, store.Session{ParentID: root, Origin: "subagent", DelegationDepth: 1})
-	if err := w.roots.Notify(ctx, child.ID, content, src); subagent.ErrorCode(err) != subagent.EInvalidRequest {
+	if err := w.roots.Notify(ctx, child.ID, msg, false); subagent.ErrorCode(err) != subagent.EInvalidRequest {
 		t.Errorf("child parent: %v", err)
 	}
 }
@@ -158,13 +161,13 @@ func TestRoots_R78_NoticeToIdleAgentOpensTurn(t *testing.T) {
 	ctx := inprocesstest.Ctx(t)
 	root := w.Parent.Session.ID
 	w.prompt(t, "one", 1)
-	content, src := notice("kid-2")
-	if err := w.roots.Notify(ctx, root, content, src); err != nil {
+	msg := notice("kid-2")
+	if err := w.roots.Notify(ctx, root, msg, false); err != nil {
 		t.Fatal(err)
 	}
 	w.waitTurnEnd(t, root, 2)
 	msgs := userMessages(t, w.Log(t, root))
-	if len(msgs) != 2 || msgs[1].Source != src {
+	if len(msgs) != 2 || msgs[1].Source != msg.Source {
 		t.Errorf("user messages = %+v, want the notice as turn 2", msgs)
 	}
 }
@@ -185,8 +188,8 @@ func TestRoots_R78_NoticeToBusyAgentJoinsNextStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.WaitEvent(t, root, inprocesstest.Type(agent.EventStepStart))
-	content, src := notice("kid-3")
-	if err := w.roots.Notify(ctx, root, content, src); err != nil {
+	msg := notice("kid-3")
+	if err := w.roots.Notify(ctx, root, msg, false); err != nil {
 		t.Fatal(err)
 	}
 	// The steer is in the next-step inbox before the step may end.
@@ -207,11 +210,11 @@ func TestRoots_R78_NoticeToBusyAgentJoinsNextStep(t *testing.T) {
 		t.Errorf("%d turns, want the notice inside the running turn", n)
 	}
 	msgs := userMessages(t, evs)
-	if len(msgs) != 2 || msgs[1].Source != src {
+	if len(msgs) != 2 || msgs[1].Source != msg.Source {
 		t.Errorf("user messages = %+v", msgs)
 	}
 	reqs := m.Requests()
-	if len(reqs) != 2 || lastText(reqs[1]) != model.Text(content) {
+	if len(reqs) != 2 || lastText(reqs[1]) != model.Text(msg.Content) {
 		t.Errorf("%d model steps; the second did not end with the notice", len(reqs))
 	}
 }
@@ -226,8 +229,8 @@ func TestRoots_CloseEndsRunningTurnAndKeepsNotices(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.WaitEvent(t, root, inprocesstest.Type(agent.EventStepStart))
-	content, src := notice("kid-4")
-	if err := w.roots.Notify(ctx, root, content, src); err != nil {
+	msg := notice("kid-4")
+	if err := w.roots.Notify(ctx, root, msg, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.roots.Close(ctx); err != nil {
@@ -239,13 +242,13 @@ func TestRoots_CloseEndsRunningTurnAndKeepsNotices(t *testing.T) {
 	}
 	// The steer was rejected by the close and the notice went to the log.
 	var found bool
-	for _, msg := range userMessages(t, w.Log(t, root)) {
-		found = found || msg.Source == src
+	for _, m := range userMessages(t, w.Log(t, root)) {
+		found = found || m.ID == msg.ID && m.Source == msg.Source
 	}
 	if !found {
 		t.Errorf("notice lost: %v", inprocesstest.Types(w.Log(t, root)))
 	}
-	if err := w.roots.Notify(ctx, root, content, src); err != nil {
+	if err := w.roots.Notify(ctx, root, msg, false); err != nil {
 		t.Errorf("notice after Close: %v", err)
 	}
 }
@@ -268,8 +271,8 @@ func TestRoots_R78_NoticeSteerRejectedBecomesTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.WaitEvent(t, root, inprocesstest.Type(agent.EventStepStart))
-	content, src := notice("kid-5")
-	if err := w.roots.Notify(ctx, root, content, src); err != nil {
+	msg := notice("kid-5")
+	if err := w.roots.Notify(ctx, root, msg, false); err != nil {
 		t.Fatal(err)
 	}
 	close(gate)
@@ -278,7 +281,7 @@ func TestRoots_R78_NoticeSteerRejectedBecomesTurn(t *testing.T) {
 	}
 	w.waitTurnEnd(t, root, 2)
 	msgs := userMessages(t, w.Log(t, root))
-	if len(msgs) != 2 || msgs[1].Source != src {
+	if len(msgs) != 2 || msgs[1].Source != msg.Source {
 		t.Errorf("user messages = %+v, want the notice as turn 2", msgs)
 	}
 }

@@ -58,6 +58,27 @@ const (
 const (
 	SourceUser            = "user"
 	SourceSubagentSettled = "subagent-settled"
+	SourceSubagentReport  = "subagent-report"
+)
+
+// Report deliveries (seam-spec §1.18, R108).
+const (
+	// DeliveryNextStep wakes the parent: the report joins its running
+	// turn at the next model step, or starts a turn. The default.
+	DeliveryNextStep = "next-step"
+	// DeliveryQuiet stores the report for the parent's next turn without
+	// waking it.
+	DeliveryQuiet = "quiet"
+)
+
+// Error codes of reports (seam-spec §1.13), beside those of errors.go.
+const (
+	// EActivationClosing: the reporting child's activation already began
+	// to settle.
+	EActivationClosing = "ACTIVATION_CLOSING"
+	// EParentUnavailable: the reporting child's durable parent is gone, or
+	// the delivery to it failed.
+	EParentUnavailable = "PARENT_UNAVAILABLE"
 )
 
 // ContinuableCreateRequest is what a ContinuableProvider prepares a child
@@ -97,6 +118,11 @@ type ChildAgent interface {
 	// channel then receives nil once a step admitted msg, else the
 	// rejection.
 	SubmitSteer(ctx context.Context, msg agent.UserMessage) (<-chan error, error)
+	// Steer is confirmed steering (R96): it returns the message id once a
+	// model step of the running turn admitted content, an error matching
+	// agent.ErrSteerRejected when it was not, or ctx's error (the content
+	// withdrawn).
+	Steer(ctx context.Context, content []model.Block, src agent.Source) (string, error)
 	// Cancel aborts the running turn with cause; keepInbox parks queued
 	// messages instead of discarding them.
 	Cancel(cause string, keepInbox bool)
@@ -130,6 +156,12 @@ type MaterializeRequest struct {
 	// check of its own passed and before it builds the agent; it writes the
 	// child's header and creation log. Resume writes nothing (R88).
 	Create func(ctx context.Context) error
+	// Report sends content to the child's durable parent as this
+	// activation (ReportFrom with the manager's delivery policy) and
+	// returns the message id; the materializer offers it to the child's
+	// model as the report tool (seam-spec §5.3). It answers EUnauthorized
+	// once another activation of the child is resident.
+	Report func(ctx context.Context, content []model.Block) (string, error)
 }
 
 // Materializer builds the live agent of a continuable child over its
@@ -142,20 +174,30 @@ type Materializer interface {
 	Materialize(ctx context.Context, req MaterializeRequest) (ChildAgent, error)
 }
 
-// NoticeSink delivers settlement notices (seam-spec §2.10) to parents the
-// Manager does not drive: root sessions (*delegate.Roots implements it).
-// Notices to continuable parents go through the Manager's own inbox.
+// NoticeSink delivers settlement notices (seam-spec §2.10) and child
+// reports (§2.14) to parents the Manager does not drive: root sessions
+// (*delegate.Roots implements it). Notices and reports to continuable
+// parents go through the Manager's own inbox.
 type NoticeSink interface {
-	Notify(ctx context.Context, parentID string, content []model.Block, src agent.Source) error
+	// Notify accepts msg, whose id the Manager issued, for root parentID.
+	// Messages to one parent must reach it in the order Notify accepted
+	// them (R110). Without quiet the parent is woken: msg joins its
+	// running turn at the next step, or opens a turn; quiet stores it for
+	// the parent's next turn without waking it (R108, R118).
+	Notify(ctx context.Context, parentID string, msg agent.UserMessage, quiet bool) error
 }
 
 // ManagerConfig configures a Manager.
 type ManagerConfig struct {
 	// Materializer builds child agents. Required.
 	Materializer Materializer
-	// Notices receives settlement notices for root parents; nil drops them
-	// (logged).
+	// Notices receives settlement notices and reports for root parents;
+	// nil drops notices (logged) and fails reports (EParentUnavailable).
 	Notices NoticeSink
+	// ReportDelivery is the delivery of reports made with the report tool
+	// (MaterializeRequest.Report): DeliveryNextStep (empty means that) or
+	// DeliveryQuiet — a deployment policy (seam-spec §5.3).
+	ReportDelivery string
 	// Logger receives delivery and settlement faults. Required.
 	Logger *slog.Logger
 }
@@ -200,14 +242,16 @@ type FollowupResult struct {
 // Lifecycle listeners are called while the manager holds the child's lock:
 // they must not call the Manager for the same child synchronously.
 type Manager struct {
-	svc     *Service
-	store   store.Store
-	mat     Materializer
-	notices NoticeSink
-	log     *slog.Logger
+	svc      *Service
+	store    store.Store
+	mat      Materializer
+	notices  NoticeSink
+	delivery string // of the report tool
+	log      *slog.Logger
 
 	mu       sync.Mutex
 	children map[childKey]*child
+	runs     map[string]*activation    // live activations by run id
 	folds    map[childKey]identityFold // listing cache, see identity
 	draining bool
 	wg       sync.WaitGroup // watchers and steer receipts
@@ -248,8 +292,10 @@ func NewManager(svc *Service, cfg ManagerConfig) *Manager {
 		store:    svc.store,
 		mat:      cfg.Materializer,
 		notices:  cfg.Notices,
+		delivery: cfg.ReportDelivery,
 		log:      cfg.Logger,
 		children: map[childKey]*child{},
+		runs:     map[string]*activation{},
 		folds:    map[childKey]identityFold{},
 	}
 }
@@ -413,8 +459,10 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 	// Store writes must not be cut half-way by the caller's cancellation;
 	// ctx is checked between the steps instead.
 	base := context.WithoutCancel(ctx)
+	inc := &incarnation{}
 	ag, err := m.mat.Materialize(base, MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
-		Create: func(ctx context.Context) error { return m.create(ctx, header, spec.Seed, raw) }})
+		Create: func(ctx context.Context) error { return m.create(ctx, header, spec.Seed, raw) },
+		Report: m.reporter(key, inc)})
 	if errors.Is(err, store.ErrConflict) {
 		return ContinuableStarted{}, duplicateChild(childID)
 	}
@@ -425,7 +473,7 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 		m.closeAgent(base, childID, ag)
 		return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
 	}
-	act, err := m.begin(base, c, ag, header, desc)
+	act, err := m.begin(base, c, ag, header, desc, inc)
 	if err != nil {
 		m.closeAgent(base, childID, ag)
 		return ContinuableStarted{}, err

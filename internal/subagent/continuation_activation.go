@@ -33,7 +33,7 @@ type activation struct {
 	boundary int
 
 	// Guarded by c.mu.
-	inflight    int           // submitted steers not yet settled
+	inflight    int           // submitted steers and reports not yet settled
 	changed     chan struct{} // closed and replaced when inflight drops
 	interrupted bool          // Interrupt cancelled the turn: rejected steers park
 	closing     bool          // the settlement began: nothing more is delivered
@@ -48,10 +48,16 @@ func (a *activation) event(typ string) Event {
 		ParentID: a.parentID, TaskID: a.taskID}
 }
 
-// begin publishes an activation over ag: it records the run row of kind
-// activation with a fresh run id and task id, and dispatches subagent/start
-// (R71). c.mu is held.
-func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store.Session, desc Descriptor) (*activation, error) {
+// incarnation identifies the activation a materialization became, so that
+// the report tool of an agent is honoured only while that activation is
+// resident (R106: never for a stale same-id object). act is set under the
+// child's lock once the activation is published.
+type incarnation struct{ act *activation }
+
+// begin publishes an activation over ag, the agent materialized with inc:
+// it records the run row of kind activation with a fresh run id and task
+// id, and dispatches subagent/start (R71). c.mu is held.
+func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store.Session, desc Descriptor, inc *incarnation) (*activation, error) {
 	act := &activation{
 		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(),
 		provider: desc.Provider, parentID: sess.ParentID, boundary: len(ag.Events()),
@@ -71,6 +77,7 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 		return nil, fmt.Errorf("record start of activation of %s: %w", c.key.id, err)
 	}
 	start.Seq = row.ID
+	inc.act = act
 	m.svc.bus.dispatch(ctx, start)
 	return act, nil
 }
@@ -79,6 +86,9 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 // watcher. c.mu is held.
 func (m *Manager) activate(c *child, act *activation) {
 	c.act = act
+	m.mu.Lock()
+	m.runs[act.runID] = act
+	m.mu.Unlock()
 	m.wg.Add(1)
 	go m.watch(act)
 }
@@ -126,7 +136,7 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 	if !act.closing && !act.interrupted && !act.queued && act.agent.Running() {
 		if msg, err := rowMessage(row); err == nil {
 			if settled, err := act.agent.SubmitSteer(ctx, msg); err == nil {
-				m.track(act, row.ID, settled)
+				m.track(act, row.ID, settled, waking)
 				return nil
 			}
 		}
@@ -140,9 +150,9 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 
 // track waits, off the lock, for a submitted steer of act to settle: an
 // admitted message is acknowledged and its caller answered RouteSteered; a
-// rejected one is owed to the next activation, unless an interrupt or a
-// drain parked it. c.mu is held.
-func (m *Manager) track(act *activation, id string, settled <-chan error) {
+// rejected one is owed to the next activation — waking it unless it is not
+// a waking message or an interrupt or a drain parked it. c.mu is held.
+func (m *Manager) track(act *activation, id string, settled <-chan error, waking bool) {
 	act.inflight++
 	m.wg.Add(1)
 	go func() {
@@ -151,18 +161,24 @@ func (m *Manager) track(act *activation, id string, settled <-chan error) {
 		c := act.c
 		c.mu.Lock()
 		defer m.unlock(c)
-		act.inflight--
-		close(act.changed)
-		act.changed = make(chan struct{})
+		act.release()
 		if err == nil {
 			m.ack(act.base, c.key.id, id)
 			m.answer(c, id, answer{res: FollowupResult{Route: RouteSteered, TaskID: act.taskID, MessageID: id}})
 			return
 		}
-		if !act.interrupted && !m.isDraining() {
+		if waking && !act.interrupted && !m.isDraining() {
 			c.wake = true
 		}
 	}()
+}
+
+// release ends one unit of act's inflight work and wakes the settlement
+// watcher waiting for it. c.mu is held.
+func (a *activation) release() {
+	a.inflight--
+	close(a.changed)
+	a.changed = make(chan struct{})
 }
 
 // answer hands a to the caller waiting for message id, if any. c.mu is
@@ -216,8 +232,9 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	sess, desc := *c.sess, *c.desc
 	// Only the descriptor's route: never the original budget, never the
 	// parent's current route (§1.8, R88).
+	inc := &incarnation{}
 	ag, err := m.mat.Materialize(ctx, MaterializeRequest{Session: sess, Descriptor: desc,
-		Options: AgentOptions{Provider: desc.AgentProvider, Model: desc.AgentModel}})
+		Options: AgentOptions{Provider: desc.AgentProvider, Model: desc.AgentModel}, Report: m.reporter(c.key, inc)})
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) {
@@ -245,7 +262,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 		m.closeAgent(ctx, id, ag)
 		return nil
 	}
-	act, err := m.begin(ctx, c, ag, sess, desc)
+	act, err := m.begin(ctx, c, ag, sess, desc, inc)
 	if err != nil {
 		m.closeAgent(ctx, id, ag)
 		return err
@@ -349,6 +366,9 @@ func (m *Manager) settle(act *activation) {
 	c.mu.Lock()
 	defer m.unlock(c)
 	c.act = nil
+	m.mu.Lock()
+	delete(m.runs, act.runID)
+	m.mu.Unlock()
 	close(act.done)
 	if c.wake && !m.isDraining() {
 		if err := m.resume(ctx, c); err != nil {
@@ -386,52 +406,81 @@ func (m *Manager) end(act *activation, reason string, output []model.Block) {
 	m.svc.bus.dispatch(act.base, e)
 }
 
-// notify sends act's settlement notice to its durable parent (R74–R79): a
-// continuable parent gets it through its own durable inbox as waking work
-// (steered into a running turn, else starting a new activation); any other
-// parent through the NoticeSink. A failure is logged and never blocks the
-// settlement (R79).
+// notify sends act's settlement notice to its durable parent (R74–R79) on
+// the path reports take too (send), waking the parent unless the manager
+// is draining (R118). A failure is logged and never blocks the settlement
+// (R79).
 func (m *Manager) notify(act *activation, reason string, output []model.Block) {
 	ctx := act.base
 	content, src := settlementNotice(act.c.key.id, reason, output)
-	parent, err := m.store.GetSession(ctx, act.parentID)
+	_, err := m.send(ctx, act.parentID, content, src, m.isDraining())
 	switch {
+	case errors.Is(err, errNoSink):
+		m.log.DebugContext(ctx, "no notice sink: settlement notice dropped", slog.String("parent_id", act.parentID))
 	case err != nil:
-	case parent.ParentID != "" && parent.Mode == ModeContinuable:
-		err = m.deliverNotice(ctx, parent.ID, content, src)
-	case m.notices != nil:
-		err = m.notices.Notify(ctx, parent.ID, content, src)
-	default:
-		m.log.DebugContext(ctx, "no notice sink: settlement notice dropped", slog.String("parent_id", parent.ID))
-		return
-	}
-	if err != nil {
 		m.log.WarnContext(ctx, "settlement notice was not delivered", slog.String("child_id", act.c.key.id),
 			slog.String("parent_id", act.parentID), slog.Any("error", err))
 	}
 }
 
-// deliverNotice accepts a notice into continuable parent parentID's durable
-// inbox and routes it like a followup, without waiting for its route. While
-// draining it only parks (R118).
-func (m *Manager) deliverNotice(ctx context.Context, parentID string, content []model.Block, src agent.Source) error {
+// errNoSink: a message for a root parent, and no NoticeSink.
+var errNoSink = errors.New("no notice sink for root parents is configured")
+
+// send delivers a runtime message — a settlement notice or a report — to
+// durable parent parentID and returns its message id. Every notice and
+// report to one parent takes this one path, in the order the calls are
+// made (R110): a continuable parent through its durable inbox like a
+// followup (deliverInbox), any other parent through the NoticeSink. quiet
+// stores the message for the parent's next turn without waking it (R108).
+// Returns the store's error for a parent that cannot be read (wrapping
+// store.ErrNotFound when it is gone), errNoSink, or the delivery's error.
+func (m *Manager) send(ctx context.Context, parentID string, content []model.Block, src agent.Source, quiet bool) (string, error) {
+	parent, err := m.store.GetSession(ctx, parentID)
+	if err != nil {
+		return "", fmt.Errorf("read parent %s: %w", parentID, err)
+	}
+	if parent.ParentID != "" && parent.Mode == ModeContinuable {
+		return m.deliverInbox(ctx, parentID, content, src, !quiet)
+	}
+	if m.notices == nil {
+		return "", errNoSink
+	}
+	msg := agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: content, Source: src}
+	if err := m.notices.Notify(ctx, parentID, msg, quiet); err != nil {
+		return "", err
+	}
+	return msg.ID, nil
+}
+
+// deliverInbox accepts a message into continuable parent parentID's
+// durable inbox and routes it like a followup, without waiting for its
+// route: steered into a running turn, else — when waking — owed to the
+// next activation, which starts now if none is live; a message that does
+// not wake stays parked until something else wakes the parent. It returns
+// the message id.
+func (m *Manager) deliverInbox(ctx context.Context, parentID string, content []model.Block, src agent.Source, waking bool) (string, error) {
 	row, err := newRow(parentID, content, src)
 	if err != nil {
-		return err
+		return "", err
 	}
 	c := m.lock(childKey{store.Tenant(ctx), parentID})
 	defer m.unlock(c)
 	sess, err := m.header(ctx, c)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if err := m.resumable(ctx, c, sess.ParentID); err != nil {
-		return err
+		return "", err
 	}
 	if err := m.store.Enqueue(ctx, row); err != nil {
-		return fmt.Errorf("accept notice for %s: %w", parentID, err)
+		return "", fmt.Errorf("accept message for %s: %w", parentID, err)
 	}
-	return m.route(ctx, c, row, !m.isDraining())
+	// Accepted: a failed cold resume leaves the row pending for the next
+	// wake (nobody waits for its route).
+	if err := m.route(ctx, c, row, waking); err != nil {
+		m.log.ErrorContext(ctx, "wake parent", slog.String("parent_id", parentID), slog.Any("error", err))
+	}
+	return row.ID, nil
 }
 
 // ack removes delivered (or withdrawn) rows from the durable inbox. A

@@ -59,11 +59,13 @@ func (f *feed[T]) waitFor(t *testing.T, what string, pred func([]T) bool) []T {
 	}
 }
 
-// notice is one settlement notice a sink received.
+// notice is one message (settlement notice or report) a sink received.
 type notice struct {
 	parentID string
 	content  []model.Block
 	src      agent.Source
+	id       string
+	quiet    bool
 }
 
 // noticeSink is a NoticeSink that records notices; fail makes it fail,
@@ -74,11 +76,11 @@ type noticeSink struct {
 	onNotify func()
 }
 
-func (s *noticeSink) Notify(_ context.Context, parentID string, content []model.Block, src agent.Source) error {
+func (s *noticeSink) Notify(_ context.Context, parentID string, msg agent.UserMessage, quiet bool) error {
 	if s.onNotify != nil {
 		s.onNotify()
 	}
-	s.add(notice{parentID, content, src})
+	s.add(notice{parentID: parentID, content: msg.Content, src: msg.Source, id: msg.ID, quiet: quiet})
 	return s.fail
 }
 

@@ -2,12 +2,15 @@ package inprocess
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -16,7 +19,9 @@ import (
 // a one-shot child — model route, delegation statement (R50), persona and
 // tool filter over the global tools — but no structured output and no
 // descriptor hook, since the manager writes the continuable descriptor
-// before the first turn (§3.4). Safe for concurrent use.
+// before the first turn (§3.4). Instead every continuable child gets the
+// report tool and its prompt section (§5.3), scope-local, so no tool
+// filter removes them. Safe for concurrent use.
 type Materializer struct {
 	d *Driver
 }
@@ -57,6 +62,12 @@ func (m *Materializer) Materialize(ctx context.Context, req subagent.Materialize
 		}
 	}
 	id := req.Session.ID
+	sections := []agent.Section{{Name: DelegationSection, Order: delegationOrder, Text: delegationText}}
+	var locals []agent.Tool
+	if req.Report != nil {
+		sections = append(sections, agent.Section{Name: ReportSection, Order: reportOrder, Text: reportGuidance})
+		locals = append(locals, reportTool(req.Report))
+	}
 	a, err := agent.New(ctx, agent.Config{
 		ID:                id,
 		Store:             m.d.deps.Store,
@@ -66,7 +77,8 @@ func (m *Materializer) Materialize(ctx context.Context, req subagent.Materialize
 		MaxTokens:         req.Options.MaxTokens,
 		Global:            m.d.deps.Tools,
 		Filter:            filter,
-		Sections:          []agent.Section{{Name: DelegationSection, Order: delegationOrder, Text: delegationText}},
+		Local:             locals,
+		Sections:          sections,
 		Persona:           persona,
 		DeploymentPersona: m.d.deps.DeploymentPersona,
 		Vars:              m.d.deps.Vars,
@@ -79,4 +91,62 @@ func (m *Materializer) Materialize(ctx context.Context, req subagent.Materialize
 		return nil, fmt.Errorf("continuable child %s: %w", id, err)
 	}
 	return a, nil
+}
+
+// The report tool (seam-spec §5.3). Its texts are model-visible; the tests
+// pin them.
+const (
+	// ReportTool is the report tool's name.
+	ReportTool = "report"
+	// ReportSection is the name of its child-scoped prompt section.
+	ReportSection = "tool:report"
+
+	reportOrder       = 117
+	reportDescription = "Report selected content to the agent that started you. Call it once before you finish, " +
+		"with a self-contained final result, and earlier for findings that change what that agent should do next. " +
+		"That agent shares your workspace but not your transcript, tool output or reasoning, so include what it " +
+		"needs. Reporting does not end your turn, and only your direct parent receives it. A failed call may still " +
+		"have arrived: do not blindly repeat it."
+	reportOutputParam = "Actionable content for the agent that started you, self-contained: it cannot see your transcript."
+	reportGuidance    = "Before you finish, call " + ReportTool + " once with a self-contained final result for the " +
+		"agent that started you, and call it earlier whenever a finding changes what that agent should do next. " +
+		"A bare \"done\" gives it nothing to act on. Reporting never ends your turn."
+)
+
+// reportParams is the report tool's parameter schema.
+var reportParams = func() json.RawMessage {
+	raw, err := json.Marshal(map[string]any{"type": "object", "additionalProperties": false, "required": []string{"output"},
+		"properties": map[string]any{"output": map[string]any{"type": "string", "description": reportOutputParam}}})
+	if err != nil {
+		panic(fmt.Sprintf("inprocess: marshal report schema: %v", err))
+	}
+	return raw
+}()
+
+// reportTool is the report tool over send, the manager's
+// MaterializeRequest.Report: the output becomes one text block of the
+// parent's message; an accepted report answers with its message id, a
+// rejected one is an isError result with the manager's message.
+func reportTool(send func(context.Context, []model.Block) (string, error)) agent.Tool {
+	return agent.Tool{
+		Name:        ReportTool,
+		Description: reportDescription,
+		Parameters:  reportParams,
+		Run: func(ctx context.Context, call agent.Call) ([]model.Block, error) {
+			if call.Agent == nil {
+				return nil, errors.New(ReportTool + " requires a calling agent (exec.agent was undefined)")
+			}
+			var args struct {
+				Output string `json:"output"`
+			}
+			if err := json.Unmarshal(call.Arguments, &args); err != nil || strings.TrimSpace(args.Output) == "" {
+				return nil, errors.New("INVALID_ARGS: " + ReportTool + " needs a non-empty string output")
+			}
+			id, err := send(ctx, []model.Block{model.TextBlock(args.Output)})
+			if err != nil {
+				return nil, errors.New(subagent.ErrorMessage(err))
+			}
+			return []model.Block{model.TextBlock("report accepted by the agent that started you as message " + id)}, nil
+		},
+	}
 }
