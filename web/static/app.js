@@ -91,7 +91,7 @@ function modelName(p) {
   const m = p.model;
   if (!m) return '';
   const name = m.model && m.route && m.model !== m.route ? `${m.route} · ${m.model}` : m.route || m.model || '';
-  return name && m.offline ? `${name} (offline echo)` : name;
+  return name && m.offline ? `${name} (offline: children echo their prompt)` : name;
 }
 
 const CAPS = [
