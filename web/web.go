@@ -4,8 +4,9 @@
 //
 // The page talks only to the service's own HTTP API (DESIGN §3): it lists
 // providers, shows a live tree of sessions fed by GET /v1/events, renders the
-// selected session's log from GET /v1/sessions/{id}/stream, and starts,
-// steers, follows up, interrupts, cancels and disposes children. It resumes
+// selected session's log from GET /v1/sessions/{id}/stream, messages root
+// sessions' own agents, and starts, steers, follows up, interrupts, cancels
+// and disposes children. It resumes
 // both SSE streams after a disconnect with ?after=<last id> and drops events
 // it has already shown, so a reconnect never duplicates or loses a row.
 package web

@@ -99,8 +99,8 @@ const CAPS = [
   ['depthLimit', 'depth limit', (p) => p.capabilities?.depthLimit],
   ['toolFilter', 'tool filter', (p) => p.capabilities?.toolFilter],
   ['persona', 'persona', (p) => p.capabilities?.persona],
-  ['steer', 'steer', (p) => p.steer ?? p.capabilities?.steer],
-  ['resume', 'resume', (p) => p.resume ?? p.capabilities?.resume],
+  ['steer', 'steer', (p) => p.steer],
+  ['resume', 'resume', (p) => p.resume],
 ];
 
 function renderProviders() {
@@ -111,7 +111,7 @@ function renderProviders() {
     return h('li', { class: 'provider', 'data-testid': `provider-${p.name}`, 'data-name': p.name },
       h('div', { class: 'provider-head' },
         h('strong', {}, p.name),
-        h('span', { class: 'chip' }, p.local === false ? 'external process' : 'in-process'),
+        h('span', { class: 'chip' }, p.local ? 'in-process' : 'external process'),
         p.inheritsParentContext ? h('span', { class: 'chip' }, 'sees parent context') : null),
       p.description ? h('p', { class: 'desc' }, p.description) : null,
       m ? h('p', { class: 'model', 'data-testid': 'provider-model' }, 'Children use model: ', h('strong', {}, m)) : null,
@@ -568,7 +568,7 @@ async function submitStart(e) {
     parentChoice = parentId;
     if (kind === 'run') {
       const res = await api('POST', '/v1/runs', body);
-      model.mergeRun({ ...res, state: res.state || 'running' });
+      model.mergeRun(res);
       $('start-prompt').value = '';
       $('start-status').textContent = `Run ${shortId(res.runId)} started — child ${shortId(res.childSessionId)}.`;
       select(res.childSessionId, { keepParent: true });

@@ -51,16 +51,9 @@ export class Model {
     if (s.label) n.label = s.label;
     const ms = toMillis(s.createdAt);
     if (ms !== null) n.createdAt = ms;
-    const ident = s.subagent || s.descriptor || {};
-    const mode = s.mode || ident.mode;
-    if (mode) n.mode = mode;
-    if (!n.label && ident.label) n.label = ident.label;
-    const provider = s.provider || ident.provider;
-    if (provider) n.provider = provider;
-    const status = s.status || s.activity;
-    if (typeof status === 'string') n.status = status;
-    else if (status && typeof status.state === 'string') n.status = status.state;
-    if (typeof s.delegationDepth === 'number') n.depth = s.delegationDepth;
+    if (s.mode) n.mode = s.mode;
+    if (s.provider) n.provider = s.provider;
+    if (s.activity) n.status = s.activity;
     this.changed();
   }
 
@@ -70,16 +63,16 @@ export class Model {
     const result = r.result || {};
     this.upsertRun({
       runId: r.runId,
-      childId: r.childSessionId || r.childId || r.id,
+      childId: r.childSessionId,
       provider: r.provider,
       local: r.local,
       parentId: r.parentSessionId,
       taskId: r.taskId,
       state: r.state,
-      stopReason: result.stopReason || r.stopReason,
+      stopReason: result.stopReason,
       startedAt: toMillis(r.startedAt),
       endedAt: toMillis(r.endedAt),
-      mode: r.mode || (r.kind === 'activation' || r.kind === 'continuable' ? 'continuable' : r.kind === 'run' || r.kind === 'one-shot' ? 'one-shot' : ''),
+      mode: r.kind === 'activation' ? 'continuable' : r.kind === 'one-shot' ? 'one-shot' : '',
     });
   }
 

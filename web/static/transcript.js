@@ -200,8 +200,8 @@ export class Transcript {
   }
 
   toolResult(seq, d) {
-    const content = d.content ?? d.message?.content ?? d.message;
-    const isError = !!(d.isError || d.error);
+    const content = d.content;
+    const isError = !!d.isError;
     const t = (d.callId && this.tools.get(d.callId)) || this.toolCall(seq, { name: d.name, arguments: '' });
     t.state.textContent = isError ? '✕ error' : '✓ done';
     t.el.dataset.result = isError ? 'error' : 'ok';
