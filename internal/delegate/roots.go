@@ -85,16 +85,40 @@ type root struct {
 
 // followup gives s's live agent msg as its next turn (an empty id gets a
 // fresh one) and returns the id. mayTurn is set when msg was queued behind
-// a running turn, when parked messages of a freshly loaded agent now run
-// first, and when notices are steered: they may belong to a turn that
-// already ended, and must not be joined by later notices in the turn this
-// followup opens. s.mu is held.
+// a running turn, when messages the log of a freshly loaded agent left
+// parked run before it, and when notices are steered: they may belong to a
+// turn that already ended, and must not be joined by later notices in the
+// turn this followup opens. s.mu is held.
 func (s *root) followup(ctx context.Context, msg agent.UserMessage) (string, error) {
-	if s.loaded || s.agent.Running() || slices.ContainsFunc(s.notices, func(d *delivery) bool { return d.steered != nil }) {
+	a := s.agent
+	running := a.Running()
+	id, err := a.FollowupMessage(ctx, msg)
+	if err != nil {
+		return "", err
+	}
+	if running || (s.loaded && !runsLatest(a, id)) || slices.ContainsFunc(s.notices, func(d *delivery) bool { return d.steered != nil }) {
 		s.mayTurn = true
 	}
 	s.loaded = false
-	return s.agent.FollowupMessage(ctx, msg)
+	return id, nil
+}
+
+// runsLatest reports whether the latest turn a opened runs message id.
+func runsLatest(a *agent.Agent, id string) bool {
+	evs := a.Events()
+	for i, e := range slices.Backward(evs) {
+		if e.Type != agent.EventTurnStart {
+			continue
+		}
+		for _, e := range evs[i+1:] {
+			if e.Type == agent.EventUserMessage {
+				var m agent.UserMessage
+				return json.Unmarshal(e.Data, &m) == nil && m.ID == id
+			}
+		}
+		return false
+	}
+	return false
 }
 
 // delivery is one message Notify accepted for a root: a settlement notice or

@@ -285,3 +285,62 @@ func TestRoots_R78_NoticeSteerRejectedBecomesTurn(t *testing.T) {
 		t.Errorf("user messages = %+v, want the notice as turn 2", msgs)
 	}
 }
+
+// TestRoots_R110_RejectedNoticesKeepTheirOrder: notices steered into a turn
+// that then fails are delivered again in the order they were accepted; and
+// while a queued prompt could start another turn, a later notice waits for
+// the earlier one's admission instead of joining a turn the earlier one may
+// already have been rejected from.
+func TestRoots_R110_RejectedNoticesKeepTheirOrder(t *testing.T) {
+	t.Parallel()
+	for _, queued := range []bool{false, true} {
+		fail := make(chan struct{})
+		m := scripted.Func(func(req model.Request) scripted.Step {
+			if lastText(req) == "work" {
+				return scripted.Step{Gate: fail, Err: errors.New("model down")}
+			}
+			return scripted.Step{Text: "noted"}
+		})
+		w := newWorld(t, m)
+		ctx := inprocesstest.Ctx(t)
+		root := w.Parent.Session.ID
+		prompts := []string{"work"}
+		if queued {
+			prompts = append(prompts, "queued")
+		}
+		for _, p := range prompts {
+			if _, err := w.roots.Prompt(ctx, root, inprocesstest.Text(p)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.WaitEvent(t, root, inprocesstest.Type(agent.EventStepStart))
+		first, second := notice("kid-a"), notice("kid-b")
+		for _, n := range []agent.UserMessage{first, second} {
+			if err := w.roots.Notify(ctx, root, n, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		steered := 0
+		for _, e := range inprocesstest.OfType(w.Log(t, root), agent.EventInboxSpliced) {
+			if d := inprocesstest.Decode[agent.InboxSplicedData](t, e); d.Target == agent.TargetNextStep {
+				steered += len(d.Inserted)
+			}
+		}
+		if want := map[bool]int{false: 2, true: 1}[queued]; steered != want {
+			t.Errorf("queued prompt %t: %d notices steered before the turn ended, want %d", queued, steered, want)
+		}
+		close(fail)
+		w.WaitEvent(t, root, func(e store.Event) bool {
+			return e.Type == agent.EventUserMessage && inprocesstest.Decode[agent.UserMessage](t, e).ID == second.ID
+		})
+		var ids []string
+		for _, msg := range userMessages(t, w.Log(t, root)) {
+			if msg.ID == first.ID || msg.ID == second.ID {
+				ids = append(ids, msg.ID)
+			}
+		}
+		if len(ids) != 2 || ids[0] != first.ID {
+			t.Errorf("queued prompt %t: notices logged as %q, want %s then %s", queued, ids, first.ID, second.ID)
+		}
+	}
+}
