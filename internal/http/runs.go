@@ -19,8 +19,10 @@ import (
 // not under the request: it keeps running when the client goes away. With
 // ?wait=true or Prefer: wait=N the answer waits (at most MaxWait) for the
 // run to settle and carries the run as it stands then — still 201, since the
-// run was created either way. onDisconnect "cancel" cancels the run when the
-// client disconnects while waiting (or before Start returned).
+// run was created either way. With onDisconnect "cancel" a client that
+// disconnects before the child is published aborts the start, and nothing
+// is published (R21, R22); one that disconnects later cancels the run,
+// which settles aborted (R23).
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request) error {
 	p := newParams(r)
 	waitAll := p.bool("wait")
@@ -39,12 +41,15 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ctx := store.WithTenant(s.runCtx, store.Tenant(r.Context()))
+	cancelOnDisconnect := req.OnDisconnect == onDisconnectCancel
+	ctx, release := s.startContext(r, cancelOnDisconnect)
 	h, err := s.svc.Start(ctx, req.Provider, req.seam(parent))
+	release()
 	if err != nil {
 		return err
 	}
-	cancelOnDisconnect := req.OnDisconnect == onDisconnectCancel
+	// A disconnect after the provider returned the child is after
+	// publication (R24): the run is cancelled, not withdrawn.
 	if cancelOnDisconnect && r.Context().Err() != nil {
 		h.Cancel()
 		return r.Context().Err()
@@ -62,6 +67,24 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.writeJSON(w, r, http.StatusCreated, runOut(run))
 	return nil
+}
+
+// startContext returns the context a provider starts the child under: the
+// server's, with the request's tenant, so that the run outlives the
+// request. With cancelOnDisconnect the request's end also cancels it — the
+// provider then rolls the child back (R22). Call release once Start
+// returned: the provider holds on to nothing of this context afterwards.
+func (s *Server) startContext(r *http.Request, cancelOnDisconnect bool) (ctx context.Context, release func()) {
+	ctx = store.WithTenant(s.runCtx, store.Tenant(r.Context()))
+	if !cancelOnDisconnect {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(r.Context(), func() { cancel(context.Cause(r.Context())) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+	}
 }
 
 // preferWait reads "wait=N" (seconds) from a Prefer header (RFC 7240) and
