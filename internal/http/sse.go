@@ -50,25 +50,31 @@ func (sw *sseWriter) write(p []byte) error {
 
 // event writes one frame. data must be one line of JSON.
 func (sw *sseWriter) event(id, typ string, data []byte) error {
-	var b strings.Builder
-	b.Grow(len(data) + len(typ) + 32)
-	b.WriteString("id: ")
-	b.WriteString(id)
-	b.WriteString("\nevent: ")
-	b.WriteString(oneLine(typ))
-	b.WriteString("\ndata: ")
-	b.Write(data)
-	b.WriteString("\n\n")
-	return sw.write([]byte(b.String()))
+	return sw.write(appendFrame(nil, id, typ, data))
 }
 
+// items writes a batch of frames with one write and one flush: per-frame
+// flushes dominated the CPU profile of a 5,000-subscriber fan-out.
 func (sw *sseWriter) items(items []item) error {
-	for _, it := range items {
-		if err := sw.event(strconv.FormatInt(it.id, 10), it.typ, it.data); err != nil {
-			return err
-		}
+	if len(items) == 0 {
+		return nil
 	}
-	return nil
+	var b []byte
+	for _, it := range items {
+		b = appendFrame(b, strconv.FormatInt(it.id, 10), it.typ, it.data)
+	}
+	return sw.write(b)
+}
+
+// appendFrame appends the SSE frame of one event to b.
+func appendFrame(b []byte, id, typ string, data []byte) []byte {
+	b = append(b, "id: "...)
+	b = append(b, id...)
+	b = append(b, "\nevent: "...)
+	b = append(b, oneLine(typ)...)
+	b = append(b, "\ndata: "...)
+	b = append(b, data...)
+	return append(b, "\n\n"...)
 }
 
 // end clears the write deadline: the connection may serve further requests.
@@ -76,9 +82,15 @@ func (sw *sseWriter) end() {
 	_ = sw.rc.SetWriteDeadline(time.Time{})
 }
 
-// oneLine drops line breaks, which would end an SSE field early.
+// lineBreaks removes the characters that would end an SSE field early.
+var lineBreaks = strings.NewReplacer("\r", "", "\n", "")
+
+// oneLine drops line breaks from s.
 func oneLine(s string) string {
-	return strings.NewReplacer("\r", "", "\n", "").Replace(s)
+	if !strings.ContainsAny(s, "\r\n") {
+		return s
+	}
+	return lineBreaks.Replace(s)
 }
 
 // compactJSON returns raw as one line of JSON ("null" when empty).
