@@ -71,6 +71,15 @@ func newMigrator(databaseURL string, log *slog.Logger) (*migrate.Migrate, error)
 		return nil, errors.New("database URL must be a postgres:// URL")
 	}
 	u.Scheme = "pgx5"
+	// pool_* parameters (pool_max_conns, …) configure pgxpool, which the
+	// migrator's single connection does not understand.
+	q := u.Query()
+	for k := range q {
+		if strings.HasPrefix(k, "pool_") {
+			q.Del(k)
+		}
+	}
+	u.RawQuery = q.Encode()
 	src, err := migrationSource()
 	if err != nil {
 		return nil, err

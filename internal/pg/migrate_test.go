@@ -91,3 +91,17 @@ func TestPing_FailsWhenUnreachableOrSchemaOld(t *testing.T) {
 		t.Fatal("New on an unreachable database succeeded")
 	}
 }
+
+// A DATABASE_URL that sizes the pool (pool_max_conns) is one URL for both
+// the migrator and pgxpool.
+func TestMigrate_URLWithPoolParameters(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	if err := pg.Migrate(t.Context(), url+sep+"pool_max_conns=4", discard()); err != nil {
+		t.Fatalf("Migrate with pool_max_conns: %v", err)
+	}
+}
