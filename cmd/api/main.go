@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"syscall"
@@ -70,6 +71,7 @@ var settings = []setting{
 	{"OPENAI_BASE_URL", "openai-base-url", "", "base URL of an OpenAI-compatible server"},
 	{"OPENAI_API_KEY", "openai-api-key", "", "API key of that server (prefer the environment: flags are visible to other users)"},
 	{"SUBAGENTD_MODEL", "model", "", "model name of the OpenAI-compatible route"},
+	{"SUBAGENTD_CPUPROFILE", "cpuprofile", "", "write a CPU profile of the whole run to this file (for bench/)"},
 	{"SUBAGENTD_REPLICA_ID", "replica-id", "", "stable, unique name of this replica; lets a restart close the runs its previous process left open at once (else they close when their lease lapses)"},
 }
 
@@ -115,6 +117,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stdout, nil))
+	if path := cfg.get("SUBAGENTD_CPUPROFILE"); path != "" {
+		stop, err := startProfile(path)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	a, err := wire(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -307,6 +316,19 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (store.Store, 
 	}
 	log.InfoContext(ctx, "using Postgres", slog.String("database", pool.Config().ConnConfig.Database))
 	return st, func() { st.Close(); pool.Close() }, nil
+}
+
+// startProfile starts a CPU profile written to path; stop ends it.
+func startProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // owner names this replica in run leases (DESIGN §5): the configured
