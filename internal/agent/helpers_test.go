@@ -25,6 +25,9 @@ type fakeStore struct {
 	logs       map[string][]store.Event
 	failAppend bool
 	changed    chan struct{} // closed and replaced by every append
+	// beforeAppend, set before the agent starts, sees every append first
+	// (and may hold it).
+	beforeAppend func(evs []store.NewEvent)
 }
 
 func newFakeStore() *fakeStore {
@@ -54,6 +57,9 @@ func (s *fakeStore) GetSession(_ context.Context, id string) (store.Session, err
 var errStoreDown = errors.New("store down")
 
 func (s *fakeStore) AppendEvents(_ context.Context, id string, evs ...store.NewEvent) ([]store.Event, error) {
+	if s.beforeAppend != nil {
+		s.beforeAppend(evs)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failAppend {

@@ -204,9 +204,15 @@ type streamed struct {
 	logErr          error // a chunk could not be logged
 }
 
-// stream runs the model and logs every chunk as assistant/chunk.
-func (a *Agent) stream(t *turnRun, n int, req model.Request) streamed {
-	var res streamed
+// stream runs the model and logs every chunk as assistant/chunk; the
+// chunks are all in the log when it returns.
+func (a *Agent) stream(t *turnRun, n int, req model.Request) (res streamed) {
+	chunks := a.newChunkWriter()
+	defer func() {
+		if err := chunks.close(); err != nil {
+			res.logErr = err
+		}
+	}()
 	for c, err := range a.cfg.Model.Stream(t.ctx, req) {
 		if err != nil {
 			res.err = err
@@ -249,10 +255,7 @@ func (a *Agent) stream(t *turnRun, n int, req model.Request) streamed {
 		default:
 			logged.Text = c.Text
 		}
-		if err := a.append(event(EventAssistantChunk, ChunkData{Turn: t.n, Step: n, Chunk: logged})); err != nil {
-			res.logErr = err
-			break
-		}
+		chunks.write(event(EventAssistantChunk, ChunkData{Turn: t.n, Step: n, Chunk: logged}))
 	}
 	return res
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"sync"
 	"testing"
@@ -239,4 +240,75 @@ func TestTools_ConcurrentSiblingsRunInParallelResultsInOrder(t *testing.T) {
 	if got := turnEnds(t, st.log("s")); !slices.Equal(got, []string{ReasonCompleted}) {
 		t.Fatalf("turn ends %v", got)
 	}
+}
+
+// streamThenSignal is a model that streams n text deltas, closes streamed
+// once it handed them all over, then finishes.
+type streamThenSignal struct {
+	n        int
+	streamed chan struct{}
+}
+
+func (m streamThenSignal) Stream(ctx context.Context, _ model.Request) iter.Seq2[model.Chunk, error] {
+	return func(yield func(model.Chunk, error) bool) {
+		for i := range m.n {
+			if !yield(model.Chunk{Kind: model.ChunkText, Text: fmt.Sprint(i, " ")}, nil) {
+				return
+			}
+		}
+		close(m.streamed)
+		yield(model.Chunk{Kind: model.ChunkFinish, FinishReason: model.FinishStop}, nil)
+	}
+}
+
+// While one append of stream deltas is in flight, the deltas that arrive
+// queue up and go to the store together: a slow store costs one commit per
+// batch, not one per delta. Nothing is lost or reordered.
+func TestStream_DeltasAreGroupCommittedWhileTheStoreIsBusy(t *testing.T) {
+	t.Parallel()
+	st := newFakeStore()
+	m := streamThenSignal{n: 50, streamed: make(chan struct{})}
+	var mu sync.Mutex
+	var chunkAppends []int // size of each append that carries deltas
+	first := true
+	st.beforeAppend = func(evs []store.NewEvent) {
+		if evs[0].Type != EventAssistantChunk {
+			return
+		}
+		mu.Lock()
+		chunkAppends = append(chunkAppends, len(evs))
+		hold := first
+		first = false
+		mu.Unlock()
+		if hold {
+			<-m.streamed // the store is busy until the model streamed all
+		}
+	}
+	a := newAgent(t, st, Config{Model: m})
+	followup(t, a, "go")
+	waitIdle(t, a)
+	var texts, want []string
+	for i := range m.n {
+		want = append(want, fmt.Sprint(i, " "))
+	}
+	for _, c := range ofType[ChunkData](t, st.log("s"), EventAssistantChunk) {
+		if c.Chunk.Type == string(model.ChunkText) {
+			texts = append(texts, c.Chunk.Text)
+		}
+	}
+	if !slices.Equal(texts, want) {
+		t.Fatalf("logged deltas %q, want %q", texts, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// At most: the first delta, the ones that queued behind it, and the
+	// finish chunk if it came after that drain.
+	total := 0
+	for _, n := range chunkAppends {
+		total += n
+	}
+	if total != m.n+1 || len(chunkAppends) > 3 {
+		t.Fatalf("appends of sizes %v for %d deltas: want them grouped", chunkAppends, m.n+1)
+	}
+	checkSeqs(t, st.log("s"))
 }
