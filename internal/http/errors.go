@@ -47,6 +47,8 @@ var problems = map[string]problemType{
 	subagent.EDuplicateChild:        {http.StatusConflict, "Child already exists"},
 	subagent.ENotResumable:          {http.StatusConflict, "Child not resumable"},
 	subagent.ESteerRejected:         {http.StatusConflict, "Steer rejected"},
+	subagent.EActivationClosing:     {http.StatusConflict, "Activation closing"},
+	subagent.EParentUnavailable:     {http.StatusConflict, "Parent unavailable"},
 	subagent.EUnauthorized:          {http.StatusForbidden, "Unauthorized"},
 	subagent.EUnauthenticated:       {http.StatusUnauthorized, "Unauthenticated"},
 	subagent.ERateLimited:           {http.StatusTooManyRequests, "Rate limited"},

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -156,8 +157,11 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// steerRun steers content into a live run and answers once a model step
-// admitted it. A run that is not live here is STEER_REJECTED.
+// steerRun steers content into a live run — a one-shot run or a
+// continuable child's activation (seam-spec R96) — and answers once a
+// model step admitted it. Steering is strict: content that was not admitted
+// is STEER_REJECTED, never queued for a later turn or resumed, and a run
+// that is not live here is STEER_REJECTED too (or RUN_NOT_FOUND).
 func (s *Server) steerRun(w http.ResponseWriter, r *http.Request) error {
 	p := newParams(r)
 	id := p.id("runId")
@@ -168,20 +172,32 @@ func (s *Server) steerRun(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	h, ok := s.svc.Run(id)
-	if !ok {
-		run, err := s.run(r.Context(), id)
-		if err != nil {
-			return err
-		}
-		return subagent.Errorf(subagent.ESteerRejected, "run %s is %s, not running here", id, run.State)
-	}
-	msgID, err := h.Steer(r.Context(), req.Content)
+	msgID, err := s.steer(r.Context(), id, req.Content)
 	if err != nil {
 		return err
 	}
 	s.writeJSON(w, r, http.StatusOK, steerResponse{MessageID: msgID})
 	return nil
+}
+
+// steer steers content into run id: through its handle when it is a live
+// one-shot run, through the continuation manager when it is a live
+// activation, else STEER_REJECTED naming the run's state.
+func (s *Server) steer(ctx context.Context, id string, content []model.Block) (string, error) {
+	if h, ok := s.svc.Run(id); ok {
+		return h.Steer(ctx, content)
+	}
+	if s.conts != nil {
+		msgID, err := s.conts.SteerActivation(ctx, id, content)
+		if subagent.ErrorCode(err) != subagent.ERunNotFound {
+			return msgID, err
+		}
+	}
+	run, err := s.run(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return "", subagent.Errorf(subagent.ESteerRejected, "run %s is %s, not running here", id, run.State)
 }
 
 // cancelRun cancels a live run and answers 202 with the run as it stands.

@@ -67,6 +67,11 @@ type Continuations interface {
 	Descendants(ctx context.Context, rootID string) ([]subagent.ListEntry, error)
 	// Task returns the activation run of a task.
 	Task(ctx context.Context, taskID string) (store.Run, error)
+	// SteerActivation steers content into the running turn of the live
+	// activation runID and returns the message id once a model step
+	// admitted it: RUN_NOT_FOUND when runID is no live activation here,
+	// STEER_REJECTED when it was not admitted (never queued or resumed).
+	SteerActivation(ctx context.Context, runID string, content []model.Block) (string, error)
 }
 
 var _ Continuations = (*subagent.Manager)(nil)
