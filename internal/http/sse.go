@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -133,6 +134,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string, body
 	sw.end()
 	req := slog.Group("request", slog.String("method", r.Method), slog.String("uri", r.URL.RequestURI()))
 	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// Checked first: net/http cancels the request's context when a
+		// write fails, which would make this look like the client leaving.
+		s.log.InfoContext(r.Context(), "stream subscriber too slow; disconnected", req)
 	case err == nil, r.Context().Err() != nil:
 		s.log.DebugContext(r.Context(), "stream ended", req)
 	case errors.Is(err, errBehind):

@@ -4,8 +4,10 @@ package http
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -139,16 +141,53 @@ func (b *testBundle) awaitLifecycleCount(t *testing.T, after int64, n int) {
 	}
 }
 
+// recorder is a slog handler that passes records on and sends a copy of
+// each to a channel (dropping them when it is full), so that a test can
+// wait for one. Loggers derived with With or WithGroup do not record.
+type recorder struct {
+	slog.Handler
+	records chan slog.Record
+}
+
+func (h recorder) Handle(ctx context.Context, r slog.Record) error {
+	select {
+	case h.records <- r.Clone():
+	default:
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// awaitRecord waits for a record with msg at level.
+func awaitRecord(t *testing.T, records <-chan slog.Record, level slog.Level, msg string) {
+	t.Helper()
+	deadline := time.After(streamTimeout)
+	for {
+		select {
+		case r := <-records:
+			if r.Message == msg && r.Level == level {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no %s log %q within %s", level, msg, streamTimeout)
+		}
+	}
+}
+
 // TestEvents_StalledSubscriberIsCutOff: a subscriber that stops reading
 // slows neither the producers nor the other subscribers. While the server
 // is blocked writing to it, every POST /v1/runs answers at once and the
 // other subscribers receive every event in order; the server then closes
-// the stalled connection (its write deadline passed), and the subscriber
+// the stalled connection (its write deadline passed) and logs that it cut
+// off a slow subscriber, and the subscriber
 // resumes with Last-Event-ID and receives everything it missed exactly
 // once, partly from the store (the ring is smaller than what it missed).
 func TestEvents_StalledSubscriberIsCutOff(t *testing.T) {
 	const writeTimeout = 3 * time.Second
-	b := setup(t, func(c *Config) { c.WriteTimeout, c.RingSize = writeTimeout, 16 })
+	records := make(chan slog.Record, 256)
+	b := setup(t, func(c *Config) {
+		c.WriteTimeout, c.RingSize = writeTimeout, 16
+		c.Logger = slog.New(recorder{c.Logger.Handler(), records})
+	})
 	// A remote provider: its runs carry their output in subagent/end only,
 	// with no child log to write.
 	p := b.register(t, &fakeProvider{name: "remote"})
@@ -186,6 +225,7 @@ func TestEvents_StalledSubscriberIsCutOff(t *testing.T) {
 	}
 
 	eventually(t, "the server to close the stalled stream", func() bool { return b.sseClients(t, "events") == 2 })
+	awaitRecord(t, records, slog.LevelInfo, "stream subscriber too slow; disconnected")
 	got := stalled.drain(t, "/v1/events")
 	t.Logf("the stalled client received %d of %d events before the server closed it", len(got), len(log))
 	if len(got) >= len(log)-16 {
