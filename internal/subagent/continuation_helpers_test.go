@@ -69,16 +69,16 @@ type notice struct {
 }
 
 // noticeSink is a NoticeSink that records notices; fail makes it fail,
-// and onNotify, when set, is called first.
+// and onNotify, when set, is called first with the message.
 type noticeSink struct {
 	*feed[notice]
 	fail     error
-	onNotify func()
+	onNotify func(agent.UserMessage)
 }
 
 func (s *noticeSink) Notify(_ context.Context, parentID string, msg agent.UserMessage, quiet bool) error {
 	if s.onNotify != nil {
-		s.onNotify()
+		s.onNotify(msg)
 	}
 	s.add(notice{parentID: parentID, content: msg.Content, src: msg.Source, id: msg.ID, quiet: quiet})
 	return s.fail

@@ -78,7 +78,7 @@ func TestNotice_R67_R74_R77_RootParentGetsTheOutcomeThroughTheSink(t *testing.T)
 	t.Parallel()
 	e := newContEnv(t, scripted.New(scripted.Step{Text: "the result"}))
 	endsAtNotice := -1
-	e.notices.onNotify = func() { endsAtNotice = countEnds(e.life.all()) }
+	e.notices.onNotify = func(agent.UserMessage) { endsAtNotice = countEnds(e.life.all()) }
 	res := e.start(t, e.req(t, "go"))
 	ns := e.notices.waitFor(t, "the notice", func(ns []notice) bool { return len(ns) == 1 })
 	if endsAtNotice != 0 {
