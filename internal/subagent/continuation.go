@@ -804,12 +804,13 @@ func (m *Manager) recoverChild(ctx context.Context, childID string) error {
 	return m.resume(ctx, c)
 }
 
-// Shutdown stops admission (EDraining for every later start and followup),
-// cancels the turn of every live activation keeping its inbox, and waits
-// until each has settled (subagent/end emitted). Messages not yet admitted
-// stay in the durable inbox for Recover after the restart, and followup
-// calls still waiting for them return EAborted; durable sessions are
-// untouched. Returns ctx's error when it ends first.
+// Shutdown stops admission (EDraining for every later start, followup and
+// report), cancels the turn of every live activation keeping its inbox, and
+// waits until each has settled (subagent/end emitted); their notices no
+// longer wake parents (R118). Messages not yet admitted stay in the durable
+// inbox for Recover after the restart, and followup calls still waiting for
+// them return EAborted; durable sessions are untouched. Returns ctx's error
+// when it ends first.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.draining = true
