@@ -231,8 +231,13 @@ func (t *topic) append(items []item) {
 	defer t.mu.Unlock()
 	t.ring = append(t.ring, items...)
 	if over := len(t.ring) - t.b.ringSize; over > 0 {
+		// Re-slicing drops the oldest items in O(1); the next append that
+		// outgrows the array copies only the live window, so memory stays
+		// within about twice the ring. Subscribers' batches alias items
+		// below len, which appends never overwrite. (Cloning here on every
+		// append cost 12% of the CPU in the fan-out benchmark.)
 		t.base = t.ring[over-1].id
-		t.ring = slices.Clone(t.ring[over:])
+		t.ring = t.ring[over:]
 	}
 	t.head = t.ring[len(t.ring)-1].id
 	t.broadcast()
