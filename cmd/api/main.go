@@ -261,7 +261,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 
 	api := httpapi.NewServer(httpapi.Config{
 		Service: svc, Store: st, Logger: log, Registry: reg, Version: version, Dashboard: web.FS,
-		Continuations: mgr, Roots: roots, Routes: routes,
+		Continuations: mgr, Roots: roots, Routes: routes, WorkspaceRoots: file.WorkspaceRoots,
 	})
 	return &app{svc: svc, mgr: mgr, roots: roots, api: api, stop: stop}, nil
 }

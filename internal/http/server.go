@@ -113,6 +113,10 @@ type Config struct {
 	// /v1/providers shows the default route of in-process providers. nil
 	// checks no route and shows no model.
 	Routes *model.Routes
+	// WorkspaceRoots, when set, bound the cwd of a root session: it must be
+	// an existing directory inside one of them (the cwd children inherit,
+	// and ACP agents run in). Empty accepts any absolute path.
+	WorkspaceRoots []string
 	// Store is where sessions, logs, runs and the lifecycle log are read.
 	Store  store.Store
 	Logger *slog.Logger
@@ -145,6 +149,7 @@ type Server struct {
 	conts       Continuations
 	roots       Roots
 	modelRoutes *model.Routes
+	workspaces  []string // Config.WorkspaceRoots
 	store       store.Store
 	log         *slog.Logger
 	version     string
@@ -184,6 +189,7 @@ func NewServer(cfg Config) *Server {
 		conts:       cfg.Continuations,
 		roots:       cfg.Roots,
 		modelRoutes: cfg.Routes,
+		workspaces:  cfg.WorkspaceRoots,
 		store:       cfg.Store,
 		log:         cfg.Logger,
 		version:     cfg.Version,

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -29,6 +30,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		opts = &subagent.AgentOptions{}
 	}
 	if err := s.checkRoute(opts.Provider); err != nil {
+		return err
+	}
+	if err := s.checkCwd(req.Cwd); err != nil {
 		return err
 	}
 	hdr := store.Session{
@@ -243,6 +247,19 @@ func (s *Server) checkRoute(name string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("resolve model route %q: %w", name, err)
+	}
+	return nil
+}
+
+// checkCwd refuses a root session cwd outside the workspace roots
+// (INVALID_REQUEST naming the field), so that no child, and no ACP agent,
+// ever runs outside them.
+func (s *Server) checkCwd(cwd string) error {
+	if cwd == "" || len(s.workspaces) == 0 {
+		return nil
+	}
+	if err := config.CheckWorkdir(cwd, s.workspaces); err != nil {
+		return &subagent.Error{Code: subagent.EInvalidRequest, Message: err.Error(), Fields: map[string]string{"cwd": err.Error()}}
 	}
 	return nil
 }

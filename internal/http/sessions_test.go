@@ -2,6 +2,8 @@ package http
 
 import (
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,6 +69,24 @@ func TestSessions_CreateAndGet(t *testing.T) {
 
 // TestSessions_CreateValidation: every field is bounded; unknown fields,
 // malformed JSON and oversized bodies are rejected with field errors.
+// A root session's cwd — which its children and ACP agents inherit — must
+// be an existing directory inside a workspace root (DESIGN §7).
+func TestSessions_CwdInsideWorkspaceRoots(t *testing.T) {
+	root := t.TempDir()
+	inside := filepath.Join(root, "project")
+	if err := os.Mkdir(inside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, func(c *Config) { c.WorkspaceRoots = []string{root} })
+	for _, cwd := range []string{t.TempDir(), filepath.Join(root, "missing")} {
+		p := b.wantProblem(t, 400, subagent.EInvalidRequest, call{method: http.MethodPost, path: "/v1/sessions", body: map[string]any{"cwd": cwd}})
+		if len(p.Errors) != 1 || p.Errors[0].Field != "cwd" {
+			t.Fatalf("cwd %s: errors %+v, want one for cwd", cwd, p.Errors)
+		}
+	}
+	b.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/sessions", body: map[string]any{"cwd": inside}})
+}
+
 func TestSessions_CreateValidation(t *testing.T) {
 	b := setup(t)
 	for _, tc := range []struct {
