@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/config"
+	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
