@@ -37,12 +37,7 @@ func (s *Server) createSubagent(w http.ResponseWriter, r *http.Request) error {
 // getSubagent answers a child's header, identity, activity and task,
 // without loading or resuming it.
 func (s *Server) getSubagent(w http.ResponseWriter, r *http.Request) error {
-	p := newParams(r)
-	childID := p.id("childId")
-	if err := p.err(); err != nil {
-		return err
-	}
-	conts, err := s.continuations()
+	conts, childID, err := s.childRoute(r)
 	if err != nil {
 		return err
 	}
@@ -62,12 +57,7 @@ func (s *Server) getSubagent(w http.ResponseWriter, r *http.Request) error {
 // cannot be resumed) is rejected before anything is stored. When the
 // client goes away first, the accepted message is still delivered.
 func (s *Server) followupSubagent(w http.ResponseWriter, r *http.Request) error {
-	p := newParams(r)
-	childID := p.id("childId")
-	if err := p.err(); err != nil {
-		return err
-	}
-	conts, err := s.continuations()
+	conts, childID, err := s.childRoute(r)
 	if err != nil {
 		return err
 	}
@@ -89,12 +79,7 @@ func (s *Server) followupSubagent(w http.ResponseWriter, r *http.Request) error 
 // run first when the next followup starts the child. A child that is not
 // running is an accepted no-op.
 func (s *Server) interruptSubagent(w http.ResponseWriter, r *http.Request) error {
-	p := newParams(r)
-	childID := p.id("childId")
-	if err := p.err(); err != nil {
-		return err
-	}
-	conts, err := s.continuations()
+	conts, childID, err := s.childRoute(r)
 	if err != nil {
 		return err
 	}
@@ -134,4 +119,16 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.writeJSON(w, r, http.StatusOK, runOut(run))
 	return nil
+}
+
+// childRoute reads the {childId} of a /v1/subagents/{childId}… request and
+// the continuation manager that serves it.
+func (s *Server) childRoute(r *http.Request) (Continuations, string, error) {
+	p := newParams(r)
+	childID := p.id("childId")
+	if err := p.err(); err != nil {
+		return nil, "", err
+	}
+	conts, err := s.continuations()
+	return conts, childID, err
 }
