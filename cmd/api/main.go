@@ -254,8 +254,11 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 			return nil, fmt.Errorf("register provider %s: %w", p.Name(), err)
 		}
 	}
+	// A child that cannot be resumed (say, its model route was removed from
+	// the config) must not stop the service from starting: Recover logs
+	// each failure and still recovers the other children.
 	if err := mgr.Recover(ctx); err != nil {
-		return nil, fmt.Errorf("deliver followups accepted before the restart: %w", err)
+		log.ErrorContext(ctx, "some followups accepted before the restart could not be delivered", slog.Any("error", err))
 	}
 	loops.Go(func() { closeIdleRoots(bg, roots, log) })
 

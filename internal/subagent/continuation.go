@@ -615,6 +615,12 @@ func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string,
 		return FollowupResult{}, followupAborted(ctx)
 	}
 	c := m.lock(childKey{store.Tenant(ctx), childID})
+	// Admission again under the child's lock: a Shutdown that began since
+	// must not find a new activation it never cancels (R113, R117).
+	if err := m.admitting(); err != nil {
+		m.unlock(c)
+		return FollowupResult{}, err
+	}
 	if err := m.resumable(ctx, c, parentSessionID); err != nil {
 		m.unlock(c)
 		return FollowupResult{}, err

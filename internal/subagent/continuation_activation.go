@@ -196,6 +196,9 @@ func (m *Manager) answer(c *child, id string, a answer) {
 // held and c has no live activation.
 func (m *Manager) resume(ctx context.Context, c *child) error {
 	c.wake = false
+	if m.isDraining() {
+		return nil // the rows stay pending for Recover after the restart
+	}
 	err := m.coldResume(ctx, c)
 	if err != nil {
 		for id, w := range c.waiters {
@@ -378,32 +381,22 @@ func (m *Manager) settle(act *activation) {
 }
 
 // end records act's subagent/end with reason and output and dispatches it
-// (R71). A run another replica already ended is not dispatched twice; a
-// store failure is logged and the end still dispatched.
+// (R71), exactly once (see Service.recordEnd).
 func (m *Manager) end(act *activation, reason string, output []model.Block) {
 	e := act.event(EventEnd)
 	e.StopReason = reason
 	if len(output) > 0 {
 		e.LastAssistantMessage = output
 	}
+	log := m.log.With(slog.String("run_id", act.runID))
 	out, err := json.Marshal(output)
-	var row store.LifecycleEvent
-	if err == nil {
-		row, err = lifecycleRow(e, time.Now())
+	if err != nil {
+		log.ErrorContext(act.base, "encode activation output", slog.Any("error", err))
 	}
-	if err == nil {
-		row, err = m.store.EndRun(act.base, act.runID, store.RunResult{StopReason: reason, Output: out, EndedAt: row.Time}, row)
+	e, dispatch := m.svc.recordEnd(act.base, log, e, store.RunResult{StopReason: reason, Output: out})
+	if dispatch {
+		m.svc.bus.dispatch(act.base, e)
 	}
-	switch {
-	case errors.Is(err, store.ErrConflict):
-		m.log.WarnContext(act.base, "activation was already ended elsewhere; not dispatching a second end", slog.String("run_id", act.runID))
-		return
-	case err != nil:
-		m.log.ErrorContext(act.base, "record activation end", slog.String("run_id", act.runID), slog.Any("error", err))
-	default:
-		e.Seq = row.ID
-	}
-	m.svc.bus.dispatch(act.base, e)
 }
 
 // notify sends act's settlement notice to its durable parent (R74–R79) on

@@ -2,9 +2,11 @@ package subagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,10 +46,10 @@ func waitEnd(t *testing.T, rec *recorder) Event {
 	}
 }
 
-// endsOf counts the durable subagent/end rows of runID in tenant acme.
-func endsOf(t *testing.T, st store.Store, runID string) []store.LifecycleEvent {
+// endsOf returns the durable subagent/end rows of runID in tenant.
+func endsOf(t *testing.T, st store.Store, runID, tenant string) []store.LifecycleEvent {
 	t.Helper()
-	evs, err := st.Lifecycle(store.WithTenant(t.Context(), "acme"), store.LifecycleFilter{Types: []string{EventEnd}, After: 0})
+	evs, err := st.Lifecycle(store.WithTenant(t.Context(), tenant), store.LifecycleFilter{Types: []string{EventEnd}, After: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func TestRecoverOwned_ClosesRunsOfThePreviousIncarnationOnce(t *testing.T) {
 	}
 	h.Cancel()
 	<-h.Done()
-	if n := len(endsOf(t, st, h.ID())); n != 1 {
+	if n := len(endsOf(t, st, h.ID(), "acme")); n != 1 {
 		t.Fatalf("%d subagent/end rows for %s, want exactly 1", n, h.ID())
 	}
 }
@@ -172,5 +174,52 @@ func TestRetainSettled_ForgottenRunsAreDisposed(t *testing.T) {
 	}
 	if cancels, disposes := h.run.(*fakeRun).counts(); disposes != 1 || cancels < 1 {
 		t.Fatalf("provider run cancelled %d and disposed %d times, want disposed once", cancels, disposes)
+	}
+}
+
+// flakyEnds fails the first n EndRun calls, as a database that blips would.
+type flakyEnds struct {
+	store.Store
+	mu   sync.Mutex
+	left int
+}
+
+func (s *flakyEnds) EndRun(ctx context.Context, id string, res store.RunResult, e store.LifecycleEvent) (store.LifecycleEvent, error) {
+	s.mu.Lock()
+	fail := s.left > 0
+	s.left--
+	s.mu.Unlock()
+	if fail {
+		return store.LifecycleEvent{}, errors.New("connection reset")
+	}
+	return s.Store.EndRun(ctx, id, res, e)
+}
+
+// A transient store failure does not lose the end: it is retried until
+// recorded, then dispatched once with its stored id (exactly one end, also
+// across restarts — a row left running would be reaped as lost later).
+func TestRecordEnd_RetriesATransientStoreFailure(t *testing.T) {
+	t.Parallel()
+	st := &flakyEnds{Store: memstore.New(), left: 2}
+	svc := NewService(Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Owner: "r"})
+	if err := svc.Register(t.Context(), &fakeProvider{name: "spawn", caps: allCaps}); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	svc.Subscribe("", rec.listen)
+	h, err := svc.Start(t.Context(), "spawn", Request{Parent: Parent{Session: store.Session{ID: "parent"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.run.(*fakeRun).settle(Result{StopReason: StopCompleted}, nil)
+	end := waitEnd(t, rec)
+	if end.Seq == 0 {
+		t.Fatalf("end dispatched without a stored id: %+v", end)
+	}
+	if r, err := st.GetRun(t.Context(), h.ID()); err != nil || r.State != store.StateSettled {
+		t.Fatalf("run row %+v, %v; want settled", r, err)
+	}
+	if n := len(endsOf(t, st, h.ID(), store.DefaultTenant)); n != 1 {
+		t.Fatalf("%d end rows, want 1", n)
 	}
 }

@@ -1,8 +1,11 @@
 package subagent
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/subagentd/subagentd/internal/model"
@@ -73,4 +76,47 @@ func lifecycleRow(e Event, at time.Time) (store.LifecycleEvent, error) {
 		return store.LifecycleEvent{}, err
 	}
 	return store.LifecycleEvent{Type: e.Type, ParentID: e.ParentID, RunID: e.RunID, Time: at, Payload: payload}, nil
+}
+
+// endRetryFor bounds how long recordEnd keeps retrying a failing store.
+const endRetryFor = 10 * time.Minute
+
+// recordEnd settles run e.RunID with res and appends e to the lifecycle log
+// in one store transaction. A store failure is retried with backoff (up to
+// endRetryFor): an end must be recorded exactly once, and a run row left
+// running would have its lease renewed for the life of the process and be
+// reaped as lost — a second, contradicting end — after a restart. It
+// returns e with its stored id and whether to dispatch it: not when the
+// store says the run already ended (another replica closed it after this
+// one lost its lease: that end was the only one). After a failure that
+// outlasted the retries the end is still dispatched, so local listeners see
+// every run end.
+func (s *Service) recordEnd(ctx context.Context, log *slog.Logger, e Event, res store.RunResult) (Event, bool) {
+	row, err := lifecycleRow(e, time.Now())
+	if err != nil {
+		log.ErrorContext(ctx, "encode run end", slog.Any("error", err))
+		return e, true
+	}
+	res.EndedAt = row.Time
+	wait, deadline := 100*time.Millisecond, time.Now().Add(endRetryFor)
+	for {
+		stored, err := s.store.EndRun(ctx, e.RunID, res, row)
+		switch {
+		case err == nil:
+			e.Seq = stored.ID
+			return e, true
+		case errors.Is(err, store.ErrConflict):
+			log.WarnContext(ctx, "run was already ended elsewhere; not dispatching a second end")
+			return e, false
+		case errors.Is(err, store.ErrNotFound) || ctx.Err() != nil || time.Now().After(deadline):
+			log.ErrorContext(ctx, "record run end", slog.Any("error", err))
+			return e, true
+		}
+		log.WarnContext(ctx, "record run end failed; retrying", slog.Duration("in", wait), slog.Any("error", err))
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }

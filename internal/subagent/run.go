@@ -163,8 +163,7 @@ func (h *RunHandle) watch() {
 	if len(res.Output) > 0 {
 		end.LastAssistantMessage = res.Output
 	}
-	seq, dispatch := h.recordEnd(end, res)
-	end.Seq = seq
+	end, dispatch := h.recordEnd(end, res)
 	if dispatch {
 		h.svc.bus.dispatch(h.ctx, end)
 	}
@@ -202,30 +201,14 @@ func (h *RunHandle) settle(res Result, err error) Result {
 	return res
 }
 
-// recordEnd settles the run row and appends end. dispatch is false when
-// the store says the run already ended (another replica closed it after
-// this one lost its lease): that end was the only one. A store failure is
-// logged and the end still dispatched, so local listeners see every run
-// end.
-func (h *RunHandle) recordEnd(end Event, res Result) (seq int64, dispatch bool) {
+// recordEnd settles the run row and appends end (see Service.recordEnd).
+func (h *RunHandle) recordEnd(end Event, res Result) (Event, bool) {
 	output, err := json.Marshal(res.Output)
-	var row store.LifecycleEvent
-	if err == nil {
-		row, err = lifecycleRow(end, time.Now())
+	if err != nil {
+		h.log.ErrorContext(h.ctx, "encode run output", slog.Any("error", err))
+		return end, true
 	}
-	if err == nil {
-		row, err = h.svc.store.EndRun(h.ctx, h.id, store.RunResult{
-			StopReason: res.StopReason, Output: output, Structured: res.Structured,
-			Diagnostic: res.Diagnostic, EndedAt: row.Time,
-		}, row)
-	}
-	switch {
-	case errors.Is(err, store.ErrConflict):
-		h.log.WarnContext(h.ctx, "run was already ended elsewhere; not dispatching a second end")
-		return 0, false
-	case err != nil:
-		h.log.ErrorContext(h.ctx, "record run end", slog.Any("error", err))
-		return 0, true
-	}
-	return row.ID, true
+	return h.svc.recordEnd(h.ctx, h.log, end, store.RunResult{
+		StopReason: res.StopReason, Output: output, Structured: res.Structured, Diagnostic: res.Diagnostic,
+	})
 }
