@@ -1,6 +1,7 @@
 package http
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,12 +11,14 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-playground/validator/v10"
 
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -72,9 +75,23 @@ func newValidator() *validator.Validate {
 // decode reads one JSON object of at most s.bodyLimit bytes into dst,
 // rejecting unknown fields and trailing data, then validates dst.
 // Returns EPayloadTooLarge or EInvalidRequest (with per-field errors).
+// bodyReadTimeout bounds reading one request body.
+const bodyReadTimeout = 30 * time.Second
+
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, dst any) error {
-	body := http.MaxBytesReader(w, r.Body, s.bodyLimit)
-	dec := json.NewDecoder(body)
+	// A client that trickles its body must not hold a handler for ever
+	// (the server sets no ReadTimeout: it would end event streams).
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	defer rc.SetReadDeadline(time.Time{})
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.bodyLimit))
+	if err != nil {
+		return decodeError(err, s.bodyLimit)
+	}
+	if err := store.CheckJSONText(data); err != nil {
+		return &subagent.Error{Code: subagent.EInvalidRequest, Message: "request body: " + err.Error(), Err: err}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		return decodeError(err, s.bodyLimit)
@@ -230,7 +247,7 @@ func (p *params) err() error {
 // id returns the path parameter name, which must be 1..128 characters.
 func (p *params) id(name string) string {
 	v := chi.URLParam(p.r, name)
-	if v == "" || utf8.RuneCountInString(v) > maxIDLength {
+	if v == "" || utf8.RuneCountInString(v) > maxIDLength || strings.ContainsRune(v, 0) {
 		p.fail(name, fmt.Sprintf("must have 1 to %d characters", maxIDLength))
 	}
 	return v
@@ -244,7 +261,7 @@ func (p *params) str(name string, maxLen int) string {
 		return ""
 	}
 	v := q.Get(name)
-	if v == "" || utf8.RuneCountInString(v) > maxLen {
+	if v == "" || utf8.RuneCountInString(v) > maxLen || strings.ContainsRune(v, 0) {
 		p.fail(name, fmt.Sprintf("must have 1 to %d characters", maxLen))
 	}
 	return v

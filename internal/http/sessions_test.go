@@ -92,7 +92,8 @@ func TestSessions_CreateValidation(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		body any
-		// notJSON: the body is not one JSON value
+		// notJSON: the body is not one JSON value, or not one the spec can
+		// tell apart from a valid one (validated as {})
 		notJSON bool
 		status  int
 		code    string
@@ -110,6 +111,9 @@ func TestSessions_CreateValidation(t *testing.T) {
 		{"not an object", []byte(`[1]`), false, 400, subagent.EInvalidRequest, ""},
 		{"two objects", []byte(`{} {}`), true, 400, subagent.EInvalidRequest, ""},
 		{"over 1 MiB", map[string]any{"label": strings.Repeat("x", 1<<20)}, false, 413, subagent.EPayloadTooLarge, ""},
+		// Postgres stores neither; both stores and the API refuse them alike.
+		{"NUL in a string", []byte(`{"label":"a\u0000b"}`), true, 400, subagent.EInvalidRequest, ""},
+		{"lone surrogate", []byte(`{"label":"a\ud800b"}`), true, 400, subagent.EInvalidRequest, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := b.wantProblem(t, tc.status, tc.code, call{method: http.MethodPost, path: "/v1/sessions", body: tc.body, invalid: !tc.notJSON, notJSON: tc.notJSON})

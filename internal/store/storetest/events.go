@@ -53,6 +53,8 @@ var eventTests = []test{
 			"missing type":   {ev("", `{}`)},
 			"overlong type":  {ev(strings.Repeat("t", store.MaxTypeLen+1), `{}`)},
 			"non-UTF-8 type": {ev("bad\xff", `{}`)},
+			"NUL in data":    {ev("user/message", `{"text":"a\u0000b"}`)},
+			"lone surrogate": {ev("user/message", `{"text":"a\ud800b"}`)},
 		} {
 			_, err := s.AppendEvents(ctx, "s1", batch...)
 			isErr(t, err, store.ErrInvalid, "AppendEvents("+name+")")

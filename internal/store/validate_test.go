@@ -1,0 +1,31 @@
+package store
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestCheckJSONText(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		text string
+		ok   bool
+	}{
+		{`{"a":"plain"}`, true},
+		{`{"a":"pair \ud83d\ude00"}`, true},
+		{`{"a":"escaped backslash \\u0000 is text"}`, true},
+		{`{"a":"quote \" and \n"}`, true},
+		{`{"a":"nul \u0000"}`, false},
+		{"{\"a\":\"raw \x00\"}", false},
+		{`{"a":"lone high \ud800"}`, false},
+		{`{"a":"lone high then text \ud800x"}`, false},
+		{`{"a":"high then high \ud800\ud800"}`, false},
+		{`{"a":"lone low \udc00"}`, false},
+		{`{"a":"upper hex \uDBFF\uDFFF"}`, true},
+	} {
+		err := CheckJSONText([]byte(tc.text))
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
+			t.Errorf("CheckJSONText(%s) = %v, want ok %v", tc.text, err, tc.ok)
+		}
+	}
+}
