@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -253,15 +254,23 @@ func (s *Server) checkRoute(name string) error {
 
 // checkCwd refuses a root session cwd outside the workspace roots
 // (INVALID_REQUEST naming the field), so that no child, and no ACP agent,
-// ever runs outside them.
+// ever runs outside them. Containment is checked on the cleaned path before
+// the filesystem is looked at, and every refusal has the same words, so
+// that the answer tells a client nothing about paths outside the roots.
 func (s *Server) checkCwd(cwd string) error {
 	if cwd == "" || len(s.workspaces) == 0 {
 		return nil
 	}
-	if err := config.CheckWorkdir(cwd, s.workspaces); err != nil {
-		return &subagent.Error{Code: subagent.EInvalidRequest, Message: err.Error(), Fields: map[string]string{"cwd": err.Error()}}
+	clean := filepath.Clean(cwd)
+	inside := slices.ContainsFunc(s.workspaces, func(root string) bool {
+		rel, err := filepath.Rel(root, clean)
+		return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+	})
+	if inside && config.CheckWorkdir(clean, s.workspaces) == nil {
+		return nil
 	}
-	return nil
+	const msg = "must be an existing directory inside the workspace roots"
+	return &subagent.Error{Code: subagent.EInvalidRequest, Message: "cwd " + msg, Fields: map[string]string{"cwd": msg}}
 }
 
 // session reads one header. Returns SESSION_NOT_FOUND.

@@ -78,10 +78,16 @@ func TestSessions_CwdInsideWorkspaceRoots(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := setup(t, func(c *Config) { c.WorkspaceRoots = []string{root} })
-	for _, cwd := range []string{t.TempDir(), filepath.Join(root, "missing")} {
+	// Outside, missing, not a directory, escaping by "..": one answer, so
+	// that clients cannot probe the server's files.
+	file := filepath.Join(root, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, cwd := range []string{t.TempDir(), "/etc", filepath.Join(root, "missing"), file, filepath.Join(inside, "..", "..")} {
 		p := b.wantProblem(t, 400, subagent.EInvalidRequest, call{method: http.MethodPost, path: "/v1/sessions", body: map[string]any{"cwd": cwd}})
-		if len(p.Errors) != 1 || p.Errors[0].Field != "cwd" {
-			t.Fatalf("cwd %s: errors %+v, want one for cwd", cwd, p.Errors)
+		if len(p.Errors) != 1 || p.Errors[0].Field != "cwd" || p.Errors[0].Message != "must be an existing directory inside the workspace roots" {
+			t.Fatalf("cwd %s: errors %+v, want the one fixed message for cwd", cwd, p.Errors)
 		}
 	}
 	b.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/sessions", body: map[string]any{"cwd": inside}})
