@@ -279,3 +279,31 @@ func errText(err error) string {
 	}
 	return err.Error()
 }
+
+// A command given as a relative path is pinned to the start directory at
+// load: resolved later it would follow the child's cwd, which a client
+// picks. A bare name is left to PATH.
+func TestParse_RelativeCommandIsPinnedToTheStartDirectory(t *testing.T) {
+	t.Parallel()
+	start := t.TempDir()
+	got, err := parse([]byte("providers:\n  - name: a\n    command: ./bin/agent\n  - name: b\n    command: claude-agent-acp\n"), start)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if want := filepath.Join(start, "bin", "agent"); got.Providers[0].Command != want {
+		t.Fatalf("command = %q, want %q", got.Providers[0].Command, want)
+	}
+	if got.Providers[1].Command != "claude-agent-acp" {
+		t.Fatalf("bare command = %q, want it unchanged", got.Providers[1].Command)
+	}
+}
+
+// subagent_<name> must stay a valid OpenAI tool name (64 characters).
+func TestParse_ProviderNameLeavesRoomForItsToolName(t *testing.T) {
+	t.Parallel()
+	name := strings.Repeat("a", 56)
+	_, err := parse([]byte("providers:\n  - name: "+name+"\n    command: x\n"), t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "longer than 55 characters") {
+		t.Fatalf("parse with a 56-character provider name: %v", err)
+	}
+}

@@ -48,8 +48,10 @@ type modelYAML struct {
 }
 
 var (
-	namePattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
-	envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+	// maxProviderNameLen keeps "subagent_<name>" within 64 characters.
+	maxProviderNameLen = 64 - len("subagent_")
+	envKeyPattern      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 // maxNameLen bounds provider and route names, which appear in URLs and logs.
@@ -206,6 +208,11 @@ func (v *validator) provider(p at, r providerYAML, startDir string, roots []stri
 		DisposeGrace:    v.grace(p.with("disposeGrace"), r.DisposeGrace, DefaultDisposeGrace),
 	}
 	v.name(p.with("name"), r.Name)
+	if len(r.Name) > maxProviderNameLen {
+		// Its delegation tool is subagent_<name>, and OpenAI-compatible
+		// servers refuse tool names over 64 characters.
+		v.fail(p.with("name"), "%q is longer than %d characters", r.Name, maxProviderNameLen)
+	}
 	if reservedProviders[r.Name] {
 		v.fail(p.with("name"), "%q is a built-in provider", r.Name)
 	}
@@ -214,8 +221,14 @@ func (v *validator) provider(p at, r providerYAML, startDir string, roots []stri
 	} else if pc.Type != TypeACP {
 		v.fail(p.with("type"), "%q is not a provider type (want %q)", pc.Type, TypeACP)
 	}
-	if r.Command == "" {
+	switch {
+	case r.Command == "":
 		v.fail(p.with("command"), "is required")
+	case !filepath.IsAbs(r.Command) && strings.ContainsRune(r.Command, filepath.Separator):
+		// A relative path would be resolved against the child's cwd, which
+		// a client picks (a session's cwd): pin it to the start directory
+		// now, so that nothing in a request can change what runs.
+		pc.Command = filepath.Join(startDir, r.Command)
 	}
 	for k := range r.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -79,13 +80,19 @@ func closeFiles(fs ...*os.File) {
 	}
 }
 
-// copyStderr logs the agent's stderr line by line until every process that
-// inherited it is gone or stop closes our end.
+// copyStderr logs the agent's stderr line by line, at debug level (agents
+// may print their configuration), until every process that inherited it is
+// gone or stop closes our end. It keeps reading past a line too long to
+// log, so an agent never blocks on a full stderr pipe.
 func (p *process) copyStderr() {
 	defer close(p.stderrDone)
 	sc := bufio.NewScanner(p.stderr)
 	for sc.Scan() {
-		p.log.Info("agent stderr", slog.String("line", sc.Text()))
+		p.log.Debug("agent stderr", slog.String("line", sc.Text()))
+	}
+	if sc.Err() != nil {
+		p.log.Debug("agent stderr line too long to log; discarding the rest", slog.Any("error", sc.Err()))
+		_, _ = io.Copy(io.Discard, p.stderr)
 	}
 }
 

@@ -407,6 +407,17 @@ func TestCancel_R26_CrashOnCancelStillAborted(t *testing.T) {
 	}
 }
 
+// An agent that writes a stderr line too long to log is still read: it
+// does not block on a full pipe and its run completes.
+func TestRun_LongStderrLineDoesNotBlockTheAgent(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "longstderr")
+	r := start(t, p, b)
+	if res := result(t, r); res.StopReason != subagent.StopCompleted || model.Text(res.Output) != "still here" {
+		t.Fatalf("result %+v, want completed", res)
+	}
+}
+
 // Twenty runs at once all settle, and disposing them leaves no agent
 // process behind.
 func TestRun_TwentyConcurrentRunsSettleAndLeaveNoProcess(t *testing.T) {

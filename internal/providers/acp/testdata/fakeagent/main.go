@@ -237,6 +237,12 @@ func (a *agent) prompt(id json.RawMessage, params json.RawMessage) {
 		a.say("working")
 		<-a.cancelled
 		stop("cancelled")
+	case mode == "longstderr":
+		// One stderr line longer than a scanner's buffer, then more than a
+		// pipe holds: the agent blocks unless the service keeps reading.
+		os.Stderr.WriteString(strings.Repeat("x", 1<<20) + "\n")
+		a.say("still here")
+		stop("end_turn")
 	case mode == "crashoncancel":
 		a.say("working")
 		<-a.cancelled
