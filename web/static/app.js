@@ -19,6 +19,7 @@ const SESSION_TYPES = [
   'turn/start', 'turn/end', 'step/start', 'step/end', 'user/message', 'assistant/chunk',
   'assistant/message', 'tool/call', 'tool/result', 'agent/inbox/spliced', 'session/end-seed',
   'approval/policy', 'sandbox/mode', 'subagent/descriptor', 'request/header', 'request/context',
+  'acp/tool-call', 'acp/tool-call-update', 'acp/plan', 'acp/permission',
 ];
 
 const model = new Model();
@@ -181,7 +182,10 @@ async function loadSession(id) {
   try {
     model.mergeSession(await api('GET', `/v1/sessions/${encodeURIComponent(id)}`));
   } catch {
-    // The node keeps what the lifecycle events said.
+    // The node keeps what the lifecycle events said; the next event for it
+    // tries again.
+  } finally {
+    loadingSessions.delete(id);
   }
 }
 
