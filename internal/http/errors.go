@@ -54,6 +54,7 @@ var problems = map[string]problemType{
 	subagent.ERateLimited:           {http.StatusTooManyRequests, "Rate limited"},
 	subagent.EPayloadTooLarge:       {http.StatusRequestEntityTooLarge, "Payload too large"},
 	subagent.EDraining:              {http.StatusServiceUnavailable, "Draining"},
+	subagent.EOwnedElsewhere:        {http.StatusServiceUnavailable, "Owned by another replica"},
 	codeNotReady:                    {http.StatusServiceUnavailable, "Not ready"},
 	// ABORTED: a start was cancelled before its child was published
 	// (gRPC's Aborted → 409, as in ardanlabs' table).

@@ -71,16 +71,6 @@ const (
 	DeliveryQuiet = "quiet"
 )
 
-// Error codes of reports (seam-spec §1.13), beside those of errors.go.
-const (
-	// EActivationClosing: the reporting child's activation already began
-	// to settle.
-	EActivationClosing = "ACTIVATION_CLOSING"
-	// EParentUnavailable: the reporting child's durable parent is gone, or
-	// the delivery to it failed.
-	EParentUnavailable = "PARENT_UNAVAILABLE"
-)
-
 // ContinuableCreateRequest is what a ContinuableProvider prepares a child
 // from (seam-spec §1.15): the child id the manager reserved and the parent.
 type ContinuableCreateRequest struct {
@@ -751,11 +741,34 @@ func (m *Manager) Interrupt(ctx context.Context, parentSessionID, childID string
 		return Errorf(EUnauthorized, "subagent %q belongs to another parent session", childID)
 	}
 	act := c.act
-	if act == nil || act.closing || act.interrupted {
+	if act == nil {
+		// Not running here: a no-op (R98) — unless another replica drives
+		// it, where this interrupt would silently stop nothing.
+		return m.ownedElsewhere(ctx, childID)
+	}
+	if act.closing || act.interrupted {
 		return nil
 	}
 	act.interrupted = true
 	act.agent.Cancel(agent.CauseUser, true)
+	return nil
+}
+
+// ownedElsewhere returns EOwnedElsewhere when another replica holds a live
+// lease on an activation of childID (DESIGN §5): this replica must not
+// build a second agent over the same log. Until requests are routed to the
+// owner, the caller is told to retry; the owner's lease lapses if it died.
+func (m *Manager) ownedElsewhere(ctx context.Context, childID string) error {
+	runs, err := m.store.ListRuns(ctx, store.RunFilter{ChildID: childID, State: store.StateRunning})
+	if err != nil {
+		return fmt.Errorf("look up the owner of %s: %w", childID, err)
+	}
+	now := time.Now()
+	for _, r := range runs {
+		if r.Kind == store.KindActivation && r.Owner != m.svc.owner && r.LeaseUntil.After(now) {
+			return Errorf(EOwnedElsewhere, "subagent %q is running on replica %q; retry shortly", childID, r.Owner)
+		}
+	}
 	return nil
 }
 

@@ -199,7 +199,10 @@ func (m *Manager) resume(ctx context.Context, c *child) error {
 	if m.isDraining() {
 		return nil // the rows stay pending for Recover after the restart
 	}
-	err := m.coldResume(ctx, c)
+	err := m.ownedElsewhere(ctx, c.key.id)
+	if err == nil {
+		err = m.coldResume(ctx, c)
+	}
 	if err != nil {
 		for id, w := range c.waiters {
 			w <- answer{err: err}

@@ -27,7 +27,16 @@ const (
 	EPayloadTooLarge       = "PAYLOAD_TOO_LARGE"
 	EDraining              = "DRAINING"
 	EAborted               = "ABORTED"
-	EInternal              = "INTERNAL"
+	// EActivationClosing: the reporting child's activation already began
+	// to settle.
+	EActivationClosing = "ACTIVATION_CLOSING"
+	// EParentUnavailable: the reporting child's durable parent is gone, or
+	// the delivery to it failed.
+	EParentUnavailable = "PARENT_UNAVAILABLE"
+	// EOwnedElsewhere: another replica drives the child now (DESIGN §5);
+	// retry shortly.
+	EOwnedElsewhere = "OWNED_ELSEWHERE"
+	EInternal       = "INTERNAL"
 )
 
 // Error is an error whose Code and Message may be shown to API clients. Any
