@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -144,6 +145,10 @@ type countingStore struct {
 	settled  *prometheus.CounterVec
 	disposed prometheus.Counter
 	running  prometheus.Gauge
+	// mine holds the ids of the runs this process started and has not
+	// ended: ending a lost replica's run (lease reaping) must not take the
+	// running gauge below zero.
+	mine sync.Map
 }
 
 func (c *countingStore) AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error) {
@@ -168,6 +173,7 @@ func (c *countingStore) StartRun(ctx context.Context, r store.Run, start store.L
 		c.appended.WithLabelValues("lifecycle").Inc()
 		c.started.Inc()
 		c.running.Inc()
+		c.mine.Store(r.ID, struct{}{})
 	}
 	return out, err
 }
@@ -181,7 +187,9 @@ func (c *countingStore) EndRun(ctx context.Context, runID string, res store.RunR
 		}
 		c.appended.WithLabelValues("lifecycle").Inc()
 		c.settled.WithLabelValues(reason).Inc()
-		c.running.Dec()
+		if _, ok := c.mine.LoadAndDelete(runID); ok {
+			c.running.Dec()
+		}
 	}
 	return out, err
 }
