@@ -246,8 +246,12 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 	stop = func() { dtools.Stop(); stopAll() }
 
 	providers := []subagent.Provider{spawn.New(deps), fork.New(deps)}
+	var secretEnv []string // model API keys live in these, whatever their names
+	for _, mc := range file.Models {
+		secretEnv = append(secretEnv, mc.APIKeyEnv)
+	}
 	for _, pc := range file.Providers {
-		providers = append(providers, acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots}))
+		providers = append(providers, acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots, SecretEnv: secretEnv}))
 	}
 	for _, p := range providers {
 		if err := svc.Register(ctx, p); err != nil {

@@ -215,11 +215,11 @@ var credentialWords = []string{"KEY", "PASSWORD", "SECRET", "TOKEN"}
 // configured entries (which survive the scrub). Besides names holding a
 // credential word it drops DATABASE_URL (its URL usually embeds a password)
 // and the service's own SUBAGENTD_* settings.
-func childEnv(environ []string, extra map[string]string) []string {
+func childEnv(environ []string, extra map[string]string, secret []string) []string {
 	env := make([]string, 0, len(environ)+len(extra))
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if _, set := extra[name]; set || scrubbed(name) {
+		if _, set := extra[name]; set || scrubbed(name) || slices.Contains(secret, name) {
 			continue
 		}
 		env = append(env, kv)

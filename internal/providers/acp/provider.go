@@ -38,6 +38,9 @@ type Deps struct {
 	Logger *slog.Logger
 	// WorkspaceRoots bound every child cwd (config.File.WorkspaceRoots).
 	WorkspaceRoots []string
+	// SecretEnv names further variables that hold credentials whatever
+	// their names — the model routes' apiKeyEnv — and are never passed on.
+	SecretEnv []string
 }
 
 // Provider runs one configured ACP agent. It is safe for concurrent use.
@@ -46,6 +49,8 @@ type Provider struct {
 	store store.Store
 	log   *slog.Logger
 	roots []string
+	// secretEnv is Deps.SecretEnv.
+	secretEnv []string
 }
 
 var _ subagent.Provider = (*Provider)(nil)
@@ -57,6 +62,8 @@ func New(cfg config.ProviderConfig, deps Deps) *Provider {
 		store: deps.Store,
 		log:   deps.Logger.With(slog.String("provider", cfg.Name)),
 		roots: deps.WorkspaceRoots,
+
+		secretEnv: deps.SecretEnv,
 	}
 }
 
@@ -107,7 +114,7 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 	}
 	childID := uuid.NewString()
 	log := p.log.With(slog.String("child_id", childID))
-	proc, err := spawn(p.cfg.Command, p.cfg.Args, cwd, childEnv(os.Environ(), p.cfg.Env), log)
+	proc, err := spawn(p.cfg.Command, p.cfg.Args, cwd, childEnv(os.Environ(), p.cfg.Env, p.secretEnv), log)
 	if err != nil {
 		return nil, fmt.Errorf("acp provider %s: start %s: %w", p.cfg.Name, p.cfg.Command, err)
 	}

@@ -260,8 +260,8 @@ func TestStart_EnvironmentIsScrubbed(t *testing.T) {
 func TestChildEnv(t *testing.T) {
 	t.Parallel()
 	environ := []string{"PATH=/bin", "HOME=/root", "OPENAI_API_KEY=x", "GH_TOKEN=x", "Db_Password=x",
-		"AWS_SECRET_ACCESS_KEY=x", "DATABASE_URL=x", "SUBAGENTD_CONFIG=x", "LANG=C", "MY_TOKEN=ambient"}
-	got := childEnv(environ, map[string]string{"MY_TOKEN": "explicit", "B": "2", "A": "1"})
+		"AWS_SECRET_ACCESS_KEY=x", "DATABASE_URL=x", "SUBAGENTD_CONFIG=x", "LANG=C", "MY_TOKEN=ambient", "DEEPSEEK_AUTH=x"}
+	got := childEnv(environ, map[string]string{"MY_TOKEN": "explicit", "B": "2", "A": "1"}, []string{"DEEPSEEK_AUTH"})
 	want := []string{"PATH=/bin", "HOME=/root", "LANG=C", "A=1", "B=2", "MY_TOKEN=explicit"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("childEnv = %v, want %v", got, want)
