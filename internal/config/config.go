@@ -90,8 +90,9 @@ type ModelConfig struct {
 	APIKeyEnv string
 	// Model is the model id sent to the server.
 	Model string
-	// Timeout bounds one model request; 0 means only the run's own
-	// cancellation bounds it.
+	// Timeout bounds one model request, the whole streamed answer
+	// included; 0 means the adapter's default (openai.DefaultTimeout, 10
+	// minutes).
 	Timeout time.Duration
 	// MaxRetries is the retry count for failed requests (default 2).
 	MaxRetries int

@@ -307,3 +307,10 @@ func TestParse_ProviderNameLeavesRoomForItsToolName(t *testing.T) {
 		t.Fatalf("parse with a 56-character provider name: %v", err)
 	}
 }
+
+func TestParse_EmptyWorkspaceRootsIsAnError(t *testing.T) {
+	t.Parallel()
+	if _, err := parse([]byte("workspaceRoots: []\n"), t.TempDir()); err == nil || !strings.Contains(err.Error(), "at least one directory") {
+		t.Fatalf("parse with workspaceRoots: []: %v", err)
+	}
+}

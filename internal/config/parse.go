@@ -154,8 +154,12 @@ func (v *validator) file(raw fileYAML, startDir string) *File {
 		}
 		f.WorkspaceRoots = append(f.WorkspaceRoots, filepath.Clean(r))
 	}
-	if raw.WorkspaceRoots == nil {
+	switch {
+	case raw.WorkspaceRoots == nil:
 		f.WorkspaceRoots = []string{startDir}
+	case len(raw.WorkspaceRoots) == 0:
+		// An empty list would refuse every cwd; omit the key for the default.
+		v.fail(at{"workspaceRoots"}, "must list at least one directory (omit it for the start directory)")
 	}
 
 	seen := map[string]bool{}
