@@ -222,7 +222,7 @@ func (s *server) readFrames(t *testing.T, lastID int64, n int) []frame {
 			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &cur.data); err != nil {
 				t.Fatal(err)
 			}
-		case line == "" && cur.id != 0:
+		case line == "" && cur.event != "":
 			frames = append(frames, cur)
 			cur = frame{}
 		}

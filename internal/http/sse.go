@@ -249,6 +249,16 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	return s.serve(w, r, "events", func(sw *sseWriter) error {
+		if !replay {
+			// A live stream names its starting point at once with an
+			// id-only frame (no event is dispatched): a client that loses
+			// the connection before the first event then resumes from here
+			// with Last-Event-ID instead of from the end of the log at its
+			// reconnection, which would skip what happened in between.
+			if err := sw.write([]byte("id: " + strconv.FormatInt(sub.cursor, 10) + "\n\n")); err != nil {
+				return err
+			}
+		}
 		return s.pump(r.Context(), sw, sub, nil)
 	})
 }

@@ -1,13 +1,16 @@
 package http
 
 import (
+	"bufio"
 	"bytes"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // lifecycleAfter returns the whole lifecycle log after id, page by page.
@@ -140,4 +143,37 @@ func TestEvents_R14_ReconnectAfter100Runs(t *testing.T) {
 	b.finish(t, p, live, "live")
 	<-p.started
 	wantLog(t, "live", resumed.nextN(t, 2), b.lifecycleAfter(t, missed[len(missed)-1].ID))
+}
+
+// A live /v1/events stream names its starting point before any event: a
+// client that loses the connection before the first event resumes from
+// there with Last-Event-ID and gets what happened while it was away, not
+// the log's end at its reconnection.
+func TestEvents_LiveStreamAnchorsItsResumePoint(t *testing.T) {
+	b := setup(t)
+	p := b.register(t, &fakeProvider{name: "spawn", caps: allCaps(), local: true})
+	parent := b.rootSession(t)
+	anchor := b.lastID(t)
+
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, b.ts.URL+"/v1/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	var first []string
+	for sc.Scan() && sc.Text() != "" {
+		first = append(first, sc.Text())
+	}
+	resp.Body.Close() // the connection drops before any event
+	if want := []string{"id: " + strconv.FormatInt(anchor, 10)}; !slices.Equal(first, want) {
+		t.Fatalf("first frame %q, want the id-only anchor %q", first, want)
+	}
+
+	missed := b.startRun(t, "spawn", parent, nil) // while disconnected
+	resumed := b.stream(t, "/v1/events", map[string]string{"Last-Event-ID": strconv.FormatInt(anchor, 10)})
+	if f := resumed.next(t); f.event != subagent.EventStart || f.lifecycle(t).RunID != missed.RunID {
+		t.Fatalf("resumed with frame %+v, want the missed run's start", f)
+	}
+	p.run(missed.ChildSessionID).complete(t, "done")
 }
