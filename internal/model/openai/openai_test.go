@@ -186,6 +186,28 @@ func TestStream_ToolCallsAssembledAcrossChunks(t *testing.T) {
 	})
 }
 
+// A server that reuses index 0 for parallel calls (or leaves the index
+// out) still yields each call whole: a new id starts a new call.
+func TestStream_ParallelCallsSharingAnIndex(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, sse(
+		chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"read","arguments":"{\"x\":1}"}}]}`, "null"),
+		chunk(`{"tool_calls":[{"index":0,"id":"call_b","type":"function","function":{"name":"grep","arguments":"{\"y\":"}}]}`, "null"),
+		chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"2}"}}]}`, "null"),
+		chunk(`{}`, `"tool_calls"`),
+		done,
+	))
+	got, err := collect(t, t.Context(), newModel(t, f), request())
+	if err != nil {
+		t.Fatalf("Stream: %v", err)
+	}
+	assertChunks(t, got, []model.Chunk{
+		call("call_a", "read", `{"x":1}`),
+		call("call_b", "grep", `{"y":2}`),
+		finish(model.FinishToolCalls),
+	})
+}
+
 // Some servers send no tool-call id, empty arguments for a call without
 // parameters, and finish_reason "stop" after tool calls.
 func TestStream_ToolCallLeniency(t *testing.T) {

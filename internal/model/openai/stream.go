@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"crypto/rand"
 	"encoding/json"
-	"maps"
 	"slices"
 	"strings"
 
@@ -18,7 +17,7 @@ import (
 // usage and the finish reason for the end of the stream. Only choice 0 is
 // read; requests never ask for more.
 type assembler struct {
-	calls   map[int64]*model.ToolCall // by the server's tool-call index
+	calls   []toolCall // in order of their first fragment
 	usage   *model.Usage
 	finish  string // the raw finish_reason; empty until the server sends one
 	refused bool
@@ -55,16 +54,28 @@ func (a *assembler) add(c sdk.ChatCompletionChunk) []model.Chunk {
 	return out
 }
 
-// addCall merges one tool-call fragment: the id and name usually come in the
-// first fragment of an index only, the arguments in pieces.
+// toolCall is a call being assembled, with the server's index for it.
+type toolCall struct {
+	index int64
+	model.ToolCall
+}
+
+// addCall merges one tool-call fragment into the latest call with its
+// index: the id and name usually come in the first fragment of an index
+// only, the arguments in pieces. A fragment carrying a different id starts
+// a new call, for servers that leave out the index (so it reads 0) or reuse
+// it for parallel calls.
 func (a *assembler) addCall(tc sdk.ChatCompletionChunkChoiceDeltaToolCall) {
-	if a.calls == nil {
-		a.calls = map[int64]*model.ToolCall{}
+	var call *model.ToolCall
+	for i := len(a.calls) - 1; i >= 0; i-- {
+		if a.calls[i].index == tc.Index {
+			call = &a.calls[i].ToolCall
+			break
+		}
 	}
-	call := a.calls[tc.Index]
-	if call == nil {
-		call = &model.ToolCall{}
-		a.calls[tc.Index] = call
+	if call == nil || (tc.ID != "" && call.ID != "" && tc.ID != call.ID) {
+		a.calls = append(a.calls, toolCall{index: tc.Index})
+		call = &a.calls[len(a.calls)-1].ToolCall
 	}
 	if call.ID == "" {
 		call.ID = tc.ID
@@ -101,11 +112,13 @@ func reasoning(raw string) string {
 func (a *assembler) finished() bool { return a.finish != "" }
 
 // final returns the chunks that close a finished stream: the tool calls in
-// index order, the usage when reported, and the finish reason.
+// index order (then arrival order), the usage when reported, and the finish
+// reason.
 func (a *assembler) final() []model.Chunk {
 	var out []model.Chunk
-	for _, idx := range slices.Sorted(maps.Keys(a.calls)) {
-		call := *a.calls[idx]
+	slices.SortStableFunc(a.calls, func(x, y toolCall) int { return cmp.Compare(x.index, y.index) })
+	for _, tc := range a.calls {
+		call := tc.ToolCall
 		if call.ID == "" {
 			// Some servers omit ids; tool results need one to refer to.
 			call.ID = "call_" + rand.Text()
