@@ -124,8 +124,11 @@ func (t *Tools) sendMessage(ctx context.Context, call agent.Call) ([]model.Block
 	if err != nil {
 		return nil, t.safe(ctx, "send_message", err)
 	}
-	if res.Route == subagent.RouteSteered {
+	switch res.Route {
+	case subagent.RouteSteered:
 		return text("message steered into the current turn of subagent " + a.SubagentID), nil
+	case subagent.RouteParked:
+		return text("message parked for subagent " + a.SubagentID + ": an interrupt stopped it; the message runs when you next send it a message"), nil
 	}
 	return text("message queued as the next turn for subagent " + a.SubagentID), nil
 }

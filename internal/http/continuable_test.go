@@ -320,8 +320,8 @@ func TestSubagents_R57_R96_SteeredThenStarted(t *testing.T) {
 }
 
 // TestSubagents_R103_InterruptThenFollowup: an interrupt ends the running
-// turn aborted and parks the messages steered into it; the next followup
-// runs them first, in order, and their calls answer with its task.
+// turn aborted and parks the messages steered into it — their calls answer
+// route parked at once — and the next followup runs them first, in order.
 func TestSubagents_R103_InterruptThenFollowup(t *testing.T) {
 	stuck := newGate()
 	w := setupWorld(t, scriptedRoute("main", replying(map[string]gate{"go": stuck})))
@@ -342,10 +342,6 @@ func TestSubagents_R103_InterruptThenFollowup(t *testing.T) {
 	if run := w.settledTask(t, created.TaskID); run.Result.StopReason != subagent.StopAborted {
 		t.Fatalf("interrupted task %+v", run.Result)
 	}
-	next := w.followupOK(t, followup(created.ChildID, parent, "new"))
-	if next.Route != subagent.RouteStarted {
-		t.Fatalf("followup %+v", next)
-	}
 	for _, answer := range []func() response{parked1, parked2} {
 		var f followupResponse
 		if r := answer(); r.status != http.StatusOK {
@@ -353,9 +349,13 @@ func TestSubagents_R103_InterruptThenFollowup(t *testing.T) {
 		} else {
 			r.decode(t, &f)
 		}
-		if f.TaskID != next.TaskID || f.Route != subagent.RouteStarted {
-			t.Fatalf("parked followup %+v, want task %s", f, next.TaskID)
+		if f.Route != subagent.RouteParked || f.TaskID != "" || f.MessageID == "" {
+			t.Fatalf("parked followup %+v, want route parked", f)
 		}
+	}
+	next := w.followupOK(t, followup(created.ChildID, parent, "new"))
+	if next.Route != subagent.RouteStarted {
+		t.Fatalf("followup %+v", next)
 	}
 	if run := w.settledTask(t, next.TaskID); run.Result.StopReason != subagent.StopCompleted || outputText(t, run) != "re: new" {
 		t.Fatalf("resumed task %+v", run.Result)

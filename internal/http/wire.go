@@ -414,7 +414,7 @@ func (f *followupRequest) source() agent.Source {
 
 type followupResponse struct {
 	Route     string `json:"route"`
-	TaskID    string `json:"taskId"`
+	TaskID    string `json:"taskId,omitempty"`
 	MessageID string `json:"messageId"`
 }
 

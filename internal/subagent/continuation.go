@@ -46,6 +46,10 @@ const (
 	// RouteStarted: the content runs as its own turn of a new activation
 	// that cold-resumed the child, behind the messages accepted before it.
 	RouteStarted = "started"
+	// RouteParked: the content was accepted while an interrupt stopped the
+	// child's turn; it waits, durably, and runs first when the next
+	// followup starts the child (R102–R103). No task runs it yet.
+	RouteParked = "parked"
 )
 
 // Child activity in listings and ChildInfo (seam-spec §1.20).

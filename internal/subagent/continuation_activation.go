@@ -151,7 +151,10 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 // track waits, off the lock, for a submitted steer of act to settle: an
 // admitted message is acknowledged and its caller answered RouteSteered; a
 // rejected one is owed to the next activation — waking it unless it is not
-// a waking message or an interrupt or a drain parked it. c.mu is held.
+// a waking message or an interrupt or a drain parked it. A caller whose
+// message an interrupt parked is answered RouteParked at once: nothing may
+// wake the child for a while, and the caller (a parent's tool call among
+// them) must not wait for that. c.mu is held.
 func (m *Manager) track(act *activation, id string, settled <-chan error, waking bool) {
 	act.inflight++
 	m.wg.Add(1)
@@ -167,7 +170,10 @@ func (m *Manager) track(act *activation, id string, settled <-chan error, waking
 			m.answer(c, id, answer{res: FollowupResult{Route: RouteSteered, TaskID: act.taskID, MessageID: id}})
 			return
 		}
-		if waking && !act.interrupted && !m.isDraining() {
+		switch {
+		case act.interrupted:
+			m.answer(c, id, answer{res: FollowupResult{Route: RouteParked, MessageID: id}})
+		case waking && !m.isDraining():
 			c.wake = true
 		}
 	}()

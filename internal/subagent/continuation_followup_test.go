@@ -388,6 +388,13 @@ func TestInterrupt_R101_R103_ParkedMessagesRunFirstThenTheNewOne(t *testing.T) {
 	if end.StopReason != StopAborted {
 		t.Errorf("interrupted epoch %+v", end)
 	}
+	// Their callers learn at once that the messages are parked: nothing
+	// wakes the child until the next followup, and no caller waits for it.
+	for _, out := range []<-chan followupOutcome{out1, out2} {
+		if o := await(t, out); o.err != nil || o.res.Route != RouteParked || o.res.TaskID != "" || o.res.MessageID == "" {
+			t.Errorf("parked followup %+v, %v; want route parked", o.res, o.err)
+		}
+	}
 	e.settled(t, res.ChildID)
 	// Parked: nothing runs until the next followup.
 	if got := userTexts(t, e.log(t, res.ChildID)); !slices.Equal(got, []string{"go"}) {
@@ -399,11 +406,6 @@ func TestInterrupt_R101_R103_ParkedMessagesRunFirstThenTheNewOne(t *testing.T) {
 	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("new"), agent.Source{})
 	if err != nil || f.Route != RouteStarted {
 		t.Fatalf("followup %+v, %v", f, err)
-	}
-	for _, out := range []<-chan followupOutcome{out1, out2} {
-		if o := await(t, out); o.err != nil || o.res.Route != RouteStarted || o.res.TaskID != f.TaskID {
-			t.Errorf("parked followup %+v, %v", o.res, o.err)
-		}
 	}
 	e.ended(t, f.TaskID)
 	evs := e.log(t, res.ChildID)
@@ -443,7 +445,9 @@ func TestInterrupt_R91_CallerGivingUpKeepsTheParkedMessage(t *testing.T) {
 	}
 	e.ended(t, res.TaskID)
 	cancel()
-	if o := await(t, out); ErrorCode(o.err) != EAborted {
+	// Answered parked at the interrupt (or, had the caller given up first,
+	// EAborted): either way the message stays accepted.
+	if o := await(t, out); o.res.Route != RouteParked && ErrorCode(o.err) != EAborted {
 		t.Errorf("abandoned followup: %+v, %v", o.res, o.err)
 	}
 	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("new"), agent.Source{})

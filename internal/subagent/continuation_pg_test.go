@@ -117,13 +117,13 @@ func TestPostgres_R103_InterruptThenFollowup(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.ended(t, res.TaskID)
+	if o := await(t, out); o.err != nil || o.res.Route != RouteParked {
+		t.Errorf("parked %+v, %v", o.res, o.err)
+	}
 	e.settled(t, res.ChildID)
 	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("new"), agent.Source{})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if o := await(t, out); o.err != nil || o.res.TaskID != f.TaskID {
-		t.Errorf("parked %+v, %v", o.res, o.err)
 	}
 	e.ended(t, f.TaskID)
 	if got := userTexts(t, e.log(t, res.ChildID)); !slices.Equal(got, []string{"go", "parked", "new"}) {

@@ -399,6 +399,8 @@ async function sendMessage(e) {
       const res = await api('POST', `/v1/subagents/${encodeURIComponent(n.id)}/followup`, { parentSessionId: n.parentId, content });
       if (res.route === 'steered') {
         setStatus(`Followup steered into the running task ${shortId(res.taskId)}: its next model step read it.`, res.route);
+      } else if (res.route === 'parked') {
+        setStatus('Followup accepted while an interrupt stopped the child: it waits and runs first with the next followup.', res.route);
       } else {
         model.announceTask(n.id, res.taskId);
         setStatus(`Followup started a new task ${shortId(res.taskId)}: the child resumes from its log.`, res.route);
