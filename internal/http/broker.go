@@ -355,9 +355,16 @@ func (s *subscription) fromStore(ctx context.Context) ([]item, error) {
 // assigned in commit order, with gaps where other tenants' rows lie.
 type lifecycleSource struct{ st store.Store }
 
-// anchor is always 0: a lifecycle id cannot be checked for existence, so
-// the reader scans the tenant's log once (the topic is persistent).
-func (lifecycleSource) anchor(context.Context, int64) (int64, error) { return 0, nil }
+// anchor is the tenant's newest lifecycle id: ids are visible in commit
+// order, so the reader starts there instead of scanning the whole log, and
+// a subscriber whose cursor lies before it reads from the store.
+func (l lifecycleSource) anchor(ctx context.Context, _ int64) (int64, error) {
+	id, err := l.st.LastLifecycleID(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("anchor the lifecycle log: %w", err)
+	}
+	return id, nil
+}
 
 func (l lifecycleSource) read(ctx context.Context, after int64, n int, f filter) ([]item, error) {
 	rows, err := l.st.Lifecycle(ctx, store.LifecycleFilter{After: after, Limit: n, ParentID: f.parentID, Types: f.types})

@@ -364,6 +364,20 @@ func (s *Store) appendLifecycle(tenant string, e store.LifecycleEvent) store.Lif
 	return cloneLifecycle(e)
 }
 
+// LastLifecycleID returns the ID of the tenant's newest lifecycle event, 0
+// when it has none.
+func (s *Store) LastLifecycleID(ctx context.Context) (int64, error) {
+	tenant := store.Tenant(ctx)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for i := len(s.lifecycle) - 1; i >= 0; i-- {
+		if s.lifecycle[i].tenant == tenant {
+			return s.lifecycle[i].ev.ID, nil
+		}
+	}
+	return 0, nil
+}
+
 // Lifecycle returns the tenant's events with ID > f.After matching f, in id
 // order.
 func (s *Store) Lifecycle(ctx context.Context, f store.LifecycleFilter) ([]store.LifecycleEvent, error) {

@@ -42,6 +42,14 @@ func appendLifecycle(ctx context.Context, tx pgx.Tx, tenant string, e store.Life
 	return e, err
 }
 
+// LastLifecycleID returns the ID of the tenant's newest lifecycle event, 0
+// when it has none (one index probe).
+func (s *Store) LastLifecycleID(ctx context.Context) (id int64, err error) {
+	defer wrap(&err, "read the last lifecycle id")
+	err = s.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM lifecycle_events WHERE tenant = $1`, store.Tenant(ctx)).Scan(&id)
+	return id, err
+}
+
 // Lifecycle returns the tenant's events with ID > f.After matching f, in id
 // order.
 func (s *Store) Lifecycle(ctx context.Context, f store.LifecycleFilter) (_ []store.LifecycleEvent, err error) {

@@ -238,6 +238,10 @@ type Store interface {
 	AppendLifecycle(ctx context.Context, e LifecycleEvent) (LifecycleEvent, error)
 	// Lifecycle returns events matching f.
 	Lifecycle(ctx context.Context, f LifecycleFilter) ([]LifecycleEvent, error)
+	// LastLifecycleID returns the ID of the tenant's newest lifecycle event,
+	// 0 when it has none. Since IDs are visible in commit order, every event
+	// up to it can be read: a live reader starts there without scanning.
+	LastLifecycleID(ctx context.Context) (int64, error)
 
 	// Enqueue stores an accepted followup. Returns ErrConflict if the id
 	// exists.

@@ -92,6 +92,21 @@ func appendAll(t *testing.T, s store.Store, evs ...store.LifecycleEvent) []store
 }
 
 var lifecycleTests = []test{
+	{"LastLifecycleID_NewestOfTheTenant", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		if id := must(s.LastLifecycleID(ctx))(t); id != 0 {
+			t.Fatalf("LastLifecycleID of an empty log = %d, want 0", id)
+		}
+		a := must(s.AppendLifecycle(ctx, lifecycleEvent("subagent/provider-added", "", "")))(t)
+		b := must(s.AppendLifecycle(ctx, lifecycleEvent("subagent/provider-added", "", "")))(t)
+		must(s.AppendLifecycle(other(ctx), lifecycleEvent("subagent/provider-added", "", "")))(t)
+		if a.ID >= b.ID {
+			t.Fatalf("ids %d then %d", a.ID, b.ID)
+		}
+		if id := must(s.LastLifecycleID(ctx))(t); id != b.ID {
+			t.Fatalf("LastLifecycleID = %d, want %d (another tenant's later event does not count)", id, b.ID)
+		}
+	}},
 	{"AppendLifecycle_IncreasingIDsAndReplayAfter", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		evs := appendAll(t, s,
