@@ -389,15 +389,15 @@ func TestContinuable_R103_InterruptThenFollowupRunsParkedMessagesFirst(t *testin
 	if end := w.end(t, res.TaskID); end.StopReason != subagent.StopAborted {
 		t.Errorf("interrupted end %+v", end)
 	}
+	for _, out := range []<-chan contOutcome{out1, out2} {
+		if o := wait(t, out); o.err != nil || o.res.Route != subagent.RouteParked {
+			t.Errorf("parked %+v, %v; want route parked", o.res, o.err)
+		}
+	}
 	w.inactive(t, res.ChildID)
 	f := wait(t, w.followup(t, res.ChildID, "new"))
 	if f.err != nil || f.res.Route != subagent.RouteStarted {
 		t.Fatalf("followup %+v, %v", f.res, f.err)
-	}
-	for _, out := range []<-chan contOutcome{out1, out2} {
-		if o := wait(t, out); o.err != nil || o.res.TaskID != f.res.TaskID {
-			t.Errorf("parked %+v, %v", o.res, o.err)
-		}
 	}
 	w.end(t, f.res.TaskID)
 	log := w.h.Log(t, res.ChildID)
