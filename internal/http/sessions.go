@@ -86,13 +86,13 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("list sessions: %w", err)
 	}
+	working, err := s.activity(r.Context(), rows)
+	if err != nil {
+		return err
+	}
 	out := sessionListJSON{Sessions: make([]sessionJSON, 0, len(rows)), NextCursor: next}
 	for _, row := range rows {
-		running, err := s.running(r.Context(), row)
-		if err != nil {
-			return err
-		}
-		out.Sessions = append(out.Sessions, sessionOut(row, running))
+		out.Sessions = append(out.Sessions, sessionOut(row, working[row.ID]))
 	}
 	s.writeJSON(w, r, http.StatusOK, out)
 	return nil
@@ -290,22 +290,37 @@ func sessionError(id string, err error) error {
 	return fmt.Errorf("read session %s: %w", id, err)
 }
 
-// running reports whether session hdr is working: a root session whose
-// agent runs a turn in this process, or a child with a running run or
-// activation.
-func (s *Server) running(ctx context.Context, hdr store.Session) (bool, error) {
-	if hdr.ParentID == "" {
-		if s.roots == nil {
-			return false, nil
+// activity reports, for a page of sessions, which are working: a root
+// session whose agent runs a turn in this process, or a child with a
+// running run or activation — one store query for the whole page.
+func (s *Server) activity(ctx context.Context, rows []store.Session) (map[string]bool, error) {
+	working := map[string]bool{}
+	var children []string
+	for _, row := range rows {
+		switch {
+		case row.ParentID != "":
+			children = append(children, row.ID)
+		case s.roots != nil:
+			_, working[row.ID] = s.roots.Live(ctx, row.ID)
 		}
-		_, running := s.roots.Live(ctx, hdr.ID)
-		return running, nil
 	}
-	runs, err := s.store.ListRuns(ctx, store.RunFilter{ChildID: hdr.ID, State: store.StateRunning, Limit: 1})
+	if len(children) == 0 {
+		return working, nil
+	}
+	runs, err := s.store.ListRuns(ctx, store.RunFilter{ChildIDs: children, State: store.StateRunning, Limit: 1000})
 	if err != nil {
-		return false, fmt.Errorf("list running runs of %s: %w", hdr.ID, err)
+		return nil, fmt.Errorf("list running runs of %d sessions: %w", len(children), err)
 	}
-	return len(runs) > 0, nil
+	for _, run := range runs {
+		working[run.ChildID] = true
+	}
+	return working, nil
+}
+
+// running reports whether session hdr is working (see activity).
+func (s *Server) running(ctx context.Context, hdr store.Session) (bool, error) {
+	working, err := s.activity(ctx, []store.Session{hdr})
+	return working[hdr.ID], err
 }
 
 // page reads up to limit rows after the cursor after and returns the cursor

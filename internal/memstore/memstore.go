@@ -302,6 +302,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 		}
 		r := rec.r
 		if (f.ParentID == "" || r.ParentID == f.ParentID) && (f.ChildID == "" || r.ChildID == f.ChildID) &&
+			(len(f.ChildIDs) == 0 || slices.Contains(f.ChildIDs, r.ChildID)) &&
 			(f.TaskID == "" || r.TaskID == f.TaskID) && (f.State == "" || r.State == f.State) {
 			out = append(out, cloneRun(r))
 		}

@@ -149,6 +149,9 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (_ []store.Run,
 			q.and(c.col+" = ?", c.v)
 		}
 	}
+	if len(f.ChildIDs) > 0 {
+		q.and("child_id = ANY(?)", f.ChildIDs)
+	}
 	if f.AfterID != "" {
 		var started time.Time
 		err := s.pool.QueryRow(ctx, `SELECT started_at FROM runs WHERE tenant = $1 AND id = $2`, tenant, f.AfterID).Scan(&started)

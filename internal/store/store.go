@@ -144,6 +144,9 @@ type RunResult struct {
 type RunFilter struct {
 	ParentID string
 	ChildID  string
+	// ChildIDs, when non-empty, keeps only runs of these children (one
+	// query for a page of sessions).
+	ChildIDs []string
 	TaskID   string
 	State    string
 	AfterID  string

@@ -61,6 +61,16 @@ func runIDs(rs []store.Run) []string {
 }
 
 var runTests = []test{
+	{"ListRuns_ChildIDs", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		for i, id := range []string{"r1", "r2", "r3"} {
+			startRun(t, s, oneShot(id, "p1", sec(i)))
+		}
+		got := must(s.ListRuns(ctx, store.RunFilter{ChildIDs: []string{"child-r1", "child-r3", "child-none"}}))(t)
+		sameIDs(t, "ListRuns(ChildIDs r1, r3)", runIDs(got), []string{"r1", "r3"})
+		got = must(s.ListRuns(ctx, store.RunFilter{ChildIDs: []string{"child-r2"}, State: store.StateSettled}))(t)
+		sameIDs(t, "ListRuns(ChildIDs r2, settled)", runIDs(got), nil)
+	}},
 	{"StartRun_StoresRunningRunAndStartEvent", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		r := store.Run{
