@@ -138,36 +138,39 @@ func Parse(data []byte) (*File, error) {
 	return parse(data, wd)
 }
 
-// CheckWorkdir reports why dir cannot be a child's working directory: it
-// must be absolute, an existing directory the service can enter, and inside
-// one of roots once symlinks are resolved (so a link cannot lead out of a
-// root). The messages are safe to show to API clients.
-func CheckWorkdir(dir string, roots []string) error {
+// ResolveWorkdir returns dir with its symlinks resolved, or why it cannot
+// be a child's working directory: it must be absolute, an existing
+// directory the service can enter, and inside one of roots once symlinks
+// are resolved (so a link cannot lead out of a root). Callers start the
+// child in the returned path, the one that was checked, so a link swapped
+// after the check cannot move it out. The messages are safe to show to API
+// clients.
+func ResolveWorkdir(dir string, roots []string) (string, error) {
 	if !filepath.IsAbs(dir) {
-		return fmt.Errorf("%q is not an absolute path", dir)
+		return "", fmt.Errorf("%q is not an absolute path", dir)
 	}
 	st, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("%q does not exist", dir)
+		return "", fmt.Errorf("%q does not exist", dir)
 	case err != nil:
-		return fmt.Errorf("%q cannot be inspected", dir)
+		return "", fmt.Errorf("%q cannot be inspected", dir)
 	case !st.IsDir():
-		return fmt.Errorf("%q is not a directory", dir)
+		return "", fmt.Errorf("%q is not a directory", dir)
 	}
 	if unix.Access(dir, unix.X_OK) != nil {
-		return fmt.Errorf("%q cannot be entered (no search permission)", dir)
+		return "", fmt.Errorf("%q cannot be entered (no search permission)", dir)
 	}
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return fmt.Errorf("%q cannot be resolved", dir)
+		return "", fmt.Errorf("%q cannot be resolved", dir)
 	}
 	for _, root := range roots {
 		if r, err := filepath.EvalSymlinks(root); err == nil && within(real, r) {
-			return nil
+			return real, nil
 		}
 	}
-	return fmt.Errorf("%q is outside the workspace roots", dir)
+	return "", fmt.Errorf("%q is outside the workspace roots", dir)
 }
 
 // within reports whether dir is root or lies below it; both are clean and

@@ -243,7 +243,7 @@ func TestLoad_ErrorNamesFileAndLine(t *testing.T) {
 	}
 }
 
-func TestCheckWorkdir(t *testing.T) {
+func TestResolveWorkdir(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	sub := filepath.Join(root, "sub")
@@ -266,10 +266,20 @@ func TestCheckWorkdir(t *testing.T) {
 		{filepath.Join(root, "none"), `"` + filepath.Join(root, "none") + `" does not exist`},
 	}
 	for _, tt := range tests {
-		err := CheckWorkdir(tt.dir, []string{root})
+		_, err := ResolveWorkdir(tt.dir, []string{root})
 		if got := errText(err); got != tt.want {
-			t.Errorf("CheckWorkdir(%q) = %q, want %q", tt.dir, got, tt.want)
+			t.Errorf("ResolveWorkdir(%q) = %q, want %q", tt.dir, got, tt.want)
 		}
+	}
+	// The path returned is the one checked: links resolved.
+	link := filepath.Join(root, "link")
+	if err := os.Symlink(sub, link); err != nil {
+		t.Fatal(err)
+	}
+	real, err := ResolveWorkdir(link, []string{root})
+	want, _ := filepath.EvalSymlinks(sub)
+	if err != nil || real != want {
+		t.Errorf("ResolveWorkdir(%q) = %q, %v; want %q", link, real, err, want)
 	}
 }
 

@@ -262,7 +262,7 @@ func (v *validator) cwd(p at, dir, startDir string, roots []string) string {
 		dir = filepath.Join(startDir, dir)
 	}
 	dir = filepath.Clean(dir)
-	if err := CheckWorkdir(dir, roots); err != nil {
+	if _, err := ResolveWorkdir(dir, roots); err != nil {
 		v.fail(p, "%v", err)
 	}
 	return dir

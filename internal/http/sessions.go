@@ -266,7 +266,7 @@ func (s *Server) checkCwd(cwd string) error {
 		rel, err := filepath.Rel(root, clean)
 		return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 	})
-	if inside && config.CheckWorkdir(clean, s.workspaces) == nil {
+	if _, err := config.ResolveWorkdir(clean, s.workspaces); inside && err == nil {
 		return nil
 	}
 	const msg = "must be an existing directory inside the workspace roots"

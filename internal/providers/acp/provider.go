@@ -159,11 +159,12 @@ func (p *Provider) workdir(parentCwd string) (string, error) {
 		}
 		dir, from = parentCwd, "parent session's cwd"
 	}
-	if err := config.CheckWorkdir(dir, p.roots); err != nil {
+	real, err := config.ResolveWorkdir(dir, p.roots)
+	if err != nil {
 		return "", subagent.Errorf(subagent.EInvalidRequest,
 			"subagent-acp: the %s cannot be the child's working directory: %v", from, err)
 	}
-	return dir, nil
+	return real, nil
 }
 
 func (p *Provider) childSession(id, cwd string, req subagent.ResolvedRequest) store.Session {
