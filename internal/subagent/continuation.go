@@ -486,7 +486,7 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 	}
 	// Accepted: from here the caller's cancellation changes nothing (R61).
 	if err := m.open(act, row); err != nil {
-		m.withdraw(base, childID, row.ID) // R73: the caller sees the error
+		m.ack(base, childID, row.ID) // withdrawn: the caller sees the error (R73)
 		m.rollback(act)
 		return ContinuableStarted{}, err
 	}
@@ -910,13 +910,6 @@ func rowMessage(row store.InboxMessage) (agent.UserMessage, error) {
 	return msg, nil
 }
 
-// withdraw removes an accepted row whose caller is told it was not
-// delivered.
-func (m *Manager) withdraw(ctx context.Context, childID string, ids ...string) {
-	if err := m.store.Ack(ctx, childID, ids...); err != nil {
-		m.log.ErrorContext(ctx, "withdraw undelivered inbox messages", slog.String("child_id", childID), slog.Any("error", err))
-	}
-}
 
 // closeAgent closes an agent that never became an activation.
 func (m *Manager) closeAgent(ctx context.Context, childID string, ag ChildAgent) {

@@ -490,7 +490,7 @@ func (m *Manager) deliverInbox(ctx context.Context, parentID string, content []m
 // at the next cold resume.
 func (m *Manager) ack(ctx context.Context, childID string, ids ...string) {
 	if err := m.store.Ack(ctx, childID, ids...); err != nil {
-		m.log.ErrorContext(ctx, "acknowledge inbox messages", slog.String("child_id", childID), slog.Any("error", err))
+		m.log.ErrorContext(ctx, "remove delivered or withdrawn inbox messages", slog.String("child_id", childID), slog.Any("error", err))
 	}
 }
 

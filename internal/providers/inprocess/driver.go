@@ -40,7 +40,7 @@ const (
 )
 
 // Origin is the header origin of every child session.
-const Origin = "subagent"
+const Origin = subagent.OriginSubagent
 
 // Deps are the collaborators of the in-process providers.
 type Deps struct {
