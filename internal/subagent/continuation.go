@@ -910,7 +910,6 @@ func rowMessage(row store.InboxMessage) (agent.UserMessage, error) {
 	return msg, nil
 }
 
-
 // closeAgent closes an agent that never became an activation.
 func (m *Manager) closeAgent(ctx context.Context, childID string, ag ChildAgent) {
 	if err := ag.Close(ctx); err != nil {
