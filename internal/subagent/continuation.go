@@ -515,24 +515,7 @@ func continuableRoute(req ContinuableRequest) (AgentOptions, error) {
 		return AgentOptions{}, &Error{Code: EInvalidRequest, Message: "prompt content is not valid JSON",
 			Fields: map[string]string{"prompt": "not valid JSON"}, Err: err}
 	}
-	p := req.Parent.Options
-	o := AgentOptions{Provider: p.Provider, Model: p.Model, MaxTokens: p.MaxTokens}
-	if r := req.AgentOptions; r != nil {
-		if r.MaxTokens < 0 || r.MaxTokens > MaxSafeInteger {
-			return o, &Error{Code: EInvalidRequest, Message: "agentOptions.maxTokens must be a positive safe integer",
-				Fields: map[string]string{"agentOptions.maxTokens": "must be a positive safe integer"}}
-		}
-		if r.Provider != "" {
-			o.Provider = r.Provider
-		}
-		if r.Model != "" {
-			o.Model = r.Model
-		}
-		if r.MaxTokens != 0 {
-			o.MaxTokens = r.MaxTokens
-		}
-	}
-	return o, nil
+	return ChildOptions(req.Parent.Options, req.AgentOptions)
 }
 
 // create writes a continuable child's header and creation log (seam-spec

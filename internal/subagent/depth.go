@@ -56,3 +56,29 @@ func ChildDepth(p Parent, maxDepth *int) (int, error) {
 	}
 	return child, nil
 }
+
+// ChildOptions merges a child's route per R45: the parent's provider, model
+// and maxTokens, overridden field-wise by the request's options. Returns
+// EInvalidRequest for a maxTokens outside 0..MaxSafeInteger (0 = absent).
+// SubagentDepth is left to the caller, which knows the child's depth.
+func ChildOptions(parent AgentOptions, req *AgentOptions) (AgentOptions, error) {
+	o := AgentOptions{Provider: parent.Provider, Model: parent.Model, MaxTokens: parent.MaxTokens}
+	if req == nil {
+		return o, nil
+	}
+	if req.MaxTokens < 0 || req.MaxTokens > MaxSafeInteger {
+		const msg = "must be a positive safe integer"
+		return o, &Error{Code: EInvalidRequest, Message: "agentOptions.maxTokens " + msg,
+			Fields: map[string]string{"agentOptions.maxTokens": msg}}
+	}
+	if req.Provider != "" {
+		o.Provider = req.Provider
+	}
+	if req.Model != "" {
+		o.Model = req.Model
+	}
+	if req.MaxTokens != 0 {
+		o.MaxTokens = req.MaxTokens
+	}
+	return o, nil
+}

@@ -234,21 +234,9 @@ func (d *Driver) compose(req subagent.ResolvedRequest) (child, error) {
 // field-wise and stamps the child depth (R45). Returns EInvalidRequest for
 // a maxTokens that is not a positive safe integer.
 func childOptions(req subagent.ResolvedRequest) (subagent.AgentOptions, error) {
-	p := req.Parent.Options
-	o := subagent.AgentOptions{Provider: p.Provider, Model: p.Model, MaxTokens: p.MaxTokens}
-	if r := req.AgentOptions; r != nil {
-		if r.MaxTokens < 0 || r.MaxTokens > subagent.MaxSafeInteger {
-			return o, invalid("agentOptions.maxTokens", "agentOptions.maxTokens must be a positive safe integer")
-		}
-		if r.Provider != "" {
-			o.Provider = r.Provider
-		}
-		if r.Model != "" {
-			o.Model = r.Model
-		}
-		if r.MaxTokens != 0 {
-			o.MaxTokens = r.MaxTokens
-		}
+	o, err := subagent.ChildOptions(req.Parent.Options, req.AgentOptions)
+	if err != nil {
+		return o, err
 	}
 	depth := req.ChildDepth
 	o.SubagentDepth = &depth
