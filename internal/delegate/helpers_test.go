@@ -151,3 +151,17 @@ func contains(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// busyRoot prompts the harness's root session with text and returns once
+// its turn's first step started (the model holds it as the test arranged),
+// with the context and the root's id.
+func (w *world) busyRoot(t *testing.T, text string) (context.Context, string) {
+	t.Helper()
+	ctx := inprocesstest.Ctx(t)
+	root := w.Parent.Session.ID
+	if _, err := w.roots.Prompt(ctx, root, inprocesstest.Text(text)); err != nil {
+		t.Fatal(err)
+	}
+	w.WaitEvent(t, root, inprocesstest.Type(agent.EventStepStart))
+	return ctx, root
+}

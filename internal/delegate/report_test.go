@@ -255,12 +255,7 @@ func TestReport_R109_R110_BusyRootReadsReportsBeforeTheNoticeInOneStep(t *testin
 		return scripted.Step{Text: "noted"}
 	})
 	w := newReportWorld(t, m)
-	ctx := inprocesstest.Ctx(t)
-	root := w.Parent.Session.ID
-	if _, err := w.roots.Prompt(ctx, root, inprocesstest.Text("work")); err != nil {
-		t.Fatal(err)
-	}
-	w.WaitEvent(t, root, inprocesstest.Type(agent.EventStepStart))
+	_, root := w.busyRoot(t, "work")
 	child := w.start(t, w.Parent, "", "task")
 	waitRunEnds(t, w.world, child, 1)
 	w.waitLog(t, root, "two reports and a notice steered into the busy root", func(evs []store.Event) bool {

@@ -182,12 +182,7 @@ func TestRoots_R78_NoticeToBusyAgentJoinsNextStep(t *testing.T) {
 		return scripted.Step{Text: "noted"}
 	})
 	w := newWorld(t, m)
-	ctx := inprocesstest.Ctx(t)
-	root := w.Parent.Session.ID
-	if _, err := w.roots.Prompt(ctx, root, inprocesstest.Text("work")); err != nil {
-		t.Fatal(err)
-	}
-	w.WaitEvent(t, root, inprocesstest.Type(agent.EventStepStart))
+	ctx, root := w.busyRoot(t, "work")
 	msg := notice("kid-3")
 	if err := w.roots.Notify(ctx, root, msg, false); err != nil {
 		t.Fatal(err)
@@ -223,12 +218,7 @@ func TestRoots_CloseEndsRunningTurnAndKeepsNotices(t *testing.T) {
 	t.Parallel()
 	m := scripted.Func(func(req model.Request) scripted.Step { return scripted.Step{Text: "never", Gate: make(chan struct{})} })
 	w := newWorld(t, m)
-	ctx := inprocesstest.Ctx(t)
-	root := w.Parent.Session.ID
-	if _, err := w.roots.Prompt(ctx, root, inprocesstest.Text("x")); err != nil {
-		t.Fatal(err)
-	}
-	w.WaitEvent(t, root, inprocesstest.Type(agent.EventStepStart))
+	ctx, root := w.busyRoot(t, "x")
 	msg := notice("kid-4")
 	if err := w.roots.Notify(ctx, root, msg, false); err != nil {
 		t.Fatal(err)
@@ -265,12 +255,7 @@ func TestRoots_R78_NoticeSteerRejectedBecomesTurn(t *testing.T) {
 		return scripted.Step{Text: "noted"}
 	})
 	w := newWorld(t, m)
-	ctx := inprocesstest.Ctx(t)
-	root := w.Parent.Session.ID
-	if _, err := w.roots.Prompt(ctx, root, inprocesstest.Text("work")); err != nil {
-		t.Fatal(err)
-	}
-	w.WaitEvent(t, root, inprocesstest.Type(agent.EventStepStart))
+	ctx, root := w.busyRoot(t, "work")
 	msg := notice("kid-5")
 	if err := w.roots.Notify(ctx, root, msg, false); err != nil {
 		t.Fatal(err)
