@@ -1,14 +1,16 @@
-// The dashboard's state: providers, session nodes and runs, merged from the
-// list endpoints, POST answers and the lifecycle stream. Merging is
-// idempotent and monotonic (a run that ended never goes back to running, a
-// disposed run never back to settled), so baseline reloads and replayed
-// events can arrive in any order without corrupting the view.
+// The dashboard's one store: providers, session nodes and runs merged from
+// the list endpoints, POST answers and the lifecycle stream; token usage and
+// first prompts read from session logs; and the UI state (selection, filters,
+// connection). Every other module keeps no mutable state of its own outside
+// an instance it is handed. Merging is idempotent and monotonic (a run that
+// ended never goes back to running, a disposed run never back to settled), so
+// replayed events can arrive in any order without corrupting the view.
 
-import { toMillis } from './format.js';
+import { firstWords, formatClock, shortId, toMillis } from './format.js';
 
 const RUN_RANK = { running: 0, settled: 1, disposed: 2 };
 
-export class Model {
+export class Store {
   constructor() {
     /** @type {Map<string, object>} provider name → provider, in registration order */
     this.providers = new Map();
@@ -16,8 +18,39 @@ export class Model {
     this.nodes = new Map();
     /** @type {Map<string, object>} run id → run */
     this.runs = new Map();
+    /** @type {Map<string, Set<string>>} parent id → child ids */
+    this.kids = new Map();
+    /** @type {Map<string, Map<number, {time: number|null, input: number, output: number}>>} session id → seq → usage of one step */
+    this.usage = new Map();
+    /** @type {Set<string>} sessions whose whole log has been read into usage */
+    this.logsRead = new Set();
+    /** @type {Map<string, string>} session id → text of its first prompt */
+    this.prompts = new Map();
     this.seen = 0;
+    this.version = 0;
+    this.rootsCache = null;
     this.listeners = new Set();
+    /** UI state; views read it, the app changes it through set(). */
+    this.ui = {
+      selected: '',
+      runId: '',
+      // The Delegate form's parent: '' is a new root session.
+      parentChoice: '',
+      filter: { q: '', provider: '', state: '', since: '' },
+      log: { type: '', chunks: false },
+      tab: 'conv',
+      conn: { lifecycle: 'connecting', session: '', detail: '' },
+      rootsShown: 50,
+      // The lifecycle stream's cursor: a reconnect resumes after it.
+      lifecycleCursor: null,
+      baselineLoaded: false,
+    };
+  }
+
+  /** Changes UI state fields and tells the listeners. */
+  set(patch) {
+    Object.assign(this.ui, patch);
+    this.changed();
   }
 
   onChange(fn) {
@@ -25,6 +58,7 @@ export class Model {
   }
 
   changed() {
+    this.version++;
     for (const fn of this.listeners) fn();
   }
 
@@ -36,10 +70,23 @@ export class Model {
   node(id) {
     let n = this.nodes.get(id);
     if (!n) {
-      n = { id, parentId: null, provider: '', mode: '', label: '', createdAt: null, status: '', runIds: [], taskId: '', known: false, seen: this.seen++ };
+      n = { id, parentId: null, provider: '', mode: '', label: '', createdAt: null, status: '', runIds: [], taskId: '', seedLength: 0, known: false, seen: this.seen++ };
       this.nodes.set(id, n);
     }
     return n;
+  }
+
+  // setParent keeps the parent → children index in step with n.parentId.
+  setParent(n, parentId) {
+    if (!parentId || n.parentId === parentId) return;
+    if (n.parentId) this.kids.get(n.parentId)?.delete(n.id);
+    n.parentId = parentId;
+    let set = this.kids.get(parentId);
+    if (!set) {
+      set = new Set();
+      this.kids.set(parentId, set);
+    }
+    set.add(n.id);
   }
 
   /** Merges a session header from GET /v1/sessions or POST /v1/sessions. */
@@ -47,8 +94,9 @@ export class Model {
     if (!s || !s.id) return;
     const n = this.node(s.id);
     n.known = true;
-    if (s.parentSessionId) n.parentId = s.parentSessionId;
+    this.setParent(n, s.parentSessionId);
     if (s.label) n.label = s.label;
+    if (s.seedLength) n.seedLength = s.seedLength;
     const ms = toMillis(s.createdAt);
     if (ms !== null) n.createdAt = ms;
     if (s.mode) n.mode = s.mode;
@@ -70,6 +118,9 @@ export class Model {
       taskId: r.taskId,
       state: r.state,
       stopReason: result.stopReason,
+      output: result.output,
+      structured: result.structured,
+      diagnostic: result.diagnostic,
       startedAt: toMillis(r.startedAt),
       endedAt: toMillis(r.endedAt),
       mode: r.kind === 'activation' ? 'continuable' : r.kind === 'one-shot' ? 'one-shot' : '',
@@ -97,7 +148,10 @@ export class Model {
       if (u[k]) r[k] = u[k];
     }
     if (typeof u.local === 'boolean') r.local = u.local;
-    if (u.lastAssistantMessage) r.lastAssistantMessage = u.lastAssistantMessage;
+    if (u.lastAssistantMessage) r.output = r.output || u.lastAssistantMessage;
+    if (Array.isArray(u.output) && u.output.length) r.output = u.output;
+    if (u.structured !== undefined) r.structured = u.structured;
+    if (u.diagnostic) r.diagnostic = u.diagnostic;
     if (u.state && (RUN_RANK[u.state] ?? 0) >= (RUN_RANK[r.state] ?? 0)) r.state = u.state;
     // Server times win over the times this page saw the events.
     if (u.startedAt) r.startedAt = u.startedAt;
@@ -109,7 +163,7 @@ export class Model {
 
     if (r.childId) {
       const n = this.node(r.childId);
-      if (r.parentId) n.parentId = r.parentId;
+      this.setParent(n, r.parentId);
       if (r.provider && !n.provider) n.provider = r.provider;
       if (r.mode) n.mode = r.mode;
       else if (!n.mode && !r.taskId) n.mode = 'one-shot';
@@ -125,7 +179,7 @@ export class Model {
    */
   addContinuableChild({ id, parentId, provider, label, taskId }) {
     const n = this.node(id);
-    n.parentId = parentId;
+    this.setParent(n, parentId);
     n.provider = provider;
     n.mode = 'continuable';
     if (label) n.label = label;
@@ -207,15 +261,130 @@ export class Model {
   }
 
   children(id) {
-    return [...this.nodes.values()].filter((n) => n.parentId === id).sort(byAge);
+    const set = this.kids.get(id);
+    if (!set) return [];
+    return [...set].map((k) => this.nodes.get(k)).filter(Boolean).sort(byAge);
+  }
+
+  /** The root of the tree n is in (n itself for a root). */
+  treeRoot(n) {
+    let cur = n;
+    for (let i = 0; i < 1000 && cur.parentId && this.nodes.has(cur.parentId); i++) cur = this.nodes.get(cur.parentId);
+    return cur;
+  }
+
+  /** n and every node below it, in tree order. */
+  subtree(n) {
+    const out = [];
+    const walk = (m) => {
+      out.push(m);
+      for (const c of this.children(m.id)) walk(c);
+    };
+    walk(n);
+    return out;
+  }
+
+  /** Records the usage of assistant/message events read from a session's log. */
+  recordUsage(id, events) {
+    let m = this.usage.get(id);
+    let added = false;
+    for (const ev of events) {
+      if (ev.type !== 'assistant/message') continue;
+      const u = ev.data && ev.data.usage;
+      if (!u || ev.seq === null || ev.seq === undefined) continue;
+      if (!m) {
+        m = new Map();
+        this.usage.set(id, m);
+      }
+      if (m.has(ev.seq)) continue;
+      m.set(ev.seq, { time: toMillis(ev.time), input: u.inputTokens || 0, output: u.outputTokens || 0 });
+      added = true;
+    }
+    if (added) this.changed();
+  }
+
+  /** Records the text of a session's first prompt, for its name. */
+  recordPrompt(id, text) {
+    if (this.prompts.has(id) && (this.prompts.get(id) || !text)) return;
+    this.prompts.set(id, text || '');
+    this.changed();
+  }
+
+  /**
+   * Token usage of a session's own steps (its fork seed left out), and of
+   * each of its runs: a step belongs to the latest run that started before
+   * it. Returns {input, output, steps, byRun: Map<runId, {input, output}>}.
+   */
+  sessionUsage(n) {
+    const out = { input: 0, output: 0, steps: 0, byRun: new Map() };
+    const m = this.usage.get(n.id);
+    if (!m) return out;
+    const runs = this.nodeRuns(n).filter((r) => r.startedAt);
+    for (const [seq, u] of m) {
+      if (seq < n.seedLength) continue;
+      out.input += u.input;
+      out.output += u.output;
+      out.steps++;
+      let owner = null;
+      for (const r of runs) if (u.time === null || r.startedAt <= u.time) owner = r;
+      owner = owner || runs[0];
+      if (!owner) continue;
+      const b = out.byRun.get(owner.runId) || { input: 0, output: 0 };
+      b.input += u.input;
+      b.output += u.output;
+      out.byRun.set(owner.runId, b);
+    }
+    return out;
+  }
+
+  /** Summed usage of n's whole tree, and how many of its sessions' logs were read. */
+  treeUsage(n) {
+    const all = this.subtree(n);
+    const out = { input: 0, output: 0, read: 0, total: all.length };
+    for (const m of all) {
+      const u = this.sessionUsage(m);
+      out.input += u.input;
+      out.output += u.output;
+      if (this.logsRead.has(m.id)) out.read++;
+    }
+    return out;
+  }
+
+  /**
+   * The name a person knows a session by: its label; for an unlabelled
+   * child its provider and the first words of its prompt; for roots with
+   * the same name, their creation time tells them apart.
+   */
+  title(n) {
+    const base = this.baseName(n);
+    if (!this.isRoot(n) && n.parentId) return base;
+    this.roots();
+    const twins = this.rootsCache.names.get(base) || 0;
+    return twins > 1 && n.createdAt ? `${base} · ${formatClock(n.createdAt)}` : base;
+  }
+
+  baseName(n) {
+    if (n.label) return n.label;
+    if (this.isRoot(n)) return 'Root session';
+    const words = firstWords(this.prompts.get(n.id) || '');
+    if (n.provider && words) return `${n.provider}: ${words}`;
+    return `${n.provider || 'child'} ${shortId(n.id)}`;
   }
 
   /** Top-level nodes (no parent, or a parent this page does not know), newest first. */
   roots() {
-    return [...this.nodes.values()]
+    if (this.rootsCache && this.rootsCache.version === this.version) return this.rootsCache.list;
+    const list = [...this.nodes.values()]
       .filter((n) => !n.parentId || !this.nodes.has(n.parentId))
       .sort(byAge)
       .reverse();
+    const names = new Map();
+    for (const r of list) {
+      const b = this.baseName(r);
+      names.set(b, (names.get(b) || 0) + 1);
+    }
+    this.rootsCache = { version: this.version, list, names };
+    return list;
   }
 
   /** Every node in tree order with its depth, for the parent picker. */
