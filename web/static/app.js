@@ -51,6 +51,9 @@ class App {
     this.store = store;
     this.frame = 0;
     this.sessionStream = null;
+    // Counts transcript openings, so a slow read of a log the user has
+    // left is dropped.
+    this.transcriptGen = 0;
     this.providersShown = null;
     this.inflight = new Set();
     /** queued background reads: id → 'prompt' | 'log' */
@@ -68,7 +71,7 @@ class App {
       onCount: (n) => { $('log-count').textContent = n ? `(${n})` : ''; },
       onDescriptor: (d) => { if (store.ui.selected) store.applyDescriptor(store.ui.selected, d); },
       onTurn: (running) => { if (store.ui.selected) store.setActivity(store.ui.selected, running); },
-      onUsage: (ev) => { if (store.ui.selected) store.recordUsage(store.ui.selected, [ev]); },
+      onUsage: (evs) => { if (store.ui.selected) store.recordUsage(store.ui.selected, evs); },
       onPrompt: (text) => { if (store.ui.selected) store.recordPrompt(store.ui.selected, text); },
       resolveChild: (q) => this.resolveChild(q),
       nameOf: (id) => (store.nodes.has(id) ? store.title(store.nodes.get(id)) : `session ${id.slice(0, 8)}…`),
@@ -291,13 +294,17 @@ class App {
     if (hash !== location.hash) history.replaceState(null, '', hash || location.pathname + location.search);
   }
 
-  async route() {
+  // route follows the URL fragment: on load, and when a link in the page
+  // changes it (such links name a session or run and keep the filter).
+  async route({ initial = false } = {}) {
     const s = this.store;
     const q = new URLSearchParams(location.hash.slice(1));
-    const filter = {};
-    for (const [k, key] of Object.entries(FILTER_KEYS)) filter[k] = q.get(key) || '';
-    s.set({ filter });
-    for (const [k, el] of [['q', 'filter-q'], ['provider', 'filter-provider'], ['state', 'filter-state'], ['since', 'filter-since']]) $(el).value = filter[k];
+    if (initial || Object.values(FILTER_KEYS).some((key) => q.has(key))) {
+      const filter = {};
+      for (const [k, key] of Object.entries(FILTER_KEYS)) filter[k] = q.get(key) || '';
+      s.set({ filter });
+      for (const [k, el] of [['q', 'filter-q'], ['provider', 'filter-provider'], ['state', 'filter-state'], ['since', 'filter-since']]) $(el).value = filter[k];
+    }
     let id = q.get('s') || '';
     const runId = q.get('r') || '';
     if (runId && !id) {
@@ -310,6 +317,7 @@ class App {
       }
     }
     if (id) this.select(id, { runId });
+    this.writeHash();
   }
 
   // select shows a session (and, with runId, one of its runs). The
@@ -326,12 +334,10 @@ class App {
       return;
     }
     if (!s.nodes.has(id)) this.once(`session:${id}`, async () => s.mergeSession(await api('GET', paths.session(id))));
-    const n = s.node(id);
+    s.node(id);
     const patch = { selected: id, runId };
-    if (!keepParent) {
-      const root = s.treeRoot(n);
-      patch.parentChoice = s.isRoot(root) ? root.id : '';
-    }
+    // null: the Delegate form follows the root of the selected tree.
+    if (!keepParent) patch.parentChoice = null;
     s.set(patch);
     this.writeHash();
     this.session.setStatus('');
@@ -339,13 +345,27 @@ class App {
     this.readTreeLogs();
   }
 
-  openTranscript(id) {
+  // openTranscript reads the session's log in pages (one request per
+  // thousand events instead of an SSE frame each), shows it at once, then
+  // follows the stream after its last seq.
+  async openTranscript(id) {
     if (this.sessionStream) this.sessionStream.close();
+    this.sessionStream = null;
     this.transcript.reset();
     $('conv-empty').hidden = true;
+    const gen = ++this.transcriptGen;
+    let events = [];
+    try {
+      events = await fetchEvents(id, null, Infinity);
+    } catch {
+      // The stream replays from the start and reports a log it cannot read.
+    }
+    if (gen !== this.transcriptGen) return;
+    this.transcript.load(events);
     this.sessionStream = new EventStream(paths.sessionStream(id), {
       types: SESSION_TYPES,
       contiguous: true,
+      after: events.length ? events.at(-1).id : null,
       onEvent: (ev) => this.transcript.apply(ev),
       onState: (state, detail) => this.setStreamState('session', state, detail),
       fill: (after, until) => fetchEvents(id, after, until),
@@ -431,7 +451,7 @@ class App {
       },
     }).start();
     this.loadProviders();
-    await this.route();
+    await this.route({ initial: true });
     this.renderAll();
   }
 }

@@ -54,7 +54,7 @@ export class DelegateForm {
   // parent; it is rebuilt only when those change.
   renderParentSelect() {
     const s = this.store;
-    const choice = s.ui.parentChoice;
+    const choice = s.ui.parentChoice ?? this.defaultParent();
     const roots = s.roots().filter((n) => s.isRoot(n)).slice(0, PARENT_ROOTS);
     const chosen = choice && s.nodes.get(choice);
     if (chosen && !roots.includes(chosen)) roots.unshift(chosen);
@@ -65,6 +65,15 @@ export class DelegateForm {
     const sel = $('start-parent');
     sel.replaceChildren(h('option', { value: '' }, 'New root session'), ...opts.map(([id, text]) => h('option', { value: id }, text)));
     sel.value = chosen ? choice : '';
+  }
+
+  // defaultParent is the root of the selected session's tree ('' for a new
+  // root when nothing is selected or the tree's root is not known).
+  defaultParent() {
+    const n = this.store.ui.selected && this.store.nodes.get(this.store.ui.selected);
+    if (!n) return '';
+    const root = this.store.treeRoot(n);
+    return this.store.isRoot(root) ? root.id : '';
   }
 
   kind() {

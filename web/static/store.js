@@ -34,8 +34,9 @@ export class Store {
     this.ui = {
       selected: '',
       runId: '',
-      // The Delegate form's parent: '' is a new root session.
-      parentChoice: '',
+      // The Delegate form's parent: '' is a new root session, null follows
+      // the root of the selected tree.
+      parentChoice: null,
       filter: { q: '', provider: '', state: '', since: '' },
       log: { type: '', chunks: false },
       tab: 'conv',

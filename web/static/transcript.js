@@ -27,7 +27,7 @@ export class Transcript {
    * @param {(n: number) => void} o.onCount number of events in the log
    * @param {(descriptor: object) => void} o.onDescriptor a subagent/descriptor was read
    * @param {(running: boolean) => void} o.onTurn a turn started (true) or ended (false)
-   * @param {(ev: {seq: number, type: string, time: string, data: any}) => void} o.onUsage an assistant/message with usage was read
+   * @param {(evs: {seq: number, type: string, time: string, data: any}[]) => void} o.onUsage assistant/message events with usage were read
    * @param {(text: string) => void} o.onPrompt the first user message of the log was read
    * @param {(q: {text: string, tool: string, from: number|null, until: number|null}) => string} o.resolveChild
    *   the child a tool call names or started: an id named in text, else one started in [from, until]
@@ -58,12 +58,29 @@ export class Transcript {
     this.pendingChunks = new Map();
     /** tool <details> whose child is not known yet */
     this.unlinked = new Set();
+    /** usage events collected while a replayed log is loaded; null otherwise */
+    this.bulk = null;
     /** turn:step → live assistant bubble */
     this.streams = new Map();
     /** callId → tool <details> */
     this.tools = new Map();
     this.o.conv.setAttribute('aria-busy', 'false');
     this.o.onCount(0);
+  }
+
+  /**
+   * Applies a replayed log at once: the conversation is built as by apply,
+   * the event log window and the counts once at the end.
+   */
+  load(events) {
+    this.bulk = [];
+    for (const ev of events) this.apply(ev);
+    const usage = this.bulk;
+    this.bulk = null;
+    if (usage.length) this.o.onUsage(usage);
+    this.o.onCount(this.count);
+    this.o.onTypes([...this.types].sort());
+    this.renderLog();
   }
 
   /** Applies one session event; data is the {seq,type,time,data} envelope or the bare payload. */
@@ -85,18 +102,22 @@ export class Transcript {
     }
     this.record(seq, type, time, payload);
     this.render(seq, type, payload || {}, time);
-    if (type === 'assistant/message' && payload && payload.usage) this.o.onUsage({ seq, type, time: env?.time, data: payload });
+    if (type === 'assistant/message' && payload && payload.usage) {
+      const u = { seq, type, time: env?.time, data: payload };
+      if (this.bulk) this.bulk.push(u);
+      else this.o.onUsage([u]);
+    }
   }
 
   record(seq, type, time, payload) {
     const ev = { seq, type, time, payload, chunks: 0 };
     this.events.push(ev);
     this.count++;
-    this.o.onCount(this.count);
     if (!this.types.has(type)) {
       this.types.add(type);
-      this.o.onTypes([...this.types].sort());
+      if (!this.bulk) this.o.onTypes([...this.types].sort());
     }
+    if (!this.bulk) this.o.onCount(this.count);
     const d = payload || {};
     if (type === 'assistant/chunk') {
       const key = `${d.turn}:${d.step}`;
@@ -106,7 +127,7 @@ export class Transcript {
       ev.chunks = this.pendingChunks.get(key) || 0;
       this.pendingChunks.delete(key);
     }
-    if (this.shows(ev, this.o.logFilter())) {
+    if (!this.bulk && this.shows(ev, this.o.logFilter())) {
       this.o.log.append(this.logRow(ev));
       this.matched++;
       if (this.matched > this.logShown) {
