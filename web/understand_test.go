@@ -16,7 +16,7 @@ import (
 // completes with a structured output; "helper" (continuable) has two
 // activations, 40/10 and 60/15, the second aborted. Tree: 500 in / 95 out.
 type usageTree struct {
-	root, notes, helper         string
+	root, notes, helper        string
 	notesRun, helperA, helperB string
 }
 
