@@ -37,6 +37,19 @@ export class Transcript {
    */
   constructor(o) {
     this.o = o;
+    // The conversation sticks to its end while the reader is there: a
+    // scroll says where they are, and a change of size (new rows, or the
+    // pane resized by the head above it) keeps them at the end.
+    this.stick = true;
+    const sc = o.scroller;
+    sc.addEventListener('scroll', () => {
+      if (sc.clientHeight) this.stick = sc.scrollHeight - sc.scrollTop - sc.clientHeight < 80;
+    });
+    const keep = new ResizeObserver(() => {
+      if (this.stick) sc.scrollTop = sc.scrollHeight;
+    });
+    keep.observe(sc);
+    keep.observe(o.conv);
     this.reset();
   }
 
@@ -50,7 +63,7 @@ export class Transcript {
     this.logShown = LOG_PAGE;
     /** events that pass the log filter */
     this.matched = 0;
-    this.scrollPending = false;
+    this.stick = true;
     this.prompted = false;
     /** turn → {start, input, output} */
     this.turns = new Map();
@@ -89,17 +102,6 @@ export class Transcript {
     const payload = env ? env.data : data;
     const seq = id ?? env?.seq ?? null;
     const time = toMillis(env?.time);
-    // Scroll position is read once per frame, before this frame's changes,
-    // so a replay of thousands of events does not force a layout per event.
-    if (!this.scrollPending) {
-      const sc = this.o.scroller;
-      const atBottom = sc.scrollHeight - sc.scrollTop - sc.clientHeight < 80;
-      this.scrollPending = true;
-      requestAnimationFrame(() => {
-        this.scrollPending = false;
-        if (atBottom) sc.scrollTop = sc.scrollHeight;
-      });
-    }
     this.record(seq, type, time, payload);
     this.render(seq, type, payload || {}, time);
     if (type === 'assistant/message' && payload && payload.usage) {

@@ -40,6 +40,11 @@ export class Tree {
     this.shown = new Map();
     /** node id → {sig, row} */
     this.rows = new Map();
+    /** node id → {li, ul}: the node's entry and the list of its children */
+    this.items = new Map();
+    /** parent id ('' for roots) → its "Show more" entry */
+    this.mores = new Map();
+    this.top = null;
     root.addEventListener('keydown', (e) => this.key(e));
   }
 
@@ -51,16 +56,34 @@ export class Tree {
     const roots = this.store.roots().filter((n) => !this.keep || this.keep.has(n.id));
     const limit = this.store.ui.rootsShown;
     const page = roots.slice(0, limit);
-    const list = page.length ? this.list(page) : null;
-    if (list && roots.length > page.length) {
-      list.append(h('li', { class: 'more' }, h('button', {
-        type: 'button', class: 'link', 'data-testid': 'roots-more',
-        onclick: () => this.store.set({ rootsShown: limit + 50 }),
-      }, `Show ${Math.min(50, roots.length - page.length)} more of ${roots.length - page.length} older sessions`)));
+    if (!this.top) this.top = h('ul', { class: 'tree-list' });
+    const els = page.map((n) => this.item(n));
+    if (roots.length > page.length) {
+      els.push(this.more('', `Show ${Math.min(50, roots.length - page.length)} more of ${roots.length - page.length} older sessions`,
+        () => this.store.set({ rootsShown: limit + 50 }), 'roots-more'));
     }
-    this.root.replaceChildren(list || '');
-    if (focused) document.getElementById(focused)?.focus();
+    sync(this.top, els);
+    if (page.length) {
+      if (this.root.firstChild !== this.top) this.root.replaceChildren(this.top);
+    } else {
+      this.root.replaceChildren();
+    }
+    if (focused && document.activeElement?.id !== focused) document.getElementById(focused)?.focus();
     return { shown: page.length, matched: roots.length, total: this.store.nodes.size };
+  }
+
+  // more is the "Show more" entry of a list (parent '' for the roots),
+  // kept between renders.
+  more(parent, text, onclick, testid) {
+    let m = this.mores.get(parent);
+    if (!m) {
+      const button = h('button', { type: 'button', class: 'link', 'data-testid': testid });
+      m = { li: h('li', { class: 'more' }, button), button };
+      this.mores.set(parent, m);
+    }
+    m.button.textContent = text;
+    m.button.onclick = onclick;
+    return m.li;
   }
 
   filtering(f) {
@@ -87,27 +110,37 @@ export class Tree {
     return keep;
   }
 
-  list(nodes) {
-    return h('ul', { class: 'tree-list' }, nodes.map((n) => this.item(n)));
-  }
-
+  // item returns the node's list entry: its row and, when open, the list
+  // of its shown children. Entries are kept between renders and only the
+  // parts that changed are replaced, so the page lays out what changed.
   item(n) {
     let kids = this.store.children(n.id);
     if (this.keep) kids = kids.filter((k) => this.keep.has(k.id));
     const open = !this.collapsed.has(n.id);
-    const li = h('li', { class: 'tree-item', 'data-id': n.id }, this.row(n, kids.length, open));
+    let it = this.items.get(n.id);
+    if (!it) {
+      it = { li: h('li', { class: 'tree-item', 'data-id': n.id }), ul: null };
+      this.items.set(n.id, it);
+    }
+    const row = this.row(n, kids.length, open);
+    if (it.li.firstChild !== row) {
+      if (it.li.firstChild) it.li.firstChild.replaceWith(row);
+      else it.li.append(row);
+    }
     if (kids.length && open) {
       const limit = this.shown.get(n.id) || KIDS_PAGE;
-      const ul = this.list(kids.slice(0, limit));
+      const els = kids.slice(0, limit).map((k) => this.item(k));
       if (kids.length > limit) {
-        ul.append(h('li', { class: 'more' }, h('button', {
-          type: 'button', class: 'link', 'data-testid': 'kids-more',
-          onclick: () => { this.shown.set(n.id, limit + KIDS_PAGE); this.render(); },
-        }, `Show ${Math.min(KIDS_PAGE, kids.length - limit)} more of ${kids.length - limit} children`)));
+        els.push(this.more(n.id, `Show ${Math.min(KIDS_PAGE, kids.length - limit)} more of ${kids.length - limit} children`,
+          () => { this.shown.set(n.id, limit + KIDS_PAGE); this.render(); }, 'kids-more'));
       }
-      li.append(ul);
+      if (!it.ul) it.ul = h('ul', { class: 'tree-list' });
+      sync(it.ul, els);
+      if (it.ul.parentNode !== it.li) it.li.append(it.ul);
+    } else if (it.ul && it.ul.parentNode) {
+      it.ul.remove();
     }
-    return li;
+    return it.li;
   }
 
   // row returns the node's row, reusing the element when nothing it shows changed.
@@ -206,4 +239,11 @@ export class Tree {
     e.preventDefault();
     (target || document.getElementById(`node-${id}`))?.focus();
   }
+}
+
+// sync makes els the children of parent, touching the DOM only when they differ.
+function sync(parent, els) {
+  const cur = parent.children;
+  if (cur.length === els.length && els.every((el, i) => cur[i] === el)) return;
+  parent.replaceChildren(...els);
 }
