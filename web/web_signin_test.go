@@ -10,6 +10,7 @@ package web_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -24,7 +25,8 @@ import (
 // brings the prompt back.
 func TestDashboard_SignInWithTokenThenSignOut(t *testing.T) {
 	t.Setenv("SUBAGENTD_TOKENS", "acme:s3cret-token")
-	srv := startServer(t, scripted.New())
+	release := make(chan struct{})
+	srv := startServer(t, scripted.New(scripted.Step{Text: answer, Pause: release}))
 	res, err := http.Get(srv.URL + "/v1/auth/session")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +46,7 @@ func TestDashboard_SignInWithTokenThenSignOut(t *testing.T) {
 		`document.querySelector('[data-testid="signin-error"]').textContent.startsWith('UNAUTHENTICATED') && !document.querySelector('[data-testid="signin"]').hidden`)
 
 	b.do("entering the right token",
-		chromedp.SetValue(chromedp.CSS("#signin-token"), ""),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#signin-token').value = ''`),
 		chromedp.SendKeys(chromedp.CSS("#signin-token"), "s3cret-token"), chromedp.Click(chromedp.CSS("#signin-submit")))
 	b.waitFor("the prompt is gone and the page is live over the cookie", `document.querySelector('[data-testid="signin"]').hidden && `+connConnected+
 		` && document.querySelector('#start-provider option[value="spawn"]')`)
@@ -52,9 +54,24 @@ func TestDashboard_SignInWithTokenThenSignOut(t *testing.T) {
 		`!document.querySelector('[data-testid="account"]').hidden && document.querySelector('[data-testid="account-tenant"]').textContent.includes('acme')`)
 	b.waitFor("the session cookie is not readable by scripts", `!document.cookie.includes('subagentd_session')`)
 	child := startRunFromForm(b, "signed", "Say hello")
-	b.waitFor("the run's transcript streams over the cookie", nodeIn(child, "completed"))
+	b.waitFor("the run's transcript streams over the cookie", streamedAnswer)
+	close(release)
+	b.waitFor("the run completes", nodeIn(child, "completed"))
 	b.screenshot("signed-in")
 
 	b.do("signing out", chromedp.Click(chromedp.CSS("#signout")))
-	b.waitFor("the token prompt is back", `!document.querySelector('[data-testid="signin"]').hidden`)
+	// Sign-out reloads the page: a poll that the reload interrupts is tried
+	// again in the new document.
+	for i := 0; ; i++ {
+		_, err := chromedp.Run(b.ctx, chromedp.Poll[chromedp.Void](`document.querySelector('[data-testid="signin"]')?.hidden === false`,
+			chromedp.WithPollingTimeout(waitTimeout)))
+		if err == nil {
+			break
+		}
+		// The reload shows up as a navigated target or a lost context.
+		if i == 4 || !(strings.Contains(err.Error(), "navigated") || strings.Contains(err.Error(), "context")) {
+			b.fail("waiting until the token prompt is back", err)
+		}
+	}
+	b.screenshot("signed-out")
 }
