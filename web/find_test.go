@@ -114,4 +114,9 @@ func TestDashboard_FindFilterNamesAndDeepLinks(t *testing.T) {
 		document.querySelector('[data-testid="session-title"]').textContent === 'summarise'`, jsString(f.summarise), jsString(f.summariseRun)))
 	b.waitFor("the Delegate form's parent defaults to the selected tree's root", fmt.Sprintf(`document.querySelector('#start-parent').value === %s`, jsString(f.research)))
 	b.screenshot("deep-link-run")
+
+	b.do("opening a link to a session that does not exist", chromedp.Navigate(srv.URL+"/#s=no-such-session-id"))
+	b.waitFor("the page says so in words and adds no node",
+		`[...document.querySelectorAll('[data-testid="error"]')].some(e => e.textContent.includes('Opening the linked session: SESSION_NOT_FOUND')) && `+
+			nodesAre(f.research, f.researchTwin, f.ops, f.summarise, f.broken, f.watcher))
 }

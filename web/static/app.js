@@ -333,7 +333,7 @@ class App {
       document.getElementById(`node-${id}`)?.focus();
       return;
     }
-    if (!s.nodes.has(id)) this.once(`session:${id}`, async () => s.mergeSession(await api('GET', paths.session(id))));
+    if (!s.nodes.has(id)) this.once(`session:${id}`, () => this.loadLinked(id));
     s.node(id);
     const patch = { selected: id, runId };
     // null: the Delegate form follows the root of the selected tree.
@@ -343,6 +343,16 @@ class App {
     this.session.setStatus('');
     this.openTranscript(id);
     this.readTreeLogs();
+  }
+
+  // loadLinked reads a session a link named before the baseline knew it;
+  // one that does not exist is dropped from the tree and said in words.
+  async loadLinked(id) {
+    try {
+      this.store.mergeSession(await api('GET', paths.session(id)));
+    } catch (err) {
+      if (err.status === 404 && this.store.forget(id)) this.showError('Opening the linked session', err);
+    }
   }
 
   // openTranscript reads the session's log in pages (one request per

@@ -285,6 +285,20 @@ export class Store {
     return out;
   }
 
+  /**
+   * Drops a node nothing else refers to (no runs, no children, not read
+   * from the API), such as one a link named that does not exist. Returns
+   * whether it was dropped.
+   */
+  forget(id) {
+    const n = this.nodes.get(id);
+    if (!n || n.known || n.runIds.length || this.kids.get(id)?.size) return false;
+    this.nodes.delete(id);
+    if (n.parentId) this.kids.get(n.parentId)?.delete(id);
+    this.changed();
+    return true;
+  }
+
   /** Records the usage of assistant/message events read from a session's log. */
   recordUsage(id, events) {
     let m = this.usage.get(id);
