@@ -44,6 +44,8 @@ const FILTER_KEYS = { q: 'q', provider: 'p', state: 'st', since: 't' };
 
 /** Background reads of session logs at once (names, tree usage). */
 const READERS = 3;
+/** Trees up to this size have their usage read as soon as one is selected. */
+const SMALL_TREE = 50;
 
 class App {
   constructor() {
@@ -59,6 +61,8 @@ class App {
     /** queued background reads: id → 'prompt' | 'log' */
     this.queue = new Map();
     this.readers = 0;
+    // How many sessions were known when tool calls were last linked.
+    this.linkedAt = -1;
 
     this.tree = new Tree($('tree'), store, {
       onSelect: (id) => this.select(id),
@@ -130,6 +134,7 @@ class App {
       for (const s of sessions) this.store.mergeSession(s);
       for (const r of runs) this.store.mergeRun(r);
       this.store.set({ baselineLoaded: true });
+      this.readTreeLogs();
     } catch (err) {
       this.showError('Loading sessions', err);
     }
@@ -206,13 +211,15 @@ class App {
     s.changed();
   }
 
-  // readTreeLogs reads the logs of the selected tree for its usage, while
-  // the timeline shows it.
+  // readTreeLogs reads the logs of the selected tree for its usage: while
+  // the timeline shows it, or at once for a tree of a few sessions.
   readTreeLogs() {
     const s = this.store;
     const n = s.ui.selected && s.nodes.get(s.ui.selected);
-    if (!n || s.ui.tab !== 'timeline') return;
-    for (const m of s.subtree(s.treeRoot(n))) if (!s.logsRead.has(m.id)) this.enqueue(m.id, 'log');
+    if (!n) return;
+    const all = s.subtree(s.treeRoot(n));
+    if (s.ui.tab !== 'timeline' && all.length > SMALL_TREE) return;
+    for (const m of all) if (!s.logsRead.has(m.id)) this.enqueue(m.id, 'log');
   }
 
   // resolveChild finds the child a tool call names or started: a session id
@@ -256,7 +263,11 @@ class App {
     this.renderProviderFilter();
     this.delegate.render();
     this.session.render();
-    this.transcript.relink();
+    // Unlinked tool calls are tried again when the sessions known changed.
+    if (s.nodes.size !== this.linkedAt) {
+      this.linkedAt = s.nodes.size;
+      this.transcript.relink();
+    }
     if (s.ui.tab === 'timeline') {
       const n = s.ui.selected && s.nodes.get(s.ui.selected);
       if (n) renderTimeline($('timeline'), s, s.treeRoot(n));

@@ -26,16 +26,26 @@ export function formatDuration(ms) {
   return `${Math.floor(h / 24)}d ${h % 24}h ${String(m % 60).padStart(2, '0')}m`;
 }
 
-/** Formats a time as local date and clock with milliseconds, to tell equal names apart. */
-export function formatClock(ms) {
+/**
+ * Formats a time as a local clock ("09:28:57"), with the date when day is
+ * set and milliseconds when millis is set: just enough to tell apart
+ * sessions with the same name.
+ */
+export function formatClock(ms, { day = false, millis = false } = {}) {
   const d = new Date(ms);
   const pad = (n, w = 2) => String(n).padStart(w, '0');
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+  const clock = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}${millis ? `.${pad(d.getMilliseconds(), 3)}` : ''}`;
+  return day ? `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock}` : clock;
 }
 
 /** Formats a token count with thousands separators ("12,345"). */
 export function formatTokens(n) {
   return Number(n || 0).toLocaleString('en-US');
+}
+
+/** Says a pair of token counts in words ("1,200 in / 300 out tokens"). */
+export function formatUsage(input, output) {
+  return `${formatTokens(input)} in / ${formatTokens(output)} out tokens`;
 }
 
 /** The first few words of a text, ending "…" when cut. */

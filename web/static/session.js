@@ -4,10 +4,9 @@
 // and the composer that sends what fits it.
 
 import { api } from './api.js';
-import { blocksText, formatDuration, formatTokens, h, prettyJSON, shortId, stateStyle, textBlocks } from './format.js';
+import { blocksText, formatDuration, formatTokens, formatUsage, h, prettyJSON, shortId, stateStyle, textBlocks } from './format.js';
 import { clearErrors, showApiError } from './forms.js';
 import { paths } from './paths.js';
-import { tokens } from './transcript.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -64,12 +63,12 @@ export class SessionView {
     if (v.durationMs !== null) items.push(metaItem('Active', h('span', { 'data-dur-head': '' }, formatDuration(v.durationMs))));
     if (n.createdAt) items.push(metaItem('Created', new Date(n.createdAt).toLocaleString()));
     const u = s.sessionUsage(n);
-    items.push(metaItem('Tokens', h('span', { 'data-testid': 'head-usage' }, tokens(u.input, u.output))));
+    items.push(metaItem('Tokens', h('span', { 'data-testid': 'head-usage' }, formatUsage(u.input, u.output))));
     const root = s.treeRoot(n);
     if (s.kids.get(root.id)?.size) {
       const t = s.treeUsage(root);
-      items.push(metaItem('Tree tokens', h('span', { 'data-testid': 'head-tree-usage' }, tokens(t.input, t.output),
-        t.read < t.total ? ` (${t.read} of ${t.total} logs read — open Timeline to read all)` : '')));
+      items.push(metaItem('Tree tokens', h('span', { 'data-testid': 'head-tree-usage' }, formatUsage(t.input, t.output),
+        t.read < t.total ? ` (${t.read} of ${t.total} logs read so far; the Timeline reads them all)` : '')));
     }
     if (n.parentId) {
       items.push(metaItem('Parent', h('a', { href: `#s=${encodeURIComponent(n.parentId)}`, class: 'child-link', 'data-testid': 'head-parent' },
@@ -113,7 +112,7 @@ export class SessionView {
           h('a', { href: `#s=${encodeURIComponent(n.id)}&r=${encodeURIComponent(r.runId)}`, 'data-testid': 'run-link' }, r.taskId ? 'Activation' : 'Run', ' ', h('code', {}, shortId(r.runId))),
           h('span', { class: `state tone-${st.tone}`, 'data-testid': 'run-state' }, h('span', { 'aria-hidden': 'true' }, st.icon), ` ${state}`),
           r.startedAt ? h('span', { class: 'dur', 'data-testid': 'run-duration' }, formatDuration((r.endedAt || Date.now()) - r.startedAt)) : null,
-          h('span', { class: 'tokens', 'data-testid': 'run-usage' }, u ? tokens(u.input, u.output) : 'no tokens counted')),
+          h('span', { class: 'tokens', 'data-testid': 'run-usage' }, u ? formatUsage(u.input, u.output) : 'no tokens counted')),
         r.stopReason ? h('p', { class: 'run-line' }, 'Stop reason: ', h('strong', { 'data-testid': 'run-stop' }, r.stopReason), r.diagnostic ? ` — ${r.diagnostic}` : '') : null,
         output ? h('p', { class: 'run-line' }, 'Result: ', h('span', { 'data-testid': 'run-result' }, output.length > 300 ? `${output.slice(0, 299)}…` : output)) : null,
         r.structured !== undefined && r.structured !== null

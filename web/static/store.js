@@ -30,7 +30,11 @@ export class Store {
     this.version = 0;
     this.rootsCache = null;
     this.listeners = new Set();
-    /** UI state; views read it, the app changes it through set(). */
+    /**
+     * UI state. Views read it; a change that must re-render goes through
+     * set(), one that a view applies itself (the event log filter, the
+     * Delegate form's parent pick) is assigned.
+     */
     this.ui = {
       selected: '',
       runId: '',
@@ -374,8 +378,12 @@ export class Store {
     const base = this.baseName(n);
     if (!this.isRoot(n) && n.parentId) return base;
     this.roots();
-    const twins = this.rootsCache.names.get(base) || 0;
-    return twins > 1 && n.createdAt ? `${base} · ${formatClock(n.createdAt)}` : base;
+    const twins = this.rootsCache.names.get(base);
+    if (!twins || twins.length < 2 || !n.createdAt) return base;
+    // Just enough of the creation time to tell the twins apart.
+    const day = new Set(twins.map((t) => new Date(t).toDateString())).size > 1;
+    const millis = new Set(twins.map((t) => Math.floor(t / 1000))).size < twins.length;
+    return `${base} · ${formatClock(n.createdAt, { day, millis })}`;
   }
 
   baseName(n) {
@@ -396,7 +404,7 @@ export class Store {
     const names = new Map();
     for (const r of list) {
       const b = this.baseName(r);
-      names.set(b, (names.get(b) || 0) + 1);
+      names.set(b, [...(names.get(b) || []), r.createdAt ?? 0]);
     }
     this.rootsCache = { version: this.version, list, names };
     return list;

@@ -13,10 +13,10 @@
 // rows that pass its type filter ("Show earlier" pages back); assistant/chunk
 // rows are folded into their assistant/message row unless asked for.
 
-import { blocksText, formatDuration, formatTokens, h, prettyJSON, toMillis } from './format.js';
+import { blocksText, formatDuration, formatUsage, h, prettyJSON, toMillis } from './format.js';
 
 /** Event log rows shown per page. */
-export const LOG_PAGE = 500;
+const LOG_PAGE = 500;
 
 export class Transcript {
   /**
@@ -318,7 +318,7 @@ export class Transcript {
       b.el.dataset.state = d.interrupted ? 'interrupted' : 'final';
       b.el.dataset.finalSeq = String(seq);
       b.status.textContent = d.interrupted ? 'interrupted' : '';
-      if (u) b.el.querySelector('header').append(h('span', { class: 'tokens', 'data-testid': 'msg-usage' }, tokens(u.inputTokens, u.outputTokens)));
+      if (u) b.el.querySelector('header').append(h('span', { class: 'tokens', 'data-testid': 'msg-usage' }, formatUsage(u.inputTokens, u.outputTokens)));
     }
     if (this.streams.size === 0) this.o.conv.setAttribute('aria-busy', 'false');
   }
@@ -338,7 +338,7 @@ export class Transcript {
     return t;
   }
 
-  /** Links tool calls to the child they started, once that child is known. */
+  /** Links tool calls to the child they name or started, once that child is known. */
   relink() {
     for (const t of this.unlinked) {
       const id = this.o.resolveChild({ text: `${t.args}\n${t.text}`, tool: t.tool, from: t.from, until: t.until });
@@ -381,7 +381,7 @@ export class Transcript {
     this.add(h('div', { class: `sep end ${kind === 'completed' ? '' : 'bad'}`, role: 'separator', 'data-seq': seq, 'data-testid': 'turn-end' },
       h('span', { 'aria-hidden': 'true' }, `${icon} `), text,
       took ? h('span', { class: 'dur', 'data-testid': 'turn-duration' }, ` · ${took}`) : null,
-      t && (t.input || t.output) ? h('span', { class: 'tokens', 'data-testid': 'turn-usage' }, ` · ${tokens(t.input, t.output)}`) : null));
+      t && (t.input || t.output) ? h('span', { class: 'tokens', 'data-testid': 'turn-usage' }, ` · ${formatUsage(t.input, t.output)}`) : null));
     // A turn that ended leaves no bubble streaming.
     for (const [key, b] of this.streams) {
       if (key.startsWith(`${d.turn}:`)) {
@@ -392,11 +392,6 @@ export class Transcript {
     }
     if (this.streams.size === 0) this.o.conv.setAttribute('aria-busy', 'false');
   }
-}
-
-/** Says a token count pair in words. */
-export function tokens(input, output) {
-  return `${formatTokens(input)} in / ${formatTokens(output)} out tokens`;
 }
 
 function nonText(content) {
