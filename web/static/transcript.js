@@ -73,6 +73,8 @@ export class Transcript {
     this.unlinked = new Set();
     /** usage events collected while a replayed log is loaded; null otherwise */
     this.bulk = null;
+    /** the "no messages yet" note of an empty conversation */
+    this.placeholder = null;
     /** turn:step → live assistant bubble */
     this.streams = new Map();
     /** callId → tool <details> */
@@ -94,6 +96,12 @@ export class Transcript {
     this.o.onCount(this.count);
     this.o.onTypes([...this.types].sort());
     this.renderLog();
+    if (!this.o.conv.firstChild) {
+      this.placeholder = h('p', { class: 'empty', 'data-testid': 'conv-none' }, this.count
+        ? `No messages yet: the log holds ${this.count} event${this.count === 1 ? '' : 's'} — see the Event log. New messages appear here as they stream.`
+        : 'No events yet. Messages appear here as they stream.');
+      this.o.conv.append(this.placeholder);
+    }
   }
 
   /** Applies one session event; data is the {seq,type,time,data} envelope or the bare payload. */
@@ -223,6 +231,10 @@ export class Transcript {
   }
 
   add(el) {
+    if (this.placeholder) {
+      this.placeholder.remove();
+      this.placeholder = null;
+    }
     this.o.conv.append(el);
     return el;
   }
