@@ -156,7 +156,6 @@ class App {
   onLifecycle(ev) {
     const s = this.store;
     const d = ev.data || {};
-    if (ev.id !== null) s.ui.lifecycleCursor = ev.id;
     if (ev.type === 'subagent/start' || ev.type === 'subagent/end') {
       s.applyLifecycle(ev.type, d);
       if (ev.type === 'subagent/end') {
@@ -192,23 +191,32 @@ class App {
     }
   }
 
+  // read reads a session's first prompt or its whole log. A log that cannot
+  // be read (a remote child has none here) counts as read, so it is not
+  // asked for again on every render.
   async read(id, kind) {
     const s = this.store;
     const n = s.nodes.get(id);
     const seed = n ? n.seedLength : 0;
     const after = seed > 0 ? seed - 1 : null;
-    if (kind === 'prompt') {
-      const page = await api('GET', paths.sessionEvents(id, { after, limit: 8 }));
-      const first = ((page && page.events) || []).find((e) => e.type === 'user/message');
-      s.recordPrompt(id, first ? blocks(first.data) : '');
-      return;
+    try {
+      if (kind === 'prompt') {
+        const page = await api('GET', paths.sessionEvents(id, { after, limit: 8 }));
+        const first = ((page && page.events) || []).find((e) => e.type === 'user/message');
+        s.recordPrompt(id, first ? blocks(first.data) : '');
+        return;
+      }
+      const events = await fetchEvents(id, after, Infinity);
+      const first = events.find((e) => e.type === 'user/message');
+      if (first) s.recordPrompt(id, blocks(first.data.data));
+      s.recordUsage(id, events.map((e) => e.data));
+    } catch {
+      if (kind === 'prompt') s.recordPrompt(id, '');
     }
-    const events = await fetchEvents(id, after, Infinity);
-    const first = events.find((e) => e.type === 'user/message');
-    if (first) s.recordPrompt(id, blocks(first.data.data));
-    s.logsRead.add(id);
-    s.recordUsage(id, events.map((e) => e.data));
-    s.changed();
+    if (kind === 'log') {
+      s.logsRead.add(id);
+      s.changed();
+    }
   }
 
   // readTreeLogs reads the logs of the selected tree for its usage: while
@@ -429,10 +437,12 @@ class App {
     $('filter-form').addEventListener('input', setFilter);
     $('filter-form').addEventListener('change', setFilter);
     $('filter-form').addEventListener('submit', (e) => e.preventDefault());
-    $('filter-clear').addEventListener('click', () => {
+    const clear = () => {
       $('filter-form').reset();
       setFilter();
-    });
+    };
+    $('filter-clear').addEventListener('click', clear);
+    $('tree-nomatch-clear').addEventListener('click', clear);
     const setLog = () => {
       s.ui.log = { type: $('log-type').value, chunks: $('log-chunks').checked };
       this.transcript.renderLog();

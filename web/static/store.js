@@ -46,8 +46,6 @@ export class Store {
       tab: 'conv',
       conn: { lifecycle: 'connecting', session: '', detail: '' },
       rootsShown: 50,
-      // The lifecycle stream's cursor: a reconnect resumes after it.
-      lifecycleCursor: null,
       baselineLoaded: false,
     };
   }
@@ -404,21 +402,11 @@ export class Store {
     const names = new Map();
     for (const r of list) {
       const b = this.baseName(r);
-      names.set(b, [...(names.get(b) || []), r.createdAt ?? 0]);
+      if (!names.has(b)) names.set(b, []);
+      names.get(b).push(r.createdAt ?? 0);
     }
     this.rootsCache = { version: this.version, list, names };
     return list;
-  }
-
-  /** Every node in tree order with its depth, for the parent picker. */
-  flatten() {
-    const out = [];
-    const walk = (n, depth) => {
-      out.push({ node: n, depth });
-      for (const c of this.children(n.id)) walk(c, depth + 1);
-    };
-    for (const r of this.roots()) walk(r, 0);
-    return out;
   }
 }
 

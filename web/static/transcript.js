@@ -67,7 +67,7 @@ export class Transcript {
     this.prompted = false;
     /** turn → {start, input, output} */
     this.turns = new Map();
-    /** turn:step → assistant/message event record, to count folded chunks */
+    /** turn:step → chunks seen before its assistant/message, folded into that row */
     this.pendingChunks = new Map();
     /** tool <details> whose child is not known yet */
     this.unlinked = new Set();
