@@ -75,6 +75,8 @@ export class Transcript {
     this.bulk = null;
     /** the "no messages yet" note of an empty conversation */
     this.placeholder = null;
+    /** where new conversation rows go: the page, or a fragment while a log loads */
+    this.target = this.o.conv;
     /** turn:step → live assistant bubble */
     this.streams = new Map();
     /** callId → tool <details> */
@@ -89,7 +91,11 @@ export class Transcript {
    */
   load(events) {
     this.bulk = [];
+    // Rows are built off the page and attached once.
+    this.target = document.createDocumentFragment();
     for (const ev of events) this.apply(ev);
+    this.o.conv.append(this.target);
+    this.target = this.o.conv;
     const usage = this.bulk;
     this.bulk = null;
     if (usage.length) this.o.onUsage(usage);
@@ -235,7 +241,7 @@ export class Transcript {
       this.placeholder.remove();
       this.placeholder = null;
     }
-    this.o.conv.append(el);
+    this.target.append(el);
     return el;
   }
 
