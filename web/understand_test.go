@@ -74,6 +74,8 @@ func TestDashboard_UsageTimelineAndLinks(t *testing.T) {
 	b.waitFor("each activation shows its own tokens",
 		runCardUsage(u.helperA)+` === '40 in / 10 out tokens' && `+runCardUsage(u.helperB)+` === '60 in / 15 out tokens'`)
 	b.waitFor("the head sums the session's tokens", `document.querySelector('[data-testid="head-usage"]').textContent === '100 in / 25 out tokens'`)
+	b.waitFor("the head sums the small tree's tokens without being asked",
+		`document.querySelector('[data-testid="head-tree-usage"]')?.textContent === '500 in / 95 out tokens'`)
 	b.waitFor("the aborted activation says so and lasted 250 ms", fmt.Sprintf(`(() => {
 		const c = document.querySelector('[data-testid="run-card"][data-run=%s]');
 		return c.querySelector('[data-testid="run-stop"]').textContent === 'aborted' && c.querySelector('[data-testid="run-duration"]').textContent === '250 ms';

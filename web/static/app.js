@@ -60,6 +60,8 @@ class App {
     this.inflight = new Set();
     /** queued background reads: id → 'prompt' | 'log' */
     this.queue = new Map();
+    /** sessions whose log is to be read again once the read in flight ends */
+    this.again = new Set();
     this.readers = 0;
     // How many sessions were known when tool calls were last linked.
     this.linkedAt = -1;
@@ -160,8 +162,11 @@ class App {
       s.applyLifecycle(ev.type, d);
       if (ev.type === 'subagent/end') {
         this.once(`run:${d.runId}`, async () => s.mergeRun(await api('GET', paths.run(d.runId))));
-        // A settled child's log is read again for its final usage.
-        if (d.id && s.logsRead.delete(d.id)) this.readTreeLogs();
+        // A settled child's log is read (again) for its final usage.
+        if (d.id) {
+          s.logsRead.delete(d.id);
+          this.readTreeLogs();
+        }
       }
       const child = d.id && s.nodes.get(d.id);
       if (child && !child.known && child.parentId) this.once(`session:${d.id}`, async () => s.mergeSession(await api('GET', paths.session(d.id))));
@@ -174,7 +179,12 @@ class App {
 
   enqueue(id, kind) {
     const cur = this.queue.get(id);
-    if (cur === 'log' || (cur && kind === 'prompt') || this.inflight.has(`read:${id}`)) return;
+    if (cur === 'log' || (cur && kind === 'prompt')) return;
+    if (this.inflight.has(`read:${id}`)) {
+      // The log grew while it was read (a run ended): read it once more.
+      if (kind === 'log') this.again.add(id);
+      return;
+    }
     this.queue.set(id, kind);
     this.pump();
   }
@@ -186,6 +196,10 @@ class App {
       this.readers++;
       this.once(`read:${id}`, () => this.read(id, kind)).finally(() => {
         this.readers--;
+        if (this.again.delete(id)) {
+          this.store.logsRead.delete(id);
+          this.enqueue(id, 'log');
+        }
         this.pump();
       });
     }

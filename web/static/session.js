@@ -63,7 +63,7 @@ export class SessionView {
     if (v.durationMs !== null) items.push(metaItem('Active', h('span', { 'data-dur-head': '' }, formatDuration(v.durationMs))));
     if (n.createdAt) items.push(metaItem('Created', new Date(n.createdAt).toLocaleString()));
     const u = s.sessionUsage(n);
-    items.push(metaItem('Tokens', h('span', { 'data-testid': 'head-usage' }, formatUsage(u.input, u.output))));
+    items.push(metaItem('Tokens', h('span', { 'data-testid': 'head-usage' }, u.steps ? formatUsage(u.input, u.output) : 'none reported yet')));
     const root = s.treeRoot(n);
     if (s.kids.get(root.id)?.size) {
       const t = s.treeUsage(root);
