@@ -4,7 +4,7 @@
 // and the composer that sends what fits it.
 
 import { api } from './api.js';
-import { blocksText, formatDuration, formatTokens, formatUsage, h, prettyJSON, shortId, stateStyle, textBlocks } from './format.js';
+import { blocksText, formatDuration, formatUsage, h, prettyJSON, shortId, stateStyle, textBlocks } from './format.js';
 import { clearErrors, showApiError } from './forms.js';
 import { paths } from './paths.js';
 
@@ -67,7 +67,7 @@ export class SessionView {
     const root = s.treeRoot(n);
     if (s.kids.get(root.id)?.size) {
       const t = s.treeUsage(root);
-      items.push(metaItem('Tree tokens', h('span', { 'data-testid': 'head-tree-usage' }, formatUsage(t.input, t.output),
+      items.push(metaItem('Tree tokens', h('span', { 'data-testid': 'head-tree-usage' }, t.steps ? formatUsage(t.input, t.output) : 'none reported yet',
         t.read < t.total ? ` (${t.read} of ${t.total} logs read so far; the Timeline reads them all)` : '')));
     }
     if (n.parentId) {
@@ -119,7 +119,8 @@ export class SessionView {
           ? h('details', { class: 'run-structured' }, h('summary', {}, 'Structured output'), h('pre', { 'data-testid': 'run-structured' }, prettyJSON(r.structured)))
           : null);
     });
-    const total = runs.length ? h('p', { class: 'help' }, `${runs.length} ${runs.some((r) => r.taskId) ? 'activation' : 'run'}${runs.length > 1 ? 's' : ''} · ${formatTokens(usage.input)} in / ${formatTokens(usage.output)} out tokens in ${usage.steps} step${usage.steps === 1 ? '' : 's'}`) : null;
+    const counted = usage.steps ? `${formatUsage(usage.input, usage.output)} in ${usage.steps} step${usage.steps === 1 ? '' : 's'}` : 'no tokens reported';
+    const total = runs.length ? h('p', { class: 'help' }, `${runs.length} ${runs.some((r) => r.taskId) ? 'activation' : 'run'}${runs.length > 1 ? 's' : ''} · ${counted}`) : null;
     $('runs').replaceChildren(...(runs.length ? [total, h('ol', { class: 'run-list' }, cards)] : []));
     if (s.ui.runId) document.getElementById(`run-${s.ui.runId}`)?.scrollIntoView({ block: 'nearest' });
   }

@@ -357,11 +357,12 @@ export class Store {
   /** Summed usage of n's whole tree, and how many of its sessions' logs were read. */
   treeUsage(n) {
     const all = this.subtree(n);
-    const out = { input: 0, output: 0, read: 0, total: all.length };
+    const out = { input: 0, output: 0, steps: 0, read: 0, total: all.length };
     for (const m of all) {
       const u = this.sessionUsage(m);
       out.input += u.input;
       out.output += u.output;
+      out.steps += u.steps;
       if (this.logsRead.has(m.id)) out.read++;
     }
     return out;
