@@ -94,7 +94,7 @@ func TestDashboard_StartRunStreamsAndCompletes(t *testing.T) {
 
 	close(release)
 	b.waitFor("the node shows completed with its stop reason and duration",
-		nodeIn(child, "completed")+`?.dataset.stopReason === 'completed' && /\d+s/.test(document.querySelector('[data-dur-for=`+jsString(child)+`]').textContent)`)
+		nodeIn(child, "completed")+`?.dataset.stopReason === 'completed' && /^\d+(\.\d{3})? m?s$/.test(document.querySelector('[data-dur-for=`+jsString(child)+`]').textContent)`)
 	b.waitFor("the transcript holds the final answer and the turn end", finalAnswer)
 	b.waitFor("the head says completed and cancel is gone",
 		`document.querySelector('[data-testid="head-state"]').dataset.state === 'completed' && !document.querySelector('[data-testid="action-cancel"]')`)
@@ -145,6 +145,7 @@ func TestDashboard_RecoversFromDroppedStreams(t *testing.T) {
 	b.waitFor("the transcript holds the final answer once", finalAnswer)
 	b.waitFor("the page is connected again", connConnected)
 
+	b.do("showing the chunk rows the event log folds by default", chromedp.Click(chromedp.CSS("#tab-log")), chromedp.Click(chromedp.CSS("#log-chunks")))
 	want := srv.eventSeqs(t, child)
 	got := eval[[]int64](b, "reading the event log rows",
 		`[...document.querySelectorAll('[data-testid="log-row"]')].map(r => Number(r.dataset.seq))`)

@@ -35,6 +35,11 @@ import (
 type testServer struct {
 	*httptest.Server
 	refuse atomic.Bool
+	// st is the server's store, for tests that seed history directly.
+	st *memstore.Store
+	// lists counts GET /v1/sessions and GET /v1/runs (the history the page
+	// loads once); streams counts SSE requests.
+	lists, streams atomic.Int64
 }
 
 // startServer starts a testServer whose children and root agents ask mdl.
@@ -65,8 +70,14 @@ func startServer(t *testing.T, mdl model.Model) *testServer {
 		Continuations: mgr, Roots: roots, Routes: routes,
 	})
 
-	s := &testServer{}
+	s := &testServer{st: st}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && (r.URL.Path == "/v1/sessions" || r.URL.Path == "/v1/runs") {
+			s.lists.Add(1)
+		}
+		if isStream(r) {
+			s.streams.Add(1)
+		}
 		if s.refuse.Load() && isStream(r) {
 			http.Error(w, "streams are refused by the test", http.StatusServiceUnavailable)
 			return

@@ -2,13 +2,20 @@
 // embedded into the binary so the service needs no build step, no CDN and no
 // files on disk. internal/http serves FS at "/".
 //
-// The page talks only to the service's own HTTP API (DESIGN §3): it lists
-// providers, shows a live tree of sessions fed by GET /v1/events, renders the
-// selected session's log from GET /v1/sessions/{id}/stream, messages root
-// sessions' own agents, and starts, steers, follows up, interrupts, cancels
-// and disposes children. It resumes
-// both SSE streams after a disconnect with ?after=<last id> and drops events
-// it has already shown, so a reconnect never duplicates or loses a row.
+// The page talks only to the service's own HTTP API (DESIGN §3), whose paths
+// are built in static/paths.js. All state lives in one store (store.js);
+// the views are modules by job: tree.js (filtered, paged session tree),
+// session.js (head, run cards, actions, composer), transcript.js
+// (conversation and event log), timeline.js (waterfall of a tree),
+// delegate.js (start forms), providers.js and auth.js (sign-in); app.js
+// wires them and routes deep links (#s=<session>&r=<run> plus the filter).
+//
+// It loads the history once, then follows GET /v1/events; a reconnect
+// resumes after the stream's cursor (Last-Event-ID, or ?after= when the
+// stream is recreated) and reloads nothing. A session's log is read in
+// pages from GET /v1/sessions/{id}/events and then followed on its stream
+// after the last seq; events already shown are dropped, so a reconnect
+// never duplicates or loses a row.
 package web
 
 import (

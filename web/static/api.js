@@ -90,13 +90,15 @@ export function describeError(err) {
   return `INTERNAL — ${err && err.message ? err.message : String(err)}`;
 }
 
-/** Follows cursor pagination (?after=<nextCursor>) of a list endpoint and returns every item. */
-export async function listAll(path, key, maxPages = 50) {
+/**
+ * Follows cursor pagination of a list endpoint and returns every item;
+ * pathFor(cursor) builds a page's path (cursor undefined for the first).
+ */
+export async function listAll(pathFor, key, maxPages = 50) {
   const items = [];
-  let cursor = '';
+  let cursor;
   for (let i = 0; i < maxPages; i++) {
-    const sep = path.includes('?') ? '&' : '?';
-    const page = await api('GET', cursor ? `${path}${sep}after=${encodeURIComponent(cursor)}` : path);
+    const page = await api('GET', pathFor(cursor));
     const got = (page && page[key]) || [];
     items.push(...got);
     cursor = (page && page.nextCursor) || '';

@@ -9,19 +9,52 @@ export function toMillis(v) {
 }
 
 /**
- * Formats a non-negative duration in ms: exact seconds below a minute, then
- * at most two adjacent units ("3m 05s", "2h 10m", "4d 3h").
+ * Formats a non-negative duration in ms to the millisecond: "850 ms",
+ * "12.345 s", then minutes and hours ("3m 05.120s", "2h 10m 05s").
  */
 export function formatDuration(ms) {
   if (ms === null || ms === undefined || !Number.isFinite(ms) || ms < 0) return '';
-  const s = Math.floor(ms / 1000);
-  if (s < 60) return `${s}s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m}m ${String(s % 60).padStart(2, '0')}s`;
+  const whole = Math.round(ms);
+  if (whole < 1000) return `${whole} ms`;
+  const sec = (x) => (x / 1000).toFixed(3);
+  if (whole < 60000) return `${sec(whole)} s`;
+  const m = Math.floor(whole / 60000);
+  const rest = whole - m * 60000;
+  if (m < 60) return `${m}m ${sec(rest).padStart(6, '0')}s`;
   const h = Math.floor(m / 60);
-  if (h < 24) return `${h}h ${String(m % 60).padStart(2, '0')}m`;
-  const d = Math.floor(h / 24);
-  return `${d}d ${h % 24}h`;
+  if (h < 24) return `${h}h ${String(m % 60).padStart(2, '0')}m ${String(Math.floor(rest / 1000)).padStart(2, '0')}s`;
+  return `${Math.floor(h / 24)}d ${h % 24}h ${String(m % 60).padStart(2, '0')}m`;
+}
+
+/**
+ * Formats a time as a local clock ("09:28:57"), with the date when day is
+ * set and milliseconds when millis is set: just enough to tell apart
+ * sessions with the same name.
+ */
+export function formatClock(ms, { day = false, millis = false } = {}) {
+  const d = new Date(ms);
+  const pad = (n, w = 2) => String(n).padStart(w, '0');
+  const clock = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}${millis ? `.${pad(d.getMilliseconds(), 3)}` : ''}`;
+  return day ? `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock}` : clock;
+}
+
+/** Formats a token count with thousands separators ("12,345"). */
+export function formatTokens(n) {
+  return Number(n || 0).toLocaleString('en-US');
+}
+
+/** Says a pair of token counts in words ("1,200 in / 300 out tokens"). */
+export function formatUsage(input, output) {
+  return `${formatTokens(input)} in / ${formatTokens(output)} out tokens`;
+}
+
+/** The first few words of a text, ending "…" when cut. */
+export function firstWords(text, n = 6) {
+  const words = String(text || '').trim().split(/\s+/).filter(Boolean);
+  if (!words.length) return '';
+  const head = words.slice(0, n).join(' ');
+  const clipped = head.length > 48 ? `${head.slice(0, 47)}…` : head;
+  return words.length > n && !clipped.endsWith('…') ? `${clipped}…` : clipped;
 }
 
 /** Returns the id shortened for display ("3f2a9c1e…"). */

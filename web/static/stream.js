@@ -19,7 +19,8 @@ export class EventStream {
    * @param {string[]} o.types event names to deliver (EventSource only reports named events it listens for)
    * @param {(ev: {id: number|null, type: string, data: any}) => void} o.onEvent
    * @param {(state: string, detail?: string) => void} [o.onState] connecting | connected | reconnecting | offline
-   * @param {() => void} [o.onOpen] the stream is open (the server subscribed us), first time or again
+   * @param {(o: {resumed: boolean}) => void} [o.onOpen] the stream is open (the server subscribed us), first time or
+   *   again; resumed says it continues after a cursor, so nothing was missed
    * @param {number|null} [o.after] resume after this id on the first connection
    * @param {boolean} [o.contiguous] ids are 0,1,2,… (session seqs): a gap is repaired with fill
    * @param {(after: number|null, until: number) => Promise<{id: number, type: string, data: any}[]>} [o.fill]
@@ -67,13 +68,19 @@ export class EventStream {
     if (this.lastId !== null) u.searchParams.set('after', String(this.lastId));
     const es = new EventSource(u);
     this.es = es;
+    // A new EventSource resumes only when it was given ?after=; its own
+    // reconnects resume with Last-Event-ID (a live stream names its cursor
+    // in its first frame).
+    let resumes = this.lastId !== null;
     this.setState(this.opened ? 'reconnecting' : 'connecting');
     es.onopen = () => {
       if (es !== this.es) return;
       this.delay = MIN_DELAY;
       this.setState('connected');
       this.opened = true;
-      if (this.o.onOpen) this.o.onOpen();
+      const resumed = resumes;
+      resumes = true;
+      if (this.o.onOpen) this.o.onOpen({ resumed });
     };
     es.onerror = () => {
       if (es !== this.es) return;

@@ -4,11 +4,19 @@
 // the event log, and the conversation shows the surface: user messages,
 // assistant text (streamed live from assistant/chunk, finalised by
 // assistant/message), tool calls with their results folded in <details>, and
-// turn boundaries as quiet separators. Log-only events (descriptor, approval
-// policy, inbox splices, steps, usage, unknown plugin types) appear only in
-// the event log.
+// turn boundaries as quiet separators with their duration and tokens.
+// Log-only events (descriptor, approval policy, inbox splices, steps, unknown
+// plugin types) appear only in the event log. Notices, reports and
+// delegation tool calls link to the child they name.
+//
+// The event log keeps every event in memory and shows the newest LOG_PAGE
+// rows that pass its type filter ("Show earlier" pages back); assistant/chunk
+// rows are folded into their assistant/message row unless asked for.
 
-import { blocksText, h, prettyJSON, shortId, toMillis } from './format.js';
+import { blocksText, formatDuration, formatUsage, h, prettyJSON, toMillis } from './format.js';
+
+/** Event log rows shown per page. */
+const LOG_PAGE = 500;
 
 export class Transcript {
   /**
@@ -19,9 +27,29 @@ export class Transcript {
    * @param {(n: number) => void} o.onCount number of events in the log
    * @param {(descriptor: object) => void} o.onDescriptor a subagent/descriptor was read
    * @param {(running: boolean) => void} o.onTurn a turn started (true) or ended (false)
+   * @param {(evs: {seq: number, type: string, time: string, data: any}[]) => void} o.onUsage assistant/message events with usage were read
+   * @param {(text: string) => void} o.onPrompt the first user message of the log was read
+   * @param {(q: {text: string, tool: string, from: number|null, until: number|null}) => string} o.resolveChild
+   *   the child a tool call names or started: an id named in text, else one started in [from, until]
+   * @param {(id: string) => string} o.nameOf the name of a session
+   * @param {() => {type: string, chunks: boolean}} o.logFilter the event log's filter
+   * @param {(types: string[]) => void} o.onTypes the set of event types seen grew
    */
   constructor(o) {
     this.o = o;
+    // The conversation sticks to its end while the reader is there: a
+    // scroll says where they are, and a change of size (new rows, or the
+    // pane resized by the head above it) keeps them at the end.
+    this.stick = true;
+    const sc = o.scroller;
+    sc.addEventListener('scroll', () => {
+      if (sc.clientHeight) this.stick = sc.scrollHeight - sc.scrollTop - sc.clientHeight < 80;
+    });
+    const keep = new ResizeObserver(() => {
+      if (this.stick) sc.scrollTop = sc.scrollHeight;
+    });
+    keep.observe(sc);
+    keep.observe(o.conv);
     this.reset();
   }
 
@@ -29,6 +57,26 @@ export class Transcript {
     this.o.conv.replaceChildren();
     this.o.log.replaceChildren();
     this.count = 0;
+    /** every event of the log: {seq, type, time, payload, chunks?} */
+    this.events = [];
+    this.types = new Set();
+    this.logShown = LOG_PAGE;
+    /** events that pass the log filter */
+    this.matched = 0;
+    this.stick = true;
+    this.prompted = false;
+    /** turn → {start, input, output} */
+    this.turns = new Map();
+    /** turn:step → chunks seen before its assistant/message, folded into that row */
+    this.pendingChunks = new Map();
+    /** tool <details> whose child is not known yet */
+    this.unlinked = new Set();
+    /** usage events collected while a replayed log is loaded; null otherwise */
+    this.bulk = null;
+    /** the "no messages yet" note of an empty conversation */
+    this.placeholder = null;
+    /** where new conversation rows go: the page, or a fragment while a log loads */
+    this.target = this.o.conv;
     /** turn:step → live assistant bubble */
     this.streams = new Map();
     /** callId → tool <details> */
@@ -37,34 +85,123 @@ export class Transcript {
     this.o.onCount(0);
   }
 
+  /**
+   * Applies a replayed log at once: the conversation is built as by apply,
+   * the event log window and the counts once at the end.
+   */
+  load(events) {
+    this.bulk = [];
+    // Rows are built off the page and attached once.
+    this.target = document.createDocumentFragment();
+    for (const ev of events) this.apply(ev);
+    this.o.conv.append(this.target);
+    this.target = this.o.conv;
+    const usage = this.bulk;
+    this.bulk = null;
+    if (usage.length) this.o.onUsage(usage);
+    this.o.onCount(this.count);
+    this.o.onTypes([...this.types].sort());
+    this.renderLog();
+    if (!this.o.conv.firstChild) {
+      this.placeholder = h('p', { class: 'empty', 'data-testid': 'conv-none' }, this.count
+        ? `No messages yet: the log holds ${this.count} event${this.count === 1 ? '' : 's'} — see the Event log. New messages appear here as they stream.`
+        : 'No events yet. Messages appear here as they stream.');
+      this.o.conv.append(this.placeholder);
+    }
+  }
+
   /** Applies one session event; data is the {seq,type,time,data} envelope or the bare payload. */
   apply({ id, type, data }) {
     const env = data && typeof data === 'object' && 'data' in data && ('seq' in data || data.type === type) ? data : null;
     const payload = env ? env.data : data;
     const seq = id ?? env?.seq ?? null;
     const time = toMillis(env?.time);
-    const sc = this.o.scroller;
-    const atBottom = sc.scrollHeight - sc.scrollTop - sc.clientHeight < 80;
-
-    this.logRow(seq, type, time, payload);
-    this.render(seq, type, payload || {});
-
-    if (atBottom) sc.scrollTop = sc.scrollHeight;
+    this.record(seq, type, time, payload);
+    this.render(seq, type, payload || {}, time);
+    if (type === 'assistant/message' && payload && payload.usage) {
+      const u = { seq, type, time: env?.time, data: payload };
+      if (this.bulk) this.bulk.push(u);
+      else this.o.onUsage([u]);
+    }
   }
 
-  logRow(seq, type, time, payload) {
+  record(seq, type, time, payload) {
+    const ev = { seq, type, time, payload, chunks: 0 };
+    this.events.push(ev);
     this.count++;
-    this.o.onCount(this.count);
-    const when = time ? new Date(time).toLocaleTimeString() : '';
-    this.o.log.append(
-      h('tr', { 'data-seq': seq ?? '', 'data-type': type, 'data-testid': 'log-row' },
-        h('td', { class: 'num' }, seq ?? '–'),
-        h('td', { class: 'time' }, when),
-        h('td', {}, h('code', {}, type)),
-        h('td', {}, h('details', {}, h('summary', {}, summarize(type, payload)), h('pre', {}, prettyJSON(payload ?? null))))));
+    if (!this.types.has(type)) {
+      this.types.add(type);
+      if (!this.bulk) this.o.onTypes([...this.types].sort());
+    }
+    if (!this.bulk) this.o.onCount(this.count);
+    const d = payload || {};
+    if (type === 'assistant/chunk') {
+      const key = `${d.turn}:${d.step}`;
+      this.pendingChunks.set(key, (this.pendingChunks.get(key) || 0) + 1);
+    } else if (type === 'assistant/message') {
+      const key = `${d.turn}:${d.step}`;
+      ev.chunks = this.pendingChunks.get(key) || 0;
+      this.pendingChunks.delete(key);
+    }
+    if (!this.bulk && this.shows(ev, this.o.logFilter())) {
+      this.o.log.append(this.logRow(ev));
+      this.matched++;
+      if (this.matched > this.logShown) {
+        this.o.log.querySelector(':scope > tr[data-testid="log-row"]').remove();
+        this.moreRow();
+      }
+    }
   }
 
-  render(seq, type, d) {
+  shows(ev, f) {
+    if (f.type) return ev.type === f.type;
+    return f.chunks || ev.type !== 'assistant/chunk';
+  }
+
+  /** Re-renders the event log window after a filter change or "Show earlier". */
+  renderLog() {
+    const f = this.o.logFilter();
+    const match = this.events.filter((ev) => this.shows(ev, f));
+    this.matched = match.length;
+    this.o.log.replaceChildren(...match.slice(-this.logShown).map((ev) => this.logRow(ev)));
+    this.moreRow();
+  }
+
+  // moreRow keeps a "Show earlier" row on top while older matching rows are hidden.
+  moreRow() {
+    const hidden = this.matched - Math.min(this.matched, this.logShown);
+    let row = this.o.log.querySelector(':scope > tr.more');
+    if (!hidden) {
+      if (row) row.remove();
+      return;
+    }
+    if (!row) {
+      row = h('tr', { class: 'more' }, h('td', { colspan: '4' }, h('button', {
+        type: 'button', class: 'link', 'data-testid': 'log-earlier',
+        onclick: () => { this.logShown += LOG_PAGE; this.renderLog(); },
+      })));
+    }
+    row.querySelector('button').textContent = `Show earlier events (${hidden} more)`;
+    this.o.log.prepend(row);
+  }
+
+  logRow(ev) {
+    const { seq, type, time, payload } = ev;
+    const when = time ? new Date(time).toLocaleTimeString() : '';
+    // The JSON is built when the row is opened: a log of ten thousand
+    // events stays cheap to show.
+    const details = h('details', {}, h('summary', {}, summarize(type, payload), ev.chunks ? h('span', { class: 'chip', 'data-testid': 'folded-chunks' }, `${ev.chunks} chunk${ev.chunks > 1 ? 's' : ''} folded`) : null));
+    details.addEventListener('toggle', () => {
+      if (details.open && !details.querySelector('pre')) details.append(h('pre', {}, prettyJSON(payload ?? null)));
+    });
+    return h('tr', { 'data-seq': seq ?? '', 'data-type': type, 'data-testid': 'log-row' },
+      h('td', { class: 'num' }, seq ?? '–'),
+      h('td', { class: 'time' }, when),
+      h('td', {}, h('code', {}, type)),
+      h('td', {}, details));
+  }
+
+  render(seq, type, d, time) {
     switch (type) {
       case 'user/message':
         this.userMessage(seq, d);
@@ -76,17 +213,18 @@ export class Transcript {
         this.assistantMessage(seq, d);
         break;
       case 'tool/call':
-        this.toolCall(seq, d);
+        this.toolCall(seq, d, time);
         break;
       case 'tool/result':
-        this.toolResult(seq, d);
+        this.toolResult(seq, d, time);
         break;
       case 'turn/start':
+        this.turns.set(d.turn, { start: time, input: 0, output: 0 });
         this.o.onTurn(true);
         this.add(h('div', { class: 'sep', role: 'separator', 'data-seq': seq, 'data-testid': 'turn-start' }, `Turn ${d.turn ?? ''}`));
         break;
       case 'turn/end':
-        this.turnEnd(seq, d);
+        this.turnEnd(seq, d, time);
         this.o.onTurn(false);
         break;
       case 'subagent/descriptor':
@@ -99,7 +237,11 @@ export class Transcript {
   }
 
   add(el) {
-    this.o.conv.append(el);
+    if (this.placeholder) {
+      this.placeholder.remove();
+      this.placeholder = null;
+    }
+    this.target.append(el);
     return el;
   }
 
@@ -107,9 +249,14 @@ export class Transcript {
     const src = d.source || {};
     const text = blocksText(d.content);
     const extras = nonText(d.content);
+    if (!this.prompted && (!src.kind || src.kind === 'user' || src.kind === 'coordinator' || src.form === 'relay')) {
+      this.prompted = true;
+      this.o.onPrompt(text);
+    }
     if (src.form === 'notice' || src.kind === 'subagent-settled') {
       this.add(h('details', { class: 'notice', 'data-seq': seq, 'data-testid': 'msg-notice' },
-        h('summary', {}, h('span', { 'aria-hidden': 'true' }, '◇ '), src.summary || 'Runtime notice'),
+        h('summary', {}, h('span', { 'aria-hidden': 'true' }, '◇ '), src.summary || 'Runtime notice',
+          src.senderSessionId ? [' — ', this.childLink(src.senderSessionId)] : null),
         h('div', { class: 'body' }, text), extras));
       return;
     }
@@ -119,13 +266,13 @@ export class Transcript {
         h('div', { class: 'body' }, text), extras));
       return;
     }
-    let who = 'User';
+    let who = ['User'];
     let cls = 'user';
     if (src.kind === 'subagent-report') {
-      who = `Report from child ${shortId(src.senderSessionId)}`;
+      who = ['Report from child ', src.senderSessionId ? this.childLink(src.senderSessionId) : 'unknown'];
       cls = 'relay';
     } else if (src.kind === 'coordinator' || src.form === 'relay') {
-      who = `From parent agent ${shortId(src.senderSessionId)}`.trim();
+      who = ['From parent agent', src.senderSessionId ? [' ', this.childLink(src.senderSessionId)] : null];
       cls = 'relay';
     }
     this.add(h('article', { class: `msg ${cls}`, 'data-seq': seq, 'data-testid': 'msg-user' },
@@ -167,6 +314,12 @@ export class Transcript {
     const content = (d.message && d.message.content) || [];
     const text = blocksText(content);
     const reasoning = content.filter((b) => b && b.type === 'reasoning').map((b) => b.text || '').join('');
+    const u = d.usage;
+    const t = this.turns.get(d.turn);
+    if (u && t) {
+      t.input += u.inputTokens || 0;
+      t.output += u.outputTokens || 0;
+    }
     let b = this.streams.get(key);
     if (!b && !text && !reasoning) return; // usage-only record
     b = b || this.bubble(seq, d);
@@ -183,42 +336,70 @@ export class Transcript {
       b.el.dataset.state = d.interrupted ? 'interrupted' : 'final';
       b.el.dataset.finalSeq = String(seq);
       b.status.textContent = d.interrupted ? 'interrupted' : '';
+      if (u) b.el.querySelector('header').append(h('span', { class: 'tokens', 'data-testid': 'msg-usage' }, formatUsage(u.inputTokens, u.outputTokens)));
     }
     if (this.streams.size === 0) this.o.conv.setAttribute('aria-busy', 'false');
   }
 
-  toolCall(seq, d) {
+  toolCall(seq, d, time) {
     const args = h('pre', {}, prettyJSON(d.arguments ?? ''));
     const state = h('span', { class: 'tool-state' }, 'running…');
     const result = h('div', { class: 'tool-result', hidden: true });
+    const link = h('span', { class: 'tool-child' });
     const el = this.add(h('details', { class: 'tool', 'data-seq': seq, 'data-testid': 'tool', 'data-call-id': d.callId || '' },
-      h('summary', {}, h('span', { 'aria-hidden': 'true' }, '⚙ '), 'Tool ', h('code', {}, d.name || '?'), ' ', state),
+      h('summary', {}, h('span', { 'aria-hidden': 'true' }, '⚙ '), 'Tool ', h('code', {}, d.name || '?'), ' ', state, link),
       h('h4', {}, 'Arguments'), args, result));
-    const t = { el, state, result };
+    const t = { el, state, result, link, from: time, until: null, tool: d.name || '', args: typeof d.arguments === 'string' ? d.arguments : '', text: '' };
     if (d.callId) this.tools.set(d.callId, t);
+    this.unlinked.add(t);
+    this.relink();
     return t;
   }
 
-  toolResult(seq, d) {
+  /** Links tool calls to the child they name or started, once that child is known. */
+  relink() {
+    for (const t of this.unlinked) {
+      const id = this.o.resolveChild({ text: `${t.args}\n${t.text}`, tool: t.tool, from: t.from, until: t.until });
+      if (!id) continue;
+      this.unlinked.delete(t);
+      t.el.dataset.child = id;
+      t.link.replaceChildren(' → ', this.childLink(id));
+    }
+  }
+
+  // childLink is a link to a session: its name, and a deep link that
+  // survives a reload.
+  childLink(id) {
+    return h('a', { href: `#s=${encodeURIComponent(id)}`, class: 'child-link', 'data-testid': 'child-link', 'data-id': id }, this.o.nameOf(id));
+  }
+
+  toolResult(seq, d, time) {
     const content = d.content;
     const isError = !!d.isError;
-    const t = (d.callId && this.tools.get(d.callId)) || this.toolCall(seq, { name: d.name, arguments: '' });
+    const t = (d.callId && this.tools.get(d.callId)) || this.toolCall(seq, { name: d.name, arguments: '' }, time);
+    t.until = time;
+    t.text = Array.isArray(content) ? blocksText(content) : typeof content === 'string' ? content : '';
+    if (this.unlinked.has(t)) this.relink();
     t.state.textContent = isError ? '✕ error' : '✓ done';
     t.el.dataset.result = isError ? 'error' : 'ok';
     t.result.hidden = false;
     t.result.replaceChildren(h('h4', {}, isError ? 'Error' : 'Result'), h('pre', {}, Array.isArray(content) ? blocksText(content) || prettyJSON(content) : prettyJSON(content ?? '')));
   }
 
-  turnEnd(seq, d) {
+  turnEnd(seq, d, time) {
     const r = d.reason || {};
+    const t = this.turns.get(d.turn);
     const kind = r.kind || 'ended';
     const icon = kind === 'completed' ? '✓' : kind === 'aborted' || kind === 'interrupted' ? '⊘' : '✕';
     let text = `Turn ${d.turn ?? ''} ${kind}`;
     if (r.reason && r.reason.kind) text += ` (by ${r.reason.kind})`;
     if (r.message) text += `: ${r.message}`;
     if (r.code) text += ` [${r.code}]`;
+    const took = t && t.start !== null && time !== null ? formatDuration(Math.max(0, time - t.start)) : '';
     this.add(h('div', { class: `sep end ${kind === 'completed' ? '' : 'bad'}`, role: 'separator', 'data-seq': seq, 'data-testid': 'turn-end' },
-      h('span', { 'aria-hidden': 'true' }, `${icon} `), text));
+      h('span', { 'aria-hidden': 'true' }, `${icon} `), text,
+      took ? h('span', { class: 'dur', 'data-testid': 'turn-duration' }, ` · ${took}`) : null,
+      t && (t.input || t.output) ? h('span', { class: 'tokens', 'data-testid': 'turn-usage' }, ` · ${formatUsage(t.input, t.output)}`) : null));
     // A turn that ended leaves no bubble streaming.
     for (const [key, b] of this.streams) {
       if (key.startsWith(`${d.turn}:`)) {

@@ -1,0 +1,206 @@
+package web_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// postJSON sends body to path and decodes the answer into v.
+func (s *testServer) postJSON(t *testing.T, path string, body, v any) {
+	t.Helper()
+	// A client of its own: CloseClientConnections must not cut this request.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	res, err := client.Post(s.URL+path, "application/json", bytes.NewReader(rawJSON(t, body)))
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode/100 != 2 {
+		t.Fatalf("POST %s: %s", path, res.Status)
+	}
+	if err := json.NewDecoder(res.Body).Decode(v); err != nil {
+		t.Fatalf("POST %s: decoding: %v", path, err)
+	}
+}
+
+// runToEnd starts a one-shot spawn run under parent through the API and
+// waits until it settled; it returns the child session id.
+func (s *testServer) runToEnd(t *testing.T, parent, label string) string {
+	t.Helper()
+	var run struct {
+		ChildSessionID string `json:"childSessionId"`
+		State          string `json:"state"`
+	}
+	s.postJSON(t, "/v1/runs?wait=true", map[string]any{"provider": "spawn", "parentSessionId": parent, "label": label,
+		"prompt": []map[string]string{{"type": "text", "text": "hello " + label}}}, &run)
+	if run.State != "settled" {
+		t.Fatalf("run %s is %s after waiting, want settled", label, run.State)
+	}
+	return run.ChildSessionID
+}
+
+// TestDashboard_ReconnectResumesWithoutReloadingHistory drops the page's
+// streams twice while runs start and end — once EventSource reconnects by
+// itself with Last-Event-ID, once the streams are refused so the page
+// recreates them with ?after=<cursor> — and checks that every run shows up
+// while the page never lists sessions or runs again: the history was loaded
+// once, and a reconnect costs the events missed, not the whole history.
+func TestDashboard_ReconnectResumesWithoutReloadingHistory(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, replying(nil))
+	sd := srv.seeder(t)
+	for i := range 20 {
+		sd.root(fmt.Sprintf("history %02d", i), time.Now().Add(-time.Duration(i)*time.Hour))
+	}
+	var root struct {
+		ID string `json:"id"`
+	}
+	srv.postJSON(t, "/v1/sessions", map[string]any{"label": "live"}, &root)
+	b := newBrowser(t)
+	openDashboard(b, srv.URL)
+	b.waitFor("the history is listed", `document.querySelectorAll('[data-testid="node"]').length === 21`)
+	first := srv.runToEnd(t, root.ID, "first")
+	b.waitFor("the first run is shown settled", nodeIn(first, "completed"))
+	lists := srv.lists.Load()
+	streams := srv.streams.Load()
+
+	srv.CloseClientConnections()
+	second := srv.runToEnd(t, root.ID, "second")
+	b.waitFor("the run that ended during the drop is shown settled", nodeIn(second, "completed"))
+
+	srv.refuseStreams(true)
+	srv.CloseClientConnections()
+	b.waitFor("the page says it is offline", `document.querySelector('#conn').dataset.state === 'offline'`)
+	third := srv.runToEnd(t, root.ID, "third")
+	srv.refuseStreams(false)
+	b.waitFor("the run that ended while streams were refused is shown settled", nodeIn(third, "completed")+` && `+connConnected)
+
+	if got := srv.streams.Load(); got <= streams+1 {
+		t.Errorf("stream requests went from %d to %d: the page did not reconnect", streams, got)
+	}
+	if got := srv.lists.Load(); got != lists {
+		t.Errorf("the page listed sessions or runs %d more times after reconnecting; it must resume from the stream's cursor", got-lists)
+	}
+	b.screenshot("resumed")
+}
+
+// TestDashboard_ScaleThousandSessionsTenThousandEvents opens a tree of
+// 1,000 sessions with the transcript of a 10,000-event session selected and
+// measures, in the browser, the time to first render of both and the time
+// from appending one live event on the server to seeing it on the page.
+// The numbers are logged (bench/ tracks performance); the test asserts that
+// everything is shown, not how fast.
+func TestDashboard_ScaleThousandSessionsTenThousandEvents(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, scripted.New())
+	sd := srv.seeder(t)
+	t0 := time.Now().Add(-time.Hour)
+	root := sd.root("big tree", t0)
+	var long string
+	sessions := 1
+	for i := 0; sessions < 1000; i++ {
+		mid := sd.child(root, "spawn", "continuable", fmt.Sprintf("team %02d", i), t0.Add(time.Duration(sessions)*time.Millisecond))
+		sd.run(seedRun{child: mid, parent: root, provider: "spawn", taskID: newID("task"), start: t0.Add(time.Second), end: t0.Add(2 * time.Second), stop: "completed"})
+		sessions++
+		for j := 0; j < 49 && sessions < 1000; j++ {
+			c := sd.child(mid, "spawn", "one-shot", fmt.Sprintf("worker %02d.%02d", i, j), t0.Add(time.Duration(sessions)*time.Millisecond))
+			sd.run(seedRun{child: c, parent: mid, provider: "spawn", start: t0.Add(time.Second), end: t0.Add(3 * time.Second), stop: "completed", output: "ok"})
+			sessions++
+			if long == "" {
+				long = c
+			}
+		}
+	}
+	var evs []event
+	for n := 1; n <= 1000; n++ {
+		tr := turn(n, fmt.Sprintf("question %d", n), fmt.Sprintf("answer %d", n), 10, 5)
+		// 10 events a turn: two more chunks before the message.
+		chunk := tr[3]
+		evs = append(evs, tr[0], tr[1], tr[2], chunk, chunk, chunk, tr[4], tr[5], tr[6])
+		evs = append(evs, ev("agent/inbox/spliced", map[string]any{"outcome": "none", "target": "next-step"}))
+	}
+	for i := 0; i < len(evs); i += 1000 {
+		sd.events(long, t0.Add(time.Duration(i)*time.Millisecond), evs[i:i+1000]...)
+	}
+
+	b := newBrowser(t)
+	b.do("recording when each SSE event reaches the page", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: recordSSE})
+		return err
+	}))
+	b.do("opening the dashboard on the long session", chromedp.Navigate(srv.URL+"/#s="+long))
+	treeMs := pollValue[float64](b, "the tree shows 1,000 sessions",
+		`document.querySelectorAll('[data-testid="node"]').length === 1000 && performance.now()`)
+	// 10,000 seeded events after the child's descriptor.
+	convMs := pollValue[float64](b, "the transcript shows the last answer and all 10,001 log events",
+		`document.querySelector('#log-count').textContent === '(10001)' &&
+		[...document.querySelectorAll('[data-testid="msg-assistant"]')].at(-1)?.querySelector('[data-testid="assistant-text"]').textContent === 'answer 1000' && performance.now()`)
+
+	// A live event is timed in the page, from the SSE frame's arrival to
+	// the DOM change that shows it, once both streams are open.
+	b.waitFor("both streams are connected", connConnected+` && document.querySelector('#transcript-conn').textContent === ''`)
+	extra := newID("child")
+	watch := func(what, shown string) {
+		b.t.Helper()
+		_ = eval[bool](b, "watching for "+what, fmt.Sprintf(`(() => {
+			window.__shown = 0;
+			const mo = new MutationObserver(() => {
+				if (%s) { window.__shown = performance.now(); mo.disconnect(); }
+			});
+			mo.observe(document.body, { subtree: true, childList: true, attributes: true, characterData: true });
+			return true;
+		})()`, shown))
+	}
+	watch("the live message", `[...document.querySelectorAll('[data-testid="msg-user"]')].at(-1)?.textContent.includes('one more')`)
+	sd.events(long, time.Now(), turn(1001, "one more", "live answer", 1, 1)[0])
+	liveConv := pollValue[float64](b, "the live message is in the transcript",
+		`window.__shown && window.__shown - window.__sse.findLast(e => e.type === 'user/message').t`)
+
+	watch("the live run", nodeIn(extra, "running"))
+	if err := sd.st.CreateSession(sd.ctx, store.Session{ID: extra, ParentID: root, Origin: "subagent", DelegationDepth: 1,
+		Provider: "spawn", Mode: "one-shot", Label: "late worker", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	sd.run(seedRun{child: extra, parent: root, provider: "spawn", start: time.Now()})
+	liveTree := pollValue[float64](b, "the live run is in the tree",
+		`window.__shown && window.__shown - window.__sse.findLast(e => e.type === 'subagent/start').t`)
+
+	t.Logf("in the browser: 1,000-session tree first rendered %.0f ms after navigation start; 10,000-event transcript %.0f ms; "+
+		"one live event from SSE arrival to the DOM: transcript message %.1f ms, tree node %.1f ms", treeMs, convMs, liveConv, liveTree)
+	b.screenshot("thousand")
+}
+
+// recordSSE runs before the page's scripts: it notes in window.__sse when
+// each named SSE event arrives, before the page's own listener runs.
+const recordSSE = `window.__sse = [];
+(() => {
+	const add = EventSource.prototype.addEventListener;
+	EventSource.prototype.addEventListener = function (type, fn, opts) {
+		return add.call(this, type, function (ev) {
+			window.__sse.push({ t: performance.now(), type });
+			return fn.apply(this, arguments);
+		}, opts);
+	};
+})();`
+
+// pollValue waits until expr is truthy and returns its value.
+func pollValue[T any](b *browser, what, expr string) T {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Poll[T](expr, chromedp.WithPollingTimeout(2*waitTimeout)))
+	if err != nil {
+		b.fail("waiting until "+what, err)
+	}
+	return v
+}

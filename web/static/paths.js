@@ -1,0 +1,32 @@
+// Every API path the dashboard calls (DESIGN §3), built in one place so a
+// route change is one edit and ids are always escaped.
+
+const e = encodeURIComponent;
+
+/** Adds a query string from an object, leaving out empty values. */
+function q(path, params) {
+  const s = new URLSearchParams();
+  for (const [k, v] of Object.entries(params || {})) {
+    if (v !== undefined && v !== null && v !== '') s.set(k, String(v));
+  }
+  const t = s.toString();
+  return t ? `${path}?${t}` : path;
+}
+
+export const paths = {
+  authSession: () => '/v1/auth/session',
+  providers: () => '/v1/providers',
+  sessions: (params) => q('/v1/sessions', params),
+  session: (id) => `/v1/sessions/${e(id)}`,
+  sessionMessages: (id) => `/v1/sessions/${e(id)}/messages`,
+  sessionEvents: (id, params) => q(`/v1/sessions/${e(id)}/events`, params),
+  sessionStream: (id) => `/v1/sessions/${e(id)}/stream`,
+  runs: (params) => q('/v1/runs', params),
+  run: (runId) => `/v1/runs/${e(runId)}`,
+  runSteer: (runId) => `/v1/runs/${e(runId)}/steer`,
+  runCancel: (runId) => `/v1/runs/${e(runId)}/cancel`,
+  subagents: () => '/v1/subagents',
+  followup: (childId) => `/v1/subagents/${e(childId)}/followup`,
+  interrupt: (childId) => `/v1/subagents/${e(childId)}/interrupt`,
+  lifecycle: () => '/v1/events',
+};

@@ -1,0 +1,275 @@
+// The selected session's head: its name, state, ids and usage; its runs and
+// activations with result, structured output, stop reason, duration and
+// tokens at a glance (each with a deep link); the actions its mode allows;
+// and the composer that sends what fits it.
+
+import { api } from './api.js';
+import { blocksText, formatDuration, formatUsage, h, prettyJSON, shortId, stateStyle, textBlocks } from './format.js';
+import { clearErrors, showApiError } from './forms.js';
+import { paths } from './paths.js';
+
+const $ = (id) => document.getElementById(id);
+
+export class SessionView {
+  /**
+   * @param {import('./store.js').Store} store
+   * @param {object} o
+   * @param {(context: string, err: Error) => void} o.showError
+   */
+  constructor(store, o) {
+    this.store = store;
+    this.o = o;
+    // The keys name what is on show, so a render that changes nothing keeps
+    // the elements (and the keyboard focus on them).
+    this.actionsKey = '';
+    this.composerKey = '';
+    this.runsKey = '';
+    $('message-form').addEventListener('submit', (e) => this.send(e));
+    $('message-text').addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) $('message-form').requestSubmit();
+    });
+  }
+
+  node() {
+    const id = this.store.ui.selected;
+    return id ? this.store.nodes.get(id) : null;
+  }
+
+  render() {
+    const n = this.node();
+    if (!n) {
+      $('session-title').textContent = 'No session selected';
+      $('session-meta').replaceChildren();
+      $('actions').replaceChildren();
+      $('runs').replaceChildren();
+      this.actionsKey = '';
+      this.runsKey = '';
+      this.setStatus('');
+      $('message-form').hidden = true;
+      $('readonly-note').hidden = true;
+      return;
+    }
+    const s = this.store;
+    const v = s.view(n);
+    const st = stateStyle(v.state);
+    $('session-title').textContent = s.title(n);
+    const items = [
+      metaItem('State', h('span', { class: `state tone-${st.tone}`, 'data-testid': 'head-state', 'data-state': v.state },
+        h('span', { class: `state-icon${v.state === 'running' ? ' spin' : ''}`, 'aria-hidden': 'true' }, st.icon), ` ${v.state}`)),
+      metaItem('Mode', v.mode),
+    ];
+    if (n.provider) items.push(metaItem('Provider', n.provider));
+    if (v.stopReason) items.push(metaItem('Stop reason', h('span', { 'data-testid': 'head-stop-reason' }, v.stopReason)));
+    if (v.durationMs !== null) items.push(metaItem('Active', h('span', { 'data-dur-head': '' }, formatDuration(v.durationMs))));
+    if (n.createdAt) items.push(metaItem('Created', new Date(n.createdAt).toLocaleString()));
+    const u = s.sessionUsage(n);
+    items.push(metaItem('Tokens', h('span', { 'data-testid': 'head-usage' }, u.steps ? formatUsage(u.input, u.output) : 'none reported yet')));
+    const root = s.treeRoot(n);
+    if (s.kids.get(root.id)?.size) {
+      const t = s.treeUsage(root);
+      items.push(metaItem('Tree tokens', h('span', { 'data-testid': 'head-tree-usage' }, t.steps ? formatUsage(t.input, t.output) : 'none reported yet',
+        t.read < t.total ? ` (${t.read} of ${t.total} logs read so far; the Timeline reads them all)` : '')));
+    }
+    if (n.parentId) {
+      items.push(metaItem('Parent', h('a', { href: `#s=${encodeURIComponent(n.parentId)}`, class: 'child-link', 'data-testid': 'head-parent' },
+        s.nodes.has(n.parentId) ? s.title(s.nodes.get(n.parentId)) : shortId(n.parentId))));
+    }
+    items.push(metaItem('Id', h('code', { 'data-testid': 'head-id' }, n.id)));
+    if (v.mode === 'continuable' && v.taskId) {
+      items.push(metaItem(v.tasks > 1 ? `Task (${v.tasks} so far)` : 'Task', h('code', { 'data-testid': 'head-task' }, v.taskId)));
+    } else if (v.latest) {
+      items.push(metaItem('Run', h('code', { 'data-testid': 'head-run' }, v.latest.runId), v.disposed ? ' (disposed)' : ''));
+    }
+    $('session-meta').replaceChildren(...items);
+    this.renderRuns(n, u);
+    this.renderActions(n, v);
+    this.renderComposer(n, v);
+  }
+
+  /** Ticks the running duration in the head. */
+  tick() {
+    const n = this.node();
+    const el = document.querySelector('[data-dur-head]');
+    if (n && el) el.textContent = formatDuration(this.store.view(n).durationMs);
+  }
+
+  // renderRuns lists the session's runs and activations, newest first, each
+  // a card with what it produced and a deep link of its own.
+  renderRuns(n, usage) {
+    const s = this.store;
+    const runs = s.nodeRuns(n).reverse();
+    const key = JSON.stringify([n.id, s.ui.runId, runs.map((r) => [r.runId, r.state, r.stopReason, r.endedAt, !!r.output, r.structured !== undefined]), [...usage.byRun]]);
+    if (key === this.runsKey) return;
+    this.runsKey = key;
+    const cards = runs.map((r) => {
+      const state = r.state === 'running' ? 'running' : r.stopReason || r.state;
+      const st = stateStyle(state);
+      const u = usage.byRun.get(r.runId);
+      const output = blocksText(r.output);
+      const current = s.ui.runId === r.runId;
+      return h('li', { class: `run-card${current ? ' current' : ''}`, id: `run-${r.runId}`, 'data-testid': 'run-card', 'data-run': r.runId, 'aria-current': current ? 'true' : false },
+        h('div', { class: 'run-head' },
+          h('a', { href: `#s=${encodeURIComponent(n.id)}&r=${encodeURIComponent(r.runId)}`, 'data-testid': 'run-link' }, r.taskId ? 'Activation' : 'Run', ' ', h('code', {}, shortId(r.runId))),
+          h('span', { class: `state tone-${st.tone}`, 'data-testid': 'run-state' }, h('span', { 'aria-hidden': 'true' }, st.icon), ` ${state}`),
+          r.startedAt ? h('span', { class: 'dur', 'data-testid': 'run-duration' }, formatDuration((r.endedAt || Date.now()) - r.startedAt)) : null,
+          h('span', { class: 'tokens', 'data-testid': 'run-usage' }, u ? formatUsage(u.input, u.output) : 'no tokens counted')),
+        r.stopReason ? h('p', { class: 'run-line' }, 'Stop reason: ', h('strong', { 'data-testid': 'run-stop' }, r.stopReason), r.diagnostic ? ` — ${r.diagnostic}` : '') : null,
+        output ? h('p', { class: 'run-line' }, 'Result: ', h('span', { 'data-testid': 'run-result' }, output.length > 300 ? `${output.slice(0, 299)}…` : output)) : null,
+        r.structured !== undefined && r.structured !== null
+          ? h('details', { class: 'run-structured' }, h('summary', {}, 'Structured output'), h('pre', { 'data-testid': 'run-structured' }, prettyJSON(r.structured)))
+          : null);
+    });
+    const counted = usage.steps ? `${formatUsage(usage.input, usage.output)} in ${usage.steps} step${usage.steps === 1 ? '' : 's'}` : 'no tokens reported';
+    const total = runs.length ? h('p', { class: 'help' }, `${runs.length} ${runs.some((r) => r.taskId) ? 'activation' : 'run'}${runs.length > 1 ? 's' : ''} · ${counted}`) : null;
+    $('runs').replaceChildren(...(runs.length ? [total, h('ol', { class: 'run-list' }, cards)] : []));
+    if (s.ui.runId) document.getElementById(`run-${s.ui.runId}`)?.scrollIntoView({ block: 'nearest' });
+  }
+
+  // setStatus says what the last action did; route is the followup's answer
+  // (steered | started | parked), kept for tests and styling.
+  setStatus(text, route = '') {
+    $('action-status').textContent = text;
+    $('action-status').dataset.route = route;
+  }
+
+  actionButton(id, label, help, fn) {
+    return h('button', { type: 'button', id: `action-${id}`, 'data-testid': `action-${id}`, title: help, onclick: async (e) => {
+      const btn = e.currentTarget;
+      btn.disabled = true;
+      this.setStatus(`${label}…`);
+      try {
+        this.setStatus(await fn());
+      } catch (err) {
+        this.setStatus('');
+        this.o.showError(label, err);
+      } finally {
+        btn.disabled = false;
+      }
+    } }, label);
+  }
+
+  // renderActions offers only what the child's mode, provider and state
+  // allow: cancel while a one-shot run runs, dispose until it is disposed,
+  // interrupt while a continuable child runs. Steering and followups are the
+  // composer's.
+  renderActions(n, v) {
+    const run = v.latest;
+    const wanted = [];
+    if (v.mode === 'one-shot' && run) {
+      if (v.running) wanted.push('cancel');
+      if (!v.disposed) wanted.push('dispose');
+    }
+    if (v.mode === 'continuable' && v.running) wanted.push('interrupt');
+    const key = `${n.id}:${run ? run.runId : ''}:${wanted.join()}`;
+    if (key === this.actionsKey) return;
+    this.actionsKey = key;
+    const make = {
+      cancel: () => this.actionButton('cancel', 'Cancel', 'Abort the run; it settles "aborted"', async () => {
+        await api('POST', paths.runCancel(run.runId));
+        return 'Cancel requested — the run settles as aborted.';
+      }),
+      dispose: () => this.actionButton('dispose', 'Dispose', 'Cancel if running, wait until it is quiet, release it', async () => {
+        await api('DELETE', paths.run(run.runId));
+        this.store.upsertRun({ runId: run.runId, state: 'disposed' });
+        return 'Run disposed — it is released and its transcript stays readable.';
+      }),
+      interrupt: () => this.actionButton('interrupt', 'Interrupt', 'Stop the current turn; followups not yet admitted stay queued', async () => {
+        await api('POST', paths.interrupt(n.id), { parentSessionId: n.parentId });
+        return 'Interrupt accepted — the current turn stops; a followup resumes the child.';
+      }),
+    };
+    $('actions').replaceChildren(...wanted.map((id) => make[id]()));
+  }
+
+  // composerMode: a message to a root session's own agent, a followup to a
+  // continuable child, or a steer into a running one-shot run whose
+  // provider supports steering.
+  composerMode(n, v) {
+    const p = this.store.providers.get(n.provider) || null;
+    if (v.mode === 'root') return { kind: 'root', label: 'Message the root agent', button: 'Send', help: 'Runs a turn of this session\'s own agent, which can start children with its tools.' };
+    if (v.mode === 'continuable') {
+      if (v.running || v.state === 'starting') return { kind: 'followup', label: 'Follow up', button: 'Send followup', help: 'The child is running: the followup is steered into its next model step.' };
+      if (p && p.resume === false) return { readonly: `${n.provider} cannot resume a stopped child, so followups are unavailable.` };
+      return { kind: 'followup', label: 'Follow up', button: 'Send followup', help: 'The child is inactive: the followup starts a new task that resumes it from its log.' };
+    }
+    if (v.running) {
+      if (p && p.steer) return { kind: 'steer', label: 'Steer the running child', button: 'Steer', help: 'Delivered into the next model step; answered once the model admitted it.' };
+      return { readonly: `${n.provider || 'This provider'} cannot be steered. You can cancel the run.` };
+    }
+    if (!v.latest) return { readonly: 'Waiting for the run to start…' };
+    return { readonly: `This one-shot run settled (${v.stopReason || v.state}). Its transcript is a read-only record.` };
+  }
+
+  renderComposer(n, v) {
+    const m = this.composerMode(n, v);
+    const form = $('message-form');
+    const note = $('readonly-note');
+    form.hidden = !!m.readonly;
+    note.hidden = !m.readonly;
+    note.textContent = m.readonly || '';
+    if (m.readonly) return;
+    form.dataset.kind = m.kind;
+    $('message-label').textContent = m.label;
+    $('message-send').textContent = m.button;
+    $('message-help').textContent = m.help;
+    const key = `${n.id}:${m.kind}`;
+    if (key !== this.composerKey) {
+      this.composerKey = key;
+      clearErrors(form);
+    }
+  }
+
+  async send(e) {
+    e.preventDefault();
+    const form = $('message-form');
+    const n = this.node();
+    const text = $('message-text').value;
+    clearErrors(form);
+    if (!n) return;
+    if (!text.trim()) {
+      $('message-error').textContent = 'Write a message first.';
+      $('message-text').focus();
+      return;
+    }
+    const btn = $('message-send');
+    btn.disabled = true;
+    const content = textBlocks(text);
+    const kind = form.dataset.kind;
+    const s = this.store;
+    // A followup or steer to a running child is answered once a model step
+    // admitted it, which can take as long as the step in progress.
+    this.setStatus(kind === 'root' ? 'Sending…' : s.view(n).running
+      ? 'Sent — waiting until the child\'s next model step admits it…' : 'Sending…');
+    try {
+      if (kind === 'root') {
+        const res = await api('POST', paths.sessionMessages(n.id), { content });
+        this.setStatus(`Accepted${res.messageId ? ` (message ${shortId(res.messageId)})` : ''} — the agent runs a turn; it streams below.`);
+      } else if (kind === 'followup') {
+        const res = await api('POST', paths.followup(n.id), { parentSessionId: n.parentId, content });
+        if (res.route === 'steered') {
+          this.setStatus(`Followup steered into the running task ${shortId(res.taskId)}: its next model step read it.`, res.route);
+        } else if (res.route === 'parked') {
+          this.setStatus('Followup accepted while an interrupt stopped the child: it waits and runs first with the next followup.', res.route);
+        } else {
+          s.announceTask(n.id, res.taskId);
+          this.setStatus(`Followup started a new task ${shortId(res.taskId)}: the child resumes from its log.`, res.route);
+        }
+      } else {
+        const run = s.view(n).latest;
+        const res = await api('POST', paths.runSteer(run.runId), { content });
+        this.setStatus(`Steer admitted by the model${res.messageId ? ` (message ${shortId(res.messageId)})` : ''}.`);
+      }
+      $('message-text').value = '';
+    } catch (err) {
+      this.setStatus('');
+      // The draft stays so nothing typed is lost.
+      showApiError(form, $('message-error'), err);
+    } finally {
+      btn.disabled = false;
+    }
+  }
+}
+
+function metaItem(term, ...value) {
+  return h('div', { class: 'kv' }, h('dt', {}, term), h('dd', {}, ...value));
+}
