@@ -409,7 +409,7 @@ func (f *followupRequest) source() agent.Source {
 	if f.Source != nil && f.Source.Kind == delegate.SourceCoordinator {
 		return agent.Source{Kind: delegate.SourceCoordinator, Form: "relay", SenderSessionID: f.ParentSessionID}
 	}
-	return agent.Source{Kind: delegate.SourceUser}
+	return agent.Source{Kind: subagent.SourceUser}
 }
 
 type followupResponse struct {

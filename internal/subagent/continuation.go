@@ -762,34 +762,16 @@ func (m *Manager) ownedElsewhere(ctx context.Context, childID string) error {
 // Recover cold-resumes, at start-up, every child that has undelivered
 // messages in the durable inbox — accepted before the previous process
 // stopped — and delivers them in acceptance order; a message the child had
-// already logged is acknowledged, not delivered twice. Failures are logged
-// per child and returned joined; the other children are still recovered.
+// already logged is acknowledged, not delivered twice. Root sessions are
+// left to Roots. Failures are logged per child and returned joined; the
+// other children are still recovered.
 func (m *Manager) Recover(ctx context.Context) error {
-	tried := map[store.PendingChild]bool{}
-	var errs []error
-	for {
-		// The store lists at most 1000 children a call: list again until a
-		// call names none that was not tried already.
-		pending, err := m.store.PendingChildren(ctx)
-		if err != nil {
-			return errors.Join(append(errs, fmt.Errorf("recover continuable children: %w", err))...)
+	return RecoverInboxes(ctx, m.store, m.log, func(ctx context.Context, sess store.Session) error {
+		if sess.ParentID == "" {
+			return nil // a root session
 		}
-		more := false
-		for _, p := range pending {
-			if tried[p] {
-				continue
-			}
-			tried[p], more = true, true
-			base := store.WithTenant(context.WithoutCancel(ctx), p.Tenant)
-			if err := m.recoverChild(base, p.ChildID); err != nil {
-				m.log.ErrorContext(base, "recover continuable child", slog.String("child_id", p.ChildID), slog.Any("error", err))
-				errs = append(errs, fmt.Errorf("recover %s: %w", p.ChildID, err))
-			}
-		}
-		if !more {
-			return errors.Join(errs...)
-		}
-	}
+		return m.recoverChild(ctx, sess.ID)
+	})
 }
 
 // recoverChild cold-resumes one child with pending messages unless it is
@@ -863,35 +845,6 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 }
 
 func (m *Manager) isDraining() bool { return m.admitting() != nil }
-
-// newRow builds the durable inbox row of an accepted message. It returns an
-// error when content does not marshal.
-func newRow(childID string, content []model.Block, src agent.Source) (store.InboxMessage, error) {
-	if content == nil {
-		content = []model.Block{}
-	}
-	c, err := json.Marshal(content)
-	if err != nil {
-		return store.InboxMessage{}, err
-	}
-	s, err := json.Marshal(src)
-	if err != nil {
-		return store.InboxMessage{}, err
-	}
-	return store.InboxMessage{ID: uuid.NewString(), ChildID: childID, Content: c, Source: s}, nil
-}
-
-// rowMessage is the user message a row delivers, with the row's id.
-func rowMessage(row store.InboxMessage) (agent.UserMessage, error) {
-	msg := agent.UserMessage{ID: row.ID, Role: "user"}
-	if err := json.Unmarshal(row.Content, &msg.Content); err != nil {
-		return msg, fmt.Errorf("inbox message %s: content: %w", row.ID, err)
-	}
-	if err := json.Unmarshal(row.Source, &msg.Source); err != nil {
-		return msg, fmt.Errorf("inbox message %s: source: %w", row.ID, err)
-	}
-	return msg, nil
-}
 
 // closeAgent closes an agent that never became an activation.
 func (m *Manager) closeAgent(ctx context.Context, childID string, ag ChildAgent) {

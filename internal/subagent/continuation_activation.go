@@ -96,7 +96,7 @@ func (m *Manager) activate(c *child, act *activation) {
 // open delivers row as the message that opens act's turn: on the idle
 // agent it is logged as user/message at once, so the row is acknowledged.
 func (m *Manager) open(act *activation, row store.InboxMessage) error {
-	msg, err := rowMessage(row)
+	msg, err := RowMessage(row)
 	if err == nil {
 		_, err = act.agent.FollowupMessage(act.base, msg)
 	}
@@ -134,7 +134,7 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 		return nil
 	}
 	if !act.closing && !act.interrupted && !act.queued && act.agent.Running() {
-		if msg, err := rowMessage(row); err == nil {
+		if msg, err := RowMessage(row); err == nil {
 			if settled, err := act.agent.SubmitSteer(ctx, msg); err == nil {
 				m.track(act, row.ID, settled, waking)
 				return nil
@@ -258,7 +258,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	// crash left queued in the agent's own log-sourced inbox is dropped, so
 	// that nothing runs twice.
 	ag.Cancel(agent.CauseDisposed, false)
-	logged := loggedMessages(ag.Events())
+	logged := LoggedMessages(ag.Events())
 	var seen []string
 	todo = slices.DeleteFunc(todo, func(d delivery) bool {
 		if logged[d.id] {
@@ -307,7 +307,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 func (m *Manager) decode(ctx context.Context, c *child, rows []store.InboxMessage) []delivery {
 	out := make([]delivery, 0, len(rows))
 	for _, r := range rows {
-		msg, err := rowMessage(r)
+		msg, err := RowMessage(r)
 		if err != nil {
 			m.log.ErrorContext(ctx, "dropping an undecodable inbox message", slog.String("child_id", c.key.id), slog.Any("error", err))
 			m.ack(ctx, c.key.id, r.ID)
@@ -365,7 +365,7 @@ func (m *Manager) settle(act *activation) {
 	}
 	// Every message the epoch logged is delivered; most were acknowledged
 	// on admission already.
-	if claimed := loggedMessages(events); len(claimed) > 0 {
+	if claimed := LoggedMessages(events); len(claimed) > 0 {
 		ids := make([]string, 0, len(claimed))
 		for id := range claimed {
 			ids = append(ids, id)
@@ -492,18 +492,6 @@ func (m *Manager) ack(ctx context.Context, childID string, ids ...string) {
 	if err := m.store.Ack(ctx, childID, ids...); err != nil {
 		m.log.ErrorContext(ctx, "remove delivered or withdrawn inbox messages", slog.String("child_id", childID), slog.Any("error", err))
 	}
-}
-
-// loggedMessages returns the ids of the user/messages in events.
-func loggedMessages(events []store.Event) map[string]bool {
-	ids := map[string]bool{}
-	for _, e := range events {
-		var msg agent.UserMessage
-		if e.Type == agent.EventUserMessage && json.Unmarshal(e.Data, &msg) == nil && msg.ID != "" {
-			ids[msg.ID] = true
-		}
-	}
-	return ids
 }
 
 // EpochStopReason is the stop reason of a continuable activation, read from
