@@ -653,7 +653,7 @@ func (m *Manager) resumable(ctx context.Context, c *child, parentID string) erro
 	if sess.Mode == ModeOneShot {
 		return notResumable(nil)
 	}
-	d, found, err := m.resumeDescriptor(ctx, sess)
+	d, found, err := ResumeDescriptor(ctx, m.store, sess)
 	if err != nil {
 		return notResumable(err)
 	}
@@ -679,27 +679,6 @@ func (m *Manager) header(ctx context.Context, c *child) (store.Session, error) {
 	}
 	c.sess = &sess
 	return sess, nil
-}
-
-// resumeDescriptor is ResumeDescriptor over the child's log, reading only
-// up to the first descriptor of its own suffix (seq >= seedLength), which
-// is the whole answer.
-func (m *Manager) resumeDescriptor(ctx context.Context, sess store.Session) (Descriptor, bool, error) {
-	for after := int64(sess.SeedLength) - 1; ; {
-		page, err := m.store.Events(ctx, sess.ID, after, 100)
-		if err != nil {
-			return Descriptor{}, false, fmt.Errorf("read log of %s: %w", sess.ID, err)
-		}
-		if len(page) == 0 {
-			return Descriptor{}, false, nil
-		}
-		for _, e := range page {
-			if e.Type == EventDescriptor {
-				return ParseDescriptor(e.Data)
-			}
-		}
-		after = page[len(page)-1].Seq
-	}
 }
 
 // Interrupt stops the current turn of continuable child childID on behalf
