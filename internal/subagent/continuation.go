@@ -246,7 +246,7 @@ type Manager struct {
 	mu       sync.Mutex
 	children map[childKey]*child
 	runs     map[string]*activation    // live activations by run id
-	folds    map[childKey]identityFold // listing cache, see identity
+	folds    map[childKey]identityFold // listing cache of at most maxFolds, see identity
 	draining bool
 	wg       sync.WaitGroup // watchers and steer receipts
 }

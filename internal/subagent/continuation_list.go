@@ -255,6 +255,10 @@ func (m *Manager) hasChildren(ctx context.Context, id string) (bool, error) {
 	return slices.ContainsFunc(kids, func(s store.Session) bool { return s.Origin == OriginSubagent }), nil
 }
 
+// maxFolds bounds the identity folds a Manager keeps: past it, a listing
+// of a child whose fold was evicted reads its whole log again.
+const maxFolds = 4096
+
 // identityFold is the identity fold of one child's log up to seq after.
 // Logs are append-only, so a later listing folds only the newer events.
 type identityFold struct {
@@ -288,6 +292,12 @@ func (m *Manager) identity(ctx context.Context, id string) (*Identity, error) {
 	}
 	m.mu.Lock()
 	if cur, ok := m.folds[key]; !ok || cur.after < f.after {
+		if !ok && len(m.folds) >= maxFolds {
+			for k := range m.folds { // evict one, at random
+				delete(m.folds, k)
+				break
+			}
+		}
 		m.folds[key] = f
 	}
 	m.mu.Unlock()
