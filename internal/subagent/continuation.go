@@ -233,8 +233,9 @@ type FollowupResult struct {
 // undelivered messages after a restart. It shares the Service's provider
 // registry, lifecycle bus, store and admission. Safe for concurrent use.
 //
-// Lifecycle listeners are called while the manager holds the child's lock:
-// they must not call the Manager for the same child synchronously.
+// Lifecycle listeners are never called under a child's lock: an edge
+// decided under it is dispatched once the lock is released (child.outbox),
+// so a listener may call the Manager for the same child.
 type Manager struct {
 	svc      *Service
 	store    store.Store
@@ -271,6 +272,9 @@ type child struct {
 	waiters map[string]chan<- answer
 	// wake: a cold resume is owed once the live activation has settled.
 	wake bool
+	// outbox holds the lifecycle dispatches decided under mu, in order;
+	// unlock runs them once mu is released.
+	outbox []func()
 }
 
 // answer is a followup's route, or why its message was not delivered.
@@ -312,8 +316,16 @@ func (m *Manager) lock(key childKey) *child {
 	}
 }
 
-// unlock releases c, dropping its entry when nothing is live or owed.
+// unlock releases c, dropping its entry when nothing is live or owed, and
+// then runs the dispatches of its outbox.
 func (m *Manager) unlock(c *child) {
+	out := c.outbox
+	c.outbox = nil
+	defer func() {
+		for _, dispatch := range out {
+			dispatch()
+		}
+	}()
 	if c.act == nil && len(c.waiters) == 0 && !c.wake {
 		c.dead = true
 		m.mu.Lock()

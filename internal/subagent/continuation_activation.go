@@ -40,6 +40,9 @@ type activation struct {
 	queued      bool          // started with several turns: nothing is steered into it
 
 	done chan struct{} // closed once the activation settled and was removed
+	// started is closed once subagent/start was dispatched, which its end
+	// must follow.
+	started chan struct{}
 }
 
 // event returns the lifecycle event of type typ for act.
@@ -56,12 +59,13 @@ type incarnation struct{ act *activation }
 
 // begin publishes an activation over ag, the agent materialized with inc:
 // it records the run row of kind activation with a fresh run id and task
-// id, and dispatches subagent/start (R71). c.mu is held.
+// id, and puts the dispatch of subagent/start (R71) in c's outbox. c.mu is
+// held.
 func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store.Session, desc Descriptor, inc *incarnation) (*activation, error) {
 	act := &activation{
 		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(),
 		provider: desc.Provider, parentID: sess.ParentID, boundary: len(ag.Events()),
-		changed: make(chan struct{}), done: make(chan struct{}),
+		changed: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{}),
 	}
 	now := time.Now()
 	start := act.event(EventStart)
@@ -78,7 +82,10 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 	}
 	start.Seq = row.ID
 	inc.act = act
-	m.svc.bus.dispatch(ctx, start)
+	c.outbox = append(c.outbox, func() {
+		m.svc.bus.dispatch(ctx, start)
+		close(act.started)
+	})
 	return act, nil
 }
 
@@ -112,7 +119,7 @@ func (m *Manager) open(act *activation, row store.InboxMessage) error {
 // R60, R75). c.mu is held and act was never activated.
 func (m *Manager) rollback(act *activation) {
 	m.closeAgent(act.base, act.c.key.id, act.agent)
-	m.end(act, StopAborted, []model.Block{})
+	act.c.outbox = append(act.c.outbox, m.end(act, StopAborted, []model.Block{}))
 	close(act.done)
 }
 
@@ -372,8 +379,9 @@ func (m *Manager) settle(act *activation) {
 		}
 		m.ack(ctx, c.key.id, ids...)
 	}
+	<-act.started // dispatched by whoever began act, once it unlocked
 	m.notify(act, reason, output)
-	m.end(act, reason, output)
+	m.end(act, reason, output)()
 
 	c.mu.Lock()
 	defer m.unlock(c)
@@ -389,9 +397,9 @@ func (m *Manager) settle(act *activation) {
 	}
 }
 
-// end records act's subagent/end with reason and output and dispatches it
-// (R71), exactly once (see Service.recordEnd).
-func (m *Manager) end(act *activation, reason string, output []model.Block) {
+// end records act's subagent/end with reason and output, exactly once (see
+// Service.recordEnd), and returns the func that dispatches it (R71).
+func (m *Manager) end(act *activation, reason string, output []model.Block) (dispatch func()) {
 	e := act.event(EventEnd)
 	e.StopReason = reason
 	if len(output) > 0 {
@@ -402,9 +410,11 @@ func (m *Manager) end(act *activation, reason string, output []model.Block) {
 	if err != nil {
 		log.ErrorContext(act.base, "encode activation output", slog.Any("error", err))
 	}
-	e, dispatch := m.svc.recordEnd(act.base, log, e, store.RunResult{StopReason: reason, Output: out})
-	if dispatch {
-		m.svc.bus.dispatch(act.base, e)
+	e, recorded := m.svc.recordEnd(act.base, log, e, store.RunResult{StopReason: reason, Output: out})
+	return func() {
+		if recorded {
+			m.svc.bus.dispatch(act.base, e)
+		}
 	}
 }
 

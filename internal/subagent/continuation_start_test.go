@@ -297,3 +297,27 @@ func TestContinuable_R38_DepthFromParentHeader(t *testing.T) {
 		t.Errorf("message %q", ErrorMessage(err))
 	}
 }
+
+// TestStart_ListenerMayCallTheManagerForTheSameChild: lifecycle listeners
+// run outside the child's lock, so one that interrupts the child it just
+// saw start neither deadlocks nor sees its end before its start.
+func TestStart_ListenerMayCallTheManagerForTheSameChild(t *testing.T) {
+	t.Parallel()
+	gate, reached := make(chan struct{}), make(chan struct{})
+	e := newContEnv(t, gatedModel(gate, reached, "never"))
+	interrupted := make(chan error, 1)
+	e.svc.Subscribe("", func(ctx context.Context, ev Event) error {
+		if ev.Type == EventStart {
+			interrupted <- e.m.Interrupt(ctx, "p1", ev.ID)
+		}
+		return nil
+	})
+	res := e.start(t, e.req(t, "go"))
+	if err := <-interrupted; err != nil {
+		t.Fatalf("interrupt from the start listener: %v", err)
+	}
+	evs := e.life.waitFor(t, "the start and end", func(evs []Event) bool { return len(evs) >= 2 })
+	if evs[0].Type != EventStart || evs[1].Type != EventEnd || evs[1].TaskID != res.TaskID || evs[1].StopReason != StopAborted {
+		t.Fatalf("lifecycle %+v, want the start, then the end aborted", evs)
+	}
+}
