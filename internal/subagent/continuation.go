@@ -159,7 +159,10 @@ type MaterializeRequest struct {
 }
 
 // Materializer builds the live agent of a continuable child over its
-// durable session (internal/providers/inprocess implements it). It checks
+// durable session (internal/providers/inprocess implements it for
+// in-process children). A ContinuableProvider that is also a Materializer
+// builds its own children's agents — an external agent process, say —
+// instead of the Manager's (see Manager.materializer). It checks
 // everything that can fail on the request — route, persona, tool filter —
 // before calling req.Create, so that a rejected creation writes nothing;
 // errors that callers may see are *Error values (EInvalidRequest). ctx's
@@ -466,7 +469,7 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 	// ctx is checked between the steps instead.
 	base := context.WithoutCancel(ctx)
 	inc := &incarnation{}
-	ag, err := m.mat.Materialize(base, MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
+	ag, err := m.materializer(req.Provider).Materialize(base, MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
 		Create: func(ctx context.Context) error { return m.create(ctx, header, spec.Seed, raw) },
 		Report: m.reporter(key, inc)})
 	if errors.Is(err, store.ErrConflict) {
@@ -836,6 +839,19 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 }
 
 func (m *Manager) isDraining() bool { return m.admitting() != nil }
+
+// materializer returns the Materializer of the continuable children of
+// provider: the provider itself when it builds its own agents, else the
+// Manager's, as for a provider no longer registered (resume needs none,
+// R7).
+func (m *Manager) materializer(provider string) Materializer {
+	if p, ok := m.svc.Provider(provider); ok {
+		if mp, ok := p.(Materializer); ok {
+			return mp
+		}
+	}
+	return m.mat
+}
 
 // closeAgent closes an agent that never became an activation.
 func (m *Manager) closeAgent(ctx context.Context, childID string, ag ChildAgent) {

@@ -252,7 +252,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	// Only the descriptor's route: never the original budget, never the
 	// parent's current route (§1.8, R88).
 	inc := &incarnation{}
-	ag, err := m.mat.Materialize(ctx, MaterializeRequest{Session: sess, Descriptor: desc,
+	ag, err := m.materializer(desc.Provider).Materialize(ctx, MaterializeRequest{Session: sess, Descriptor: desc,
 		Options: AgentOptions{Provider: desc.AgentProvider, Model: desc.AgentModel}, Report: m.reporter(c.key, inc)})
 	if err != nil {
 		var e *Error
