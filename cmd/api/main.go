@@ -258,11 +258,11 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 			return nil, fmt.Errorf("register provider %s: %w", p.Name(), err)
 		}
 	}
-	// A child that cannot be resumed (say, its model route was removed from
-	// the config) must not stop the service from starting: Recover logs
-	// each failure and still recovers the other children.
-	if err := mgr.Recover(ctx); err != nil {
-		log.ErrorContext(ctx, "some followups accepted before the restart could not be delivered", slog.Any("error", err))
+	// A child or root that cannot be resumed (say, its model route was
+	// removed from the config) must not stop the service from starting:
+	// Recover logs each failure and still recovers the other sessions.
+	if err := errors.Join(mgr.Recover(ctx), roots.Recover(ctx)); err != nil {
+		log.ErrorContext(ctx, "some messages accepted before the restart could not be delivered", slog.Any("error", err))
 	}
 	loops.Go(func() { closeIdleRoots(bg, roots, log) })
 

@@ -180,6 +180,17 @@ func (a *Agent) Events() []store.Event {
 	return slices.Clone(a.events)
 }
 
+// EventsFrom returns a copy of the events of Events from index i on (none
+// when i is past the end), so a caller can follow the log incrementally.
+func (a *Agent) EventsFrom(i int) []store.Event {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if i >= len(a.events) {
+		return nil
+	}
+	return slices.Clone(a.events[max(i, 0):])
+}
+
 // Running reports whether a turn is running or about to run.
 func (a *Agent) Running() bool {
 	a.mu.Lock()

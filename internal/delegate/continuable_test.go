@@ -18,6 +18,12 @@ import (
 // children.
 type continuableProvider struct{ *fakeProvider }
 
+func (p continuableProvider) Capabilities() subagent.Capabilities {
+	c := p.fakeProvider.Capabilities()
+	c.Resume = true
+	return c
+}
+
 func (continuableProvider) PrepareContinuable(context.Context, subagent.ContinuableCreateRequest) (subagent.ContinuableSpec, error) {
 	return subagent.ContinuableSpec{}, nil
 }

@@ -459,7 +459,7 @@ func TestReport_R106_WhoMayReport(t *testing.T) {
 // accepted.
 func (w *reportWorld) followup(t *testing.T, parent, child, text string) subagent.FollowupResult {
 	t.Helper()
-	res, err := w.mgr.Followup(inprocesstest.Ctx(t), parent, child, inprocesstest.Text(text), agent.Source{Kind: SourceUser})
+	res, err := w.mgr.Followup(inprocesstest.Ctx(t), parent, child, inprocesstest.Text(text), agent.Source{Kind: subagent.SourceUser})
 	if err != nil {
 		t.Fatalf("followup %q: %v", text, err)
 	}

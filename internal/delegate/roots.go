@@ -16,9 +16,6 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// SourceUser is the source kind of a client's prompt (seam-spec §1.19).
-const SourceUser = "user"
-
 // RootsConfig configures Roots.
 type RootsConfig struct {
 	// Store holds the root sessions and their logs. Required.
@@ -42,7 +39,18 @@ type RootsConfig struct {
 // session, created on demand from the session header and its log, so that an
 // agent closed while idle (CloseIdle) continues where its log ends. It also
 // delivers settlement notices and child reports to root parents (Notify).
-// It is safe for concurrent use.
+//
+// Every message Roots accepts — a prompt, a notice, a report — is first a
+// row of the durable inbox (see subagent.InboxRow), acknowledged once the
+// root's log holds it as a user/message; loading an agent delivers the rows
+// its log lacks (Recover at start-up, or the next prompt), so a crash or a
+// shutdown loses none. It is safe for concurrent use.
+//
+// Each root session with anything live — an agent, notices awaiting a
+// step's admission — is owned by one goroutine (run), which takes commands
+// from a channel; nothing else touches its state, and nothing waits for
+// idleness. (Across replicas, that owner is to be the lease of DESIGN §5:
+// a loop would take it before loading its agent.)
 type Roots struct {
 	cfg RootsConfig
 	log *slog.Logger
@@ -50,75 +58,65 @@ type Roots struct {
 	mu     sync.Mutex
 	closed bool
 	roots  map[rootKey]*root
-	// pumps tracks the goroutines waiting for steered notices' admission,
-	// so Close can wait for them.
-	pumps sync.WaitGroup
+	loops  sync.WaitGroup // the running loops, so that Close waits for them
 }
 
 // rootKey identifies a root session across tenants.
 type rootKey struct{ tenant, id string }
 
-// root is the slot of one root session. mu serialises creating, closing and
-// delivering to its agent; dead marks a slot CloseIdle or Close removed,
-// which callers that still hold it must not use (except to deliver notices
-// after Close).
+// root is the loop of one root session: its goroutine (Roots.run) runs the
+// commands sent on cmds, and owns every field below done. done is closed
+// once the loop left Roots.roots and takes no more commands.
 type root struct {
-	mu       sync.Mutex
+	key  rootKey
+	cmds chan func(*root)
+	done chan struct{}
+
 	agent    *agent.Agent
 	lastUsed time.Time
-	dead     bool
+	// closed: Roots.Close reached this loop; no agent loads any more.
+	closed bool
 	// notices are the messages Notify accepted and has not handed over
 	// for good, in acceptance order: a prefix steered into the running
 	// turn and awaiting admission, then messages waiting for those to
-	// settle. pumping: a goroutine awaits the head's admission.
+	// settle; run awaits the head's admission.
 	notices []*delivery
-	pumping bool
 	// mayTurn: a message may be runnable in the agent's next-turn inbox,
 	// so a turn other than the running one may start without Roots giving
 	// the agent a message; see followup. Cleared whenever the agent is seen
 	// idle: its inbox then holds nothing runnable, and only Roots adds to
-	// it. loaded: the agent was loaded and has had no followup yet, so it
-	// may hold messages its log left parked.
+	// it.
 	mayTurn bool
-	loaded  bool
+	// unacked are the inbox rows handed to agent whose user/message its log
+	// may not hold yet; scanned is how many of agent's events sweep read.
+	unacked map[string]bool
+	scanned int
 }
 
-// followup gives s's live agent msg as its next turn (an empty id gets a
-// fresh one) and returns the id. mayTurn is set when msg was queued behind
-// a running turn, when messages the log of a freshly loaded agent left
-// parked run before it, and when notices are steered: they may belong to a
-// turn that already ended, and must not be joined by later notices in the
-// turn this followup opens. s.mu is held.
-func (s *root) followup(ctx context.Context, msg agent.UserMessage) (string, error) {
+// followup gives s's live agent msg, an accepted inbox row, as its next
+// turn. mayTurn is set when msg was queued behind a running turn, and when
+// notices are steered: they may belong to a turn that already ended, and
+// must not be joined by later notices in the turn this followup opens.
+func (s *root) followup(ctx context.Context, msg agent.UserMessage) error {
 	a := s.agent
 	running := a.Running()
-	id, err := a.FollowupMessage(ctx, msg)
-	if err != nil {
-		return "", err
+	if _, err := a.FollowupMessage(ctx, msg); err != nil {
+		return err
 	}
-	if running || (s.loaded && !runsLatest(a, id)) || slices.ContainsFunc(s.notices, func(d *delivery) bool { return d.steered != nil }) {
+	s.handed(msg.ID)
+	if running || slices.ContainsFunc(s.notices, func(d *delivery) bool { return d.steered != nil }) {
 		s.mayTurn = true
 	}
-	s.loaded = false
-	return id, nil
+	return nil
 }
 
-// runsLatest reports whether the latest turn a opened runs message id.
-func runsLatest(a *agent.Agent, id string) bool {
-	evs := a.Events()
-	for i, e := range slices.Backward(evs) {
-		if e.Type != agent.EventTurnStart {
-			continue
-		}
-		for _, e := range evs[i+1:] {
-			if e.Type == agent.EventUserMessage {
-				var m agent.UserMessage
-				return json.Unmarshal(e.Data, &m) == nil && m.ID == id
-			}
-		}
-		return false
+// handed records that the agent got inbox row id, to be acknowledged once
+// its log holds it (Roots.sweep).
+func (s *root) handed(id string) {
+	if s.unacked == nil {
+		s.unacked = map[string]bool{}
 	}
-	return false
+	s.unacked[id] = true
 }
 
 // delivery is one message Notify accepted for a root: a settlement notice or
@@ -139,25 +137,53 @@ func NewRoots(cfg RootsConfig) *Roots {
 
 // Prompt runs content as the next turn of root session sessionID's own
 // agent (POST /v1/sessions/{id}/messages): it returns the message id once
-// the message is durably in the agent's inbox; the turn runs afterwards and
-// streams into the session log. A busy agent queues it as its following
-// turn. ctx's tenant scopes the session.
+// the message is a row of the durable inbox and in the agent's inbox; the
+// turn runs afterwards and streams into the session log. A busy agent
+// queues it as its following turn. ctx's tenant scopes the session.
 //
 // Returns ESessionNotFound for an unknown session, EInvalidRequest for a
-// child session (children are driven through their provider) and for an
-// unknown model route in the header, EDraining after Close, and store
-// errors.
+// child session (children are driven through their provider), for content
+// that is not JSON and for an unknown model route in the header, EDraining
+// after Close, and store errors; an error means nothing was accepted.
 func (r *Roots) Prompt(ctx context.Context, sessionID string, content []model.Block) (string, error) {
-	var id string
-	err := r.with(ctx, sessionID, true, func(s *root) error {
-		var err error
-		id, err = s.followup(ctx, agent.UserMessage{Content: content, Source: agent.Source{Kind: SourceUser}})
-		return err
+	msg := agent.UserMessage{Content: content, Source: agent.Source{Kind: subagent.SourceUser}}
+	row, err := subagent.InboxRow(sessionID, msg)
+	if err != nil {
+		return "", &subagent.Error{Code: subagent.EInvalidRequest, Message: "content is not valid JSON",
+			Fields: map[string]string{"content": "not valid JSON"}, Err: err}
+	}
+	msg.ID = row.ID
+	err = r.do(ctx, sessionID, true, func(s *root) error {
+		if err := r.cfg.Store.Enqueue(ctx, row); err != nil {
+			return fmt.Errorf("accept prompt for %s: %w", sessionID, err)
+		}
+		// Accepted: the caller's cancellation changes nothing from here.
+		base := context.WithoutCancel(ctx)
+		if err := s.followup(base, msg); err != nil {
+			r.ack(base, sessionID, row.ID) // withdrawn: the caller sees the error
+			return err
+		}
+		r.sweep(base, sessionID, s)
+		return nil
 	})
 	if err != nil {
 		return "", err
 	}
-	return id, nil
+	return row.ID, nil
+}
+
+// Recover loads, at start-up, the agent of every root session with rows in
+// the durable inbox — messages accepted before the previous process
+// stopped — which delivers them (see do). Continuable children are left
+// to subagent.Manager.Recover. Failures are logged per session and
+// returned joined; the other sessions are still recovered.
+func (r *Roots) Recover(ctx context.Context) error {
+	return subagent.RecoverInboxes(ctx, r.cfg.Store, r.log, func(ctx context.Context, sess store.Session) error {
+		if sess.ParentID != "" {
+			return nil // a child: its manager recovers it
+		}
+		return r.do(ctx, sess.ID, true, func(*root) error { return nil })
+	})
 }
 
 // Live reports whether sessionID has a live agent in this process and
@@ -169,57 +195,116 @@ func (r *Roots) Live(ctx context.Context, sessionID string) (live, running bool)
 	if s == nil {
 		return false, false
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.agent == nil || s.dead {
-		return false, false
-	}
-	return true, s.agent.Running()
+	r.send(s, func(s *root) {
+		if s.agent != nil {
+			live, running = true, s.agent.Running()
+		}
+	})
+	return live, running
 }
 
-// with runs f on the slot of sessionID under its lock, loading the agent
-// first when create is true; with create false, s.agent may be nil. After
-// Close the agents are closing and only the log still takes input: f gets
-// the slot without an agent, and create fails with EDraining.
-func (r *Roots) with(ctx context.Context, sessionID string, create bool, f func(s *root) error) error {
+// do runs f in the loop of sessionID, starting the loop when there is
+// none, and returns f's error. With create set the loop first loads the
+// agent when it has none — and gives it the inbox rows its log lacks
+// (resume) — or fails with EDraining after Close; with create false,
+// s.agent may be nil. After Close the agents are closed and only the log
+// still takes input.
+func (r *Roots) do(ctx context.Context, sessionID string, create bool, f func(s *root) error) error {
 	key := rootKey{store.Tenant(ctx), sessionID}
 	for {
 		r.mu.Lock()
-		closed := r.closed
-		if closed && create {
-			r.mu.Unlock()
-			return subagent.Errorf(subagent.EDraining, "the service is shutting down")
-		}
 		s := r.roots[key]
 		if s == nil {
-			s = &root{}
+			s = &root{key: key, cmds: make(chan func(*root)), done: make(chan struct{}), closed: r.closed}
 			r.roots[key] = s
+			r.loops.Add(1)
+			go r.run(s)
 		}
 		r.mu.Unlock()
-
-		s.mu.Lock()
-		if s.dead && !closed {
-			s.mu.Unlock()
-			continue // CloseIdle removed it meanwhile; take the new slot
+		var err error
+		if r.send(s, func(s *root) { err = r.load(ctx, s, create, f) }) {
+			return err
 		}
-		err := func() error {
-			defer s.mu.Unlock()
-			if s.agent == nil && create {
-				a, err := r.load(ctx, sessionID)
-				if err != nil {
-					return err
-				}
-				s.agent, s.loaded = a, true
-			}
-			s.lastUsed = time.Now()
-			return f(s)
-		}()
-		return err
+		// The loop ended meanwhile: the next round starts a new one.
 	}
 }
 
-// load builds the agent of root session id from its header and log.
-func (r *Roots) load(ctx context.Context, id string) (*agent.Agent, error) {
+// send runs f in s's loop and reports whether it ran: false when the loop
+// has ended.
+func (r *Roots) send(s *root, f func(s *root)) bool {
+	ran := make(chan struct{})
+	select {
+	case s.cmds <- func(s *root) { f(s); close(ran) }:
+		<-ran
+		return true
+	case <-s.done:
+		return false
+	}
+}
+
+// run is the loop of root s: it runs commands and, when the head of its
+// notices was steered, takes that steer's settlement — an admitted notice
+// is done, a rejected one is handed over again (pump), ahead of every later
+// notice. It ends, leaving Roots.roots, once s has neither an agent nor
+// notices.
+func (r *Roots) run(s *root) {
+	defer r.loops.Done()
+	ctx := store.WithTenant(context.Background(), s.key.tenant)
+	for {
+		var steered <-chan error
+		if len(s.notices) > 0 {
+			steered = s.notices[0].steered
+		}
+		select {
+		case f := <-s.cmds:
+			f(s)
+		case err := <-steered:
+			if err == nil {
+				s.notices = s.notices[1:]
+			} else {
+				s.notices[0].steered = nil
+			}
+			if err := r.pump(ctx, s.key.id, s, nil); err != nil {
+				r.log.ErrorContext(ctx, "notice was not delivered", slog.String("session_id", s.key.id), slog.Any("error", err))
+			}
+			r.sweep(ctx, s.key.id, s)
+		}
+		if s.agent == nil && len(s.notices) == 0 {
+			r.mu.Lock()
+			if r.roots[s.key] == s {
+				delete(r.roots, s.key)
+			}
+			r.mu.Unlock()
+			close(s.done)
+			return
+		}
+	}
+}
+
+// load runs f for do in s's loop, loading the agent first as do says.
+func (r *Roots) load(ctx context.Context, s *root, create bool, f func(s *root) error) error {
+	if create && s.closed {
+		return subagent.Errorf(subagent.EDraining, "the service is shutting down")
+	}
+	if s.agent == nil && create {
+		a, err := r.build(ctx, s.key.id)
+		if err != nil {
+			return err
+		}
+		s.agent = a
+		if err := r.resume(ctx, s.key.id, s); err != nil {
+			if cerr := r.closeAgent(ctx, s.key.id, s); cerr != nil {
+				r.log.ErrorContext(ctx, "close root agent", slog.String("session_id", s.key.id), slog.Any("error", cerr))
+			}
+			return err
+		}
+	}
+	s.lastUsed = time.Now()
+	return f(s)
+}
+
+// build builds the agent of root session id from its header and log.
+func (r *Roots) build(ctx context.Context, id string) (*agent.Agent, error) {
 	hdr, err := r.cfg.Store.GetSession(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, subagent.Errorf(subagent.ESessionNotFound, "session %q not found", id)
@@ -261,6 +346,85 @@ func (r *Roots) load(ctx context.Context, id string) (*agent.Agent, error) {
 	return a, nil
 }
 
+// resume delivers the rows the durable inbox holds for s's freshly loaded
+// agent, in acceptance order, each as its own turn: what a crash, a
+// shutdown or a closed agent left undelivered. The inbox is the authority:
+// what the log left queued in the agent's own inbox is discarded first, and
+// rows the log already holds are acknowledged, so that nothing runs twice.
+func (r *Roots) resume(ctx context.Context, id string, s *root) error {
+	a := s.agent
+	a.Cancel(agent.CauseDisposed, false)
+	rows, err := r.cfg.Store.Pending(ctx, id)
+	if err != nil {
+		return fmt.Errorf("root agent %s: read inbox: %w", id, err)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	logged := subagent.LoggedMessages(a.Events())
+	var done []string
+	defer func() { r.ack(ctx, id, done...) }()
+	for _, row := range rows {
+		if logged[row.ID] {
+			done = append(done, row.ID)
+			continue
+		}
+		msg, err := subagent.RowMessage(row)
+		if err != nil {
+			r.log.ErrorContext(ctx, "dropping an undecodable inbox message", slog.String("session_id", id), slog.Any("error", err))
+			done = append(done, row.ID)
+			continue
+		}
+		if err := s.followup(ctx, msg); err != nil {
+			return fmt.Errorf("root agent %s: deliver message %s: %w", id, row.ID, err)
+		}
+	}
+	return nil
+}
+
+// sweep acknowledges the inbox rows handed to s's agent whose user/message
+// its log now holds, reading only the events it has not read yet.
+func (r *Roots) sweep(ctx context.Context, id string, s *root) {
+	if s.agent == nil || len(s.unacked) == 0 {
+		return
+	}
+	evs := s.agent.EventsFrom(s.scanned)
+	s.scanned += len(evs)
+	var ids []string
+	for mid := range subagent.LoggedMessages(evs) {
+		if s.unacked[mid] {
+			ids = append(ids, mid)
+			delete(s.unacked, mid)
+		}
+	}
+	r.ack(ctx, id, ids...)
+}
+
+// ack removes delivered (or withdrawn) rows of session id from the durable
+// inbox. A failure is logged: a delivered row left behind is recognised
+// from the log when the agent is next loaded.
+func (r *Roots) ack(ctx context.Context, id string, ids ...string) {
+	if len(ids) == 0 {
+		return
+	}
+	if err := r.cfg.Store.Ack(ctx, id, ids...); err != nil {
+		r.log.ErrorContext(ctx, "remove delivered inbox messages", slog.String("session_id", id), slog.Any("error", err))
+	}
+}
+
+// closeAgent closes s's agent and acknowledges what its log holds; rows it
+// discarded unrun stay in the inbox for the next load. On a close error
+// the agent stays in s.
+func (r *Roots) closeAgent(ctx context.Context, id string, s *root) error {
+	err := s.agent.Close(ctx)
+	r.sweep(ctx, id, s)
+	if err != nil {
+		return err
+	}
+	s.agent, s.unacked, s.scanned = nil, nil, 0
+	return nil
+}
+
 // Notify delivers msg — a settlement notice or a child report (seam-spec
 // §2.10, §2.14), whose id the manager issued — to root session parentID,
 // in the order Notify accepted messages for it (R110):
@@ -276,21 +440,36 @@ func (r *Roots) load(ctx context.Context, id string) (*agent.Agent, error) {
 //   - with no live agent (never prompted, closed idle, or after Close) it
 //     is appended to the log as a user/message, which the next turn sees.
 //
-// Notify returns once msg is in the agent's inbox, the log, or queued
-// behind earlier messages still awaiting a step's admission — that is
-// awaited in the background, so a parent in a long tool call never blocks
-// the child. (A steer pending when the process dies is cancelled by the
-// next load, like every pending steer.) A quiet message to an agent caught
-// between two queued turns becomes a turn of its own.
+// Notify returns once msg is a row of the durable inbox and in the agent's
+// inbox, the log, or queued behind earlier messages still awaiting a
+// step's admission — that is awaited in the background, so a parent in a
+// long tool call never blocks the child. (A steer pending when the process
+// dies is cancelled by the next load, which delivers its row again.) A
+// quiet message to an agent caught between two queued turns becomes a turn
+// of its own.
 //
 // Returns ESessionNotFound when parentID is unknown, EInvalidRequest when it
 // is not a root session (its own driver delivers to it), and store errors
-// — only for a message delivered at once; a later failure is logged.
+// — only for a message delivered at once, which is then withdrawn; a later
+// failure is logged and leaves the row for the next load.
 func (r *Roots) Notify(ctx context.Context, parentID string, msg agent.UserMessage, quiet bool) error {
+	row, err := subagent.InboxRow(parentID, msg)
+	if err != nil {
+		return fmt.Errorf("notify %s: %w", parentID, err)
+	}
+	msg.ID = row.ID
 	n := &delivery{msg: msg, quiet: quiet}
-	return r.with(ctx, parentID, false, func(s *root) error {
+	return r.do(ctx, parentID, false, func(s *root) error {
+		if err := r.cfg.Store.Enqueue(ctx, row); err != nil {
+			return fmt.Errorf("notify %s: %w", parentID, err)
+		}
 		s.notices = append(s.notices, n)
-		return r.pump(ctx, parentID, s, n)
+		err := r.pump(ctx, parentID, s, n)
+		if err != nil {
+			r.ack(ctx, parentID, row.ID)
+		}
+		r.sweep(ctx, parentID, s)
+		return err
 	})
 }
 
@@ -301,7 +480,8 @@ func (r *Roots) Notify(ctx context.Context, parentID string, msg agent.UserMessa
 // (mayTurn unset) — so it cannot overtake one of them that the turn
 // already rejected. The head is handed over as deliver says when it
 // cannot be steered. It returns the delivery error of own when own was
-// handed over here; other failures are logged. s.mu is held.
+// handed over here; other failures are logged. A steered head is awaited
+// by s's loop (run).
 func (r *Roots) pump(ctx context.Context, parentID string, s *root, own *delivery) error {
 	var ownErr error
 	for len(s.notices) > 0 {
@@ -317,6 +497,7 @@ func (r *Roots) pump(ctx context.Context, parentID string, s *root, own *deliver
 		if running && (i == 0 || !s.mayTurn) {
 			if admitted, err := a.SubmitSteer(ctx, n.msg); err == nil {
 				n.steered = admitted
+				s.handed(n.msg.ID)
 				continue
 			}
 			// Rejected at once: the turn is ending.
@@ -334,59 +515,32 @@ func (r *Roots) pump(ctx context.Context, parentID string, s *root, own *deliver
 				slog.String("message_id", n.msg.ID), slog.Any("error", err))
 		}
 	}
-	if len(s.notices) > 0 && !s.pumping {
-		s.pumping = true
-		r.pumps.Add(1)
-		go r.await(store.WithTenant(context.Background(), store.Tenant(ctx)), parentID, s)
-	}
 	return ownErr
 }
 
 // deliver hands n, the head of s's notices, over without steering (see
-// Notify). s.mu is held.
+// Notify).
 func (r *Roots) deliver(ctx context.Context, parentID string, s *root, n *delivery) error {
 	a := s.agent
 	if a != nil && (!n.quiet || a.Running()) {
-		_, err := s.followup(ctx, n.msg)
-		return err
+		return s.followup(ctx, n.msg)
 	}
 	if a != nil {
 		// The log is about to change behind the agent's back: close it,
 		// so the next prompt loads it again.
-		if err := a.Close(ctx); err != nil {
+		if err := r.closeAgent(ctx, parentID, s); err != nil {
 			return fmt.Errorf("notify %s: close idle agent: %w", parentID, err)
 		}
-		s.agent = nil
 	}
-	return r.appendNotice(ctx, parentID, n.msg)
-}
-
-// await waits for the admission of s's steered notices, head first: an
-// admitted one is done, a rejected one is handed over again (pump), ahead
-// of every later notice. It returns once s has no notices left.
-func (r *Roots) await(ctx context.Context, parentID string, s *root) {
-	defer r.pumps.Done()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(s.notices) > 0 {
-		head := s.notices[0]
-		s.mu.Unlock()
-		err := <-head.steered
-		s.mu.Lock()
-		if err == nil {
-			s.notices = s.notices[1:]
-		} else {
-			head.steered = nil
-		}
-		if err := r.pump(ctx, parentID, s, nil); err != nil {
-			r.log.ErrorContext(ctx, "notice was not delivered", slog.String("session_id", parentID), slog.Any("error", err))
-		}
+	if err := r.appendNotice(ctx, parentID, n.msg); err != nil {
+		return err
 	}
-	s.pumping = false
+	r.ack(ctx, parentID, n.msg.ID)
+	return nil
 }
 
 // appendNotice writes a notice to the log of a root session without a live
-// agent. Callers hold its slot lock, so no agent loads meanwhile.
+// agent. Callers run in its loop, so no agent loads meanwhile.
 func (r *Roots) appendNotice(ctx context.Context, parentID string, msg agent.UserMessage) error {
 	hdr, err := r.cfg.Store.GetSession(ctx, parentID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -411,76 +565,71 @@ func (r *Roots) appendNotice(ctx context.Context, parentID string, msg agent.Use
 	return nil
 }
 
-// CloseIdle closes every live root agent that runs no turn and was last
-// used at or before cutoff; its session can be prompted again later (it is
-// re-created from its log). It returns how many were closed and the joined
-// close errors. cmd/api calls it periodically.
+// CloseIdle closes every live root agent that runs no turn, awaits no
+// notice's admission and was last used at or before cutoff; its session can
+// be prompted again later (it is re-created from its log). It returns how
+// many were closed and the joined close errors. cmd/api calls it
+// periodically.
 func (r *Roots) CloseIdle(ctx context.Context, cutoff time.Time) (int, error) {
-	r.mu.Lock()
-	slots := make(map[rootKey]*root, len(r.roots))
-	for k, s := range r.roots {
-		slots[k] = s
-	}
-	r.mu.Unlock()
 	n := 0
 	var errs []error
-	for k, s := range slots {
-		s.mu.Lock()
-		if s.dead || len(s.notices) > 0 || (s.agent != nil && (s.agent.Running() || s.lastUsed.After(cutoff))) {
-			s.mu.Unlock()
-			continue
-		}
-		if s.agent != nil {
-			if err := s.agent.Close(ctx); err != nil {
+	for _, s := range r.loopsNow() {
+		r.send(s, func(s *root) {
+			if s.agent == nil || len(s.notices) > 0 || s.agent.Running() || s.lastUsed.After(cutoff) {
+				return
+			}
+			if err := r.closeAgent(store.WithTenant(ctx, s.key.tenant), s.key.id, s); err != nil {
 				errs = append(errs, err)
-				s.mu.Unlock()
-				continue
+				return
 			}
 			n++
-		}
-		s.agent, s.dead = nil, true
-		s.mu.Unlock()
-		r.mu.Lock()
-		if r.roots[k] == s {
-			delete(r.roots, k)
-		}
-		r.mu.Unlock()
+		})
 	}
 	return n, errors.Join(errs...)
 }
 
 // Close stops accepting prompts (EDraining), closes every live root agent —
-// a running turn ends aborted with cause disposed — and waits for pending
-// notice deliveries; later notices go to the log. Returns ctx's error when
-// it ends first and the joined close errors.
+// a running turn ends aborted with cause disposed; what it had queued stays
+// in the durable inbox for the next start — and waits until every loop has
+// ended, its pending notices delivered to the log; later notices go to the
+// log too. Returns ctx's error when it ends first and the joined close
+// errors.
 func (r *Roots) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
 	var errs []error
 	// Closing an agent rejects its pending steers, whose notices then go
 	// to the log.
-	r.mu.Lock()
-	r.closed = true
-	slots := make([]*root, 0, len(r.roots))
-	for _, s := range r.roots {
-		slots = append(slots, s)
-	}
-	r.mu.Unlock()
-	for _, s := range slots {
-		s.mu.Lock()
-		if s.agent != nil {
-			if err := s.agent.Close(ctx); err != nil {
+	for _, s := range r.loopsNow() {
+		r.send(s, func(s *root) {
+			s.closed = true
+			if s.agent == nil {
+				return
+			}
+			if err := r.closeAgent(store.WithTenant(ctx, s.key.tenant), s.key.id, s); err != nil {
 				errs = append(errs, err)
 			}
 			s.agent = nil
-		}
-		s.dead = true
-		s.mu.Unlock()
+		})
 	}
 	done := make(chan struct{})
-	go func() { r.pumps.Wait(); close(done) }()
+	go func() { r.loops.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
 		errs = append(errs, ctx.Err())
 	}
 	return errors.Join(errs...)
+}
+
+// loopsNow returns the loops running now.
+func (r *Roots) loopsNow() []*root {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*root, 0, len(r.roots))
+	for _, s := range r.roots {
+		out = append(out, s)
+	}
+	return out
 }

@@ -3,6 +3,8 @@ package delegate
 import (
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -327,5 +329,81 @@ func TestRoots_R110_RejectedNoticesKeepTheirOrder(t *testing.T) {
 		if len(ids) != 2 || ids[0] != first.ID {
 			t.Errorf("queued prompt %t: notices logged as %q, want %s then %s", queued, ids, first.ID, second.ID)
 		}
+	}
+}
+
+// TestRoots_MailboxPromptsAQueuedAtCloseRunOnceAfterRecover checks the
+// durable mailbox of roots: prompts a busy root accepted are inbox rows
+// until the log holds them, so a shutdown that discards the agent's queue
+// loses none — the next process's Recover runs each once, and a second
+// Recover runs nothing again.
+func TestRoots_MailboxPromptsQueuedAtCloseRunOnceAfterRecover(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{}) // never closed: the first turn runs until Close
+	m := scripted.Func(func(req model.Request) scripted.Step {
+		if lastText(req) == "hold" {
+			return scripted.Step{Text: "never", Gate: hold}
+		}
+		return scripted.Step{Text: "saw " + lastText(req)}
+	})
+	w := newWorld(t, m)
+	ctx, root := w.busyRoot(t, "hold")
+	var ids []string
+	for _, text := range []string{"a", "b"} {
+		id, err := w.roots.Prompt(ctx, root, inprocesstest.Text(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	pendingIDs := func() []string {
+		t.Helper()
+		rows, err := w.Store.Pending(ctx, root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range rows {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	if got := pendingIDs(); !slices.Equal(got, ids) {
+		t.Fatalf("inbox of the busy root = %v, want the queued prompts %v", got, ids)
+	}
+	if err := w.roots.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := pendingIDs(); !slices.Equal(got, ids) {
+		t.Fatalf("inbox after Close = %v, want the prompts it discarded unrun %v", got, ids)
+	}
+
+	cfg := RootsConfig{Store: w.Store, Routes: w.Deps.Routes, Tools: w.Tools, Logger: w.Logger}
+	next := NewRoots(cfg)
+	if err := next.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.waitTurnEnd(t, root, 3)
+	if err := next.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := pendingIDs(); len(got) != 0 {
+		t.Fatalf("inbox after the recovered turns = %v, want empty", got)
+	}
+	again := NewRoots(cfg)
+	if err := again.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	var texts []string
+	for _, msg := range userMessages(t, w.Log(t, root)) {
+		count[msg.ID]++
+		texts = append(texts, model.Text(msg.Content))
+	}
+	if strings.Join(texts, ",") != "hold,a,b" || count[ids[0]] != 1 || count[ids[1]] != 1 {
+		t.Fatalf("root log user messages %v (by id %v), want hold, a, b once each", texts, count)
 	}
 }

@@ -246,9 +246,9 @@ type delegation struct {
 // by default when a continuation manager is configured and p can create
 // continuable children; otherwise it always waits for the result.
 func (t *Tools) tool(p subagent.Provider) agent.Tool {
-	_, continuable := p.(subagent.ContinuableProvider)
+	caps := p.Capabilities()
 	d := delegation{tool: ToolName(p.Name()), provider: p.Name(),
-		background: continuable && t.conts != nil, depthLimit: p.Capabilities().DepthLimit}
+		background: caps.Resume && t.conts != nil, depthLimit: caps.DepthLimit}
 	description, promptParam := toolDescription(p, d.background)
 	props := map[string]any{
 		"description": map[string]any{"type": "string", "description": descriptionParam},

@@ -31,18 +31,16 @@ type fakeProvider struct {
 	started chan *fakeRun       // every published run, in order
 }
 
-var (
-	_ subagent.Provider   = (*fakeProvider)(nil)
-	_ RuntimeCapabilities = (*fakeProvider)(nil)
-)
+var _ subagent.Provider = (*fakeProvider)(nil)
 
-func (p *fakeProvider) Name() string                        { return p.name }
-func (p *fakeProvider) Description() string                 { return "fake provider " + p.name }
-func (p *fakeProvider) Capabilities() subagent.Capabilities { return p.caps }
-func (p *fakeProvider) InheritsParentContext() bool         { return false }
-func (p *fakeProvider) CanSteer() bool                      { return p.steer }
-func (p *fakeProvider) CanResume() bool                     { return false }
-func (p *fakeProvider) IsLocal() bool                       { return p.local }
+func (p *fakeProvider) Name() string        { return p.name }
+func (p *fakeProvider) Description() string { return "fake provider " + p.name }
+func (p *fakeProvider) Capabilities() subagent.Capabilities {
+	c := p.caps
+	c.Steer, c.Local = p.steer, p.local
+	return c
+}
+func (p *fakeProvider) InheritsParentContext() bool { return false }
 func (p *fakeProvider) run(childID string) *fakeRun {
 	p.mu.Lock()
 	defer p.mu.Unlock()

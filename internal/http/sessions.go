@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -291,8 +292,8 @@ func sessionError(id string, err error) error {
 }
 
 // activity reports, for a page of sessions, which are working: a root
-// session whose agent runs a turn in this process, or a child with a
-// running run or activation — one store query for the whole page.
+// session whose agent runs a turn in this process, or a running child
+// (subagent.Running) — one store query for the whole page.
 func (s *Server) activity(ctx context.Context, rows []store.Session) (map[string]bool, error) {
 	working := map[string]bool{}
 	var children []string
@@ -304,16 +305,11 @@ func (s *Server) activity(ctx context.Context, rows []store.Session) (map[string
 			_, working[row.ID] = s.roots.Live(ctx, row.ID)
 		}
 	}
-	if len(children) == 0 {
-		return working, nil
-	}
-	runs, err := s.store.ListRuns(ctx, store.RunFilter{ChildIDs: children, State: store.StateRunning, Limit: 1000})
+	running, err := subagent.Running(ctx, s.store, children...)
 	if err != nil {
-		return nil, fmt.Errorf("list running runs of %d sessions: %w", len(children), err)
+		return nil, err
 	}
-	for _, run := range runs {
-		working[run.ChildID] = true
-	}
+	maps.Copy(working, running)
 	return working, nil
 }
 

@@ -45,17 +45,6 @@ type providerModelJSON struct {
 	Offline bool   `json:"offline,omitempty"`
 }
 
-// RuntimeCapabilities is implemented by providers that advertise runtime
-// features (DESIGN §1). A provider without it advertises none of them.
-type RuntimeCapabilities interface {
-	// CanSteer reports whether the provider's runs accept confirmed steering.
-	CanSteer() bool
-	// CanResume reports whether children can be continuable and cold-resumed.
-	CanResume() bool
-	// IsLocal reports whether children are in-process agents.
-	IsLocal() bool
-}
-
 // providerOut describes p; routes (nil: unknown) give the model of
 // in-process providers.
 func providerOut(p subagent.Provider, routes *model.Routes) providerJSON {
@@ -65,9 +54,9 @@ func providerOut(p subagent.Provider, routes *model.Routes) providerJSON {
 		Description:           p.Description(),
 		Capabilities:          capabilitiesJSON{c.OutputSchema, c.DepthLimit, c.ToolFilter, c.Persona},
 		InheritsParentContext: p.InheritsParentContext(),
-	}
-	if rc, ok := p.(RuntimeCapabilities); ok {
-		out.Steer, out.Resume, out.Local = rc.CanSteer(), rc.CanResume(), rc.IsLocal()
+		Steer:                 c.Steer,
+		Resume:                c.Resume,
+		Local:                 c.Local,
 	}
 	if out.Local && routes != nil {
 		def := routes.Default()
@@ -409,7 +398,7 @@ func (f *followupRequest) source() agent.Source {
 	if f.Source != nil && f.Source.Kind == delegate.SourceCoordinator {
 		return agent.Source{Kind: delegate.SourceCoordinator, Form: "relay", SenderSessionID: f.ParentSessionID}
 	}
-	return agent.Source{Kind: delegate.SourceUser}
+	return agent.Source{Kind: subagent.SourceUser}
 }
 
 type followupResponse struct {

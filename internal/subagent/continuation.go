@@ -159,7 +159,10 @@ type MaterializeRequest struct {
 }
 
 // Materializer builds the live agent of a continuable child over its
-// durable session (internal/providers/inprocess implements it). It checks
+// durable session (internal/providers/inprocess implements it for
+// in-process children). A ContinuableProvider that is also a Materializer
+// builds its own children's agents — an external agent process, say —
+// instead of the Manager's (see Manager.materializer). It checks
 // everything that can fail on the request — route, persona, tool filter —
 // before calling req.Create, so that a rejected creation writes nothing;
 // errors that callers may see are *Error values (EInvalidRequest). ctx's
@@ -233,8 +236,9 @@ type FollowupResult struct {
 // undelivered messages after a restart. It shares the Service's provider
 // registry, lifecycle bus, store and admission. Safe for concurrent use.
 //
-// Lifecycle listeners are called while the manager holds the child's lock:
-// they must not call the Manager for the same child synchronously.
+// Lifecycle listeners are never called under a child's lock: an edge
+// decided under it is dispatched once the lock is released (child.outbox),
+// so a listener may call the Manager for the same child.
 type Manager struct {
 	svc      *Service
 	store    store.Store
@@ -246,7 +250,7 @@ type Manager struct {
 	mu       sync.Mutex
 	children map[childKey]*child
 	runs     map[string]*activation    // live activations by run id
-	folds    map[childKey]identityFold // listing cache, see identity
+	folds    map[childKey]identityFold // listing cache of at most maxFolds, see identity
 	draining bool
 	wg       sync.WaitGroup // watchers and steer receipts
 }
@@ -271,6 +275,9 @@ type child struct {
 	waiters map[string]chan<- answer
 	// wake: a cold resume is owed once the live activation has settled.
 	wake bool
+	// outbox holds the lifecycle dispatches decided under mu, in order;
+	// unlock runs them once mu is released.
+	outbox []func()
 }
 
 // answer is a followup's route, or why its message was not delivered.
@@ -312,8 +319,16 @@ func (m *Manager) lock(key childKey) *child {
 	}
 }
 
-// unlock releases c, dropping its entry when nothing is live or owed.
+// unlock releases c, dropping its entry when nothing is live or owed, and
+// then runs the dispatches of its outbox.
 func (m *Manager) unlock(c *child) {
+	out := c.outbox
+	c.outbox = nil
+	defer func() {
+		for _, dispatch := range out {
+			dispatch()
+		}
+	}()
 	if c.act == nil && len(c.waiters) == 0 && !c.wake {
 		c.dead = true
 		m.mu.Lock()
@@ -454,7 +469,7 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 	// ctx is checked between the steps instead.
 	base := context.WithoutCancel(ctx)
 	inc := &incarnation{}
-	ag, err := m.mat.Materialize(base, MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
+	ag, err := m.materializer(req.Provider).Materialize(base, MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
 		Create: func(ctx context.Context) error { return m.create(ctx, header, spec.Seed, raw) },
 		Report: m.reporter(key, inc)})
 	if errors.Is(err, store.ErrConflict) {
@@ -653,7 +668,7 @@ func (m *Manager) resumable(ctx context.Context, c *child, parentID string) erro
 	if sess.Mode == ModeOneShot {
 		return notResumable(nil)
 	}
-	d, found, err := m.resumeDescriptor(ctx, sess)
+	d, found, err := ResumeDescriptor(ctx, m.store, sess)
 	if err != nil {
 		return notResumable(err)
 	}
@@ -679,27 +694,6 @@ func (m *Manager) header(ctx context.Context, c *child) (store.Session, error) {
 	}
 	c.sess = &sess
 	return sess, nil
-}
-
-// resumeDescriptor is ResumeDescriptor over the child's log, reading only
-// up to the first descriptor of its own suffix (seq >= seedLength), which
-// is the whole answer.
-func (m *Manager) resumeDescriptor(ctx context.Context, sess store.Session) (Descriptor, bool, error) {
-	for after := int64(sess.SeedLength) - 1; ; {
-		page, err := m.store.Events(ctx, sess.ID, after, 100)
-		if err != nil {
-			return Descriptor{}, false, fmt.Errorf("read log of %s: %w", sess.ID, err)
-		}
-		if len(page) == 0 {
-			return Descriptor{}, false, nil
-		}
-		for _, e := range page {
-			if e.Type == EventDescriptor {
-				return ParseDescriptor(e.Data)
-			}
-		}
-		after = page[len(page)-1].Seq
-	}
 }
 
 // Interrupt stops the current turn of continuable child childID on behalf
@@ -762,34 +756,16 @@ func (m *Manager) ownedElsewhere(ctx context.Context, childID string) error {
 // Recover cold-resumes, at start-up, every child that has undelivered
 // messages in the durable inbox — accepted before the previous process
 // stopped — and delivers them in acceptance order; a message the child had
-// already logged is acknowledged, not delivered twice. Failures are logged
-// per child and returned joined; the other children are still recovered.
+// already logged is acknowledged, not delivered twice. Root sessions are
+// left to Roots. Failures are logged per child and returned joined; the
+// other children are still recovered.
 func (m *Manager) Recover(ctx context.Context) error {
-	tried := map[store.PendingChild]bool{}
-	var errs []error
-	for {
-		// The store lists at most 1000 children a call: list again until a
-		// call names none that was not tried already.
-		pending, err := m.store.PendingChildren(ctx)
-		if err != nil {
-			return errors.Join(append(errs, fmt.Errorf("recover continuable children: %w", err))...)
+	return RecoverInboxes(ctx, m.store, m.log, func(ctx context.Context, sess store.Session) error {
+		if sess.ParentID == "" {
+			return nil // a root session
 		}
-		more := false
-		for _, p := range pending {
-			if tried[p] {
-				continue
-			}
-			tried[p], more = true, true
-			base := store.WithTenant(context.WithoutCancel(ctx), p.Tenant)
-			if err := m.recoverChild(base, p.ChildID); err != nil {
-				m.log.ErrorContext(base, "recover continuable child", slog.String("child_id", p.ChildID), slog.Any("error", err))
-				errs = append(errs, fmt.Errorf("recover %s: %w", p.ChildID, err))
-			}
-		}
-		if !more {
-			return errors.Join(errs...)
-		}
-	}
+		return m.recoverChild(ctx, sess.ID)
+	})
 }
 
 // recoverChild cold-resumes one child with pending messages unless it is
@@ -864,33 +840,17 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 
 func (m *Manager) isDraining() bool { return m.admitting() != nil }
 
-// newRow builds the durable inbox row of an accepted message. It returns an
-// error when content does not marshal.
-func newRow(childID string, content []model.Block, src agent.Source) (store.InboxMessage, error) {
-	if content == nil {
-		content = []model.Block{}
+// materializer returns the Materializer of the continuable children of
+// provider: the provider itself when it builds its own agents, else the
+// Manager's, as for a provider no longer registered (resume needs none,
+// R7).
+func (m *Manager) materializer(provider string) Materializer {
+	if p, ok := m.svc.Provider(provider); ok {
+		if mp, ok := p.(Materializer); ok {
+			return mp
+		}
 	}
-	c, err := json.Marshal(content)
-	if err != nil {
-		return store.InboxMessage{}, err
-	}
-	s, err := json.Marshal(src)
-	if err != nil {
-		return store.InboxMessage{}, err
-	}
-	return store.InboxMessage{ID: uuid.NewString(), ChildID: childID, Content: c, Source: s}, nil
-}
-
-// rowMessage is the user message a row delivers, with the row's id.
-func rowMessage(row store.InboxMessage) (agent.UserMessage, error) {
-	msg := agent.UserMessage{ID: row.ID, Role: "user"}
-	if err := json.Unmarshal(row.Content, &msg.Content); err != nil {
-		return msg, fmt.Errorf("inbox message %s: content: %w", row.ID, err)
-	}
-	if err := json.Unmarshal(row.Source, &msg.Source); err != nil {
-		return msg, fmt.Errorf("inbox message %s: source: %w", row.ID, err)
-	}
-	return msg, nil
+	return m.mat
 }
 
 // closeAgent closes an agent that never became an activation.

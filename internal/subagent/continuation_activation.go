@@ -40,6 +40,9 @@ type activation struct {
 	queued      bool          // started with several turns: nothing is steered into it
 
 	done chan struct{} // closed once the activation settled and was removed
+	// started is closed once subagent/start was dispatched, which its end
+	// must follow.
+	started chan struct{}
 }
 
 // event returns the lifecycle event of type typ for act.
@@ -56,12 +59,13 @@ type incarnation struct{ act *activation }
 
 // begin publishes an activation over ag, the agent materialized with inc:
 // it records the run row of kind activation with a fresh run id and task
-// id, and dispatches subagent/start (R71). c.mu is held.
+// id, and puts the dispatch of subagent/start (R71) in c's outbox. c.mu is
+// held.
 func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store.Session, desc Descriptor, inc *incarnation) (*activation, error) {
 	act := &activation{
 		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(),
 		provider: desc.Provider, parentID: sess.ParentID, boundary: len(ag.Events()),
-		changed: make(chan struct{}), done: make(chan struct{}),
+		changed: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{}),
 	}
 	now := time.Now()
 	start := act.event(EventStart)
@@ -78,7 +82,10 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 	}
 	start.Seq = row.ID
 	inc.act = act
-	m.svc.bus.dispatch(ctx, start)
+	c.outbox = append(c.outbox, func() {
+		m.svc.bus.dispatch(ctx, start)
+		close(act.started)
+	})
 	return act, nil
 }
 
@@ -96,7 +103,7 @@ func (m *Manager) activate(c *child, act *activation) {
 // open delivers row as the message that opens act's turn: on the idle
 // agent it is logged as user/message at once, so the row is acknowledged.
 func (m *Manager) open(act *activation, row store.InboxMessage) error {
-	msg, err := rowMessage(row)
+	msg, err := RowMessage(row)
 	if err == nil {
 		_, err = act.agent.FollowupMessage(act.base, msg)
 	}
@@ -112,7 +119,7 @@ func (m *Manager) open(act *activation, row store.InboxMessage) error {
 // R60, R75). c.mu is held and act was never activated.
 func (m *Manager) rollback(act *activation) {
 	m.closeAgent(act.base, act.c.key.id, act.agent)
-	m.end(act, StopAborted, []model.Block{})
+	act.c.outbox = append(act.c.outbox, m.end(act, StopAborted, []model.Block{}))
 	close(act.done)
 }
 
@@ -134,7 +141,7 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 		return nil
 	}
 	if !act.closing && !act.interrupted && !act.queued && act.agent.Running() {
-		if msg, err := rowMessage(row); err == nil {
+		if msg, err := RowMessage(row); err == nil {
 			if settled, err := act.agent.SubmitSteer(ctx, msg); err == nil {
 				m.track(act, row.ID, settled, waking)
 				return nil
@@ -245,7 +252,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	// Only the descriptor's route: never the original budget, never the
 	// parent's current route (§1.8, R88).
 	inc := &incarnation{}
-	ag, err := m.mat.Materialize(ctx, MaterializeRequest{Session: sess, Descriptor: desc,
+	ag, err := m.materializer(desc.Provider).Materialize(ctx, MaterializeRequest{Session: sess, Descriptor: desc,
 		Options: AgentOptions{Provider: desc.AgentProvider, Model: desc.AgentModel}, Report: m.reporter(c.key, inc)})
 	if err != nil {
 		var e *Error
@@ -258,7 +265,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	// crash left queued in the agent's own log-sourced inbox is dropped, so
 	// that nothing runs twice.
 	ag.Cancel(agent.CauseDisposed, false)
-	logged := loggedMessages(ag.Events())
+	logged := LoggedMessages(ag.Events())
 	var seen []string
 	todo = slices.DeleteFunc(todo, func(d delivery) bool {
 		if logged[d.id] {
@@ -307,7 +314,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 func (m *Manager) decode(ctx context.Context, c *child, rows []store.InboxMessage) []delivery {
 	out := make([]delivery, 0, len(rows))
 	for _, r := range rows {
-		msg, err := rowMessage(r)
+		msg, err := RowMessage(r)
 		if err != nil {
 			m.log.ErrorContext(ctx, "dropping an undecodable inbox message", slog.String("child_id", c.key.id), slog.Any("error", err))
 			m.ack(ctx, c.key.id, r.ID)
@@ -365,15 +372,16 @@ func (m *Manager) settle(act *activation) {
 	}
 	// Every message the epoch logged is delivered; most were acknowledged
 	// on admission already.
-	if claimed := loggedMessages(events); len(claimed) > 0 {
+	if claimed := LoggedMessages(events); len(claimed) > 0 {
 		ids := make([]string, 0, len(claimed))
 		for id := range claimed {
 			ids = append(ids, id)
 		}
 		m.ack(ctx, c.key.id, ids...)
 	}
+	<-act.started // dispatched by whoever began act, once it unlocked
 	m.notify(act, reason, output)
-	m.end(act, reason, output)
+	m.end(act, reason, output)()
 
 	c.mu.Lock()
 	defer m.unlock(c)
@@ -389,9 +397,9 @@ func (m *Manager) settle(act *activation) {
 	}
 }
 
-// end records act's subagent/end with reason and output and dispatches it
-// (R71), exactly once (see Service.recordEnd).
-func (m *Manager) end(act *activation, reason string, output []model.Block) {
+// end records act's subagent/end with reason and output, exactly once (see
+// Service.recordEnd), and returns the func that dispatches it (R71).
+func (m *Manager) end(act *activation, reason string, output []model.Block) (dispatch func()) {
 	e := act.event(EventEnd)
 	e.StopReason = reason
 	if len(output) > 0 {
@@ -402,9 +410,11 @@ func (m *Manager) end(act *activation, reason string, output []model.Block) {
 	if err != nil {
 		log.ErrorContext(act.base, "encode activation output", slog.Any("error", err))
 	}
-	e, dispatch := m.svc.recordEnd(act.base, log, e, store.RunResult{StopReason: reason, Output: out})
-	if dispatch {
-		m.svc.bus.dispatch(act.base, e)
+	e, recorded := m.svc.recordEnd(act.base, log, e, store.RunResult{StopReason: reason, Output: out})
+	return func() {
+		if recorded {
+			m.svc.bus.dispatch(act.base, e)
+		}
 	}
 }
 
@@ -492,18 +502,6 @@ func (m *Manager) ack(ctx context.Context, childID string, ids ...string) {
 	if err := m.store.Ack(ctx, childID, ids...); err != nil {
 		m.log.ErrorContext(ctx, "remove delivered or withdrawn inbox messages", slog.String("child_id", childID), slog.Any("error", err))
 	}
-}
-
-// loggedMessages returns the ids of the user/messages in events.
-func loggedMessages(events []store.Event) map[string]bool {
-	ids := map[string]bool{}
-	for _, e := range events {
-		var msg agent.UserMessage
-		if e.Type == agent.EventUserMessage && json.Unmarshal(e.Data, &msg) == nil && msg.ID != "" {
-			ids[msg.ID] = true
-		}
-	}
-	return ids
 }
 
 // EpochStopReason is the stop reason of a continuable activation, read from

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -16,11 +18,11 @@ type ChildInfo struct {
 	// Identity is the child's listing identity (seam-spec §3.7): the last
 	// valid descriptor of its log, nil when there is none.
 	Identity *Identity
-	// Activity is ActivityRunning while the child has a live activation or
-	// one-shot run in this process, else ActivityInactive.
+	// Activity is ActivityRunning while the child has a running run or
+	// activation (see Running), else ActivityInactive.
 	Activity string
-	// TaskID is the task of the live activation, else of the most recent
-	// one; "" when the child never had an activation.
+	// TaskID is the task of the most recent activation — the running one,
+	// if any; "" when the child never had an activation.
 	TaskID string
 }
 
@@ -41,13 +43,7 @@ func (m *Manager) Child(ctx context.Context, childID string) (ChildInfo, error) 
 		return ChildInfo{}, fmt.Errorf("read subagent %s: %w", childID, err)
 	}
 	info := ChildInfo{Session: sess, Identity: id, Activity: ActivityInactive}
-	if act := m.liveActivation(childKey{store.Tenant(ctx), childID}); act != nil {
-		info.Activity, info.TaskID = ActivityRunning, act.taskID
-		return info, nil
-	}
-	if m.oneShotRunning(ctx, childID) {
-		info.Activity = ActivityRunning
-	}
+	now := time.Now()
 	for after := ""; ; {
 		runs, err := m.store.ListRuns(ctx, store.RunFilter{ChildID: childID, AfterID: after, Limit: 1000})
 		if err != nil {
@@ -56,6 +52,9 @@ func (m *Manager) Child(ctx context.Context, childID string) (ChildInfo, error) 
 		for _, r := range runs {
 			if r.Kind == store.KindActivation {
 				info.TaskID = r.TaskID
+			}
+			if runningAt(r, now) {
+				info.Activity = ActivityRunning
 			}
 		}
 		if len(runs) < 1000 {
@@ -121,6 +120,10 @@ func (m *Manager) Children(ctx context.Context, parentID string) ([]ListEntry, e
 		return nil, err
 	}
 	kids = slices.DeleteFunc(kids, func(s store.Session) bool { return s.Origin != OriginSubagent })
+	running, err := Running(ctx, m.store, sessionIDs(kids)...)
+	if err != nil {
+		return nil, err
+	}
 	rows := make([]*ListEntry, len(kids))
 	errs := make([]error, len(kids))
 	sem := make(chan struct{}, listConcurrency)
@@ -129,7 +132,7 @@ func (m *Manager) Children(ctx context.Context, parentID string) ([]ListEntry, e
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			rows[i], errs[i] = m.entry(ctx, s)
+			rows[i], errs[i] = m.entry(ctx, s, running[s.ID])
 		})
 	}
 	wg.Wait()
@@ -156,11 +159,17 @@ func (m *Manager) Descendants(ctx context.Context, rootID string) ([]ListEntry, 
 		depth int
 	}
 	var stack []frame
+	running := map[string]bool{}
 	push := func(parentID string, depth int) error {
 		kids, err := m.subsessions(ctx, parentID)
 		if err != nil {
 			return err
 		}
+		r, err := Running(ctx, m.store, sessionIDs(kids)...)
+		if err != nil {
+			return err
+		}
+		maps.Copy(running, r)
 		for _, s := range slices.Backward(kids) {
 			stack = append(stack, frame{s, depth})
 		}
@@ -179,7 +188,7 @@ func (m *Manager) Descendants(ctx context.Context, rootID string) ([]ListEntry, 
 		}
 		visited[f.sess.ID] = true
 		if f.sess.Origin == OriginSubagent {
-			row, err := m.entry(ctx, f.sess)
+			row, err := m.entry(ctx, f.sess, running[f.sess.ID])
 			if err != nil {
 				return nil, err
 			}
@@ -195,11 +204,10 @@ func (m *Manager) Descendants(ctx context.Context, rootID string) ([]ListEntry, 
 	return out, nil
 }
 
-// entry is the listing row of child session s, nil when it is omitted (a
-// live child without an identity yet). The error is that of a failed
-// header listing.
-func (m *Manager) entry(ctx context.Context, s store.Session) (*ListEntry, error) {
-	live := m.liveActivation(childKey{store.Tenant(ctx), s.ID}) != nil || m.oneShotRunning(ctx, s.ID)
+// entry is the listing row of child session s, which is running when live
+// (see Running); nil when it is omitted (a live child without an identity
+// yet). The error is that of a failed header listing.
+func (m *Manager) entry(ctx context.Context, s store.Session, live bool) (*ListEntry, error) {
 	id, err := m.identity(ctx, s.ID)
 	switch {
 	case err != nil:
@@ -247,6 +255,10 @@ func (m *Manager) hasChildren(ctx context.Context, id string) (bool, error) {
 	return slices.ContainsFunc(kids, func(s store.Session) bool { return s.Origin == OriginSubagent }), nil
 }
 
+// maxFolds bounds the identity folds a Manager keeps: past it, a listing
+// of a child whose fold was evicted reads its whole log again.
+const maxFolds = 4096
+
 // identityFold is the identity fold of one child's log up to seq after.
 // Logs are append-only, so a later listing folds only the newer events.
 type identityFold struct {
@@ -280,26 +292,23 @@ func (m *Manager) identity(ctx context.Context, id string) (*Identity, error) {
 	}
 	m.mu.Lock()
 	if cur, ok := m.folds[key]; !ok || cur.after < f.after {
+		if !ok && len(m.folds) >= maxFolds {
+			for k := range m.folds { // evict one, at random
+				delete(m.folds, k)
+				break
+			}
+		}
 		m.folds[key] = f
 	}
 	m.mu.Unlock()
 	return f.id, nil
 }
 
-// oneShotRunning reports whether a one-shot run of this process and
-// tenant has child id and has not settled.
-func (m *Manager) oneShotRunning(ctx context.Context, id string) bool {
-	tenant := store.Tenant(ctx)
-	m.svc.mu.Lock()
-	defer m.svc.mu.Unlock()
-	for _, h := range m.svc.runs {
-		if h.childID == id && h.tenant == tenant {
-			select {
-			case <-h.done:
-			default:
-				return true
-			}
-		}
+// sessionIDs returns the ids of sessions.
+func sessionIDs(sessions []store.Session) []string {
+	ids := make([]string, len(sessions))
+	for i, s := range sessions {
+		ids[i] = s.ID
 	}
-	return false
+	return ids
 }

@@ -229,7 +229,7 @@ func TestRecover_R133_ClaimedButUnacknowledgedIsNotRedelivered(t *testing.T) {
 	// Crash after the child logged the message (its turn still open) and
 	// before the inbox row was acknowledged.
 	row, _ := newRow(res.ChildID, txt("claimed"), agent.Source{Kind: SourceUser})
-	msg, _ := rowMessage(row)
+	msg, _ := RowMessage(row)
 	data, _ := json.Marshal(msg)
 	if err := first.st.Enqueue(t.Context(), row); err != nil {
 		t.Fatal(err)
@@ -263,7 +263,7 @@ func TestRecover_R132_MessageLeftInTheAgentsOwnInboxRunsOnce(t *testing.T) {
 	// Crash after the message reached the agent's log-sourced inbox, behind
 	// an open turn, before it ran.
 	row, _ := newRow(res.ChildID, txt("queued"), agent.Source{Kind: SourceUser})
-	msg, _ := rowMessage(row)
+	msg, _ := RowMessage(row)
 	splice, _ := json.Marshal(agent.InboxSplicedData{Target: agent.TargetNextTurn, Inserted: []agent.UserMessage{msg}})
 	if err := first.st.Enqueue(t.Context(), row); err != nil {
 		t.Fatal(err)

@@ -297,3 +297,62 @@ func TestContinuable_R38_DepthFromParentHeader(t *testing.T) {
 		t.Errorf("message %q", ErrorMessage(err))
 	}
 }
+
+// TestStart_ListenerMayCallTheManagerForTheSameChild: lifecycle listeners
+// run outside the child's lock, so one that interrupts the child it just
+// saw start neither deadlocks nor sees its end before its start.
+func TestStart_ListenerMayCallTheManagerForTheSameChild(t *testing.T) {
+	t.Parallel()
+	gate, reached := make(chan struct{}), make(chan struct{})
+	e := newContEnv(t, gatedModel(gate, reached, "never"))
+	interrupted := make(chan error, 1)
+	e.svc.Subscribe("", func(ctx context.Context, ev Event) error {
+		if ev.Type == EventStart {
+			interrupted <- e.m.Interrupt(ctx, "p1", ev.ID)
+		}
+		return nil
+	})
+	res := e.start(t, e.req(t, "go"))
+	if err := <-interrupted; err != nil {
+		t.Fatalf("interrupt from the start listener: %v", err)
+	}
+	evs := e.life.waitFor(t, "the start and end", func(evs []Event) bool { return len(evs) >= 2 })
+	if evs[0].Type != EventStart || evs[1].Type != EventEnd || evs[1].TaskID != res.TaskID || evs[1].StopReason != StopAborted {
+		t.Fatalf("lifecycle %+v, want the start, then the end aborted", evs)
+	}
+}
+
+// ownMatProvider is a continuable provider that builds its children's
+// agents itself, as an external agent provider does.
+type ownMatProvider struct {
+	*contProvider
+	*testMat
+}
+
+// TestStart_ProviderWithItsOwnMaterializerBuildsItsChildren: a continuable
+// provider that is a Materializer builds its children's agents, on start
+// and on cold resume; the Manager's materializer builds none of them.
+func TestStart_ProviderWithItsOwnMaterializerBuildsItsChildren(t *testing.T) {
+	t.Parallel()
+	e := newContEnv(t, scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "ok"} }))
+	own := &testMat{st: e.st, model: scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "own"} })}
+	p := ownMatProvider{contProvider: &contProvider{fakeProvider: &fakeProvider{name: "own"}}, testMat: own}
+	if err := e.svc.Register(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	req := e.req(t, "go")
+	req.Provider = "own"
+	res := e.start(t, req)
+	e.ended(t, res.TaskID)
+	e.settled(t, res.ChildID)
+	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("again"), agent.Source{})
+	if err != nil || f.Route != RouteStarted {
+		t.Fatalf("followup %+v, %v", f, err)
+	}
+	if end := e.ended(t, f.TaskID); model.Text(end.LastAssistantMessage) != "own" {
+		t.Errorf("resumed epoch %+v, want the provider's agent", end)
+	}
+	if n, m := len(own.requests()), len(e.mat.requests()); n != 2 || m != 0 {
+		t.Errorf("the provider built %d agents and the manager %d, want 2 and 0", n, m)
+	}
+}

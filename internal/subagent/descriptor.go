@@ -2,6 +2,7 @@ package subagent
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -270,18 +271,28 @@ func jsonString(raw json.RawMessage) (string, bool) {
 }
 
 // ResumeDescriptor is the authority for cold resume (seam-spec §1.8): the
-// first subagent/descriptor in the child's own suffix, the events with seq
-// >= seedLength, so that a fork child never resumes under an ancestor's
-// descriptor. found is false when the suffix has none or the first one has
-// another version; err wraps ErrCorruptDescriptor when it is malformed. The
+// first subagent/descriptor in the own suffix of sess's log, the events
+// with seq >= SeedLength, so that a fork child never resumes under an
+// ancestor's descriptor. It reads the log only up to that event. found is
+// false when the suffix has none or the first one has another version; err
+// wraps ErrCorruptDescriptor when it is malformed, or is the store's. The
 // caller decides whether its mode allows resuming.
-func ResumeDescriptor(events []store.Event, seedLength int) (d Descriptor, found bool, err error) {
-	for _, e := range events {
-		if e.Seq >= int64(seedLength) && e.Type == EventDescriptor {
-			return ParseDescriptor(e.Data)
+func ResumeDescriptor(ctx context.Context, st store.Store, sess store.Session) (d Descriptor, found bool, err error) {
+	for after := int64(sess.SeedLength) - 1; ; {
+		page, err := st.Events(ctx, sess.ID, after, 100)
+		if err != nil {
+			return Descriptor{}, false, fmt.Errorf("read log of %s: %w", sess.ID, err)
 		}
+		if len(page) == 0 {
+			return Descriptor{}, false, nil
+		}
+		for _, e := range page {
+			if e.Type == EventDescriptor {
+				return ParseDescriptor(e.Data)
+			}
+		}
+		after = page[len(page)-1].Seq
 	}
-	return Descriptor{}, false, nil
 }
 
 // Identity is a child's listing identity: the descriptor that the identity

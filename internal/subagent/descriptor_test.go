@@ -6,7 +6,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -136,23 +138,40 @@ const (
 	second     = `{"version":2,"mode":"continuable","provider":"fork","label":"second"}`
 )
 
+// resumeOf is ResumeDescriptor over a session whose log is evs.
+func resumeOf(t *testing.T, seedLength int, evs ...store.Event) (Descriptor, bool, error) {
+	t.Helper()
+	st := memstore.New()
+	sess := store.Session{ID: "c", SeedLength: seedLength, CreatedAt: time.Now()}
+	if err := st.CreateSession(t.Context(), sess); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if _, err := st.AppendEvents(t.Context(), sess.ID, store.NewEvent{Type: e.Type, Data: e.Data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ResumeDescriptor(t.Context(), st, sess)
+}
+
 func TestResumeDescriptor_FirstInOwnSuffix(t *testing.T) {
 	t.Parallel()
-	log := []store.Event{descEvent(0, ancestor), other(1), {Seq: 2, Type: "session/end-seed"}, descEvent(3, own), descEvent(4, second)}
-	d, ok, err := ResumeDescriptor(log, 3)
+	endSeed := store.Event{Seq: 2, Type: "session/end-seed", Data: json.RawMessage(`{}`)}
+	log := []store.Event{descEvent(0, ancestor), other(1), endSeed, descEvent(3, own), descEvent(4, second)}
+	d, ok, err := resumeOf(t, 3, log...)
 	if !ok || err != nil || d.Label != "own" || d.Provider != "fork" {
 		t.Errorf("got %+v, %v, %v; want the child's own first descriptor", d, ok, err)
 	}
 	// A fork child that died before its own descriptor cannot resume under
 	// its ancestor's.
-	if _, ok, err := ResumeDescriptor(log[:3], 2); ok || err != nil {
+	if _, ok, err := resumeOf(t, 2, log[:3]...); ok || err != nil {
 		t.Errorf("got %v, %v; want none", ok, err)
 	}
 	// The first one decides, even when it is corrupt or of another version.
-	if _, _, err := ResumeDescriptor([]store.Event{descEvent(0, `{"version":2}`), descEvent(1, own)}, 0); !errors.Is(err, ErrCorruptDescriptor) {
+	if _, _, err := resumeOf(t, 0, descEvent(0, `{"version":2}`), descEvent(1, own)); !errors.Is(err, ErrCorruptDescriptor) {
 		t.Errorf("corrupt first descriptor: %v", err)
 	}
-	if _, ok, err := ResumeDescriptor([]store.Event{descEvent(0, `{"version":1}`), descEvent(1, own)}, 0); ok || err != nil {
+	if _, ok, err := resumeOf(t, 0, descEvent(0, `{"version":1}`), descEvent(1, own)); ok || err != nil {
 		t.Errorf("unsupported first descriptor: %v, %v", ok, err)
 	}
 }
@@ -161,7 +180,7 @@ func TestResume_R7_ProviderFromDescriptor(t *testing.T) {
 	t.Parallel()
 	// Resume needs no registered provider: the epoch's edges carry the name
 	// the descriptor recorded.
-	d, ok, err := ResumeDescriptor([]store.Event{descEvent(0, own)}, 0)
+	d, ok, err := resumeOf(t, 0, descEvent(0, own))
 	if !ok || err != nil || d.Provider != "fork" || d.Mode != ModeContinuable {
 		t.Errorf("got %+v, %v, %v", d, ok, err)
 	}

@@ -85,3 +85,37 @@ func (s *Service) reap(ctx context.Context, now time.Time) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Running reports which of the sessions ids are running: they are the
+// child of a run or activation that is running and whose owner's lease is
+// live (DESIGN §5). It is the one definition of a child's activity — for
+// /v1/sessions, /children and /v1/subagents/{id} alike — whichever replica
+// answers, read from the runs table. Returns the store's error.
+func Running(ctx context.Context, st store.Store, ids ...string) (map[string]bool, error) {
+	running := map[string]bool{}
+	if len(ids) == 0 {
+		return running, nil
+	}
+	now := time.Now()
+	for after := ""; ; {
+		runs, err := st.ListRuns(ctx, store.RunFilter{ChildIDs: ids, State: store.StateRunning, AfterID: after, Limit: 1000})
+		if err != nil {
+			return nil, fmt.Errorf("list running runs of %d sessions: %w", len(ids), err)
+		}
+		for _, r := range runs {
+			if runningAt(r, now) {
+				running[r.ChildID] = true
+			}
+		}
+		if len(runs) < 1000 {
+			return running, nil
+		}
+		after = runs[len(runs)-1].ID
+	}
+}
+
+// runningAt reports whether r is running at now: not settled, and its
+// owner's lease not lapsed.
+func runningAt(r store.Run, now time.Time) bool {
+	return r.State == store.StateRunning && r.LeaseUntil.After(now)
+}

@@ -40,6 +40,20 @@ func TestRegistry_EmptyName(t *testing.T) {
 	}
 }
 
+// TestRegistry_ResumeNeedsAContinuableProvider: the resume capability is
+// checked where it is declared, so nothing downstream asserts types.
+func TestRegistry_ResumeNeedsAContinuableProvider(t *testing.T) {
+	t.Parallel()
+	svc, _ := setup(t)
+	p := &fakeProvider{name: "liar", caps: Capabilities{Resume: true}}
+	if err := svc.Register(t.Context(), p); ErrorCode(err) != EInvalidRequest {
+		t.Fatalf("err = %v, want %s", err, EInvalidRequest)
+	}
+	if _, ok := svc.Provider("liar"); ok {
+		t.Fatal("a refused provider was registered")
+	}
+}
+
 func TestRegistry_R2_ResolvableInRegistrationOrder(t *testing.T) {
 	t.Parallel()
 	svc, _ := setup(t, &fakeProvider{name: "spawn"}, &fakeProvider{name: "fork"}, &fakeProvider{name: "acp"})

@@ -101,6 +101,9 @@ func (s *Service) Register(ctx context.Context, p Provider) error {
 	if name == "" {
 		return Errorf(EInvalidRequest, "provider name must not be empty")
 	}
+	if _, ok := p.(ContinuableProvider); p.Capabilities().Resume && !ok {
+		return Errorf(EInvalidRequest, "provider %q claims resume but cannot create continuable children", name)
+	}
 	s.mu.Lock()
 	if s.lookup(name) >= 0 {
 		s.mu.Unlock()

@@ -27,13 +27,23 @@ const (
 // does; unknown reasons count as failures (R32).
 func IsSuccess(reason string) bool { return reason == StopCompleted }
 
-// Capabilities are the start-time features a provider enforces on the
-// one-shot path (seam-spec §1.3). They are checked in field order.
+// Capabilities are what a provider supports, as /v1/providers shows it.
+// The start-time features — OutputSchema, DepthLimit, ToolFilter, Persona
+// — are the ones it enforces on the one-shot path (seam-spec §1.3),
+// checked in that order. The runtime features (DESIGN §1) say how its
+// children run: Steer, its runs accept confirmed steering (their Run is a
+// Steerer); Resume, it creates continuable children that cold-resume (it
+// is a ContinuableProvider, which Register checks); Local, its children
+// are in-process agents with a local log.
 type Capabilities struct {
 	OutputSchema bool
 	DepthLimit   bool
 	ToolFilter   bool
 	Persona      bool
+
+	Steer  bool
+	Resume bool
+	Local  bool
 }
 
 // AgentOptions selects the child's model route (seam-spec §1.4, R45). Zero

@@ -41,7 +41,8 @@ func (p *Provider) Description() string {
 
 // Capabilities are all supported, as for spawn (seam-spec §4.0).
 func (p *Provider) Capabilities() subagent.Capabilities {
-	return subagent.Capabilities{OutputSchema: true, DepthLimit: true, ToolFilter: true, Persona: true}
+	return subagent.Capabilities{OutputSchema: true, DepthLimit: true, ToolFilter: true, Persona: true,
+		Steer: true, Resume: true, Local: true}
 }
 
 // InheritsParentContext is true: the child sees the parent's completed
@@ -70,17 +71,6 @@ func (p *Provider) PrepareContinuable(ctx context.Context, req subagent.Continua
 	}
 	return subagent.ContinuableSpec{Seed: seed}, nil
 }
-
-// CanSteer is true: in-process runs accept confirmed steering
-// (subagent.Steerer).
-func (p *Provider) CanSteer() bool { return true }
-
-// CanResume is true: fork children can be continuable and cold-resumed
-// (subagent.ContinuableProvider).
-func (p *Provider) CanResume() bool { return true }
-
-// IsLocal is true: children are in-process agents with a local log.
-func (p *Provider) IsLocal() bool { return true }
 
 // seed reads the whole parent log and returns its prefix.
 func (p *Provider) seed(ctx context.Context, parent store.Session) ([]store.Event, error) {

@@ -72,17 +72,10 @@ func TestFork_Provider(t *testing.T) {
 	t.Parallel()
 	h, _ := harness(t)
 	p := fork.New(h.Deps)
-	want := subagent.Capabilities{OutputSchema: true, DepthLimit: true, ToolFilter: true, Persona: true}
+	want := subagent.Capabilities{OutputSchema: true, DepthLimit: true, ToolFilter: true, Persona: true,
+		Steer: true, Resume: true, Local: true}
 	if p.Name() != fork.Name || p.Capabilities() != want || !p.InheritsParentContext() || p.Description() == "" {
 		t.Errorf("provider %q caps %+v inherits %v description %q", p.Name(), p.Capabilities(), p.InheritsParentContext(), p.Description())
-	}
-	rc, ok := p.(interface {
-		CanSteer() bool
-		CanResume() bool
-		IsLocal() bool
-	})
-	if !ok || !rc.CanSteer() || !rc.CanResume() || !rc.IsLocal() {
-		t.Errorf("runtime capabilities of %T: want steer, resume and local", p)
 	}
 }
 
@@ -251,7 +244,7 @@ func TestFork_R41_SeedCopiedVerbatimAndTurnsContinue(t *testing.T) {
 	if len(starts) != 1 || inprocesstest.Decode[agent.TurnData](t, starts[0]).Turn != 3 {
 		t.Errorf("child's own turns %v, want one turn numbered 3", starts)
 	}
-	if id, found, err := subagent.ResumeDescriptor(child, hdr.SeedLength); err != nil || !found || id.Mode != subagent.ModeOneShot {
+	if id, found, err := subagent.ResumeDescriptor(inprocesstest.Ctx(t), h.Store, hdr); err != nil || !found || id.Mode != subagent.ModeOneShot {
 		t.Errorf("own-suffix descriptor %+v found=%v err=%v", id, found, err)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/agent"
-	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/fork"
@@ -40,7 +39,7 @@ func (p contProvider) PrepareContinuable(ctx context.Context, req subagent.Conti
 // acceptOrder is the harness store recording the order the inbox accepted
 // messages in.
 type acceptOrder struct {
-	*memstore.Store
+	store.Store
 	mu  sync.Mutex
 	ids []string
 }

@@ -34,9 +34,12 @@ func (p *Provider) Description() string {
 }
 
 // Capabilities are all supported: the driver enforces an output schema, a
-// depth limit, a tool filter and a persona (seam-spec §4.0).
+// depth limit, a tool filter and a persona (seam-spec §4.0); runs accept
+// confirmed steering (subagent.Steerer), children can be continuable and
+// cold-resumed, and are in-process agents with a local log.
 func (p *Provider) Capabilities() subagent.Capabilities {
-	return subagent.Capabilities{OutputSchema: true, DepthLimit: true, ToolFilter: true, Persona: true}
+	return subagent.Capabilities{OutputSchema: true, DepthLimit: true, ToolFilter: true, Persona: true,
+		Steer: true, Resume: true, Local: true}
 }
 
 // InheritsParentContext is false: the child starts with an empty log.
@@ -56,14 +59,3 @@ var _ subagent.ContinuableProvider = (*Provider)(nil)
 func (p *Provider) PrepareContinuable(context.Context, subagent.ContinuableCreateRequest) (subagent.ContinuableSpec, error) {
 	return subagent.ContinuableSpec{}, nil
 }
-
-// CanSteer is true: in-process runs accept confirmed steering
-// (subagent.Steerer).
-func (p *Provider) CanSteer() bool { return true }
-
-// CanResume is true: spawn children can be continuable and cold-resumed
-// (subagent.ContinuableProvider).
-func (p *Provider) CanResume() bool { return true }
-
-// IsLocal is true: children are in-process agents with a local log.
-func (p *Provider) IsLocal() bool { return true }

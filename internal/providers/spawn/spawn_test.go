@@ -15,17 +15,10 @@ func TestSpawn_Provider(t *testing.T) {
 	t.Parallel()
 	h := inprocesstest.New(t, inprocesstest.Config{})
 	p := spawn.New(h.Deps)
-	want := subagent.Capabilities{OutputSchema: true, DepthLimit: true, ToolFilter: true, Persona: true}
+	want := subagent.Capabilities{OutputSchema: true, DepthLimit: true, ToolFilter: true, Persona: true,
+		Steer: true, Resume: true, Local: true}
 	if p.Name() != spawn.Name || p.Capabilities() != want || p.InheritsParentContext() || p.Description() == "" {
 		t.Errorf("provider %q caps %+v inherits %v description %q", p.Name(), p.Capabilities(), p.InheritsParentContext(), p.Description())
-	}
-	rc, ok := p.(interface {
-		CanSteer() bool
-		CanResume() bool
-		IsLocal() bool
-	})
-	if !ok || !rc.CanSteer() || !rc.CanResume() || !rc.IsLocal() {
-		t.Errorf("runtime capabilities of %T: want steer, resume and local", p)
 	}
 	cp, ok := p.(subagent.ContinuableProvider)
 	if !ok {

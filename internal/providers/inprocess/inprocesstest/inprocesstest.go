@@ -40,9 +40,11 @@ type Config struct {
 	DeploymentPersona string
 	Vars              map[string]func() (string, bool)
 	// Hooks, when set, are called from inside the store calls of the
-	// providers (the service uses the memstore directly), so tests can act
+	// providers (the service uses the store directly), so tests can act
 	// at an exact point of a child's setup.
 	Hooks *Hooks
+	// Store is the store of the harness; nil means a new memstore.
+	Store store.Store
 }
 
 // Hooks are called after the store call they are named after. Set them
@@ -85,7 +87,7 @@ func (s hookStore) Events(ctx context.Context, id string, after int64, limit int
 
 // Harness is one isolated world: store, tools, service and parent.
 type Harness struct {
-	Store   *memstore.Store
+	Store   store.Store
 	Tools   *agent.Registry
 	Deps    inprocess.Deps
 	Service *subagent.Service
@@ -101,7 +103,10 @@ func Logger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil
 // New builds a harness and registers spawn and fork on its service.
 func New(t testing.TB, cfg Config) *Harness {
 	t.Helper()
-	h := &Harness{Store: memstore.New(), Tools: agent.NewRegistry(), Logger: Logger()}
+	h := &Harness{Store: cfg.Store, Tools: agent.NewRegistry(), Logger: Logger()}
+	if h.Store == nil {
+		h.Store = memstore.New()
+	}
 	var routes *model.Routes
 	if len(cfg.Routes) > 0 {
 		var err error
