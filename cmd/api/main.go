@@ -251,7 +251,11 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 		secretEnv = append(secretEnv, mc.APIKeyEnv)
 	}
 	for _, pc := range file.Providers {
-		providers = append(providers, acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots, SecretEnv: secretEnv}))
+		p, err := acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots, SecretEnv: secretEnv})
+		if err != nil {
+			return nil, err
+		}
+		providers = append(providers, p)
 	}
 	for _, p := range providers {
 		if err := svc.Register(ctx, p); err != nil {

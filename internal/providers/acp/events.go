@@ -1,5 +1,12 @@
 package acp
 
+import (
+	sdk "github.com/coder/acp-go-sdk"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/model"
+)
+
 // Session-log event types that only ACP children write. The agent vocabulary
 // (internal/agent/events.go) has no equivalent: an ACP agent runs its own
 // tools, so there is no tool/call that the service executes and answers with
@@ -49,4 +56,54 @@ type PermissionData struct {
 	Outcome    string `json:"outcome"`
 	OptionID   string `json:"optionId,omitempty"`
 	OptionKind string `json:"optionKind,omitempty"`
+}
+
+// logUpdate is the child-log event of a session/update in turn and step:
+// its type and payload, and the text it adds to the turn's output (only
+// message text does; thoughts are logged as reasoning). ok is false for
+// updates the log does not record.
+func logUpdate(u sdk.SessionUpdate, turn, step int) (typ string, payload any, text string, ok bool) {
+	switch {
+	case u.AgentMessageChunk != nil:
+		if t := blockText(u.AgentMessageChunk.Content); t != "" {
+			return agent.EventAssistantChunk, agent.ChunkData{Turn: turn, Step: step,
+				Chunk: agent.Chunk{Type: string(model.ChunkText), Text: t}}, t, true
+		}
+	case u.AgentThoughtChunk != nil:
+		if t := blockText(u.AgentThoughtChunk.Content); t != "" {
+			return agent.EventAssistantChunk, agent.ChunkData{Turn: turn, Step: step,
+				Chunk: agent.Chunk{Type: string(model.ChunkReasoning), Text: t}}, "", true
+		}
+	case u.ToolCall != nil:
+		tc := u.ToolCall
+		return EventToolCall, ToolCallData{Turn: turn, ToolCallID: string(tc.ToolCallId),
+			Title: tc.Title, Kind: string(tc.Kind), Status: string(tc.Status)}, "", true
+	case u.ToolCallUpdate != nil:
+		tc := u.ToolCallUpdate
+		d := ToolCallData{Turn: turn, ToolCallID: string(tc.ToolCallId)}
+		if tc.Title != nil {
+			d.Title = *tc.Title
+		}
+		if tc.Kind != nil {
+			d.Kind = string(*tc.Kind)
+		}
+		if tc.Status != nil {
+			d.Status = string(*tc.Status)
+		}
+		return EventToolCallUpdate, d, "", true
+	case u.Plan != nil:
+		d := PlanData{Turn: turn, Entries: make([]PlanEntry, len(u.Plan.Entries))}
+		for i, e := range u.Plan.Entries {
+			d.Entries[i] = PlanEntry{Content: e.Content, Priority: string(e.Priority), Status: string(e.Status)}
+		}
+		return EventPlan, d, "", true
+	}
+	return "", nil, "", false
+}
+
+func blockText(b sdk.ContentBlock) string {
+	if b.Text != nil {
+		return b.Text.Text
+	}
+	return ""
 }

@@ -80,7 +80,7 @@ func TestPeer_TypeScriptExampleAgent_R26_Cancel(t *testing.T) {
 		t.Fatalf("result %+v, want aborted with the first chunk", res)
 	}
 	dispose(t, r)
-	if alive(t, r.(*run).proc.pgid) {
+	if alive(t, r.(*run).live.proc.pgid) {
 		t.Fatal("the agent outlived Dispose")
 	}
 }

@@ -6,6 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -121,8 +125,13 @@ func compact(t *testing.T, data json.RawMessage) string {
 
 func TestStart_R21_PreAbortedNeverSpawns(t *testing.T) {
 	t.Parallel()
-	// A command that cannot be started: trying to would fail differently.
-	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Command = filepath.Join(t.TempDir(), "absent") })
+	// A command that is gone since start-up: trying to start it would fail
+	// differently.
+	command := linkedAgent(t)
+	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Command = command })
+	if err := os.Remove(command); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := p.Start(ctx, request(b.root, model.TextBlock("hello")))
@@ -132,6 +141,15 @@ func TestStart_R21_PreAbortedNeverSpawns(t *testing.T) {
 		t.Fatalf("Start = %v, want the EAborted error", err)
 	}
 	assertNoChild(t, b)
+}
+
+// linkedAgent is a link to the fake agent, for tests that remove it.
+func linkedAgent(t *testing.T) string {
+	command := filepath.Join(t.TempDir(), "agent")
+	if err := os.Symlink(fakeAgent, command); err != nil {
+		t.Fatal(err)
+	}
+	return command
 }
 
 func assertNoChild(t *testing.T, b *bundle) {
@@ -167,30 +185,45 @@ func TestStart_R22_AbortDuringHandshakeReapsTheAgent(t *testing.T) {
 func TestStart_R11_HandshakeFailuresReapAndPublishNothing(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ mode, want string }{
-		{"nosession", "acp provider fake: ACP child published without a session id"},
-		{"exitinit", "acp provider fake: initialize: agent process exited (exit code 2)"},
-		{"newerror", "acp provider fake: session/new: Authentication required"},
+		{"nosession", `ACP agent of provider "fake" is unavailable: session/new: the agent answered without a session id`},
+		{"exitinit", `ACP agent of provider "fake" is unavailable: initialize: agent process exited (exit code 2)`},
+		{"newerror", `ACP agent of provider "fake" is unavailable: session/new: Authentication required`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode, func(t *testing.T) {
 			t.Parallel()
 			p, b := setup(t, tt.mode)
 			_, err := p.Start(context.Background(), request(b.root, model.TextBlock("hello")))
-			if err == nil || err.Error() != tt.want {
-				t.Fatalf("Start = %v, want %q", err, tt.want)
+			if subagent.ErrorCode(err) != subagent.EAgentUnavailable || subagent.ErrorMessage(err) != tt.want {
+				t.Fatalf("Start = %v, want %s %q", err, subagent.EAgentUnavailable, tt.want)
 			}
 			assertNoChild(t, b)
 		})
 	}
 }
 
-func TestStart_R11_UnstartableCommandFails(t *testing.T) {
+func TestNew_MissingCommandIsAnError(t *testing.T) {
 	t.Parallel()
-	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Command = filepath.Join(t.TempDir(), "absent") })
-	_, err := p.Start(context.Background(), request(b.root, model.TextBlock("hello")))
-	if err == nil || subagent.ErrorCode(err) != subagent.EInternal || !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("Start = %v, want an internal not-exist error", err)
+	for _, command := range []string{filepath.Join(t.TempDir(), "absent"), "no-such-acp-agent-command"} {
+		_, err := New(config.ProviderConfig{Name: "fake", Command: command}, Deps{Logger: slog.Default()})
+		if err == nil || !strings.Contains(err.Error(), `ACP provider "fake"`) || !strings.Contains(err.Error(), command) {
+			t.Fatalf("New(%q) = %v, want an error naming the provider and the command", command, err)
+		}
 	}
+}
+
+func TestStart_R11_UnstartableCommandIsAgentUnavailable(t *testing.T) {
+	t.Parallel()
+	command := linkedAgent(t)
+	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Command = command })
+	if err := os.Remove(command); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Start(context.Background(), request(b.root, model.TextBlock("hello")))
+	if subagent.ErrorCode(err) != subagent.EAgentUnavailable || !strings.Contains(subagent.ErrorMessage(err), "no such file or directory") {
+		t.Fatalf("Start = %v, want %s naming the exec error", err, subagent.EAgentUnavailable)
+	}
+	assertNoChild(t, b)
 }
 
 func TestStart_WorkdirRules(t *testing.T) {
@@ -402,7 +435,7 @@ func TestCancel_R26_CrashOnCancelStillAborted(t *testing.T) {
 		t.Fatalf("result %+v, want aborted without a diagnostic", res)
 	}
 	dispose(t, r)
-	if pid := r.(*run).proc.pgid; alive(t, pid) {
+	if pid := r.(*run).live.proc.pgid; alive(t, pid) {
 		t.Fatalf("agent %d alive after Dispose", pid)
 	}
 }
@@ -440,7 +473,7 @@ func TestRun_TwentyConcurrentRunsSettleAndLeaveNoProcess(t *testing.T) {
 	}
 	wg.Wait()
 	for i, r := range runs {
-		if pid := r.(*run).proc.pgid; alive(t, pid) {
+		if pid := r.(*run).live.proc.pgid; alive(t, pid) {
 			t.Fatalf("run %d: agent %d alive after Dispose", i, pid)
 		}
 	}
@@ -486,7 +519,7 @@ func TestDispose_R28_IdempotentAndR29SettlesAborted(t *testing.T) {
 	if got := compact(t, evs[len(evs)-1].Data); got != `{"turn":1,"reason":{"kind":"aborted","reason":{"kind":"disposed"}}}` {
 		t.Fatalf("turn/end %s", got)
 	}
-	if pid := r.(*run).proc.pgid; alive(t, pid) {
+	if pid := r.(*run).live.proc.pgid; alive(t, pid) {
 		t.Fatalf("agent %d alive after Dispose", pid)
 	}
 }
@@ -499,8 +532,8 @@ func TestDispose_R29_KillsTheWholeProcessGroup(t *testing.T) {
 	r := start(t, p, b)
 	res := result(t, r)
 	grandchild, err := strconv.Atoi(model.Text(res.Output))
-	if err != nil || !alive(t, grandchild) {
-		t.Fatalf("grandchild %q not running: %v", model.Text(res.Output), err)
+	if err != nil {
+		t.Fatalf("grandchild pid %q: %v", model.Text(res.Output), err)
 	}
 	dispose(t, r)
 	if alive(t, grandchild) {
@@ -535,7 +568,7 @@ func TestDispose_Ladder(t *testing.T) {
 			if marked(b, "eof") != tt.wantEOF || marked(b, "term") != tt.wantTerm {
 				t.Fatalf("eof mark %v (want %v), term mark %v (want %v)", marked(b, "eof"), tt.wantEOF, marked(b, "term"), tt.wantTerm)
 			}
-			if pid := r.(*run).proc.pgid; alive(t, pid) {
+			if pid := r.(*run).live.proc.pgid; alive(t, pid) {
 				t.Fatalf("agent %d alive after Dispose", pid)
 			}
 		})
@@ -581,5 +614,118 @@ func TestParseStat(t *testing.T) {
 	}
 	if _, _, ok := parseStat([]byte("garbage")); ok {
 		t.Fatal("parseStat accepted garbage")
+	}
+}
+
+// A settled run's agent is stopped at once, without waiting for disposal,
+// and with short graces even when the configured ones are long: disposal
+// of an agent that ignores EOF (or even SIGTERM) returns within a second.
+func TestRun_SettledAgentIsStoppedPromptly(t *testing.T) {
+	t.Parallel()
+	for _, teardown := range []string{"ignoreeof", "trapterm"} {
+		t.Run(teardown, func(t *testing.T) {
+			t.Parallel()
+			p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Env["FAKE_TEARDOWN"] = teardown })
+			r := start(t, p, b)
+			result(t, r)
+			select {
+			case <-r.(*run).live.released:
+			case <-time.After(wait):
+				t.Fatal("the settled run's agent was not stopped")
+			}
+			if !marked(b, "term") {
+				t.Fatal("the agent saw no SIGTERM")
+			}
+			began := time.Now()
+			dispose(t, r)
+			if d := time.Since(began); d > time.Second {
+				t.Fatalf("Dispose took %v", d)
+			}
+			if pid := r.(*run).live.proc.pgid; alive(t, pid) {
+				t.Fatalf("agent %d alive after Dispose", pid)
+			}
+		})
+	}
+}
+
+func TestDispose_SettledRunOfEOFIgnoringAgentIsFast(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Env["FAKE_TEARDOWN"] = "trapterm" })
+	r := start(t, p, b)
+	result(t, r)
+	began := time.Now()
+	dispose(t, r)
+	if d := time.Since(began); d > time.Second {
+		t.Fatalf("Dispose of a settled run took %v, want under 1s", d)
+	}
+}
+
+func TestRun_SettledAgentGetsSessionCloseWhereOffered(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Env["FAKE_CAPS"] = "resume,close" })
+	r := start(t, p, b)
+	result(t, r)
+	dispose(t, r)
+	if !marked(b, "close") {
+		t.Fatal("no session/close before the teardown")
+	}
+}
+
+// A model's 401 behind the agent (codex answers "Internal error" and puts
+// the reason in data.message) names the authentication failure, without
+// the key.
+func TestRun_ModelAuthFailureIsNamedWithoutTheKey(t *testing.T) {
+	t.Parallel()
+	const key = "sk-ant-test-0123456789abcdef"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		io.WriteString(w, `{"error":"invalid x-api-key"}`)
+	}))
+	t.Cleanup(srv.Close)
+	p, b := setup(t, "model", func(c *config.ProviderConfig) {
+		c.Env["FAKE_MODEL_URL"] = srv.URL
+		c.Env["FAKE_API_KEY"] = key
+	})
+	res := result(t, start(t, p, b))
+	d := res.Diagnostic
+	for _, want := range []string{"Internal error", "401 Unauthorized", "invalid x-api-key"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("diagnostic %q does not name %q", d, want)
+		}
+	}
+	if res.StopReason != subagent.StopError || strings.Contains(d, key) || strings.Contains(d, "0123456789") {
+		t.Fatalf("result %+v: want an error without the key", res)
+	}
+}
+
+func TestRPCMessage(t *testing.T) {
+	t.Parallel()
+	p := &Provider{cfg: config.ProviderConfig{Env: map[string]string{"MY_TOKEN": "hunter2hunter2", "MODE": "verbose"}}}
+	long := strings.Repeat("x", 2*maxDetail)
+	tests := []struct {
+		name string
+		re   sdk.RequestError
+		want string
+	}{
+		{"message only", sdk.RequestError{Code: -32000, Message: "Authentication required"}, "Authentication required"},
+		{"no message", sdk.RequestError{Code: -32000}, "JSON-RPC error -32000"},
+		{"data strings", sdk.RequestError{Code: -32603, Message: "Internal error",
+			Data: map[string]any{"message": "quota exceeded", "details": "retry later", "code": 7}},
+			"Internal error: quota exceeded: retry later"},
+		{"repeated message", sdk.RequestError{Message: "boom", Data: map[string]any{"message": "boom"}}, "boom"},
+		{"non-string data", sdk.RequestError{Message: "boom", Data: "raw"}, "boom"},
+		{"configured secret", sdk.RequestError{Message: "bad", Data: map[string]any{"message": "token hunter2hunter2 in verbose mode"}},
+			"bad: token [redacted] in verbose mode"},
+		{"bearer", sdk.RequestError{Message: "bad", Data: map[string]any{"details": "Authorization: Bearer abc.def"}},
+			"bad: Authorization: Bearer [redacted]"},
+		{"api key pair", sdk.RequestError{Message: "bad", Data: map[string]any{"details": `api_key="zzz" rejected`}},
+			`bad: api_key="[redacted]" rejected`},
+		{"bounded", sdk.RequestError{Message: "bad", Data: map[string]any{"details": long}},
+			"bad: " + long[:maxDetail-len("…")] + "…"},
+	}
+	for _, tt := range tests {
+		if got := p.rpcMessage(&tt.re); got != tt.want {
+			t.Errorf("%s: rpcMessage = %q, want %q", tt.name, got, tt.want)
+		}
 	}
 }
