@@ -256,6 +256,22 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 			return nil, err
 		}
 		providers = append(providers, p)
+		// Learn whether the agent can resume sessions (GET /v1/providers
+		// shows it); a continuable start probes again if this failed.
+		loops.Go(func() {
+			pctx, cancel := context.WithTimeout(bg, time.Minute)
+			defer cancel()
+			if err := p.Probe(pctx); err != nil {
+				log.WarnContext(pctx, "ACP agent did not start for its capability probe", slog.String("provider", pc.Name), slog.Any("error", err))
+			}
+		})
+		stopACP := stop
+		stop = func() {
+			if err := p.Close(); err != nil {
+				log.Error("idle ACP agents not reaped", slog.String("provider", pc.Name), slog.Any("error", err))
+			}
+			stopACP()
+		}
 	}
 	for _, p := range providers {
 		if err := svc.Register(ctx, p); err != nil {

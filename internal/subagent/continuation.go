@@ -50,6 +50,10 @@ const (
 	// child's turn; it waits, durably, and runs first when the next
 	// followup starts the child (R102–R103). No task runs it yet.
 	RouteParked = "parked"
+	// RouteQueued: the child's running turn takes no content (a Queuer,
+	// such as an ACP agent); the content runs as the next turn of the same
+	// activation once that turn ends.
+	RouteQueued = "queued"
 )
 
 // Child activity in listings and ChildInfo (seam-spec §1.20).
@@ -166,6 +170,25 @@ type MaterializeRequest struct {
 // tenant scopes the agent for its whole life.
 type Materializer interface {
 	Materialize(ctx context.Context, req MaterializeRequest) (ChildAgent, error)
+}
+
+// Queuer marks a ChildAgent whose running turn takes no steering (ACP has
+// no mid-turn injection): a followup to it is queued as its next turn with
+// FollowupMessage and answered RouteQueued at once.
+type Queuer interface {
+	ChildAgent
+	QueuesFollowups()
+}
+
+// materializer builds the agents of provider's children: the provider's own
+// Materializer when it has one (ACP), else the manager's.
+func (m *Manager) materializer(provider string) Materializer {
+	if p, ok := m.svc.Provider(provider); ok {
+		if mat, ok := p.(Materializer); ok {
+			return mat
+		}
+	}
+	return m.mat
 }
 
 // NoticeSink delivers settlement notices (seam-spec §2.10) and child
@@ -454,7 +477,7 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 	// ctx is checked between the steps instead.
 	base := context.WithoutCancel(ctx)
 	inc := &incarnation{}
-	ag, err := m.mat.Materialize(base, MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
+	ag, err := m.materializer(req.Provider).Materialize(base, MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
 		Create: func(ctx context.Context) error { return m.create(ctx, header, spec.Seed, raw) },
 		Report: m.reporter(key, inc)})
 	if errors.Is(err, store.ErrConflict) {

@@ -133,6 +133,14 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 		}
 		return nil
 	}
+	if _, ok := act.agent.(Queuer); ok && !act.closing && !act.interrupted && act.agent.Running() {
+		if msg, err := rowMessage(row); err == nil {
+			if _, err := act.agent.FollowupMessage(ctx, msg); err == nil {
+				m.answer(c, row.ID, answer{res: FollowupResult{Route: RouteQueued, TaskID: act.taskID, MessageID: row.ID}})
+				return nil
+			}
+		}
+	}
 	if !act.closing && !act.interrupted && !act.queued && act.agent.Running() {
 		if msg, err := rowMessage(row); err == nil {
 			if settled, err := act.agent.SubmitSteer(ctx, msg); err == nil {
@@ -245,7 +253,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	// Only the descriptor's route: never the original budget, never the
 	// parent's current route (§1.8, R88).
 	inc := &incarnation{}
-	ag, err := m.mat.Materialize(ctx, MaterializeRequest{Session: sess, Descriptor: desc,
+	ag, err := m.materializer(desc.Provider).Materialize(ctx, MaterializeRequest{Session: sess, Descriptor: desc,
 		Options: AgentOptions{Provider: desc.AgentProvider, Model: desc.AgentModel}, Report: m.reporter(c.key, inc)})
 	if err != nil {
 		var e *Error

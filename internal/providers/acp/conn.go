@@ -26,11 +26,12 @@ type handler interface {
 // live is one running agent: its process, its ACP connection and the
 // capabilities it advertised in initialize.
 type live struct {
-	p    *Provider
-	log  *slog.Logger
-	proc *process
-	conn *sdk.ClientSideConnection
-	caps sdk.AgentCapabilities
+	p      *Provider
+	log    *slog.Logger
+	proc   *process
+	conn   *sdk.ClientSideConnection
+	caps   sdk.AgentCapabilities
+	client *client
 
 	releaseOnce sync.Once
 	released    chan struct{}
@@ -54,8 +55,8 @@ func (p *Provider) launch(ctx context.Context, cwd string, h handler, log *slog.
 	if err != nil {
 		return nil, p.unavailable("cannot start %s: %v", p.cfg.Command, err)
 	}
-	l := &live{p: p, log: log, proc: proc, released: make(chan struct{})}
-	l.conn = sdk.NewClientSideConnection(&client{h: h}, proc.stdin, proc.stdout)
+	l := &live{p: p, log: log, proc: proc, released: make(chan struct{}), client: &client{h: h}}
+	l.conn = sdk.NewClientSideConnection(l.client, proc.stdin, proc.stdout)
 	l.conn.SetLogger(log)
 	err = l.call(ctx, "initialize", func(ctx context.Context) error {
 		resp, err := l.conn.Initialize(ctx, sdk.InitializeRequest{
@@ -169,9 +170,10 @@ func (l *live) failure(err error) string {
 }
 
 // prompt sends blocks as a session/prompt and waits for the answer, for
-// stop to close (then it returns errStopped at once) or for the agent to
-// exit. The request itself ends with the connection at the latest.
-func (l *live) prompt(session sdk.SessionId, blocks []sdk.ContentBlock, stop <-chan struct{}) (sdk.PromptResponse, error) {
+// stop to close or for the agent to exit. Once stop closed it waits
+// patience more for the agent's answer to its cancellation, then returns
+// errStopped. The request itself ends with the connection at the latest.
+func (l *live) prompt(session sdk.SessionId, blocks []sdk.ContentBlock, stop <-chan struct{}, patience time.Duration) (sdk.PromptResponse, error) {
 	type answer struct {
 		resp sdk.PromptResponse
 		err  error
@@ -185,7 +187,14 @@ func (l *live) prompt(session sdk.SessionId, blocks []sdk.ContentBlock, stop <-c
 	case a := <-answered:
 		return a.resp, a.err
 	case <-stop:
-		return sdk.PromptResponse{}, errStopped
+		wait := time.NewTimer(patience)
+		defer wait.Stop()
+		select {
+		case a := <-answered:
+			return a.resp, a.err
+		case <-wait.C:
+			return sdk.PromptResponse{}, errStopped
+		}
 	case <-l.proc.exited:
 	}
 	// The agent died with the prompt pending. Its last messages may still
@@ -216,18 +225,36 @@ func (l *live) sendCancel(session sdk.SessionId) {
 	}
 }
 
-// client is the service's side of the protocol: what the agent may call.
-type client struct{ h handler }
+// client is the service's side of the protocol: what the agent may call,
+// answered by the connection's current owner.
+type client struct {
+	mu sync.Mutex
+	h  handler
+}
 
 var _ sdk.Client = (*client)(nil)
 
+// attach makes h the owner of the connection: an idle agent taken up by
+// a new activation of its child.
+func (l *live) attach(h handler) {
+	l.client.mu.Lock()
+	l.client.h = h
+	l.client.mu.Unlock()
+}
+
+func (c *client) handler() handler {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.h
+}
+
 func (c *client) SessionUpdate(_ context.Context, n sdk.SessionNotification) error {
-	c.h.sessionUpdate(n)
+	c.handler().sessionUpdate(n)
 	return nil
 }
 
 func (c *client) RequestPermission(_ context.Context, req sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
-	return c.h.requestPermission(req), nil
+	return c.handler().requestPermission(req), nil
 }
 
 // The service offers agents no file system and no terminal (it advertises

@@ -1,10 +1,15 @@
 package acp
 
 import (
+	"encoding/json"
+	"fmt"
+
 	sdk "github.com/coder/acp-go-sdk"
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // Session-log event types that only ACP children write. The agent vocabulary
@@ -106,4 +111,50 @@ func blockText(b sdk.ContentBlock) string {
 		return b.Text.Text
 	}
 	return ""
+}
+
+// EventSession records the ACP session a continuable child's agent keeps
+// its conversation in, so that a later activation — after a restart too —
+// resumes that session rather than starting a new one.
+const EventSession = "acp/session"
+
+// SessionData is the payload of acp/session.
+type SessionData struct {
+	SessionID string `json:"sessionId"`
+}
+
+// typed is one child-log event before encoding.
+type typed struct {
+	typ  string
+	data any
+}
+
+// encode marshals events for store.AppendEvents.
+func encode(evs ...typed) ([]store.NewEvent, error) {
+	batch := make([]store.NewEvent, len(evs))
+	for i, e := range evs {
+		data, err := json.Marshal(e.data)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", e.typ, err)
+		}
+		batch[i] = store.NewEvent{Type: e.typ, Data: data}
+	}
+	return batch, nil
+}
+
+// turnClose is the events that end turn (with its one step) as o says:
+// the assistant message when there is output or usage, step/end, turn/end.
+func turnClose(turn, step int, output []model.Block, o outcome) []typed {
+	var evs []typed
+	if len(output) > 0 || o.usage != nil {
+		evs = append(evs, typed{agent.EventAssistantMessage, agent.AssistantMessageData{
+			Turn: turn, Step: step,
+			Message:     agent.AssistantMessage{Role: "assistant", Content: output},
+			Usage:       o.usage,
+			Interrupted: o.reason == subagent.StopAborted,
+		}})
+	}
+	return append(evs,
+		typed{agent.EventStepEnd, agent.StepData{Turn: turn, Step: step}},
+		typed{agent.EventTurnEnd, agent.TurnEndData{Turn: turn, Reason: turnReason(o)}})
 }

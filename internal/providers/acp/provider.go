@@ -58,6 +58,12 @@ type Provider struct {
 	capMu     sync.Mutex
 	capsKnown bool
 	resumable bool
+
+	// idleMu guards the agents of continuable children kept between
+	// activations.
+	idleMu  sync.Mutex
+	idle    map[idleKey]*idleAgent
+	closing bool
 }
 
 var _ subagent.Provider = (*Provider)(nil)
@@ -82,6 +88,7 @@ func New(cfg config.ProviderConfig, deps Deps) (*Provider, error) {
 		roots: deps.WorkspaceRoots,
 
 		secretEnv: deps.SecretEnv,
+		idle:      map[idleKey]*idleAgent{},
 	}, nil
 }
 
@@ -91,7 +98,7 @@ func (p *Provider) noteCaps(caps sdk.AgentCapabilities) {
 	p.capMu.Lock()
 	defer p.capMu.Unlock()
 	p.capsKnown = true
-	p.resumable = caps.LoadSession || caps.SessionCapabilities.Resume != nil
+	p.resumable = resumable(caps)
 }
 
 // Name is the configured provider name.
@@ -267,22 +274,14 @@ func (r *run) openLog(sess store.Session, prompt []model.Block, descriptor json.
 	if err := r.p.store.CreateSession(r.logCtx, sess); err != nil {
 		return fmt.Errorf("create child session: %w", err)
 	}
-	events := []struct {
-		typ  string
-		data any
-	}{
-		{agent.EventTurnStart, agent.TurnData{Turn: turn}},
-		{agent.EventUserMessage, agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: agent.Source{Kind: "user"}}},
-		{subagent.EventDescriptor, descriptor},
-		{agent.EventStepStart, agent.StepData{Turn: turn, Step: step}},
-	}
-	batch := make([]store.NewEvent, len(events))
-	for i, e := range events {
-		data, err := json.Marshal(e.data)
-		if err != nil {
-			return fmt.Errorf("encode %s: %w", e.typ, err)
-		}
-		batch[i] = store.NewEvent{Type: e.typ, Data: data}
+	batch, err := encode(
+		typed{agent.EventTurnStart, agent.TurnData{Turn: turn}},
+		typed{agent.EventUserMessage, agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: agent.Source{Kind: "user"}}},
+		typed{subagent.EventDescriptor, descriptor},
+		typed{agent.EventStepStart, agent.StepData{Turn: turn, Step: step}},
+	)
+	if err != nil {
+		return err
 	}
 	if _, err := r.p.store.AppendEvents(r.logCtx, r.childID, batch...); err != nil {
 		return fmt.Errorf("open child log: %w", err)

@@ -151,7 +151,7 @@ func (r *run) release() error {
 // settles without it. Once the agent answered, its process is stopped.
 func (r *run) drive(prompt []model.Block) {
 	defer close(r.driveDone)
-	resp, err := r.live.prompt(r.sessionID, sdkBlocks(prompt), r.cancelled)
+	resp, err := r.live.prompt(r.sessionID, sdkBlocks(prompt), r.cancelled, 0)
 	if errors.Is(err, errStopped) {
 		return
 	}
@@ -263,16 +263,9 @@ func (r *run) settle(o outcome) {
 		Diagnostic: subagent.TruncateDiagnostic(o.diagnostic),
 	}
 	o.diagnostic = r.result.Diagnostic
-	if len(output) > 0 || o.usage != nil {
-		r.appendLocked(agent.EventAssistantMessage, agent.AssistantMessageData{
-			Turn: turn, Step: step,
-			Message:     agent.AssistantMessage{Role: "assistant", Content: output},
-			Usage:       o.usage,
-			Interrupted: o.reason == subagent.StopAborted,
-		})
+	for _, e := range turnClose(turn, step, output, o) {
+		r.appendLocked(e.typ, e.data)
 	}
-	r.appendLocked(agent.EventStepEnd, agent.StepData{Turn: turn, Step: step})
-	r.appendLocked(agent.EventTurnEnd, agent.TurnEndData{Turn: turn, Reason: turnReason(o)})
 	close(r.done)
 }
 
