@@ -250,6 +250,11 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 	for _, mc := range file.Models {
 		secretEnv = append(secretEnv, mc.APIKeyEnv)
 	}
+	// Agents a crashed process of this machine left behind die before any
+	// new one starts.
+	if n, err := acp.ReapOrphans(log); err != nil || n > 0 {
+		log.WarnContext(ctx, "reaped the agents of a previous process", slog.Int("process_groups", n), slog.Any("error", err))
+	}
 	for _, pc := range file.Providers {
 		p, err := acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots, SecretEnv: secretEnv})
 		if err != nil {

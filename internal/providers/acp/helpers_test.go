@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	if records, err := ownRecordDir(); err == nil {
+		os.Remove(records) // empty once every agent was reaped
+	}
 	os.Exit(code)
 }
 

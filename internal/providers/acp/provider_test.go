@@ -11,11 +11,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -648,9 +650,11 @@ func TestRun_SettledAgentIsStoppedPromptly(t *testing.T) {
 	}
 }
 
+// Codex ignores stdin EOF: disposing of its settled run must not wait out
+// the configured EOF grace (10 s here).
 func TestDispose_SettledRunOfEOFIgnoringAgentIsFast(t *testing.T) {
 	t.Parallel()
-	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Env["FAKE_TEARDOWN"] = "trapterm" })
+	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Env["FAKE_TEARDOWN"] = "ignoreeof" })
 	r := start(t, p, b)
 	result(t, r)
 	began := time.Now()
@@ -727,5 +731,53 @@ func TestRPCMessage(t *testing.T) {
 		if got := p.rpcMessage(&tt.re); got != tt.want {
 			t.Errorf("%s: rpcMessage = %q, want %q", tt.name, got, tt.want)
 		}
+	}
+}
+
+func TestReapOrphans_KillsGroupsOfDeadOwnersOnly(t *testing.T) {
+	// Not parallel: it reaps the records of every dead owner on the machine.
+	t.Setenv("TMPDIR", t.TempDir())
+	root := recordRoot()
+	sleeper := exec.Command(fakeAgent)
+	sleeper.Env = append(os.Environ(), "FAKE_MODE=sleeper")
+	sleeper.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = sleeper.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); <-exited })
+	pgid := strconv.Itoa(sleeper.Process.Pid)
+	self, _ := procStart(os.Getpid())
+	dead := filepath.Join(root, "999999999.1") // no such pid
+	live := filepath.Join(root, fmt.Sprintf("%d.%d", os.Getpid(), self))
+	for _, dir := range []string{dead, live} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(live, pgid), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n, err := ReapOrphans(slog.Default())
+	if err != nil || n != 0 || !alive(t, sleeper.Process.Pid) {
+		t.Fatalf("ReapOrphans = %d, %v; it must not touch a live owner's agents", n, err)
+	}
+	if err := os.MkdirAll(dead, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dead, pgid), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ReapOrphans(slog.Default()); err != nil || n != 1 {
+		t.Fatalf("ReapOrphans = %d, %v; want the dead owner's group killed", n, err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(wait):
+		t.Fatal("the orphaned group survived")
+	}
+	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the dead owner's records remain: %v", err)
 	}
 }

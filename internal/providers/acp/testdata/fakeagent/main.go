@@ -24,6 +24,9 @@
 //	               the x-api-key FAKE_API_KEY; a failure is answered like
 //	               codex does, "Internal error" with the reason in data
 //
+// FAKE_MODE=orphan starts a sleeper child when FAKE_GRANDCHILD is set,
+// signals FAKE_READY and works forever.
+//
 // FAKE_MODE=remember answers every prompt with the session's earlier
 // prompts ("remembered: a | b"), so tests see that a resumed session kept
 // its context (prompts are single words); a prompt "wait" blocks until
@@ -318,6 +321,21 @@ func (a *agent) prompt(id json.RawMessage, params json.RawMessage) {
 		a.say("working")
 		<-a.cancelled
 		os.Exit(4)
+	case mode == "orphan":
+		// Optionally a child process of its own, then ready and working
+		// until killed.
+		if os.Getenv("FAKE_GRANDCHILD") != "" {
+			self, _ := os.Executable()
+			cmd := exec.Command(self)
+			cmd.Env = append(os.Environ(), "FAKE_MODE=sleeper")
+			if err := cmd.Start(); err != nil {
+				a.send(message{ID: &id, Error: &rpcError{Code: -32603, Message: err.Error()}})
+				return
+			}
+		}
+		a.say("working")
+		ready()
+		select {}
 	case mode == "ignorecancel":
 		a.say("working")
 		select {}
