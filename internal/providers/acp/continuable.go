@@ -76,15 +76,18 @@ func (p *Provider) Materialize(ctx context.Context, req subagent.MaterializeRequ
 	id := req.Session.ID
 	r := &resident{
 		p: p, key: idleKey{store.Tenant(ctx), id}, log: p.log.With(slog.String("child_id", id)),
-		logCtx: context.WithoutCancel(ctx), idle: closedChan(),
+		logCtx: context.WithoutCancel(ctx), cwd: cwd, idle: closedChan(),
 	}
 	if req.Create != nil {
-		if err := r.create(ctx, cwd, req.Create); err != nil {
+		if err := r.create(ctx, req.Create); err != nil {
 			return nil, err
 		}
-	} else if err := r.load(ctx); err != nil {
+		return r, nil
+	}
+	if err := r.load(ctx); err != nil {
 		return nil, err
-	} else if err := r.wake(ctx, cwd); err != nil {
+	}
+	if r.live, err = r.wake(ctx); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -96,6 +99,7 @@ type resident struct {
 	key    idleKey
 	log    *slog.Logger
 	logCtx context.Context // the child's tenant, without cancellation
+	cwd    string          // checked at materialization
 
 	// mu guards the fields below and serialises log writes.
 	mu      sync.Mutex
@@ -129,7 +133,8 @@ func closedChan() chan struct{} {
 
 // create starts the agent, opens its session, writes the child through
 // createChild and records the session id.
-func (r *resident) create(ctx context.Context, cwd string, createChild func(context.Context) error) error {
+func (r *resident) create(ctx context.Context, createChild func(context.Context) error) error {
+	cwd := r.cwd
 	l, err := r.p.launch(ctx, cwd, r, r.log)
 	if err != nil {
 		return err
@@ -207,20 +212,20 @@ func (r *resident) load(ctx context.Context) error {
 	return nil
 }
 
-// wake gives a resumed child its agent: the one its last activation left
-// idle, else a new process that resumes the recorded session.
-func (r *resident) wake(ctx context.Context, cwd string) error {
+// wake returns the agent of a resumed child: the one its last activation
+// left idle, else a new process that resumes the recorded session.
+func (r *resident) wake(ctx context.Context) (*live, error) {
 	if r.session == "" {
-		return subagent.Errorf(subagent.ENotResumable, "ACP child %q has no recorded agent session", r.key.id)
+		return nil, subagent.Errorf(subagent.ENotResumable, "ACP child %q has no recorded agent session", r.key.id)
 	}
 	if l := r.p.unpark(r.key, r.session); l != nil {
 		l.attach(r)
-		r.live = l
-		return nil
+		return l, nil
 	}
+	cwd := r.cwd
 	l, err := r.p.launch(ctx, cwd, r, r.log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch caps := l.caps; {
 	case caps.SessionCapabilities.Resume != nil:
@@ -240,10 +245,9 @@ func (r *resident) wake(ctx context.Context, cwd string) error {
 	}
 	if err != nil {
 		l.discard()
-		return err
+		return nil, err
 	}
-	r.live = l
-	return nil
+	return l, nil
 }
 
 func resumable(caps sdk.AgentCapabilities) bool {
@@ -363,10 +367,39 @@ func lastUserMessage(evs []store.Event) []model.Block {
 
 // prompt runs turn t's prompt and says how the turn ended. A cancelled turn
 // is aborted; an agent that does not answer its cancellation within the
-// dispose grace is stopped, so no late answer reaches a later turn.
+// dispose grace is stopped, so no late answer reaches a later turn. When
+// an earlier turn lost the agent, a new one resumes the session first.
 func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []model.Block) outcome {
 	if l == nil {
-		return outcome{reason: subagent.StopError, diagnostic: "the agent was stopped"}
+		ctx, cancel := context.WithCancel(r.logCtx)
+		go func() {
+			select {
+			case <-t.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		var err error
+		l, err = r.wake(ctx)
+		cancel()
+		if err != nil {
+			select {
+			case <-t.stop:
+				return outcome{reason: subagent.StopAborted, cause: t.cause}
+			default:
+			}
+			return outcome{reason: subagent.StopError, diagnostic: subagent.ErrorMessage(err)}
+		}
+		r.mu.Lock()
+		closed := r.closed
+		if !closed {
+			r.live = l
+		}
+		r.mu.Unlock()
+		if closed {
+			l.discard()
+			return outcome{reason: subagent.StopAborted, cause: t.cause}
+		}
 	}
 	resp, err := l.prompt(session, sdkBlocks(textOnly(content)), t.stop, r.p.cfg.DisposeGrace)
 	select {

@@ -294,3 +294,47 @@ func TestContinuable_IdleAgentIsReleasedAndComesBackThroughResume(t *testing.T) 
 		t.Fatal("the released agent did not come back through session/resume")
 	}
 }
+
+// An agent that dies during a turn is replaced for the next queued turn,
+// which resumes the session.
+func TestContinuable_QueuedTurnAfterACrashResumesTheSession(t *testing.T) {
+	t.Parallel()
+	ready, waitReady := readyFIFO(t)
+	release := filepath.Join(t.TempDir(), "release")
+	if err := syscall.Mkfifo(release, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, b := continuable(t, "resume", func(c *config.ProviderConfig) {
+		c.Env["FAKE_READY"], c.Env["FAKE_RELEASE"] = ready, release
+		c.DisposeGrace = 100 * time.Millisecond
+	})
+	w, _ := world(t, p, b)
+	started := w.start(t, b, "block")
+	waitReady()
+	for _, content := range []string{"crash", "beta"} {
+		if res := w.followup(t, started.ChildID, content); res.Route != subagent.RouteQueued {
+			t.Fatalf("followup %s = %+v, want queued", content, res)
+		}
+	}
+	f, err := os.OpenFile(release, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if e := w.end(t, started.TaskID); lastText(e) != "remembered: block" {
+		t.Fatalf("task ended %+v, want the last turn answered by a resumed agent", e)
+	}
+	if !marked(b, "resume") {
+		t.Fatal("the replacement agent did not resume the session")
+	}
+	var reasons []string
+	for _, ev := range events(t, b.store, started.ChildID) {
+		var d agent.TurnEndData
+		if ev.Type == agent.EventTurnEnd && json.Unmarshal(ev.Data, &d) == nil {
+			reasons = append(reasons, d.Reason.Kind)
+		}
+	}
+	if strings.Join(reasons, ",") != "completed,error,completed" {
+		t.Fatalf("turn ends %q, want completed, error, completed", reasons)
+	}
+}

@@ -21,8 +21,10 @@ import (
 //
 // The records live under os.TempDir()/subagentd-agents-<uid>/, one
 // directory per service process named <pid>.<start time> (so a recycled
-// pid is not mistaken for the live owner), one empty file per process
-// group named by its id.
+// pid is not mistaken for the live owner), one file per process group
+// named by its id and holding its leader's start time: a group whose
+// leader runs with another start time is someone else's (the id was
+// recycled) and is left alone.
 
 // recordRoot is the directory of every service process's records.
 func recordRoot() string {
@@ -49,14 +51,18 @@ func ownRecordDir() (string, error) {
 	return ownRecords, ownRecordsErr
 }
 
-// record notes process group pgid; forget removes the note once the group
-// is gone.
+// record notes process group pgid, whose leader just started; forget
+// removes the note once the group is gone.
 func record(pgid int) error {
 	dir, err := ownRecordDir()
 	if err != nil {
 		return fmt.Errorf("record agent process group: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(pgid)), nil, 0o600); err != nil {
+	start, ok := procStart(pgid)
+	if !ok {
+		return fmt.Errorf("record agent process group: leader %d is gone", pgid)
+	}
+	if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(pgid)), []byte(strconv.FormatUint(start, 10)), 0o600); err != nil {
 		return fmt.Errorf("record agent process group: %w", err)
 	}
 	return nil
@@ -109,7 +115,7 @@ func ReapOrphans(log *slog.Logger) (int, error) {
 			if err != nil || pgid <= 1 {
 				continue
 			}
-			if groupAlive(pgid) {
+			if ours(filepath.Join(dir, g.Name()), pgid) && groupAlive(pgid) {
 				killed++
 				log.Warn("killing an agent process group its dead service process left behind", slog.Int("pgid", pgid), slog.Int("owner_pid", pid))
 				if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
@@ -126,6 +132,22 @@ func ReapOrphans(log *slog.Logger) (int, error) {
 		}
 	}
 	return killed, errors.Join(errs...)
+}
+
+// ours reports whether group pgid is still the one recorded in file: its
+// leader is gone (its id cannot be reused while the group has members) or
+// runs with the recorded start time.
+func ours(file string, pgid int) bool {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return false
+	}
+	recorded, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return false
+	}
+	start, alive := procStart(pgid)
+	return !alive || start == recorded
 }
 
 // procStart is the start time of process pid (field 22 of its

@@ -756,7 +756,9 @@ func TestReapOrphans_KillsGroupsOfDeadOwnersOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(live, pgid), nil, 0o600); err != nil {
+	start, _ := procStart(sleeper.Process.Pid)
+	startText := []byte(strconv.FormatUint(start, 10))
+	if err := os.WriteFile(filepath.Join(live, pgid), startText, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	n, err := ReapOrphans(slog.Default())
@@ -766,7 +768,18 @@ func TestReapOrphans_KillsGroupsOfDeadOwnersOnly(t *testing.T) {
 	if err := os.MkdirAll(dead, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dead, pgid), nil, 0o600); err != nil {
+	// A record whose leader runs with another start time: the id was
+	// recycled, and the group is someone else's.
+	if err := os.WriteFile(filepath.Join(dead, pgid), []byte("1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ReapOrphans(slog.Default()); err != nil || n != 0 || !alive(t, sleeper.Process.Pid) {
+		t.Fatalf("ReapOrphans = %d, %v; it must not kill a recycled group", n, err)
+	}
+	if err := os.MkdirAll(dead, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dead, pgid), startText, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := ReapOrphans(slog.Default()); err != nil || n != 1 {

@@ -29,7 +29,7 @@
 //
 // FAKE_MODE=remember answers every prompt with the session's earlier
 // prompts ("remembered: a | b"), so tests see that a resumed session kept
-// its context (prompts are single words); a prompt "wait" blocks until
+// its context (prompts are single words); a prompt "crash" exits, "wait" blocks until
 // session/cancel, and one starting "block" until the test opens the FIFO
 // FAKE_RELEASE; both signal FAKE_READY first.
 package main
@@ -414,6 +414,8 @@ func (a *agent) remember(id json.RawMessage, text string) {
 	sid, cancelled := a.sessionID, a.cancelled
 	a.mu.Unlock()
 	switch {
+	case text == "crash":
+		os.Exit(3)
 	case text == "wait":
 		ready()
 		a.say("waiting")
