@@ -55,7 +55,7 @@ providers:
 	readPID(t, parentReady)
 	agents := processesOf(t, fake)
 	t.Cleanup(func() { // a failed test leaves nothing behind either
-		for _, pid := range agents {
+		for _, pid := range processesOf(t, fake) { // never a recycled pid
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})

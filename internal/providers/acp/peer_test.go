@@ -131,3 +131,16 @@ func tsExampleAgent(t *testing.T) (node, script string) {
 	}
 	return node, script
 }
+
+// The example agent advertises loadSession false and no session/resume:
+// its provider learns that from initialize and stays one-shot.
+func TestPeer_TypeScriptExampleAgent_CannotResumeSoStaysOneShot(t *testing.T) {
+	t.Parallel()
+	node, script := tsExampleAgent(t)
+	p, b := setup(t, "", func(c *config.ProviderConfig) { c.Command, c.Args = node, []string{script} })
+	_, err := p.PrepareContinuable(t.Context(), subagent.ContinuableCreateRequest{SessionID: "c1"})
+	if subagent.ErrorCode(err) != subagent.EUnsupportedCapability || p.CanResume() {
+		t.Fatalf("PrepareContinuable = %v, CanResume %v; want %s and false", err, p.CanResume(), subagent.EUnsupportedCapability)
+	}
+	assertNoChild(t, b)
+}
