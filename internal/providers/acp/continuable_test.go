@@ -338,3 +338,25 @@ func TestContinuable_QueuedTurnAfterACrashResumesTheSession(t *testing.T) {
 		t.Fatalf("turn ends %q, want completed, error, completed", reasons)
 	}
 }
+
+func TestContinuable_IdleTimeoutStopsTheAgent(t *testing.T) {
+	t.Parallel()
+	p, b := continuable(t, "resume,close", func(c *config.ProviderConfig) { c.IdleTimeout = time.Second })
+	w, _ := world(t, p, b)
+	started := w.start(t, b, "alpha")
+	w.end(t, started.TaskID)
+	p.idleMu.Lock()
+	ia := p.idle[idleKey{store.DefaultTenant, started.ChildID}]
+	p.idleMu.Unlock()
+	if ia == nil {
+		t.Fatal("no idle agent kept after the activation settled")
+	}
+	select {
+	case <-ia.live.released:
+	case <-time.After(wait):
+		t.Fatal("the idle agent was not stopped after the idle timeout")
+	}
+	if !marked(b, "close") || alive(t, ia.live.proc.pgid) {
+		t.Fatal("the idle agent was not closed and stopped")
+	}
+}
