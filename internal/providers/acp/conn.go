@@ -102,6 +102,21 @@ func (l *live) call(ctx context.Context, step string, do func(context.Context) e
 	return l.p.unavailable("%s: %v", step, err)
 }
 
+// newSession opens a new ACP session in cwd (session/new). Returns call's
+// errors.
+func (l *live) newSession(ctx context.Context, cwd string) (sdk.SessionId, error) {
+	var session sdk.SessionId
+	err := l.call(ctx, "session/new", func(ctx context.Context) error {
+		resp, err := l.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: cwd, McpServers: []sdk.McpServer{}})
+		if err == nil && resp.SessionId == "" {
+			err = errors.New("the agent answered without a session id")
+		}
+		session = resp.SessionId
+		return err
+	})
+	return session, err
+}
+
 // unavailable is the EAgentUnavailable error of this provider.
 func (p *Provider) unavailable(format string, args ...any) error {
 	return &subagent.Error{Code: subagent.EAgentUnavailable,

@@ -50,10 +50,16 @@ func (p *Provider) PrepareContinuable(ctx context.Context, _ subagent.Continuabl
 		}
 	}
 	if !p.CanResume() {
-		return subagent.ContinuableSpec{}, subagent.Errorf(subagent.EUnsupportedCapability,
-			"provider %q does not support continuable children: its agent advertises neither session/resume nor session/load", p.cfg.Name)
+		return subagent.ContinuableSpec{}, p.notContinuable()
 	}
 	return subagent.ContinuableSpec{}, nil
+}
+
+// notContinuable is the EUnsupportedCapability error of an agent that
+// cannot resume sessions.
+func (p *Provider) notContinuable() error {
+	return subagent.Errorf(subagent.EUnsupportedCapability,
+		"provider %q does not support continuable children: its agent advertises neither session/resume nor session/load", p.cfg.Name)
 }
 
 // Materialize builds the resident agent of a continuable child. On
@@ -139,18 +145,9 @@ func (r *resident) create(ctx context.Context, createChild func(context.Context)
 	if err != nil {
 		return err
 	}
-	var session sdk.SessionId
-	err = l.call(ctx, "session/new", func(ctx context.Context) error {
-		resp, err := l.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: cwd, McpServers: []sdk.McpServer{}})
-		if err == nil && resp.SessionId == "" {
-			err = errors.New("the agent answered without a session id")
-		}
-		session = resp.SessionId
-		return err
-	})
+	session, err := l.newSession(ctx, cwd)
 	if err == nil && !resumable(l.caps) {
-		err = subagent.Errorf(subagent.EUnsupportedCapability,
-			"provider %q does not support continuable children: its agent advertises neither session/resume nor session/load", r.p.cfg.Name)
+		err = r.p.notContinuable()
 	}
 	if err == nil {
 		err = createChild(ctx)

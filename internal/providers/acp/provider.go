@@ -190,14 +190,7 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 		return nil, err
 	}
 	prompt := textOnly(req.Prompt)
-	err = r.live.call(ctx, "session/new", func(ctx context.Context) error {
-		resp, err := r.live.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: cwd, McpServers: []sdk.McpServer{}})
-		if err == nil && resp.SessionId == "" {
-			err = errors.New("the agent answered without a session id")
-		}
-		r.sessionID = resp.SessionId
-		return err
-	})
+	r.sessionID, err = r.live.newSession(ctx, cwd)
 	if err == nil {
 		err = r.openLog(p.childSession(childID, cwd, req), prompt, descriptor)
 	}
