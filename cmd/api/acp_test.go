@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/subagentd/subagentd/internal/pg/pgtest"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // No agent outlives its replica (issue 13): after a SIGKILL of a subagentd
@@ -160,4 +163,80 @@ func waitExit(t *testing.T, pid int) {
 		}
 		return
 	}
+}
+
+// A continuable ACP child survives a restart of subagentd on Postgres: the
+// followup after it resumes the agent's own session, which remembers the
+// first prompt.
+func TestRestart_ContinuableACPChildResumesItsSession(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "fakeagent")
+	if out, err := exec.Command("go", "build", "-o", fake, "../../internal/providers/acp/testdata/fakeagent").CombinedOutput(); err != nil {
+		t.Fatalf("build fake agent: %v\n%s", err, out)
+	}
+	root, state, marks := t.TempDir(), t.TempDir(), t.TempDir()
+	cfg := filepath.Join(dir, "subagentd.yaml")
+	yaml := fmt.Sprintf(`workspaceRoots: [%s]
+providers:
+  - name: coder
+    command: %s
+    env: {FAKE_MODE: remember, FAKE_CAPS: resume, FAKE_STATE: %s, FAKE_MARKS: %s}
+`, root, fake, state, marks)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"SUBAGENTD_CONFIG": cfg, "DATABASE_URL": pgtest.URL(t), "SUBAGENTD_REPLICA_ID": "replica-" + t.Name()}
+
+	s := startServer(t, env)
+	var sess struct{ ID string }
+	s.call(t, http.MethodPost, "/v1/sessions", fmt.Sprintf(`{"label":"acp","cwd":%q}`, root), http.StatusCreated, &sess)
+	var created struct{ ChildID, TaskID string }
+	s.call(t, http.MethodPost, "/v1/subagents", fmt.Sprintf(`{"provider":"coder","parentSessionId":%q,"label":"coder","prompt":[{"type":"text","text":"alpha"}]}`, sess.ID),
+		http.StatusCreated, &created)
+	if got := taskText(t, s, created.TaskID); got != "remembered: " {
+		t.Fatalf("first task answered %q", got)
+	}
+	if err := s.stop(t, syscall.SIGTERM); err != nil {
+		t.Fatalf("server: %v", err)
+	}
+
+	s2 := startServer(t, env)
+	var res struct{ Route, TaskID string }
+	s2.call(t, http.MethodPost, "/v1/subagents/"+created.ChildID+"/followup",
+		fmt.Sprintf(`{"parentSessionId":%q,"content":[{"type":"text","text":"beta"}]}`, sess.ID), http.StatusOK, &res)
+	if res.Route != subagent.RouteStarted {
+		t.Fatalf("followup after the restart = %+v, want started", res)
+	}
+	if got := taskText(t, s2, res.TaskID); got != "remembered: alpha" {
+		t.Fatalf("followup after the restart answered %q, want the agent to remember alpha", got)
+	}
+	if _, err := os.Stat(filepath.Join(marks, "resume")); err != nil {
+		t.Fatalf("the agent got no session/resume: %v", err)
+	}
+	if err := s2.stop(t, syscall.SIGTERM); err != nil {
+		t.Fatalf("second server: %v", err)
+	}
+}
+
+// taskText waits for task id to settle completed and returns its output's
+// text.
+func taskText(t *testing.T, s *server, id string) string {
+	t.Helper()
+	var task struct {
+		State  string
+		Result *struct {
+			StopReason string
+			Output     []struct{ Text string }
+		}
+	}
+	s.call(t, http.MethodGet, "/v1/tasks/"+id+"?wait=30", "", http.StatusOK, &task)
+	if task.State != "settled" || task.Result == nil || task.Result.StopReason != subagent.StopCompleted {
+		t.Fatalf("task %s = %+v, want settled completed", id, task)
+	}
+	var text strings.Builder
+	for _, b := range task.Result.Output {
+		text.WriteString(b.Text)
+	}
+	return text.String()
 }
