@@ -206,7 +206,9 @@ type NoticeSink interface {
 
 // ManagerConfig configures a Manager.
 type ManagerConfig struct {
-	// Materializer builds child agents. Required.
+	// Materializer builds the agents of children whose provider is not a
+	// Materializer itself (an ACP provider builds its own). Required for
+	// in-process providers.
 	Materializer Materializer
 	// Notices receives settlement notices and reports for root parents;
 	// nil drops notices (logged) and fails reports (EParentUnavailable).

@@ -117,8 +117,9 @@ func (m *Manager) rollback(act *activation) {
 }
 
 // route hands the accepted row to child c (c.mu is held). A running,
-// uninterrupted activation with a single turn gets it as a steer, answered
-// once admitted.
+// uninterrupted Queuer (an ACP agent) gets it as its next turn, answered
+// RouteQueued at once; any other running, uninterrupted activation with a
+// single turn gets it as a steer, answered once admitted.
 // Otherwise the row is owed to the next activation, in acceptance order
 // behind every pending row: when c has none and waking is set, a cold
 // resume starts it now; when one is live, its settlement cold-resumes c
