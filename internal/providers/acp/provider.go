@@ -1,12 +1,15 @@
 // Package acp is the ACP provider (seam-spec §4.4): it runs a configured
-// external agent that speaks the Agent Client Protocol over stdio as a
-// one-shot child. Each run is one process (in its own process group) with one
-// ACP session and one prompt; the child's progress is written to a child
-// session in the store so that streams and the dashboard show it live.
+// external agent that speaks the Agent Client Protocol over stdio. A
+// one-shot child is one process (in its own process group) with one ACP
+// session and one prompt; a continuable child (continuable.go), offered when
+// the agent can resume sessions, keeps one ACP session across activations
+// and restarts. The child's progress is written to a child session in the
+// store so that streams and the dashboard show it live.
 //
 // Only the configured command ever runs, with a credential-scrubbed
 // environment and a working directory inside the workspace roots; nothing in
-// a request can change what is executed.
+// a request can change what is executed. No agent outlives the service
+// process (orphans.go).
 package acp
 
 import (
