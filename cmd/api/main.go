@@ -250,8 +250,33 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 	for _, mc := range file.Models {
 		secretEnv = append(secretEnv, mc.APIKeyEnv)
 	}
+	// Agents a crashed process of this machine left behind die before any
+	// new one starts.
+	if n, err := acp.ReapOrphans(log); err != nil || n > 0 {
+		log.WarnContext(ctx, "reaped the agents of a previous process", slog.Int("process_groups", n), slog.Any("error", err))
+	}
 	for _, pc := range file.Providers {
-		providers = append(providers, acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots, SecretEnv: secretEnv}))
+		p, err := acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots, SecretEnv: secretEnv})
+		if err != nil {
+			return nil, err
+		}
+		providers = append(providers, p)
+		// Learn whether the agent can resume sessions (GET /v1/providers
+		// shows it); a continuable start probes again if this failed.
+		loops.Go(func() {
+			pctx, cancel := context.WithTimeout(bg, time.Minute)
+			defer cancel()
+			if err := p.Probe(pctx); err != nil {
+				log.WarnContext(pctx, "ACP agent did not start for its capability probe", slog.String("provider", pc.Name), slog.Any("error", err))
+			}
+		})
+		stopACP := stop
+		stop = func() {
+			if err := p.Close(); err != nil {
+				log.Error("idle ACP agents not reaped", slog.String("provider", pc.Name), slog.Any("error", err))
+			}
+			stopACP()
+		}
 	}
 	for _, p := range providers {
 		if err := svc.Register(ctx, p); err != nil {

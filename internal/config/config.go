@@ -29,6 +29,7 @@ const (
 
 	DefaultDisposeEOFGrace = 6 * time.Second
 	DefaultDisposeGrace    = 3 * time.Second
+	DefaultIdleTimeout     = 5 * time.Minute
 	DefaultMaxRetries      = 2
 
 	// EchoModel is the built-in deterministic model route; a configured
@@ -75,6 +76,11 @@ type ProviderConfig struct {
 	// SIGKILL. Both positive.
 	DisposeEOFGrace time.Duration
 	DisposeGrace    time.Duration
+	// IdleTimeout is how long the agent of a continuable child stays
+	// running after the child's last turn, ready for a followup; after it
+	// the process is stopped and a followup resumes the ACP session in a new
+	// one. 0 stops it when each activation settles.
+	IdleTimeout time.Duration
 }
 
 // ModelConfig is one OpenAI-compatible model route.

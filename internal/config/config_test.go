@@ -27,6 +27,7 @@ providers:
     permission: allow
     disposeEofGrace: 2s
     disposeGrace: 500ms
+    idleTimeout: 0s
   - name: gemini_2
     command: gemini
 models:
@@ -54,7 +55,7 @@ workspaceRoots: [` + start + `]
 			Permission: PermissionAllow, DisposeEOFGrace: 2 * time.Second, DisposeGrace: 500 * time.Millisecond,
 		}, {
 			Name: "gemini_2", Type: TypeACP, Command: "gemini", Permission: PermissionReject,
-			DisposeEOFGrace: DefaultDisposeEOFGrace, DisposeGrace: DefaultDisposeGrace,
+			DisposeEOFGrace: DefaultDisposeEOFGrace, DisposeGrace: DefaultDisposeGrace, IdleTimeout: DefaultIdleTimeout,
 		}},
 		Models: []ModelConfig{{
 			Name: "local", Type: TypeOpenAI, BaseURL: "http://127.0.0.1:11434/v1", APIKeyEnv: "OPENAI_API_KEY",
@@ -125,6 +126,8 @@ func TestParse_Errors(t *testing.T) {
 			`line 4: providers[0].permission: "ask" must be "reject" or "allow"`},
 		{"zero grace", "providers:\n  - name: a\n    command: x\n    disposeGrace: 0s\n",
 			`line 4: providers[0].disposeGrace: "0s" must be a positive duration such as "3s"`},
+		{"negative idle timeout", "providers:\n  - name: a\n    command: x\n    idleTimeout: -1s\n",
+			`line 4: providers[0].idleTimeout: "-1s" must be a non-negative duration such as "5m"`},
 		{"bad grace", "providers:\n  - name: a\n    command: x\n    disposeEofGrace: soon\n",
 			`line 4: providers[0].disposeEofGrace: "soon" must be a positive duration such as "3s"`},
 		{"empty cwd", roots + "providers:\n  - name: a\n    command: x\n    cwd: \"\"\n",

@@ -35,6 +35,7 @@ type providerYAML struct {
 	Permission      string            `yaml:"permission"`
 	DisposeEOFGrace *string           `yaml:"disposeEofGrace"`
 	DisposeGrace    *string           `yaml:"disposeGrace"`
+	IdleTimeout     *string           `yaml:"idleTimeout"`
 }
 
 type modelYAML struct {
@@ -210,6 +211,14 @@ func (v *validator) provider(p at, r providerYAML, startDir string, roots []stri
 		Permission:      r.Permission,
 		DisposeEOFGrace: v.grace(p.with("disposeEofGrace"), r.DisposeEOFGrace, DefaultDisposeEOFGrace),
 		DisposeGrace:    v.grace(p.with("disposeGrace"), r.DisposeGrace, DefaultDisposeGrace),
+		IdleTimeout:     DefaultIdleTimeout,
+	}
+	if r.IdleTimeout != nil {
+		d, err := time.ParseDuration(*r.IdleTimeout)
+		if err != nil || d < 0 {
+			v.fail(p.with("idleTimeout"), "%q must be a non-negative duration such as \"5m\"", *r.IdleTimeout)
+		}
+		pc.IdleTimeout = d
 	}
 	v.name(p.with("name"), r.Name)
 	if len(r.Name) > maxProviderNameLen {

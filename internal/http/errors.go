@@ -56,6 +56,7 @@ var problems = map[string]problemType{
 	subagent.EDraining:              {http.StatusServiceUnavailable, "Draining"},
 	subagent.EOwnedElsewhere:        {http.StatusServiceUnavailable, "Owned by another replica"},
 	codeNotReady:                    {http.StatusServiceUnavailable, "Not ready"},
+	subagent.EAgentUnavailable:      {http.StatusBadGateway, "Agent unavailable"},
 	// ABORTED: a start was cancelled before its child was published
 	// (gRPC's Aborted → 409, as in ardanlabs' table).
 	subagent.EAborted:  {http.StatusConflict, "Aborted"},

@@ -50,6 +50,10 @@ const (
 	// child's turn; it waits, durably, and runs first when the next
 	// followup starts the child (R102–R103). No task runs it yet.
 	RouteParked = "parked"
+	// RouteQueued: the child's running turn takes no content (a Queuer,
+	// such as an ACP agent); the content runs as the next turn of the same
+	// activation once that turn ends.
+	RouteQueued = "queued"
 )
 
 // Child activity in listings and ChildInfo (seam-spec §1.20).
@@ -171,6 +175,25 @@ type Materializer interface {
 	Materialize(ctx context.Context, req MaterializeRequest) (ChildAgent, error)
 }
 
+// Queuer marks a ChildAgent whose running turn takes no steering (ACP has
+// no mid-turn injection): a followup to it is queued as its next turn with
+// FollowupMessage and answered RouteQueued at once.
+type Queuer interface {
+	ChildAgent
+	QueuesFollowups()
+}
+
+// materializer builds the agents of provider's children: the provider's own
+// Materializer when it has one (ACP), else the manager's.
+func (m *Manager) materializer(provider string) Materializer {
+	if p, ok := m.svc.Provider(provider); ok {
+		if mat, ok := p.(Materializer); ok {
+			return mat
+		}
+	}
+	return m.mat
+}
+
 // NoticeSink delivers settlement notices (seam-spec §2.10) and child
 // reports (§2.14) to parents the Manager does not drive: root sessions
 // (*delegate.Roots implements it). Notices and reports to continuable
@@ -186,7 +209,9 @@ type NoticeSink interface {
 
 // ManagerConfig configures a Manager.
 type ManagerConfig struct {
-	// Materializer builds child agents. Required.
+	// Materializer builds the agents of children whose provider is not a
+	// Materializer itself (an ACP provider builds its own). Required for
+	// in-process providers.
 	Materializer Materializer
 	// Notices receives settlement notices and reports for root parents;
 	// nil drops notices (logged) and fails reports (EParentUnavailable).

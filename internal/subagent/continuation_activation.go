@@ -124,8 +124,9 @@ func (m *Manager) rollback(act *activation) {
 }
 
 // route hands the accepted row to child c (c.mu is held). A running,
-// uninterrupted activation with a single turn gets it as a steer, answered
-// once admitted.
+// uninterrupted Queuer (an ACP agent) gets it as its next turn, answered
+// RouteQueued at once; any other running, uninterrupted activation with a
+// single turn gets it as a steer, answered once admitted.
 // Otherwise the row is owed to the next activation, in acceptance order
 // behind every pending row: when c has none and waking is set, a cold
 // resume starts it now; when one is live, its settlement cold-resumes c
@@ -139,6 +140,14 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 			return m.resume(ctx, c)
 		}
 		return nil
+	}
+	if _, ok := act.agent.(Queuer); ok && !act.closing && !act.interrupted && act.agent.Running() {
+		if msg, err := rowMessage(row); err == nil {
+			if _, err := act.agent.FollowupMessage(ctx, msg); err == nil {
+				m.answer(c, row.ID, answer{res: FollowupResult{Route: RouteQueued, TaskID: act.taskID, MessageID: row.ID}})
+				return nil
+			}
+		}
 	}
 	if !act.closing && !act.interrupted && !act.queued && act.agent.Running() {
 		if msg, err := RowMessage(row); err == nil {

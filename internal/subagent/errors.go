@@ -36,7 +36,10 @@ const (
 	// EOwnedElsewhere: another replica drives the child now (DESIGN §5);
 	// retry shortly.
 	EOwnedElsewhere = "OWNED_ELSEWHERE"
-	EInternal       = "INTERNAL"
+	// EAgentUnavailable: an external agent could not be started, or failed
+	// its handshake; the message says why.
+	EAgentUnavailable = "AGENT_UNAVAILABLE"
+	EInternal         = "INTERNAL"
 )
 
 // Error is an error whose Code and Message may be shown to API clients. Any

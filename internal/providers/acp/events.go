@@ -1,5 +1,17 @@
 package acp
 
+import (
+	"encoding/json"
+	"fmt"
+
+	sdk "github.com/coder/acp-go-sdk"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
 // Session-log event types that only ACP children write. The agent vocabulary
 // (internal/agent/events.go) has no equivalent: an ACP agent runs its own
 // tools, so there is no tool/call that the service executes and answers with
@@ -49,4 +61,100 @@ type PermissionData struct {
 	Outcome    string `json:"outcome"`
 	OptionID   string `json:"optionId,omitempty"`
 	OptionKind string `json:"optionKind,omitempty"`
+}
+
+// logUpdate is the child-log event of a session/update in turn and step:
+// its type and payload, and the text it adds to the turn's output (only
+// message text does; thoughts are logged as reasoning). ok is false for
+// updates the log does not record.
+func logUpdate(u sdk.SessionUpdate, turn, step int) (typ string, payload any, text string, ok bool) {
+	switch {
+	case u.AgentMessageChunk != nil:
+		if t := blockText(u.AgentMessageChunk.Content); t != "" {
+			return agent.EventAssistantChunk, agent.ChunkData{Turn: turn, Step: step,
+				Chunk: agent.Chunk{Type: string(model.ChunkText), Text: t}}, t, true
+		}
+	case u.AgentThoughtChunk != nil:
+		if t := blockText(u.AgentThoughtChunk.Content); t != "" {
+			return agent.EventAssistantChunk, agent.ChunkData{Turn: turn, Step: step,
+				Chunk: agent.Chunk{Type: string(model.ChunkReasoning), Text: t}}, "", true
+		}
+	case u.ToolCall != nil:
+		tc := u.ToolCall
+		return EventToolCall, ToolCallData{Turn: turn, ToolCallID: string(tc.ToolCallId),
+			Title: tc.Title, Kind: string(tc.Kind), Status: string(tc.Status)}, "", true
+	case u.ToolCallUpdate != nil:
+		tc := u.ToolCallUpdate
+		d := ToolCallData{Turn: turn, ToolCallID: string(tc.ToolCallId)}
+		if tc.Title != nil {
+			d.Title = *tc.Title
+		}
+		if tc.Kind != nil {
+			d.Kind = string(*tc.Kind)
+		}
+		if tc.Status != nil {
+			d.Status = string(*tc.Status)
+		}
+		return EventToolCallUpdate, d, "", true
+	case u.Plan != nil:
+		d := PlanData{Turn: turn, Entries: make([]PlanEntry, len(u.Plan.Entries))}
+		for i, e := range u.Plan.Entries {
+			d.Entries[i] = PlanEntry{Content: e.Content, Priority: string(e.Priority), Status: string(e.Status)}
+		}
+		return EventPlan, d, "", true
+	}
+	return "", nil, "", false
+}
+
+func blockText(b sdk.ContentBlock) string {
+	if b.Text != nil {
+		return b.Text.Text
+	}
+	return ""
+}
+
+// EventSession records the ACP session a continuable child's agent keeps
+// its conversation in, so that a later activation — after a restart too —
+// resumes that session rather than starting a new one.
+const EventSession = "acp/session"
+
+// SessionData is the payload of acp/session.
+type SessionData struct {
+	SessionID string `json:"sessionId"`
+}
+
+// typed is one child-log event before encoding.
+type typed struct {
+	typ  string
+	data any
+}
+
+// encode marshals events for store.AppendEvents.
+func encode(evs ...typed) ([]store.NewEvent, error) {
+	batch := make([]store.NewEvent, len(evs))
+	for i, e := range evs {
+		data, err := json.Marshal(e.data)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", e.typ, err)
+		}
+		batch[i] = store.NewEvent{Type: e.typ, Data: data}
+	}
+	return batch, nil
+}
+
+// turnClose is the events that end turn (with its one step) as o says:
+// the assistant message when there is output or usage, step/end, turn/end.
+func turnClose(turn, step int, output []model.Block, o outcome) []typed {
+	var evs []typed
+	if len(output) > 0 || o.usage != nil {
+		evs = append(evs, typed{agent.EventAssistantMessage, agent.AssistantMessageData{
+			Turn: turn, Step: step,
+			Message:     agent.AssistantMessage{Role: "assistant", Content: output},
+			Usage:       o.usage,
+			Interrupted: o.reason == subagent.StopAborted,
+		}})
+	}
+	return append(evs,
+		typed{agent.EventStepEnd, agent.StepData{Turn: turn, Step: step}},
+		typed{agent.EventTurnEnd, agent.TurnEndData{Turn: turn, Reason: turnReason(o)}})
 }

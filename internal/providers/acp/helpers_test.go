@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	if records, err := ownRecordDir(); err == nil {
+		os.Remove(records) // empty once every agent was reaped
+	}
 	os.Exit(code)
 }
 
@@ -80,7 +83,11 @@ func setup(t *testing.T, mode string, edit ...func(*config.ProviderConfig)) (*Pr
 	// The SDK logs from its own goroutines, possibly after a test ended, so
 	// logs go to a buffer rather than to t.Log.
 	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	return New(cfg, Deps{Store: b.store, Logger: log, WorkspaceRoots: []string{b.root}}), b
+	p, err := New(cfg, Deps{Store: b.store, Logger: log, WorkspaceRoots: []string{b.root}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, b
 }
 
 func request(cwd string, prompt ...model.Block) subagent.ResolvedRequest {

@@ -80,7 +80,7 @@ func TestPeer_TypeScriptExampleAgent_R26_Cancel(t *testing.T) {
 		t.Fatalf("result %+v, want aborted with the first chunk", res)
 	}
 	dispose(t, r)
-	if alive(t, r.(*run).proc.pgid) {
+	if alive(t, r.(*run).live.proc.pgid) {
 		t.Fatal("the agent outlived Dispose")
 	}
 }
@@ -130,4 +130,17 @@ func tsExampleAgent(t *testing.T) (node, script string) {
 		}
 	}
 	return node, script
+}
+
+// The example agent advertises loadSession false and no session/resume:
+// its provider learns that from initialize and stays one-shot.
+func TestPeer_TypeScriptExampleAgent_CannotResumeSoStaysOneShot(t *testing.T) {
+	t.Parallel()
+	node, script := tsExampleAgent(t)
+	p, b := setup(t, "", func(c *config.ProviderConfig) { c.Command, c.Args = node, []string{script} })
+	_, err := p.PrepareContinuable(t.Context(), subagent.ContinuableCreateRequest{SessionID: "c1"})
+	if subagent.ErrorCode(err) != subagent.EUnsupportedCapability || p.CanResume() {
+		t.Fatalf("PrepareContinuable = %v, CanResume %v; want %s and false", err, p.CanResume(), subagent.EUnsupportedCapability)
+	}
+	assertNoChild(t, b)
 }

@@ -32,7 +32,11 @@ type process struct {
 	stderrDone chan struct{}
 }
 
-// spawn starts command in dir with env, in a new process group.
+// spawn starts command in dir with env, in a new process group that is
+// recorded until it is gone (orphans.go). The leader is killed by the
+// kernel when the service dies (Pdeathsig; the service never ends the OS
+// thread that forked it, as Go only does for threads locked by a goroutine
+// that exits).
 func spawn(command string, args []string, dir string, env []string, log *slog.Logger) (*process, error) {
 	var files []*os.File // every pipe end, closed again if the start fails
 	pipe := func() (r, w *os.File, err error) {
@@ -53,10 +57,16 @@ func spawn(command string, args []string, dir string, env []string, log *slog.Lo
 	cmd.Dir = dir
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	err := cmd.Start()
 	closeFiles(inR, outW, errW) // the child holds its own copies
 	if err != nil {
+		closeFiles(inW, outR, errR)
+		return nil, err
+	}
+	if err := record(cmd.Process.Pid); err != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
 		closeFiles(inW, outR, errR)
 		return nil, err
 	}
@@ -114,7 +124,7 @@ const killWait = 5 * time.Second
 // grace, then SIGKILL it and wait killWait. It then closes our pipe ends, which
 // ends the ACP connection and the stderr copy even if a process that left
 // the group still holds them. It returns an error only when the group
-// survived SIGKILL.
+// survived SIGKILL; then its record stays for the next start to reap.
 func (p *process) stop(eofGrace, grace time.Duration) error {
 	p.stdin.Close()
 	var err error
@@ -126,6 +136,9 @@ func (p *process) stop(eofGrace, grace time.Duration) error {
 				err = fmt.Errorf("agent process group %d is still alive after SIGKILL", p.pgid)
 			}
 		}
+	}
+	if err == nil {
+		forget(p.pgid, p.log)
 	}
 	p.stdout.Close()
 	p.stderr.Close()

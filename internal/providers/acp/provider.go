@@ -1,12 +1,15 @@
 // Package acp is the ACP provider (seam-spec §4.4): it runs a configured
-// external agent that speaks the Agent Client Protocol over stdio as a
-// one-shot child. Each run is one process (in its own process group) with one
-// ACP session and one prompt; the child's progress is written to a child
-// session in the store so that streams and the dashboard show it live.
+// external agent that speaks the Agent Client Protocol over stdio. A
+// one-shot child is one process (in its own process group) with one ACP
+// session and one prompt; a continuable child (continuable.go), offered when
+// the agent can resume sessions, keeps one ACP session across activations
+// and restarts. The child's progress is written to a child session in the
+// store so that streams and the dashboard show it live.
 //
 // Only the configured command ever runs, with a credential-scrubbed
 // environment and a working directory inside the workspace roots; nothing in
-// a request can change what is executed.
+// a request can change what is executed. No agent outlives the service
+// process (orphans.go).
 package acp
 
 import (
@@ -15,8 +18,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
+	"os/exec"
 	"path/filepath"
+	"sync"
 	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -51,12 +55,35 @@ type Provider struct {
 	roots []string
 	// secretEnv is Deps.SecretEnv.
 	secretEnv []string
+
+	// capMu guards what the last initialize said about session
+	// persistence.
+	capMu     sync.Mutex
+	capsKnown bool
+	resumable bool
+
+	// idleMu guards the agents of continuable children kept between
+	// activations.
+	idleMu  sync.Mutex
+	idle    map[idleKey]*idleAgent
+	closing bool
 }
 
 var _ subagent.Provider = (*Provider)(nil)
 
-// New returns the provider for cfg, which config.Load has validated.
-func New(cfg config.ProviderConfig, deps Deps) *Provider {
+// New returns the provider for cfg, which config.Load has validated. The
+// command is resolved now, with exec.LookPath: a bare name through the
+// service's PATH, a path (config pinned relative ones to the start
+// directory) as it is; the provider always runs what was found.
+//
+// Returns an error naming the provider when the command is not an
+// executable file.
+func New(cfg config.ProviderConfig, deps Deps) (*Provider, error) {
+	path, err := exec.LookPath(cfg.Command)
+	if err != nil {
+		return nil, fmt.Errorf("ACP provider %q: command %q: %w", cfg.Name, cfg.Command, err)
+	}
+	cfg.Command = path
 	return &Provider{
 		cfg:   cfg,
 		store: deps.Store,
@@ -64,7 +91,17 @@ func New(cfg config.ProviderConfig, deps Deps) *Provider {
 		roots: deps.WorkspaceRoots,
 
 		secretEnv: deps.SecretEnv,
-	}
+		idle:      map[idleKey]*idleAgent{},
+	}, nil
+}
+
+// noteCaps records whether the agent can resume its sessions: it advertised
+// loadSession or sessionCapabilities.resume in initialize.
+func (p *Provider) noteCaps(caps sdk.AgentCapabilities) {
+	p.capMu.Lock()
+	defer p.capMu.Unlock()
+	p.capsKnown = true
+	p.resumable = resumable(caps)
 }
 
 // Name is the configured provider name.
@@ -86,8 +123,42 @@ func (p *Provider) InheritsParentContext() bool { return false }
 // CanSteer is false: ACP offers no confirmed mid-turn admission.
 func (p *Provider) CanSteer() bool { return false }
 
-// CanResume is false: ACP children are one-shot; they cannot be continuable.
-func (p *Provider) CanResume() bool { return false }
+// CanResume reports whether the agent advertised session persistence
+// (loadSession or sessionCapabilities.resume) in its last initialize; false
+// while no agent of this provider was initialized yet (see Probe).
+func (p *Provider) CanResume() bool {
+	p.capMu.Lock()
+	defer p.capMu.Unlock()
+	return p.resumable
+}
+
+// Probe starts the agent once in the first workspace root, only to learn
+// its capabilities from initialize, and stops it again. Returns the
+// start's error (EAgentUnavailable, EAborted).
+func (p *Provider) Probe(ctx context.Context) error {
+	if len(p.roots) == 0 {
+		return errors.New("probe: no workspace root")
+	}
+	dir := p.cfg.Cwd
+	if dir == "" {
+		dir = p.roots[0]
+	}
+	l, err := p.launch(ctx, dir, ignore{}, p.log)
+	if err != nil {
+		return err
+	}
+	return l.release(true, "")
+}
+
+// ignore is the handler of a probe: it takes no session.
+type ignore struct{}
+
+func (ignore) sessionUpdate(sdk.SessionNotification) {}
+
+func (ignore) requestPermission(sdk.RequestPermissionRequest) sdk.RequestPermissionResponse {
+	return sdk.RequestPermissionResponse{Outcome: sdk.RequestPermissionOutcome{
+		Cancelled: &sdk.RequestPermissionOutcomeCancelled{Outcome: "cancelled"}}}
+}
 
 // IsLocal is false: the child is an external process running its own model.
 func (p *Provider) IsLocal() bool { return false }
@@ -98,8 +169,10 @@ func (p *Provider) IsLocal() bool { return false }
 // handshake, the process group is reaped and nothing is published (R22).
 //
 // Returns an EAborted *subagent.Error when ctx ended first, an
-// EInvalidRequest one when there is no usable working directory, and other
-// errors (internal) when the agent cannot be started or fails the handshake.
+// EInvalidRequest one when there is no usable working directory, an
+// EAgentUnavailable one naming the reason when the agent cannot be started
+// or fails the handshake, and other errors (internal) when the child log
+// cannot be written.
 func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (subagent.Run, error) {
 	if ctx.Err() != nil {
 		return nil, errAborted()
@@ -114,24 +187,22 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 	}
 	childID := uuid.NewString()
 	log := p.log.With(slog.String("child_id", childID))
-	proc, err := spawn(p.cfg.Command, p.cfg.Args, cwd, childEnv(os.Environ(), p.cfg.Env, p.secretEnv), log)
+	r := newRun(context.WithoutCancel(ctx), p, childID, log)
+	r.live, err = p.launch(ctx, cwd, r, log)
 	if err != nil {
-		return nil, fmt.Errorf("acp provider %s: start %s: %w", p.cfg.Name, p.cfg.Command, err)
+		return nil, err
 	}
-	r := newRun(context.WithoutCancel(ctx), p, childID, proc, log)
 	prompt := textOnly(req.Prompt)
-	err = r.handshake(ctx, cwd)
+	r.sessionID, err = r.live.newSession(ctx, cwd)
 	if err == nil {
 		err = r.openLog(p.childSession(childID, cwd, req), prompt, descriptor)
 	}
 	if err != nil {
-		if releaseErr := r.release(); releaseErr != nil {
-			log.Error("ACP agent not reaped after a failed start", slog.Any("error", releaseErr))
-		}
+		r.live.discard()
 		if ctx.Err() != nil {
 			return nil, errAborted()
 		}
-		return nil, fmt.Errorf("acp provider %s: %w", p.cfg.Name, err)
+		return nil, err
 	}
 	go r.drive(prompt)
 	if ctx.Err() != nil {
@@ -193,78 +264,20 @@ func textOnly(blocks []model.Block) []model.Block {
 	return out
 }
 
-// handshake runs initialize and session/new. It gives up when ctx ends or the
-// agent exits; the caller reaps the process.
-func (r *run) handshake(ctx context.Context, cwd string) error {
-	hctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	go func() {
-		select {
-		case <-r.proc.exited:
-			cancel(errExited)
-		case <-hctx.Done():
-		}
-	}()
-	_, err := r.conn.Initialize(hctx, sdk.InitializeRequest{
-		ProtocolVersion: sdk.ProtocolVersionNumber,
-		ClientInfo:      &sdk.Implementation{Name: "subagentd", Version: "1"},
-	})
-	if err != nil {
-		return r.handshakeError(hctx, "initialize", err)
-	}
-	resp, err := r.conn.NewSession(hctx, sdk.NewSessionRequest{Cwd: cwd, McpServers: []sdk.McpServer{}})
-	if err != nil {
-		return r.handshakeError(hctx, "session/new", err)
-	}
-	if resp.SessionId == "" {
-		return errors.New("ACP child published without a session id")
-	}
-	r.sessionID = resp.SessionId
-	return nil
-}
-
-var errExited = errors.New("agent process exited")
-
-func (r *run) handshakeError(hctx context.Context, step string, err error) error {
-	if errors.Is(context.Cause(hctx), errExited) || disconnected(err) {
-		return fmt.Errorf("%s: %s", step, r.exitDiagnostic())
-	}
-	var re *sdk.RequestError
-	if errors.As(err, &re) {
-		return fmt.Errorf("%s: %s", step, rpcMessage(re))
-	}
-	return fmt.Errorf("%s: %w", step, err)
-}
-
-func rpcMessage(re *sdk.RequestError) string {
-	if re.Message == "" {
-		return fmt.Sprintf("JSON-RPC error %d", re.Code)
-	}
-	return re.Message
-}
-
 // openLog creates the child session and opens its first turn. It runs after
 // the handshake, so a start that fails earlier leaves nothing in the store.
 func (r *run) openLog(sess store.Session, prompt []model.Block, descriptor json.RawMessage) error {
 	if err := r.p.store.CreateSession(r.logCtx, sess); err != nil {
 		return fmt.Errorf("create child session: %w", err)
 	}
-	events := []struct {
-		typ  string
-		data any
-	}{
-		{agent.EventTurnStart, agent.TurnData{Turn: turn}},
-		{agent.EventUserMessage, agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: agent.Source{Kind: "user"}}},
-		{subagent.EventDescriptor, descriptor},
-		{agent.EventStepStart, agent.StepData{Turn: turn, Step: step}},
-	}
-	batch := make([]store.NewEvent, len(events))
-	for i, e := range events {
-		data, err := json.Marshal(e.data)
-		if err != nil {
-			return fmt.Errorf("encode %s: %w", e.typ, err)
-		}
-		batch[i] = store.NewEvent{Type: e.typ, Data: data}
+	batch, err := encode(
+		typed{agent.EventTurnStart, agent.TurnData{Turn: turn}},
+		typed{agent.EventUserMessage, agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: agent.Source{Kind: "user"}}},
+		typed{subagent.EventDescriptor, descriptor},
+		typed{agent.EventStepStart, agent.StepData{Turn: turn, Step: step}},
+	)
+	if err != nil {
+		return err
 	}
 	if _, err := r.p.store.AppendEvents(r.logCtx, r.childID, batch...); err != nil {
 		return fmt.Errorf("open child log: %w", err)

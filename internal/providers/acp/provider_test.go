@@ -6,12 +6,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -121,8 +127,13 @@ func compact(t *testing.T, data json.RawMessage) string {
 
 func TestStart_R21_PreAbortedNeverSpawns(t *testing.T) {
 	t.Parallel()
-	// A command that cannot be started: trying to would fail differently.
-	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Command = filepath.Join(t.TempDir(), "absent") })
+	// A command that is gone since start-up: trying to start it would fail
+	// differently.
+	command := linkedAgent(t)
+	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Command = command })
+	if err := os.Remove(command); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := p.Start(ctx, request(b.root, model.TextBlock("hello")))
@@ -132,6 +143,15 @@ func TestStart_R21_PreAbortedNeverSpawns(t *testing.T) {
 		t.Fatalf("Start = %v, want the EAborted error", err)
 	}
 	assertNoChild(t, b)
+}
+
+// linkedAgent is a link to the fake agent, for tests that remove it.
+func linkedAgent(t *testing.T) string {
+	command := filepath.Join(t.TempDir(), "agent")
+	if err := os.Symlink(fakeAgent, command); err != nil {
+		t.Fatal(err)
+	}
+	return command
 }
 
 func assertNoChild(t *testing.T, b *bundle) {
@@ -167,30 +187,45 @@ func TestStart_R22_AbortDuringHandshakeReapsTheAgent(t *testing.T) {
 func TestStart_R11_HandshakeFailuresReapAndPublishNothing(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ mode, want string }{
-		{"nosession", "acp provider fake: ACP child published without a session id"},
-		{"exitinit", "acp provider fake: initialize: agent process exited (exit code 2)"},
-		{"newerror", "acp provider fake: session/new: Authentication required"},
+		{"nosession", `ACP agent of provider "fake" is unavailable: session/new: the agent answered without a session id`},
+		{"exitinit", `ACP agent of provider "fake" is unavailable: initialize: agent process exited (exit code 2)`},
+		{"newerror", `ACP agent of provider "fake" is unavailable: session/new: Authentication required`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode, func(t *testing.T) {
 			t.Parallel()
 			p, b := setup(t, tt.mode)
 			_, err := p.Start(context.Background(), request(b.root, model.TextBlock("hello")))
-			if err == nil || err.Error() != tt.want {
-				t.Fatalf("Start = %v, want %q", err, tt.want)
+			if subagent.ErrorCode(err) != subagent.EAgentUnavailable || subagent.ErrorMessage(err) != tt.want {
+				t.Fatalf("Start = %v, want %s %q", err, subagent.EAgentUnavailable, tt.want)
 			}
 			assertNoChild(t, b)
 		})
 	}
 }
 
-func TestStart_R11_UnstartableCommandFails(t *testing.T) {
+func TestNew_MissingCommandIsAnError(t *testing.T) {
 	t.Parallel()
-	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Command = filepath.Join(t.TempDir(), "absent") })
-	_, err := p.Start(context.Background(), request(b.root, model.TextBlock("hello")))
-	if err == nil || subagent.ErrorCode(err) != subagent.EInternal || !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("Start = %v, want an internal not-exist error", err)
+	for _, command := range []string{filepath.Join(t.TempDir(), "absent"), "no-such-acp-agent-command"} {
+		_, err := New(config.ProviderConfig{Name: "fake", Command: command}, Deps{Logger: slog.Default()})
+		if err == nil || !strings.Contains(err.Error(), `ACP provider "fake"`) || !strings.Contains(err.Error(), command) {
+			t.Fatalf("New(%q) = %v, want an error naming the provider and the command", command, err)
+		}
 	}
+}
+
+func TestStart_R11_UnstartableCommandIsAgentUnavailable(t *testing.T) {
+	t.Parallel()
+	command := linkedAgent(t)
+	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Command = command })
+	if err := os.Remove(command); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Start(context.Background(), request(b.root, model.TextBlock("hello")))
+	if subagent.ErrorCode(err) != subagent.EAgentUnavailable || !strings.Contains(subagent.ErrorMessage(err), "no such file or directory") {
+		t.Fatalf("Start = %v, want %s naming the exec error", err, subagent.EAgentUnavailable)
+	}
+	assertNoChild(t, b)
 }
 
 func TestStart_WorkdirRules(t *testing.T) {
@@ -402,7 +437,7 @@ func TestCancel_R26_CrashOnCancelStillAborted(t *testing.T) {
 		t.Fatalf("result %+v, want aborted without a diagnostic", res)
 	}
 	dispose(t, r)
-	if pid := r.(*run).proc.pgid; alive(t, pid) {
+	if pid := r.(*run).live.proc.pgid; alive(t, pid) {
 		t.Fatalf("agent %d alive after Dispose", pid)
 	}
 }
@@ -440,7 +475,7 @@ func TestRun_TwentyConcurrentRunsSettleAndLeaveNoProcess(t *testing.T) {
 	}
 	wg.Wait()
 	for i, r := range runs {
-		if pid := r.(*run).proc.pgid; alive(t, pid) {
+		if pid := r.(*run).live.proc.pgid; alive(t, pid) {
 			t.Fatalf("run %d: agent %d alive after Dispose", i, pid)
 		}
 	}
@@ -486,7 +521,7 @@ func TestDispose_R28_IdempotentAndR29SettlesAborted(t *testing.T) {
 	if got := compact(t, evs[len(evs)-1].Data); got != `{"turn":1,"reason":{"kind":"aborted","reason":{"kind":"disposed"}}}` {
 		t.Fatalf("turn/end %s", got)
 	}
-	if pid := r.(*run).proc.pgid; alive(t, pid) {
+	if pid := r.(*run).live.proc.pgid; alive(t, pid) {
 		t.Fatalf("agent %d alive after Dispose", pid)
 	}
 }
@@ -499,8 +534,8 @@ func TestDispose_R29_KillsTheWholeProcessGroup(t *testing.T) {
 	r := start(t, p, b)
 	res := result(t, r)
 	grandchild, err := strconv.Atoi(model.Text(res.Output))
-	if err != nil || !alive(t, grandchild) {
-		t.Fatalf("grandchild %q not running: %v", model.Text(res.Output), err)
+	if err != nil {
+		t.Fatalf("grandchild pid %q: %v", model.Text(res.Output), err)
 	}
 	dispose(t, r)
 	if alive(t, grandchild) {
@@ -535,7 +570,7 @@ func TestDispose_Ladder(t *testing.T) {
 			if marked(b, "eof") != tt.wantEOF || marked(b, "term") != tt.wantTerm {
 				t.Fatalf("eof mark %v (want %v), term mark %v (want %v)", marked(b, "eof"), tt.wantEOF, marked(b, "term"), tt.wantTerm)
 			}
-			if pid := r.(*run).proc.pgid; alive(t, pid) {
+			if pid := r.(*run).live.proc.pgid; alive(t, pid) {
 				t.Fatalf("agent %d alive after Dispose", pid)
 			}
 		})
@@ -581,5 +616,181 @@ func TestParseStat(t *testing.T) {
 	}
 	if _, _, ok := parseStat([]byte("garbage")); ok {
 		t.Fatal("parseStat accepted garbage")
+	}
+}
+
+// A settled run's agent is stopped at once, without waiting for disposal,
+// and with short graces even when the configured ones are long: disposal
+// of an agent that ignores EOF (or even SIGTERM) returns within a second.
+func TestRun_SettledAgentIsStoppedPromptly(t *testing.T) {
+	t.Parallel()
+	for _, teardown := range []string{"ignoreeof", "trapterm"} {
+		t.Run(teardown, func(t *testing.T) {
+			t.Parallel()
+			p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Env["FAKE_TEARDOWN"] = teardown })
+			r := start(t, p, b)
+			result(t, r)
+			select {
+			case <-r.(*run).live.released:
+			case <-time.After(wait):
+				t.Fatal("the settled run's agent was not stopped")
+			}
+			if !marked(b, "term") {
+				t.Fatal("the agent saw no SIGTERM")
+			}
+			began := time.Now()
+			dispose(t, r)
+			if d := time.Since(began); d > time.Second {
+				t.Fatalf("Dispose took %v", d)
+			}
+			if pid := r.(*run).live.proc.pgid; alive(t, pid) {
+				t.Fatalf("agent %d alive after Dispose", pid)
+			}
+		})
+	}
+}
+
+// Codex ignores stdin EOF: disposing of its settled run must not wait out
+// the configured EOF grace (10 s here).
+func TestDispose_SettledRunOfEOFIgnoringAgentIsFast(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Env["FAKE_TEARDOWN"] = "ignoreeof" })
+	r := start(t, p, b)
+	result(t, r)
+	began := time.Now()
+	dispose(t, r)
+	if d := time.Since(began); d > time.Second {
+		t.Fatalf("Dispose of a settled run took %v, want under 1s", d)
+	}
+}
+
+func TestRun_SettledAgentGetsSessionCloseWhereOffered(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "text", func(c *config.ProviderConfig) { c.Env["FAKE_CAPS"] = "resume,close" })
+	r := start(t, p, b)
+	result(t, r)
+	dispose(t, r)
+	if !marked(b, "close") {
+		t.Fatal("no session/close before the teardown")
+	}
+}
+
+// A model's 401 behind the agent (codex answers "Internal error" and puts
+// the reason in data.message) names the authentication failure, without
+// the key.
+func TestRun_ModelAuthFailureIsNamedWithoutTheKey(t *testing.T) {
+	t.Parallel()
+	const key = "sk-ant-test-0123456789abcdef"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		io.WriteString(w, `{"error":"invalid x-api-key"}`)
+	}))
+	t.Cleanup(srv.Close)
+	p, b := setup(t, "model", func(c *config.ProviderConfig) {
+		c.Env["FAKE_MODEL_URL"] = srv.URL
+		c.Env["FAKE_API_KEY"] = key
+	})
+	res := result(t, start(t, p, b))
+	d := res.Diagnostic
+	for _, want := range []string{"Internal error", "401 Unauthorized", "invalid x-api-key"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("diagnostic %q does not name %q", d, want)
+		}
+	}
+	if res.StopReason != subagent.StopError || strings.Contains(d, key) || strings.Contains(d, "0123456789") {
+		t.Fatalf("result %+v: want an error without the key", res)
+	}
+}
+
+func TestRPCMessage(t *testing.T) {
+	t.Parallel()
+	p := &Provider{cfg: config.ProviderConfig{Env: map[string]string{"MY_TOKEN": "hunter2hunter2", "MODE": "verbose"}}}
+	long := strings.Repeat("x", 2*maxDetail)
+	tests := []struct {
+		name string
+		re   sdk.RequestError
+		want string
+	}{
+		{"message only", sdk.RequestError{Code: -32000, Message: "Authentication required"}, "Authentication required"},
+		{"no message", sdk.RequestError{Code: -32000}, "JSON-RPC error -32000"},
+		{"data strings", sdk.RequestError{Code: -32603, Message: "Internal error",
+			Data: map[string]any{"message": "quota exceeded", "details": "retry later", "code": 7}},
+			"Internal error: quota exceeded: retry later"},
+		{"repeated message", sdk.RequestError{Message: "boom", Data: map[string]any{"message": "boom"}}, "boom"},
+		{"non-string data", sdk.RequestError{Message: "boom", Data: "raw"}, "boom"},
+		{"configured secret", sdk.RequestError{Message: "bad", Data: map[string]any{"message": "token hunter2hunter2 in verbose mode"}},
+			"bad: token [redacted] in verbose mode"},
+		{"bearer", sdk.RequestError{Message: "bad", Data: map[string]any{"details": "Authorization: Bearer abc.def"}},
+			"bad: Authorization: Bearer [redacted]"},
+		{"api key pair", sdk.RequestError{Message: "bad", Data: map[string]any{"details": `api_key="zzz" rejected`}},
+			`bad: api_key="[redacted]" rejected`},
+		{"bounded", sdk.RequestError{Message: "bad", Data: map[string]any{"details": long}},
+			"bad: " + long[:maxDetail-len("…")] + "…"},
+	}
+	for _, tt := range tests {
+		if got := p.rpcMessage(&tt.re); got != tt.want {
+			t.Errorf("%s: rpcMessage = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestReapOrphans_KillsGroupsOfDeadOwnersOnly(t *testing.T) {
+	// Not parallel: it reaps the records of every dead owner on the machine.
+	t.Setenv("TMPDIR", t.TempDir())
+	root := recordRoot()
+	sleeper := exec.Command(fakeAgent)
+	sleeper.Env = append(os.Environ(), "FAKE_MODE=sleeper")
+	sleeper.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = sleeper.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); <-exited })
+	pgid := strconv.Itoa(sleeper.Process.Pid)
+	self, _ := procStart(os.Getpid())
+	dead := filepath.Join(root, "999999999.1") // no such pid
+	live := filepath.Join(root, fmt.Sprintf("%d.%d", os.Getpid(), self))
+	for _, dir := range []string{dead, live} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start, _ := procStart(sleeper.Process.Pid)
+	startText := []byte(strconv.FormatUint(start, 10))
+	if err := os.WriteFile(filepath.Join(live, pgid), startText, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n, err := ReapOrphans(slog.Default())
+	if err != nil || n != 0 || !alive(t, sleeper.Process.Pid) {
+		t.Fatalf("ReapOrphans = %d, %v; it must not touch a live owner's agents", n, err)
+	}
+	if err := os.MkdirAll(dead, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// A record whose leader runs with another start time: the id was
+	// recycled, and the group is someone else's.
+	if err := os.WriteFile(filepath.Join(dead, pgid), []byte("1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ReapOrphans(slog.Default()); err != nil || n != 0 || !alive(t, sleeper.Process.Pid) {
+		t.Fatalf("ReapOrphans = %d, %v; it must not kill a recycled group", n, err)
+	}
+	if err := os.MkdirAll(dead, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dead, pgid), startText, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ReapOrphans(slog.Default()); err != nil || n != 1 {
+		t.Fatalf("ReapOrphans = %d, %v; want the dead owner's group killed", n, err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(wait):
+		t.Fatal("the orphaned group survived")
+	}
+	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the dead owner's records remain: %v", err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 
 	"github.com/subagentd/subagentd/internal/agent"
-	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -27,13 +26,13 @@ const (
 
 // run is a published ACP child. Its result settles exactly once, first
 // come: the prompt's answer, a failure, or a local cancellation, which never
-// waits for the agent (R26).
+// waits for the agent (R26). Once the agent answered, its process is
+// stopped at once, without waiting for disposal.
 type run struct {
 	p         *Provider
 	log       *slog.Logger
 	childID   string
-	proc      *process
-	conn      *sdk.ClientSideConnection
+	live      *live
 	sessionID sdk.SessionId // set by the handshake, before publication
 	// logCtx carries the start request's values (its tenant) without its
 	// cancellation, for log writes: the child's log outlives the request.
@@ -44,6 +43,7 @@ type run struct {
 	cancelOnce sync.Once
 	cancelSent chan struct{} // closed once session/cancel was written or failed
 	driveDone  chan struct{}
+	answered   chan struct{} // closed once the agent answered the prompt
 
 	disposeOnce sync.Once
 	disposed    chan struct{}
@@ -60,15 +60,12 @@ type run struct {
 
 var _ subagent.Run = (*run)(nil)
 
-func newRun(logCtx context.Context, p *Provider, childID string, proc *process, log *slog.Logger) *run {
-	r := &run{
-		p: p, log: log, childID: childID, proc: proc, logCtx: logCtx,
+func newRun(logCtx context.Context, p *Provider, childID string, log *slog.Logger) *run {
+	return &run{
+		p: p, log: log, childID: childID, logCtx: logCtx,
 		done: make(chan struct{}), cancelled: make(chan struct{}), cancelSent: make(chan struct{}),
-		driveDone: make(chan struct{}), disposed: make(chan struct{}),
+		driveDone: make(chan struct{}), answered: make(chan struct{}), disposed: make(chan struct{}),
 	}
-	r.conn = sdk.NewClientSideConnection((*client)(r), proc.stdin, proc.stdout)
-	r.conn.SetLogger(log)
-	return r
 }
 
 // ChildID is the child session's id, minted by the service: ACP session ids
@@ -99,21 +96,19 @@ func (r *run) cancel(cause string) {
 		close(r.cancelled)
 		go func() {
 			defer close(r.cancelSent)
-			// Best effort: disposal is what actually stops the agent. The
-			// write blocks at most until disposal closes the pipe.
-			if err := r.conn.Cancel(context.Background(), sdk.CancelNotification{SessionId: r.sessionID}); err != nil {
-				r.log.Debug("session/cancel not sent", slog.Any("error", err))
-			}
+			// Best effort: disposal is what actually stops the agent.
+			r.live.sendCancel(r.sessionID)
 		}()
 		r.settle(outcome{reason: subagent.StopAborted, cause: cause})
 	})
 }
 
 // Dispose cancels (sending session/cancel), then tears the agent down: stdin
-// EOF, SIGTERM and SIGKILL to its process group, each after its grace. It
-// returns once the whole group is gone and the connection closed (R28, R29).
-// Every call returns the same outcome; ctx only bounds how long this call
-// waits. Returns an error only when the process group survived SIGKILL (R30).
+// EOF, SIGTERM and SIGKILL to its process group, each after its grace —
+// short ones once the agent answered its prompt. It returns once the whole
+// group is gone and the connection closed (R28, R29). Every call returns
+// the same outcome; ctx only bounds how long this call waits. Returns an
+// error only when the process group survived SIGKILL (R30).
 func (r *run) Dispose(ctx context.Context) error {
 	r.disposeOnce.Do(func() {
 		r.cancel(agent.CauseDisposed)
@@ -123,6 +118,7 @@ func (r *run) Dispose(ctx context.Context) error {
 			sent := time.NewTimer(r.p.cfg.DisposeEOFGrace)
 			select {
 			case <-r.cancelSent:
+			case <-r.answered:
 			case <-sent.C:
 			}
 			sent.Stop()
@@ -140,75 +136,53 @@ func (r *run) Dispose(ctx context.Context) error {
 	}
 }
 
-// release reaps the process group and waits for the connection to close.
+// release reaps the process group, quickly when no prompt is in flight.
 func (r *run) release() error {
-	err := r.proc.stop(r.p.cfg.DisposeEOFGrace, r.p.cfg.DisposeGrace)
-	<-r.conn.Done()
-	return err
+	idle := false
+	select {
+	case <-r.answered:
+		idle = true
+	default:
+	}
+	return r.live.release(idle, r.sessionID)
 }
 
-// drive sends the prompt and settles with its answer. A local cancel
-// settles without it.
+// drive sends the prompt and settles with its answer; a local cancel
+// settles without it. Once the agent answered, its process is stopped.
 func (r *run) drive(prompt []model.Block) {
 	defer close(r.driveDone)
-	blocks := make([]sdk.ContentBlock, len(prompt))
-	for i, b := range prompt {
-		blocks[i] = sdk.TextBlock(b.Text)
-	}
-	type answer struct {
-		resp sdk.PromptResponse
-		err  error
-	}
-	answered := make(chan answer, 1)
-	go func() {
-		// The request ends with the connection at the latest, which
-		// disposal closes.
-		resp, err := r.conn.Prompt(context.Background(), sdk.PromptRequest{SessionId: r.sessionID, Prompt: blocks})
-		answered <- answer{resp, err}
-	}()
-	var a answer
-	select {
-	case a = <-answered:
-	case <-r.cancelled:
+	resp, err := r.live.prompt(r.sessionID, sdkBlocks(prompt), r.cancelled, 0)
+	if errors.Is(err, errStopped) {
 		return
-	case <-r.proc.exited:
-		// The agent died with the prompt pending. Its last messages may still
-		// be in the pipe: let the connection deliver them, but do not wait
-		// for a descendant that keeps the pipe open.
-		grace := time.NewTimer(r.p.cfg.DisposeGrace)
-		defer grace.Stop()
-		select {
-		case a = <-answered:
-		case <-r.cancelled:
-			return
-		case <-grace.C:
-			a = answer{err: errExited}
-		}
 	}
-	if a.err != nil {
-		diagnostic := r.failure(a.err)
-		r.log.Warn("ACP child failed", slog.String("diagnostic", diagnostic), slog.Any("error", a.err))
+	if err == nil || !errors.Is(err, errExited) && !disconnected(err) {
+		close(r.answered)
+		go func() {
+			if err := r.release(); err != nil {
+				r.log.Error("settled ACP agent not reaped", slog.Any("error", err))
+			}
+		}()
+	}
+	if err != nil {
+		diagnostic := r.live.failure(err)
+		r.log.Warn("ACP child failed", slog.String("diagnostic", diagnostic), slog.Any("error", err))
 		r.settle(outcome{reason: subagent.StopError, diagnostic: diagnostic})
 		return
 	}
-	o := stopOutcome(a.resp.StopReason)
-	if u := a.resp.Usage; u != nil {
+	o := stopOutcome(resp.StopReason)
+	if u := resp.Usage; u != nil {
 		o.usage = &agent.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
 	}
 	r.settle(o)
 }
 
-// failure is the safe diagnostic of a failed prompt: how the process ended
-// when the connection broke, else the agent's JSON-RPC error message.
-func (r *run) failure(err error) string {
-	if errors.Is(err, errExited) || disconnected(err) {
-		return r.exitDiagnostic()
+// sdkBlocks converts text blocks for a session/prompt.
+func sdkBlocks(prompt []model.Block) []sdk.ContentBlock {
+	blocks := make([]sdk.ContentBlock, len(prompt))
+	for i, b := range prompt {
+		blocks[i] = sdk.TextBlock(b.Text)
 	}
-	var re *sdk.RequestError
-	if errors.As(err, &re) {
-		return rpcMessage(re)
-	}
-	return "session/prompt failed"
+	return blocks
 }
 
 // disconnected reports whether err is the SDK's account of a connection that
@@ -222,19 +196,6 @@ func disconnected(err error) bool {
 	data, _ := re.Data.(map[string]any)
 	msg, _ := data["error"].(string)
 	return strings.HasPrefix(msg, "peer disconnected")
-}
-
-// exitDiagnostic describes the end of an agent whose connection broke. The
-// process normally exits with its stdout; wait for that, within a grace.
-func (r *run) exitDiagnostic() string {
-	grace := time.NewTimer(r.p.cfg.DisposeGrace)
-	defer grace.Stop()
-	select {
-	case <-r.proc.exited:
-		return r.proc.exitDescription()
-	case <-grace.C:
-		return "agent closed its connection"
-	}
 }
 
 // outcome is how a run settles.
@@ -302,16 +263,9 @@ func (r *run) settle(o outcome) {
 		Diagnostic: subagent.TruncateDiagnostic(o.diagnostic),
 	}
 	o.diagnostic = r.result.Diagnostic
-	if len(output) > 0 || o.usage != nil {
-		r.appendLocked(agent.EventAssistantMessage, agent.AssistantMessageData{
-			Turn: turn, Step: step,
-			Message:     agent.AssistantMessage{Role: "assistant", Content: output},
-			Usage:       o.usage,
-			Interrupted: o.reason == subagent.StopAborted,
-		})
+	for _, e := range turnClose(turn, step, output, o) {
+		r.appendLocked(e.typ, e.data)
 	}
-	r.appendLocked(agent.EventStepEnd, agent.StepData{Turn: turn, Step: step})
-	r.appendLocked(agent.EventTurnEnd, agent.TurnEndData{Turn: turn, Reason: turnReason(o)})
 	close(r.done)
 }
 
@@ -331,146 +285,35 @@ func (r *run) appendLocked(typ string, payload any) {
 	}
 }
 
-// client is the run's side of the protocol: what the agent may call.
-type client run
-
-var _ sdk.Client = (*client)(nil)
-
-// SessionUpdate streams the agent's progress into the child log. Only
-// message text reaches the output; thoughts are logged as reasoning.
-func (c *client) SessionUpdate(_ context.Context, n sdk.SessionNotification) error {
-	r := (*run)(c)
+// sessionUpdate streams the agent's progress into the child log. Nothing
+// is recorded before the child log exists (during the handshake) or after
+// the turn ended.
+func (r *run) sessionUpdate(n sdk.SessionNotification) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// Nothing is recorded before the child log exists (during the handshake,
-	// which is also when sessionID is written) or after the turn ended.
 	if !r.logging || r.settled || n.SessionId != r.sessionID {
-		return nil
+		return
 	}
-	u := n.Update
-	switch {
-	case u.AgentMessageChunk != nil:
-		if text := blockText(u.AgentMessageChunk.Content); text != "" {
-			r.text.WriteString(text)
-			r.appendLocked(agent.EventAssistantChunk, agent.ChunkData{Turn: turn, Step: step,
-				Chunk: agent.Chunk{Type: string(model.ChunkText), Text: text}})
-		}
-	case u.AgentThoughtChunk != nil:
-		if text := blockText(u.AgentThoughtChunk.Content); text != "" {
-			r.appendLocked(agent.EventAssistantChunk, agent.ChunkData{Turn: turn, Step: step,
-				Chunk: agent.Chunk{Type: string(model.ChunkReasoning), Text: text}})
-		}
-	case u.ToolCall != nil:
-		tc := u.ToolCall
-		r.appendLocked(EventToolCall, ToolCallData{Turn: turn, ToolCallID: string(tc.ToolCallId),
-			Title: tc.Title, Kind: string(tc.Kind), Status: string(tc.Status)})
-	case u.ToolCallUpdate != nil:
-		tc := u.ToolCallUpdate
-		d := ToolCallData{Turn: turn, ToolCallID: string(tc.ToolCallId)}
-		if tc.Title != nil {
-			d.Title = *tc.Title
-		}
-		if tc.Kind != nil {
-			d.Kind = string(*tc.Kind)
-		}
-		if tc.Status != nil {
-			d.Status = string(*tc.Status)
-		}
-		r.appendLocked(EventToolCallUpdate, d)
-	case u.Plan != nil:
-		d := PlanData{Turn: turn, Entries: make([]PlanEntry, len(u.Plan.Entries))}
-		for i, e := range u.Plan.Entries {
-			d.Entries[i] = PlanEntry{Content: e.Content, Priority: string(e.Priority), Status: string(e.Status)}
-		}
-		r.appendLocked(EventPlan, d)
+	if typ, payload, text, ok := logUpdate(n.Update, turn, step); ok {
+		r.text.WriteString(text)
+		r.appendLocked(typ, payload)
 	}
-	return nil
 }
 
-func blockText(b sdk.ContentBlock) string {
-	if b.Text != nil {
-		return b.Text.Text
-	}
-	return ""
-}
-
-// RequestPermission answers by the configured policy: "allow" selects an
-// allow option, "reject" a reject option; with no fitting option, or once the
-// run is cancelled, the outcome is "cancelled".
-func (c *client) RequestPermission(_ context.Context, req sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
-	r := (*run)(c)
-	var chosen *sdk.PermissionOption
+// requestPermission answers by the configured policy, "cancelled" once the
+// run is cancelled.
+func (r *run) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPermissionResponse {
+	var cancelled bool
 	select {
 	case <-r.cancelled:
+		cancelled = true
 	default:
-		chosen = choose(r.p.cfg.Permission, req.Options)
 	}
-	d := PermissionData{Turn: turn, ToolCallID: string(req.ToolCall.ToolCallId), Outcome: "cancelled"}
-	if req.ToolCall.Title != nil {
-		d.Title = *req.ToolCall.Title
-	}
-	resp := sdk.RequestPermissionResponse{Outcome: sdk.RequestPermissionOutcome{
-		Cancelled: &sdk.RequestPermissionOutcomeCancelled{Outcome: "cancelled"},
-	}}
-	if chosen != nil {
-		d.Outcome, d.OptionID, d.OptionKind = "selected", string(chosen.OptionId), string(chosen.Kind)
-		resp.Outcome = sdk.RequestPermissionOutcome{
-			Selected: &sdk.RequestPermissionOutcomeSelected{Outcome: "selected", OptionId: chosen.OptionId},
-		}
-	}
+	resp, d := r.p.decide(req, cancelled, turn)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.settled {
 		r.appendLocked(EventPermission, d)
 	}
-	return resp, nil
-}
-
-// choose picks the option the policy calls for, preferring the one-time
-// kind. Rejecting with a reject option (rather than "cancelled", which means
-// the whole turn was cancelled) lets the agent carry on without the tool.
-func choose(policy string, options []sdk.PermissionOption) *sdk.PermissionOption {
-	kinds := []sdk.PermissionOptionKind{sdk.PermissionOptionKindRejectOnce, sdk.PermissionOptionKindRejectAlways}
-	if policy == config.PermissionAllow {
-		kinds = []sdk.PermissionOptionKind{sdk.PermissionOptionKindAllowOnce, sdk.PermissionOptionKindAllowAlways}
-	}
-	for _, k := range kinds {
-		for i := range options {
-			if options[i].Kind == k {
-				return &options[i]
-			}
-		}
-	}
-	return nil
-}
-
-// The service offers agents no file system and no terminal (it advertises
-// neither capability), so these requests are refused.
-
-func (c *client) ReadTextFile(context.Context, sdk.ReadTextFileRequest) (sdk.ReadTextFileResponse, error) {
-	return sdk.ReadTextFileResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodFsReadTextFile)
-}
-
-func (c *client) WriteTextFile(context.Context, sdk.WriteTextFileRequest) (sdk.WriteTextFileResponse, error) {
-	return sdk.WriteTextFileResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodFsWriteTextFile)
-}
-
-func (c *client) CreateTerminal(context.Context, sdk.CreateTerminalRequest) (sdk.CreateTerminalResponse, error) {
-	return sdk.CreateTerminalResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalCreate)
-}
-
-func (c *client) KillTerminal(context.Context, sdk.KillTerminalRequest) (sdk.KillTerminalResponse, error) {
-	return sdk.KillTerminalResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalKill)
-}
-
-func (c *client) TerminalOutput(context.Context, sdk.TerminalOutputRequest) (sdk.TerminalOutputResponse, error) {
-	return sdk.TerminalOutputResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalOutput)
-}
-
-func (c *client) ReleaseTerminal(context.Context, sdk.ReleaseTerminalRequest) (sdk.ReleaseTerminalResponse, error) {
-	return sdk.ReleaseTerminalResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalRelease)
-}
-
-func (c *client) WaitForTerminalExit(context.Context, sdk.WaitForTerminalExitRequest) (sdk.WaitForTerminalExitResponse, error) {
-	return sdk.WaitForTerminalExitResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalWaitForExit)
+	return resp
 }

@@ -14,12 +14,32 @@
 //	               ignores EOF and SIGTERM (writing FAKE_MARKS/term)
 //	FAKE_MARKS     where marks go; session/cancel leaves FAKE_MARKS/cancel
 //	FAKE_NO_ALLOW  with FAKE_MODE=permission, offer only a reject option
+//	FAKE_CAPS      session persistence advertised in initialize: "load"
+//	               (loadSession), "resume" (sessionCapabilities.resume and
+//	               loadSession), either with ",close" (sessionCapabilities.close,
+//	               session/close leaves FAKE_MARKS/close)
+//	FAKE_STATE     the directory where sessions persist, one file per
+//	               session holding its prompts, one per line
+//	FAKE_MODEL_URL with FAKE_MODE=model, the model API the prompt calls with
+//	               the x-api-key FAKE_API_KEY; a failure is answered like
+//	               codex does, "Internal error" with the reason in data
+//
+// FAKE_MODE=orphan starts a sleeper child when FAKE_GRANDCHILD is set,
+// signals FAKE_READY and works forever.
+//
+// FAKE_MODE=remember answers every prompt with the session's earlier
+// prompts ("remembered: a | b"), so tests see that a resumed session kept
+// its context (prompts are single words); a prompt "crash" exits, "wait" blocks until
+// session/cancel, and one starting "block" until the test opens the FIFO
+// FAKE_RELEASE; both signal FAKE_READY first.
 package main
 
 import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -42,6 +62,7 @@ type message struct {
 type rpcError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
+	Data    any    `json:"data,omitempty"`
 }
 
 type agent struct {
@@ -50,6 +71,7 @@ type agent struct {
 	writeMu sync.Mutex
 
 	mu         sync.Mutex
+	sessionID  string
 	sessionCwd string
 	cancelled  chan struct{}
 	cancelOnce sync.Once
@@ -96,7 +118,9 @@ func main() {
 		case m.ID == nil:
 			if m.Method == "session/cancel" {
 				mark("cancel")
+				a.mu.Lock()
 				a.cancelOnce.Do(func() { close(a.cancelled) })
+				a.mu.Unlock()
 			}
 		default:
 			go a.handle(*m.ID, m.Method, m.Params)
@@ -142,7 +166,10 @@ func (a *agent) send(m message) {
 func (a *agent) reply(id json.RawMessage, result any) { a.send(message{ID: &id, Result: result}) }
 
 func (a *agent) update(update map[string]any) {
-	params, _ := json.Marshal(map[string]any{"sessionId": "sess-1", "update": update})
+	a.mu.Lock()
+	sid := a.sessionID
+	a.mu.Unlock()
+	params, _ := json.Marshal(map[string]any{"sessionId": sid, "update": update})
 	a.send(message{Method: "session/update", Params: params})
 }
 
@@ -169,18 +196,36 @@ func (a *agent) handle(id json.RawMessage, method string, params json.RawMessage
 		case "exitinit":
 			os.Exit(2)
 		}
-		a.reply(id, map[string]any{
-			"protocolVersion":   1,
-			"agentCapabilities": map[string]any{"loadSession": false, "promptCapabilities": map[string]any{"image": false, "audio": false, "embeddedContext": false}},
-			"authMethods":       []any{},
-		})
+		caps := map[string]any{"loadSession": false, "promptCapabilities": map[string]any{"image": false, "audio": false, "embeddedContext": false}}
+		sessionCaps := map[string]any{}
+		c := os.Getenv("FAKE_CAPS")
+		if strings.HasPrefix(c, "load") || strings.HasPrefix(c, "resume") {
+			caps["loadSession"] = true
+		}
+		if strings.HasPrefix(c, "resume") {
+			sessionCaps["resume"] = map[string]any{}
+		}
+		if strings.HasSuffix(c, ",close") {
+			sessionCaps["close"] = map[string]any{}
+		}
+		caps["sessionCapabilities"] = sessionCaps
+		a.reply(id, map[string]any{"protocolVersion": 1, "agentCapabilities": caps, "authMethods": []any{}})
 	case "session/new":
 		var p struct {
 			Cwd string `json:"cwd"`
 		}
 		json.Unmarshal(params, &p)
+		sid := "sess-1"
+		if a.mode == "remember" {
+			sid = fmt.Sprintf("sess-%d-%d", os.Getpid(), time.Now().UnixNano())
+			if err := os.WriteFile(a.statePath(sid), nil, 0o644); err != nil {
+				a.send(message{ID: &id, Error: &rpcError{Code: -32603, Message: err.Error()}})
+				return
+			}
+		}
 		a.mu.Lock()
 		a.sessionCwd = p.Cwd
+		a.sessionID = sid
 		a.mu.Unlock()
 		switch a.mode {
 		case "nosession":
@@ -190,7 +235,32 @@ func (a *agent) handle(id json.RawMessage, method string, params json.RawMessage
 			a.send(message{ID: &id, Error: &rpcError{Code: -32000, Message: "Authentication required"}})
 			return
 		}
-		a.reply(id, map[string]any{"sessionId": "sess-1"})
+		a.reply(id, map[string]any{"sessionId": sid})
+	case "session/load", "session/resume":
+		var p struct {
+			SessionID string `json:"sessionId"`
+		}
+		json.Unmarshal(params, &p)
+		history, err := a.history(p.SessionID)
+		if err != nil {
+			a.send(message{ID: &id, Error: &rpcError{Code: -32002, Message: "Resource not found", Data: map[string]any{"message": err.Error()}}})
+			return
+		}
+		mark(strings.TrimPrefix(method, "session/"))
+		a.mu.Lock()
+		a.sessionID = p.SessionID
+		a.mu.Unlock()
+		if method == "session/load" {
+			// Replay the conversation, as session/load does.
+			for _, h := range history {
+				a.update(map[string]any{"sessionUpdate": "user_message_chunk", "content": map[string]any{"type": "text", "text": h}})
+				a.say("replayed: " + h)
+			}
+		}
+		a.reply(id, map[string]any{})
+	case "session/close":
+		mark("close")
+		a.reply(id, map[string]any{})
 	case "session/prompt":
 		a.prompt(id, params)
 	default:
@@ -226,6 +296,10 @@ func (a *agent) prompt(id json.RawMessage, params json.RawMessage) {
 	case strings.HasPrefix(mode, "stop:"):
 		a.say("partial")
 		stop(strings.TrimPrefix(mode, "stop:"))
+	case mode == "remember":
+		a.remember(id, p.Prompt[0].Text)
+	case mode == "model":
+		a.callModel(id)
 	case mode == "autherror":
 		a.send(message{ID: &id, Error: &rpcError{Code: -32000, Message: "Authentication required"}})
 	case mode == "longerror":
@@ -247,6 +321,21 @@ func (a *agent) prompt(id json.RawMessage, params json.RawMessage) {
 		a.say("working")
 		<-a.cancelled
 		os.Exit(4)
+	case mode == "orphan":
+		// Optionally a child process of its own, then ready and working
+		// until killed.
+		if os.Getenv("FAKE_GRANDCHILD") != "" {
+			self, _ := os.Executable()
+			cmd := exec.Command(self)
+			cmd.Env = append(os.Environ(), "FAKE_MODE=sleeper")
+			if err := cmd.Start(); err != nil {
+				a.send(message{ID: &id, Error: &rpcError{Code: -32603, Message: err.Error()}})
+				return
+			}
+		}
+		a.say("working")
+		ready()
+		select {}
 	case mode == "ignorecancel":
 		a.say("working")
 		select {}
@@ -303,5 +392,86 @@ func (a *agent) askPermission(id json.RawMessage) {
 		return
 	}
 	a.say("selected " + res.Outcome.OptionID)
+	a.reply(id, map[string]any{"stopReason": "end_turn"})
+}
+
+func (a *agent) statePath(sid string) string {
+	return filepath.Join(os.Getenv("FAKE_STATE"), filepath.Base(sid))
+}
+
+// history is what session sid was prompted with so far.
+func (a *agent) history(sid string) ([]string, error) {
+	data, err := os.ReadFile(a.statePath(sid))
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(data)), nil
+}
+
+// remember answers with the session's earlier prompts and records text.
+func (a *agent) remember(id json.RawMessage, text string) {
+	a.mu.Lock()
+	sid, cancelled := a.sessionID, a.cancelled
+	a.mu.Unlock()
+	switch {
+	case text == "crash":
+		os.Exit(3)
+	case text == "wait":
+		ready()
+		a.say("waiting")
+		<-cancelled
+		a.mu.Lock()
+		a.cancelled, a.cancelOnce = make(chan struct{}), sync.Once{}
+		a.mu.Unlock()
+		a.reply(id, map[string]any{"stopReason": "cancelled"})
+		return
+	case strings.HasPrefix(text, "block"):
+		ready()
+		f, err := os.Open(os.Getenv("FAKE_RELEASE"))
+		if err == nil {
+			f.Close() // opened once the test writes to the FIFO
+		}
+	}
+	history, err := a.history(sid)
+	if err == nil {
+		var f *os.File
+		f, err = os.OpenFile(a.statePath(sid), os.O_APPEND|os.O_WRONLY, 0)
+		if err == nil {
+			_, err = fmt.Fprintln(f, text)
+			f.Close()
+		}
+	}
+	if err != nil {
+		a.send(message{ID: &id, Error: &rpcError{Code: -32603, Message: err.Error()}})
+		return
+	}
+	a.say("remembered: " + strings.Join(history, " | "))
+	a.reply(id, map[string]any{"stopReason": "end_turn"})
+}
+
+// callModel calls the model API and fails the prompt the way codex does.
+func (a *agent) callModel(id json.RawMessage) {
+	key := os.Getenv("FAKE_API_KEY")
+	req, err := http.NewRequest(http.MethodPost, os.Getenv("FAKE_MODEL_URL"), strings.NewReader("{}"))
+	if err != nil {
+		a.send(message{ID: &id, Error: &rpcError{Code: -32603, Message: err.Error()}})
+		return
+	}
+	req.Header.Set("x-api-key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.send(message{ID: &id, Error: &rpcError{Code: -32603, Message: "Internal error", Data: map[string]any{"message": err.Error()}}})
+		return
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		a.send(message{ID: &id, Error: &rpcError{Code: -32603, Message: "Internal error", Data: map[string]any{
+			"message": fmt.Sprintf("unexpected status %s: %s", resp.Status, strings.TrimSpace(string(body))),
+			"details": "request sent with x-api-key " + key,
+		}}})
+		return
+	}
+	a.say(string(body))
 	a.reply(id, map[string]any{"stopReason": "end_turn"})
 }

@@ -1,0 +1,141 @@
+package http
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/subagentd/subagentd/internal/config"
+	"github.com/subagentd/subagentd/internal/providers/acp"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// The API over the real ACP provider and its fake agent
+// (internal/providers/acp/testdata/fakeagent).
+
+var (
+	fakeAgentOnce sync.Once
+	fakeAgentPath string
+	fakeAgentErr  error
+)
+
+func fakeAgent(t *testing.T) string {
+	t.Helper()
+	fakeAgentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "http-fakeagent-")
+		if err != nil {
+			fakeAgentErr = err
+			return
+		}
+		fakeAgentPath = filepath.Join(dir, "fakeagent")
+		if out, err := exec.Command("go", "build", "-o", fakeAgentPath, "../providers/acp/testdata/fakeagent").CombinedOutput(); err != nil {
+			fakeAgentErr = fmt.Errorf("go build fake agent: %v\n%s", err, out)
+		}
+	})
+	if fakeAgentErr != nil {
+		t.Fatal(fakeAgentErr)
+	}
+	return fakeAgentPath
+}
+
+// acpWorld is a server with one ACP provider "fake" of the fake agent,
+// env set, and a continuation manager; root is the workspace root.
+type acpWorld struct {
+	*testBundle
+	p    *acp.Provider
+	root string
+}
+
+func setupACP(t *testing.T, command string, env map[string]string) *acpWorld {
+	t.Helper()
+	w := &acpWorld{root: t.TempDir()}
+	env["FAKE_STATE"], env["FAKE_MARKS"] = t.TempDir(), t.TempDir()
+	w.testBundle = start(t, func(b *testBundle, cfg *Config) {
+		p, err := acp.New(config.ProviderConfig{Name: "fake", Type: config.TypeACP, Command: command, Env: env,
+			Permission: config.PermissionReject, DisposeEOFGrace: 10 * time.Second, DisposeGrace: 10 * time.Second,
+			IdleTimeout: 10 * time.Second}, acp.Deps{Store: b.st, Logger: b.log, WorkspaceRoots: []string{w.root}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.svc.Register(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+		w.p = p
+		mgr := subagent.NewManager(b.svc, subagent.ManagerConfig{Logger: b.log})
+		cfg.Continuations, cfg.WorkspaceRoots = mgr, []string{w.root}
+		b.stops = append(b.stops, mgr.Shutdown, func(context.Context) error { return p.Close() })
+	})
+	return w
+}
+
+func (w *acpWorld) parent(t *testing.T) string {
+	t.Helper()
+	var s sessionJSON
+	w.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/sessions",
+		body: map[string]any{"label": "root", "cwd": w.root}}).decode(t, &s)
+	return s.ID
+}
+
+func TestACP_AgentThatCannotStartIs502AgentUnavailable(t *testing.T) {
+	t.Parallel()
+	command := filepath.Join(t.TempDir(), "agent")
+	if err := os.Symlink(fakeAgent(t), command); err != nil {
+		t.Fatal(err)
+	}
+	w := setupACP(t, command, map[string]string{"FAKE_MODE": "text"})
+	if err := os.Remove(command); err != nil { // gone since start-up
+		t.Fatal(err)
+	}
+	p := w.wantProblem(t, http.StatusBadGateway, subagent.EAgentUnavailable, call{method: http.MethodPost, path: "/v1/runs",
+		body: map[string]any{"provider": "fake", "parentSessionId": w.parent(t), "prompt": textPrompt("hi")}})
+	if want := `ACP agent of provider "fake" is unavailable: cannot start ` + command + `: fork/exec ` + command + `: no such file or directory`; p.Detail != want {
+		t.Fatalf("detail %q, want %q", p.Detail, want)
+	}
+}
+
+func TestACP_ContinuableChildQueuesAFollowupDuringItsTurn(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ready, release := filepath.Join(dir, "ready"), filepath.Join(dir, "release")
+	for _, f := range []string{ready, release} {
+		if err := syscall.Mkfifo(f, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := setupACP(t, fakeAgent(t), map[string]string{"FAKE_MODE": "remember", "FAKE_CAPS": "resume",
+		"FAKE_READY": ready, "FAKE_RELEASE": release})
+	if err := w.p.Probe(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var prov struct{ Resume bool }
+	w.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/providers/fake"}).decode(t, &prov)
+	if !prov.Resume {
+		t.Fatal("GET /v1/providers/fake: resume is false for an agent advertising session/resume")
+	}
+	parent := w.parent(t)
+	var created createSubagentResponse
+	w.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/subagents",
+		body: map[string]any{"provider": "fake", "parentSessionId": parent, "label": "coder", "prompt": textPrompt("block")}}).decode(t, &created)
+	f, err := os.Open(ready) // the agent is inside its first prompt
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var res followupResponse
+	w.want(t, http.StatusOK, followup(created.ChildID, parent, "beta")).decode(t, &res)
+	if res.Route != subagent.RouteQueued || res.TaskID != created.TaskID {
+		t.Fatalf("followup = %+v, want queued in task %s", res, created.TaskID)
+	}
+	g, err := os.OpenFile(release, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+}

@@ -1,0 +1,647 @@
+package acp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	sdk "github.com/coder/acp-go-sdk"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// Continuable ACP children. An agent that advertises session persistence
+// (loadSession or sessionCapabilities.resume) keeps the child's
+// conversation in one ACP session, whose id the child log records
+// (acp/session). Each activation the subagent.Manager starts gets a
+// resident: the agent process the last activation left idle, or a new one
+// that resumes the session (session/resume where offered, else
+// session/load, whose replayed history is not logged again). Every turn is
+// one session/prompt; a followup during a turn is queued as the next
+// prompt, since ACP has no mid-turn injection.
+
+var (
+	_ subagent.ContinuableProvider = (*Provider)(nil)
+	_ subagent.Materializer        = (*Provider)(nil)
+	_ subagent.ChildAgent          = (*resident)(nil)
+	_ subagent.Queuer              = (*resident)(nil)
+)
+
+// PrepareContinuable accepts a continuable child when the agent can resume
+// sessions, starting it once to find out if no agent of this provider was
+// initialized yet. Returns EUnsupportedCapability when it cannot, and the
+// probe's EAgentUnavailable or EAborted error.
+func (p *Provider) PrepareContinuable(ctx context.Context, _ subagent.ContinuableCreateRequest) (subagent.ContinuableSpec, error) {
+	p.capMu.Lock()
+	known := p.capsKnown
+	p.capMu.Unlock()
+	if !known {
+		if err := p.Probe(ctx); err != nil {
+			return subagent.ContinuableSpec{}, err
+		}
+	}
+	if !p.CanResume() {
+		return subagent.ContinuableSpec{}, p.notContinuable()
+	}
+	return subagent.ContinuableSpec{}, nil
+}
+
+// notContinuable is the EUnsupportedCapability error of an agent that
+// cannot resume sessions.
+func (p *Provider) notContinuable() error {
+	return subagent.Errorf(subagent.EUnsupportedCapability,
+		"provider %q does not support continuable children: its agent advertises neither session/resume nor session/load", p.cfg.Name)
+}
+
+// Materialize builds the resident agent of a continuable child. On
+// creation it starts the agent and opens a new ACP session before
+// req.Create, so a failed start writes nothing, then records the session
+// id. On resume it takes up the child's idle agent, or starts one and
+// resumes the recorded session. The child's model route, persona and tool
+// filter do not apply: the agent runs its own.
+//
+// Returns EInvalidRequest for an unusable cwd, EAgentUnavailable when the
+// agent cannot be started or refuses the session, ENotResumable when the
+// log records no session or the agent can no longer resume, Create's error
+// unchanged, and other (internal) errors when the log cannot be read or
+// written.
+func (p *Provider) Materialize(ctx context.Context, req subagent.MaterializeRequest) (subagent.ChildAgent, error) {
+	cwd, err := p.workdir(req.Session.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	id := req.Session.ID
+	r := &resident{
+		p: p, key: idleKey{store.Tenant(ctx), id}, log: p.log.With(slog.String("child_id", id)),
+		logCtx: context.WithoutCancel(ctx), cwd: cwd, idle: closedChan(),
+	}
+	if req.Create != nil {
+		if err := r.create(ctx, req.Create); err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
+	if err := r.load(ctx); err != nil {
+		return nil, err
+	}
+	if r.live, err = r.wake(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// resident is the live agent of one activation of a continuable ACP child.
+type resident struct {
+	p      *Provider
+	key    idleKey
+	log    *slog.Logger
+	logCtx context.Context // the child's tenant, without cancellation
+	cwd    string          // checked at materialization
+
+	// mu guards the fields below and serialises log writes.
+	mu      sync.Mutex
+	live    *live // nil once closed
+	session sdk.SessionId
+	events  []store.Event // the child log as loaded and written
+	turn    int           // the last turn number in the log
+	queue   []agent.UserMessage
+	running bool          // a turn runs or is about to
+	idle    chan struct{} // closed while no turn runs
+	cur     *acpTurn      // the running turn
+	closed  bool
+}
+
+// acpTurn is one turn: one session/prompt.
+type acpTurn struct {
+	n     int
+	text  strings.Builder
+	stop  chan struct{} // closed by Cancel
+	cause string
+	// prompting: the prompt was sent, so updates are this turn's (a
+	// session/load replays history before any turn).
+	prompting bool
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// create starts the agent, opens its session, writes the child through
+// createChild and records the session id.
+func (r *resident) create(ctx context.Context, createChild func(context.Context) error) error {
+	cwd := r.cwd
+	l, err := r.p.launch(ctx, cwd, r, r.log)
+	if err != nil {
+		return err
+	}
+	session, err := l.newSession(ctx, cwd)
+	if err == nil && !resumable(l.caps) {
+		err = r.p.notContinuable()
+	}
+	if err == nil {
+		err = createChild(ctx)
+	}
+	if err == nil {
+		err = r.load(ctx)
+	}
+	if err == nil {
+		err = r.appendLocked(typed{EventSession, SessionData{SessionID: string(session)}})
+	}
+	if err != nil {
+		l.discard()
+		return err
+	}
+	r.live, r.session = l, session
+	return nil
+}
+
+// load reads the child log, finds its ACP session and turn count, and
+// closes a turn a crash left open.
+func (r *resident) load(ctx context.Context) error {
+	var evs []store.Event
+	for after := int64(-1); ; {
+		page, err := r.p.store.Events(ctx, r.key.id, after, 1000)
+		if err != nil {
+			return fmt.Errorf("read log of ACP child %s: %w", r.key.id, err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		evs = append(evs, page...)
+		after = page[len(page)-1].Seq
+	}
+	r.events = evs
+	open := 0
+	for _, e := range evs {
+		switch e.Type {
+		case EventSession:
+			var d SessionData
+			if json.Unmarshal(e.Data, &d) == nil {
+				r.session = sdk.SessionId(d.SessionID)
+			}
+		case agent.EventTurnStart:
+			var d agent.TurnData
+			if json.Unmarshal(e.Data, &d) == nil {
+				r.turn, open = max(r.turn, d.Turn), d.Turn
+			}
+		case agent.EventTurnEnd:
+			open = 0
+		}
+	}
+	if open != 0 {
+		// The process that ran this turn is gone (a crash or restart).
+		o := outcome{reason: subagent.StopError, diagnostic: "the turn was cut off: subagentd stopped while the agent worked on it"}
+		if err := r.appendLocked(turnClose(open, 1, nil, o)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wake returns the agent of a resumed child: the one its last activation
+// left idle, else a new process that resumes the recorded session.
+func (r *resident) wake(ctx context.Context) (*live, error) {
+	if r.session == "" {
+		return nil, subagent.Errorf(subagent.ENotResumable, "ACP child %q has no recorded agent session", r.key.id)
+	}
+	if l := r.p.unpark(r.key, r.session); l != nil {
+		l.attach(r)
+		return l, nil
+	}
+	cwd := r.cwd
+	l, err := r.p.launch(ctx, cwd, r, r.log)
+	if err != nil {
+		return nil, err
+	}
+	switch caps := l.caps; {
+	case caps.SessionCapabilities.Resume != nil:
+		err = l.call(ctx, "session/resume", func(ctx context.Context) error {
+			_, err := l.conn.ResumeSession(ctx, sdk.ResumeSessionRequest{SessionId: r.session, Cwd: cwd, McpServers: []sdk.McpServer{}})
+			return err
+		})
+	case caps.LoadSession:
+		// The agent replays the conversation as session/updates; no turn
+		// runs, so none of it is logged again.
+		err = l.call(ctx, "session/load", func(ctx context.Context) error {
+			_, err := l.conn.LoadSession(ctx, sdk.LoadSessionRequest{SessionId: r.session, Cwd: cwd, McpServers: []sdk.McpServer{}})
+			return err
+		})
+	default:
+		err = subagent.Errorf(subagent.ENotResumable, "the agent of provider %q can no longer resume sessions", r.p.cfg.Name)
+	}
+	if err != nil {
+		l.discard()
+		return nil, err
+	}
+	return l, nil
+}
+
+func resumable(caps sdk.AgentCapabilities) bool {
+	return caps.LoadSession || caps.SessionCapabilities.Resume != nil
+}
+
+// appendLocked writes evs to the child log and to r.events; call it with
+// mu held, or before r is shared.
+func (r *resident) appendLocked(evs ...typed) error {
+	batch, err := encode(evs...)
+	if err != nil {
+		return err
+	}
+	stored, err := r.p.store.AppendEvents(r.logCtx, r.key.id, batch...)
+	if err != nil {
+		return fmt.Errorf("write log of ACP child %s: %w", r.key.id, err)
+	}
+	r.events = append(r.events, stored...)
+	return nil
+}
+
+// FollowupMessage runs msg as the next prompt: on an idle agent its turn
+// opens (msg logged as user/message) before this returns; during a turn it
+// is queued behind it. Returns an error when the agent was closed or the
+// log cannot be written.
+func (r *resident) FollowupMessage(_ context.Context, msg agent.UserMessage) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return "", fmt.Errorf("ACP child %s: agent closed", r.key.id)
+	}
+	if r.running {
+		r.queue = append(r.queue, msg)
+		return msg.ID, nil
+	}
+	if err := r.openLocked(msg); err != nil {
+		return "", err
+	}
+	r.running, r.idle = true, make(chan struct{})
+	go r.drive()
+	return msg.ID, nil
+}
+
+// QueuesFollowups marks the resident as an agent whose running turn takes
+// no content: a followup then runs as the next prompt (subagent.Queuer).
+func (r *resident) QueuesFollowups() {}
+
+// openLocked opens the turn of msg. mu is held.
+func (r *resident) openLocked(msg agent.UserMessage) error {
+	n := r.turn + 1
+	if err := r.appendLocked(
+		typed{agent.EventTurnStart, agent.TurnData{Turn: n}},
+		typed{agent.EventUserMessage, msg},
+		typed{agent.EventStepStart, agent.StepData{Turn: n, Step: 1}},
+	); err != nil {
+		return err
+	}
+	r.turn = n
+	r.cur = &acpTurn{n: n, stop: make(chan struct{})}
+	r.queue = slices.DeleteFunc(r.queue, func(m agent.UserMessage) bool { return m.ID == msg.ID })
+	return nil
+}
+
+// drive runs turns until the queue is empty: one session/prompt each.
+func (r *resident) drive() {
+	for r.runTurn() {
+	}
+}
+
+// runTurn runs the open turn, closes it and opens the next queued one; it
+// reports whether it did.
+func (r *resident) runTurn() bool {
+	r.mu.Lock()
+	t, l, session := r.cur, r.live, r.session
+	content := lastUserMessage(r.events)
+	t.prompting = true
+	r.mu.Unlock()
+	o := r.prompt(l, session, t, content)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	output := []model.Block{}
+	if t.text.Len() > 0 {
+		output = []model.Block{model.TextBlock(t.text.String())}
+	}
+	o.diagnostic = subagent.TruncateDiagnostic(o.diagnostic)
+	if err := r.appendLocked(turnClose(t.n, 1, output, o)...); err != nil {
+		r.log.Warn("cannot close the ACP child's turn", slog.Any("error", err))
+	}
+	r.cur = nil
+	if len(r.queue) > 0 && !r.closed {
+		if err := r.openLocked(r.queue[0]); err == nil {
+			return true
+		} else {
+			// The queued messages stay in the durable inbox for a later
+			// activation.
+			r.log.Warn("cannot open the next turn of the ACP child", slog.Any("error", err))
+			r.queue = nil
+		}
+	}
+	r.running = false
+	close(r.idle)
+	return false
+}
+
+// lastUserMessage is the content of the last user/message in evs: the
+// prompt of the turn just opened.
+func lastUserMessage(evs []store.Event) []model.Block {
+	for i := len(evs) - 1; i >= 0; i-- {
+		var m agent.UserMessage
+		if evs[i].Type == agent.EventUserMessage && json.Unmarshal(evs[i].Data, &m) == nil {
+			return m.Content
+		}
+	}
+	return nil
+}
+
+// prompt runs turn t's prompt and says how the turn ended. A cancelled turn
+// is aborted; an agent that does not answer its cancellation within the
+// dispose grace is stopped, so no late answer reaches a later turn. When
+// an earlier turn lost the agent, a new one resumes the session first.
+func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []model.Block) outcome {
+	if l == nil {
+		ctx, cancel := context.WithCancel(r.logCtx)
+		go func() {
+			select {
+			case <-t.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		var err error
+		l, err = r.wake(ctx)
+		cancel()
+		if err != nil {
+			select {
+			case <-t.stop:
+				return outcome{reason: subagent.StopAborted, cause: t.cause}
+			default:
+			}
+			return outcome{reason: subagent.StopError, diagnostic: subagent.ErrorMessage(err)}
+		}
+		r.mu.Lock()
+		closed := r.closed
+		if !closed {
+			r.live = l
+		}
+		r.mu.Unlock()
+		if closed {
+			l.discard()
+			return outcome{reason: subagent.StopAborted, cause: t.cause}
+		}
+	}
+	resp, err := l.prompt(session, sdkBlocks(textOnly(content)), t.stop, r.p.cfg.DisposeGrace)
+	select {
+	case <-t.stop:
+		if err != nil {
+			r.dropLive(l)
+		}
+		return outcome{reason: subagent.StopAborted, cause: t.cause}
+	default:
+	}
+	if err != nil {
+		diagnostic := l.failure(err)
+		r.log.Warn("ACP child's turn failed", slog.String("diagnostic", diagnostic), slog.Any("error", err))
+		if errors.Is(err, errExited) || disconnected(err) {
+			r.dropLive(l)
+		}
+		return outcome{reason: subagent.StopError, diagnostic: diagnostic}
+	}
+	o := stopOutcome(resp.StopReason)
+	if u := resp.Usage; u != nil {
+		o.usage = &agent.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
+	}
+	return o
+}
+
+// dropLive stops an agent that can no longer be trusted with the session
+// (it died, or never answered a cancellation); a later activation starts a
+// new one and resumes.
+func (r *resident) dropLive(l *live) {
+	r.mu.Lock()
+	if r.live == l {
+		r.live = nil
+	}
+	r.mu.Unlock()
+	go func() {
+		if err := l.release(false, ""); err != nil {
+			r.log.Error("ACP agent not reaped", slog.Any("error", err))
+		}
+	}()
+}
+
+// sessionUpdate logs the running prompt's progress.
+func (r *resident) sessionUpdate(n sdk.SessionNotification) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.cur
+	if t == nil || !t.prompting || n.SessionId != r.session {
+		return
+	}
+	if typ, payload, text, ok := logUpdate(n.Update, t.n, 1); ok {
+		t.text.WriteString(text)
+		if err := r.appendLocked(typed{typ, payload}); err != nil {
+			r.log.Warn("cannot write the ACP child log", slog.String("event", typ), slog.Any("error", err))
+		}
+	}
+}
+
+// requestPermission answers by the configured policy; "cancelled" when no
+// turn runs or it was cancelled.
+func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPermissionResponse {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.cur
+	cancelled := t == nil
+	n := r.turn
+	if t != nil {
+		select {
+		case <-t.stop:
+			cancelled = true
+		default:
+		}
+	}
+	resp, d := r.p.decide(req, cancelled, n)
+	if t != nil {
+		if err := r.appendLocked(typed{EventPermission, d}); err != nil {
+			r.log.Warn("cannot write the ACP child log", slog.String("event", EventPermission), slog.Any("error", err))
+		}
+	}
+	return resp
+}
+
+// SubmitSteer is always rejected: ACP has no mid-turn injection.
+func (r *resident) SubmitSteer(context.Context, agent.UserMessage) (<-chan error, error) {
+	return nil, fmt.Errorf("ACP child %s: %w: ACP agents take no content mid-turn", r.key.id, agent.ErrSteerRejected)
+}
+
+// Steer is always rejected: ACP has no mid-turn injection.
+func (r *resident) Steer(context.Context, []model.Block, agent.Source) (string, error) {
+	return "", fmt.Errorf("ACP child %s: %w: ACP agents take no content mid-turn", r.key.id, agent.ErrSteerRejected)
+}
+
+// Cancel sends session/cancel for the running turn, which ends aborted
+// with cause, and drops the queued prompts: the manager's durable inbox
+// still holds them (keepInbox is therefore the same as not).
+func (r *resident) Cancel(cause string, _ bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.queue = nil
+	t := r.cur
+	if t == nil {
+		return
+	}
+	select {
+	case <-t.stop:
+		return
+	default:
+	}
+	t.cause = cause
+	close(t.stop)
+	if l := r.live; l != nil {
+		go l.sendCancel(r.session)
+	}
+}
+
+// Running reports whether a turn runs or is about to.
+func (r *resident) Running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running
+}
+
+// WaitIdle returns once no turn runs, or ctx's error.
+func (r *resident) WaitIdle(ctx context.Context) error {
+	r.mu.Lock()
+	idle := r.idle
+	r.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Events returns the child log as loaded and written.
+func (r *resident) Events() []store.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+// Close cancels the running turn, waits for it to end and leaves the
+// agent idle for the next activation (the provider's idle timeout stops
+// it). Returns ctx's error when the turn outlasts it.
+func (r *resident) Close(ctx context.Context) error {
+	r.Cancel(agent.CauseDisposed, false)
+	if err := r.WaitIdle(ctx); err != nil {
+		return fmt.Errorf("close ACP child %s: %w", r.key.id, err)
+	}
+	r.mu.Lock()
+	l := r.live
+	r.live, r.closed = nil, true
+	r.mu.Unlock()
+	if l != nil {
+		r.p.park(r.key, l, r.session)
+	}
+	return nil
+}
+
+// idleKey identifies a continuable child across tenants.
+type idleKey struct{ tenant, id string }
+
+// idleAgent is an agent kept running between two activations of its child.
+type idleAgent struct {
+	live    *live
+	session sdk.SessionId
+	timer   *time.Timer
+}
+
+// park keeps l running for the child's next activation, for the idle
+// timeout; then, or at Close, it is stopped (session/close, short graces).
+func (p *Provider) park(key idleKey, l *live, session sdk.SessionId) {
+	l.attach(ignore{})
+	p.idleMu.Lock()
+	if p.closing || p.cfg.IdleTimeout <= 0 {
+		p.idleMu.Unlock()
+		p.stopIdle(l, session)
+		return
+	}
+	if old := p.idle[key]; old != nil {
+		// Cannot happen while the manager runs one activation per child;
+		// never leak a process if it does.
+		old.timer.Stop()
+		go p.stopIdle(old.live, old.session)
+	}
+	ia := &idleAgent{live: l, session: session}
+	ia.timer = time.AfterFunc(p.cfg.IdleTimeout, func() {
+		p.idleMu.Lock()
+		mine := p.idle[key] == ia
+		if mine {
+			delete(p.idle, key)
+		}
+		p.idleMu.Unlock()
+		if mine {
+			p.stopIdle(l, session)
+		}
+	})
+	p.idle[key] = ia
+	p.idleMu.Unlock()
+}
+
+// unpark takes the idle agent of key for session, if one is still running.
+func (p *Provider) unpark(key idleKey, session sdk.SessionId) *live {
+	p.idleMu.Lock()
+	ia := p.idle[key]
+	delete(p.idle, key)
+	p.idleMu.Unlock()
+	if ia == nil {
+		return nil
+	}
+	ia.timer.Stop()
+	select {
+	case <-ia.live.proc.exited:
+	default:
+		if ia.session == session {
+			return ia.live
+		}
+	}
+	go p.stopIdle(ia.live, ia.session)
+	return nil
+}
+
+func (p *Provider) stopIdle(l *live, session sdk.SessionId) {
+	if err := l.release(true, session); err != nil {
+		p.log.Error("idle ACP agent not reaped", slog.Any("error", err))
+	}
+}
+
+// Close stops every idle agent and every one parked later. It returns once
+// they are gone; errors name groups that survived SIGKILL.
+func (p *Provider) Close() error {
+	p.idleMu.Lock()
+	p.closing = true
+	all := make([]*idleAgent, 0, len(p.idle))
+	for key, ia := range p.idle {
+		ia.timer.Stop()
+		all = append(all, ia)
+		delete(p.idle, key)
+	}
+	p.idleMu.Unlock()
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, ia := range all {
+		wg.Go(func() { errs[i] = ia.live.release(true, ia.session) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
