@@ -865,19 +865,6 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 
 func (m *Manager) isDraining() bool { return m.admitting() != nil }
 
-// materializer returns the Materializer of the continuable children of
-// provider: the provider itself when it builds its own agents, else the
-// Manager's, as for a provider no longer registered (resume needs none,
-// R7).
-func (m *Manager) materializer(provider string) Materializer {
-	if p, ok := m.svc.Provider(provider); ok {
-		if mp, ok := p.(Materializer); ok {
-			return mp
-		}
-	}
-	return m.mat
-}
-
 // closeAgent closes an agent that never became an activation.
 func (m *Manager) closeAgent(ctx context.Context, childID string, ag ChildAgent) {
 	if err := ag.Close(ctx); err != nil {

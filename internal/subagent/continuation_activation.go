@@ -27,6 +27,7 @@ type activation struct {
 	runID    string
 	taskID   string
 	provider string // the descriptor's, registered or not (R7, R71)
+	local    bool   // the provider's Local; true for an unregistered one (in-process resume)
 	parentID string
 	// boundary is the log length at the start edge: the epoch's facts
 	// come only from the events after it (R69, §8.7).
@@ -47,7 +48,7 @@ type activation struct {
 
 // event returns the lifecycle event of type typ for act.
 func (a *activation) event(typ string) Event {
-	return Event{Type: typ, RunID: a.runID, Provider: a.provider, ID: a.c.key.id, Local: true,
+	return Event{Type: typ, RunID: a.runID, Provider: a.provider, ID: a.c.key.id, Local: a.local,
 		ParentID: a.parentID, TaskID: a.taskID}
 }
 
@@ -64,8 +65,11 @@ type incarnation struct{ act *activation }
 func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store.Session, desc Descriptor, inc *incarnation) (*activation, error) {
 	act := &activation{
 		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(),
-		provider: desc.Provider, parentID: sess.ParentID, boundary: len(ag.Events()),
+		provider: desc.Provider, local: true, parentID: sess.ParentID, boundary: len(ag.Events()),
 		changed: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{}),
+	}
+	if p, ok := m.svc.Provider(desc.Provider); ok {
+		act.local = p.Capabilities().Local
 	}
 	now := time.Now()
 	start := act.event(EventStart)
@@ -73,7 +77,7 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 	if err == nil {
 		row, err = m.store.StartRun(ctx, store.Run{
 			ID: act.runID, Kind: store.KindActivation, Provider: act.provider, ChildID: c.key.id,
-			ParentID: act.parentID, TaskID: act.taskID, Local: true, State: store.StateRunning,
+			ParentID: act.parentID, TaskID: act.taskID, Local: act.local, State: store.StateRunning,
 			StartedAt: now, Owner: m.svc.owner, LeaseUntil: now.Add(m.svc.lease),
 		}, row)
 	}
@@ -142,7 +146,7 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 		return nil
 	}
 	if _, ok := act.agent.(Queuer); ok && !act.closing && !act.interrupted && act.agent.Running() {
-		if msg, err := rowMessage(row); err == nil {
+		if msg, err := RowMessage(row); err == nil {
 			if _, err := act.agent.FollowupMessage(ctx, msg); err == nil {
 				m.answer(c, row.ID, answer{res: FollowupResult{Route: RouteQueued, TaskID: act.taskID, MessageID: row.ID}})
 				return nil

@@ -228,7 +228,7 @@ func newContEnvOver(t *testing.T, st *spyStore, mdl model.Model) *contEnv {
 	e.svc = NewService(Config{Store: st, Logger: logger, Owner: "replica-1"})
 	e.mat = &testMat{st: st, model: mdl}
 	e.m = NewManager(e.svc, ManagerConfig{Materializer: e.mat, Notices: e.notices, Logger: logger})
-	e.prov = &contProvider{fakeProvider: &fakeProvider{name: "spawn"}}
+	e.prov = &contProvider{fakeProvider: &fakeProvider{name: "spawn", caps: contCaps}}
 	if err := e.svc.Register(t.Context(), e.prov); err != nil {
 		t.Fatal(err)
 	}

@@ -336,7 +336,7 @@ func TestStart_ProviderWithItsOwnMaterializerBuildsItsChildren(t *testing.T) {
 	t.Parallel()
 	e := newContEnv(t, scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "ok"} }))
 	own := &testMat{st: e.st, model: scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "own"} })}
-	p := ownMatProvider{contProvider: &contProvider{fakeProvider: &fakeProvider{name: "own"}}, testMat: own}
+	p := ownMatProvider{contProvider: &contProvider{fakeProvider: &fakeProvider{name: "own", caps: contCaps}}, testMat: own}
 	if err := e.svc.Register(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}

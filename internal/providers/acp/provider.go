@@ -113,15 +113,17 @@ func (p *Provider) Description() string {
 		filepath.Base(p.cfg.Command))
 }
 
-// Capabilities are all false: the service cannot enforce an output schema, a
-// depth limit, a tool filter or a persona on an external agent.
-func (p *Provider) Capabilities() subagent.Capabilities { return subagent.Capabilities{} }
+// Capabilities has no start-time feature: the service cannot enforce an
+// output schema, a depth limit, a tool filter or a persona on an external
+// agent. Steer is false (ACP has no confirmed mid-turn admission) and Local
+// false (the agent runs its own model); Resume is what the agent advertised
+// (CanResume).
+func (p *Provider) Capabilities() subagent.Capabilities {
+	return subagent.Capabilities{Resume: p.CanResume()}
+}
 
 // InheritsParentContext is false: the agent sees only its prompt.
 func (p *Provider) InheritsParentContext() bool { return false }
-
-// CanSteer is false: ACP offers no confirmed mid-turn admission.
-func (p *Provider) CanSteer() bool { return false }
 
 // CanResume reports whether the agent advertised session persistence
 // (loadSession or sessionCapabilities.resume) in its last initialize; false
@@ -159,9 +161,6 @@ func (ignore) requestPermission(sdk.RequestPermissionRequest) sdk.RequestPermiss
 	return sdk.RequestPermissionResponse{Outcome: sdk.RequestPermissionOutcome{
 		Cancelled: &sdk.RequestPermissionOutcomeCancelled{Outcome: "cancelled"}}}
 }
-
-// IsLocal is false: the child is an external process running its own model.
-func (p *Provider) IsLocal() bool { return false }
 
 // Start spawns the agent, performs initialize and session/new, creates the
 // child session, sends the prompt and returns the run (R12). ctx bounds only

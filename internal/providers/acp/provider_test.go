@@ -37,8 +37,8 @@ func TestProvider_DescribesItself(t *testing.T) {
 	if p.Name() != "fake" || p.Capabilities() != (subagent.Capabilities{}) || p.InheritsParentContext() {
 		t.Fatalf("Name %q, Capabilities %+v, InheritsParentContext %v", p.Name(), p.Capabilities(), p.InheritsParentContext())
 	}
-	if p.CanSteer() || p.CanResume() || p.IsLocal() {
-		t.Fatalf("runtime capabilities steer %v resume %v local %v, want none", p.CanSteer(), p.CanResume(), p.IsLocal())
+	if c := p.Capabilities(); c.Steer || c.Resume || c.Local {
+		t.Fatalf("runtime capabilities steer %v resume %v local %v, want none", c.Steer, c.Resume, c.Local)
 	}
 	if !strings.Contains(p.Description(), `"fakeagent"`) || strings.Contains(p.Description(), fakeAgent) {
 		t.Fatalf("Description %q should name the program, not its path", p.Description())
