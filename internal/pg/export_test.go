@@ -4,3 +4,10 @@ package pg
 var NewMigrator = newMigrator
 
 const ListenerName = listenerName
+
+// Queued returns how many writes wait for the writer's next flush.
+func (s *Store) Queued() int {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	return len(s.w.queue)
+}

@@ -1,0 +1,204 @@
+package pg_test
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/subagentd/subagentd/internal/pg"
+	"github.com/subagentd/subagentd/internal/pg/pgtest"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// holdCounter locks lifecycle_counter from a transaction of its own, so the
+// writer's next flush that carries a lifecycle event waits; the returned
+// func releases it.
+func holdCounter(t *testing.T, pool *pgxpool.Pool) func() {
+	t.Helper()
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), `SELECT last_id FROM lifecycle_counter FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := tx.Commit(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitBlocked waits until a backend of the database waits for a lock: the
+// writer's flush, behind holdCounter.
+func waitBlocked(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	for {
+		var n int
+		err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+	}
+}
+
+// waitQueued waits until n writes are queued behind the blocked flush.
+func waitQueued(t *testing.T, s *pg.Store, n int) {
+	t.Helper()
+	for s.Queued() < n {
+		if t.Context().Err() != nil {
+			t.Fatalf("only %d of %d writes queued", s.Queued(), n)
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestGroupCommit_OneTransactionPerFlush blocks one flush, lets writes of
+// many sessions queue behind it, and checks they commit in one transaction
+// (one xmin), each caller answered with its own result and lifecycle ids
+// gap-free in arrival order.
+func TestGroupCommit_OneTransactionPerFlush(t *testing.T) {
+	t.Parallel()
+	pool := openPool(t, pgtest.URL(t))
+	s := newStore(t, pool)
+	ctx := t.Context()
+	const n = 20
+	for i := range n {
+		if err := s.CreateSession(ctx, store.Session{ID: fmt.Sprint("g", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := holdCounter(t, pool)
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.AppendLifecycle(ctx, store.LifecycleEvent{Type: "first"})
+		first <- err
+	}()
+	waitBlocked(t, pool)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := range n {
+		wg.Go(func() {
+			evs, err := s.AppendEvents(ctx, fmt.Sprint("g", i), store.NewEvent{Type: "t"}, store.NewEvent{Type: "u"})
+			if err == nil && (len(evs) != 2 || evs[0].Seq != 0 || evs[1].Seq != 1) {
+				err = fmt.Errorf("g%d: got %+v", i, evs)
+			}
+			errs <- err
+		})
+		wg.Go(func() {
+			_, err := s.AppendLifecycle(ctx, store.LifecycleEvent{Type: "grouped"})
+			errs <- err
+		})
+	}
+	waitQueued(t, s, 2*n)
+	release()
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var xmins, events, lo, hi int64
+	row := pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text), count(*), min(id), max(id) FROM lifecycle_events WHERE type = 'grouped'`)
+	if err := row.Scan(&xmins, &events, &lo, &hi); err != nil {
+		t.Fatal(err)
+	}
+	if xmins != 1 || events != n || lo != 2 || hi != n+1 {
+		t.Fatalf("grouped lifecycle events: %d transactions, %d events, ids %d..%d; want 1, %d, 2..%d", xmins, events, lo, hi, n, n+1)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT e.xmin::text) FROM session_events e, lifecycle_events l
+		WHERE l.type = 'grouped' AND e.xmin::text <> l.xmin::text`).Scan(&xmins); err != nil {
+		t.Fatal(err)
+	}
+	if xmins != 0 {
+		t.Fatalf("%d appends committed apart from the lifecycle events queued with them", xmins)
+	}
+}
+
+// TestGroupCommit_FailureStaysWithItsCaller queues a duplicate session and
+// a second end of one run among good writes in one flush: only those two
+// callers get their errors, everyone else commits, and lifecycle ids stay
+// gap-free.
+func TestGroupCommit_FailureStaysWithItsCaller(t *testing.T) {
+	t.Parallel()
+	pool := openPool(t, pgtest.URL(t))
+	s := newStore(t, pool)
+	ctx := t.Context()
+	if err := s.CreateSession(ctx, store.Session{ID: "dup"}); err != nil {
+		t.Fatal(err)
+	}
+	run := store.Run{ID: "r", Kind: store.KindOneShot}
+	if _, err := s.StartRun(ctx, run, store.LifecycleEvent{Type: "subagent/start", RunID: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EndRun(ctx, "r", store.RunResult{StopReason: "completed"}, store.LifecycleEvent{Type: "subagent/end", RunID: "r"}); err != nil {
+		t.Fatal(err)
+	}
+
+	release := holdCounter(t, pool)
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.AppendLifecycle(ctx, store.LifecycleEvent{Type: "first"})
+		first <- err
+	}()
+	waitBlocked(t, pool)
+	const n = 10
+	var wg sync.WaitGroup
+	good := make(chan error, 2*n)
+	var dupErr, endErr error
+	wg.Go(func() { dupErr = s.CreateSession(ctx, store.Session{ID: "dup"}) })
+	wg.Go(func() {
+		_, endErr = s.EndRun(ctx, "r", store.RunResult{StopReason: "completed"}, store.LifecycleEvent{Type: "subagent/end", RunID: "r"})
+	})
+	for i := range n {
+		wg.Go(func() { good <- s.CreateSession(ctx, store.Session{ID: fmt.Sprint("ok", i)}) })
+		wg.Go(func() {
+			_, err := s.AppendLifecycle(ctx, store.LifecycleEvent{Type: "ok"})
+			good <- err
+		})
+	}
+	waitQueued(t, s, 2*n+2)
+	release()
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	close(good)
+	for err := range good {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !errors.Is(dupErr, store.ErrConflict) {
+		t.Fatalf("duplicate session: %v, want ErrConflict", dupErr)
+	}
+	if !errors.Is(endErr, store.ErrConflict) {
+		t.Fatalf("second end: %v, want ErrConflict", endErr)
+	}
+	evs, err := s.Lifecycle(ctx, store.LifecycleFilter{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != n+3 {
+		t.Fatalf("%d lifecycle events, want %d", len(evs), n+3)
+	}
+	for i, e := range evs {
+		if e.ID != int64(i+1) {
+			t.Fatalf("lifecycle ids not gap-free: position %d holds id %d", i, e.ID)
+		}
+	}
+}
