@@ -312,7 +312,7 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (store.Store, 
 	if err := pg.Migrate(ctx, url, log); err != nil {
 		return nil, nil, err
 	}
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := pgxpool.New(ctx, pg.ConnString(url))
 	if err != nil {
 		return nil, nil, fmt.Errorf("open Postgres pool: %w", err)
 	}
