@@ -79,7 +79,7 @@ func (s *Store) StartRun(ctx context.Context, r store.Run, start store.Lifecycle
 func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent) (_ store.LifecycleEvent, err error) {
 	defer wrap(&err, "end run %q", runID)
 	tenant, ended := store.Tenant(ctx), now(res.EndedAt)
-	o := &op{topic: store.LifecycleTopic, key: "r:" + runID, event: &end, tenant: tenant}
+	o := &op{topic: store.LifecycleTopic, key: "r:" + runID, event: &end, tenant: tenant, conditional: true}
 	o.data = func(b *pgx.Batch) {
 		b.Queue(`UPDATE runs
 			SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7

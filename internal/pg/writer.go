@@ -2,6 +2,7 @@ package pg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/subagentd/subagentd/internal/store"
@@ -29,9 +31,14 @@ import (
 // last_seq, a run's row) so that two replicas' flushes never lock rows in
 // opposite orders; writes to one row keep their arrival order. The
 // lifecycle phase then takes the lifecycle_counter row once, for every
-// lifecycle event of the flush, in one statement, and commits: the counter
-// is locked only for that last round trip, ids stay gap-free, and they
-// become visible in commit order.
+// lifecycle event of the flush, in one statement at the end of the
+// transaction: the counter is locked only from there to the commit, ids
+// stay gap-free, and they become visible in commit order. Both phases go
+// out as one batch (one round trip, an implicit transaction), unless a
+// write's lifecycle event depends on its data-phase result (a run's end,
+// appended only if the run was still running): then the data phase is
+// read first, in an explicit transaction, and the lifecycle phase and
+// COMMIT follow in a second round trip.
 //
 // If any statement of a flush fails (a duplicate id, a lost connection),
 // the flush is rolled back and its writes are retried one by one, each in
@@ -39,8 +46,10 @@ import (
 //
 // Wake-ups are coalesced: after a commit the writer wakes this process's
 // subscribers at once and hands the flush's topics to the notifier, which
-// sends them with pg_notify in a transaction of its own, after the commit.
-// A lost NOTIFY is caught by the slow poll (pollInterval).
+// sends them with pg_notify in a transaction of its own, after the commit,
+// with synchronous_commit off: a wake-up need not wait for a WAL flush, and
+// one lost in a crash is caught, like any lost NOTIFY, by the slow poll
+// (pollInterval) and the listener's re-query on reconnect.
 
 const (
 	// maxFlush bounds the writes one flush carries.
@@ -70,9 +79,12 @@ type op struct {
 	data func(b *pgx.Batch)
 	// event, if set, is appended in the lifecycle phase unless skip is set;
 	// it gets its ID and stored Time there.
-	event  *store.LifecycleEvent
-	tenant string
-	skip   bool
+	event *store.LifecycleEvent
+	// conditional is set when data may set skip: the flush must read the
+	// data phase before it sends the lifecycle phase.
+	conditional bool
+	tenant      string
+	skip        bool
 	// fail is the op's own answer (e.g. not found), which does not abort
 	// the flush.
 	fail error
@@ -197,18 +209,26 @@ func (w *writer) take() []*op {
 	return ops
 }
 
-// commit flushes ops together, or one by one if that fails, and answers
-// them.
+// commit flushes ops together and answers them. If the database refused
+// a statement, the flush was rolled back, and each op is retried alone; any
+// other failure (a lost connection) leaves the outcome unknown, and every op
+// gets the error, as a lone transaction's caller would.
 func (w *writer) commit(ctx context.Context, ops []*op) {
-	if len(ops) > 1 {
-		if err := w.flush(ctx, ops); err == nil {
-			w.answer(ops)
-			return
+	if len(ops) == 1 {
+		w.flushAlone(ctx, ops[0])
+		return
+	}
+	err := w.flush(ctx, ops)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) {
+		for _, o := range ops {
+			w.flushAlone(ctx, o)
 		}
+		return
 	}
 	for _, o := range ops {
-		w.flushAlone(ctx, o)
+		o.err = err
 	}
+	w.answer(ops)
 }
 
 func (w *writer) flushAlone(ctx context.Context, o *op) {
@@ -248,17 +268,17 @@ func (w *writer) flush(ctx context.Context, ops []*op) (err error) {
 	}
 	defer conn.Release()
 
-	events := 0
+	events, conditional := false, false
 	for _, o := range ops {
 		o.skip, o.fail = false, nil
-		if o.event != nil {
-			events++
-		}
+		events = events || o.event != nil
+		conditional = conditional || o.conditional
 	}
+	twoTrips := events && conditional
 	data := slices.Clone(ops)
 	slices.SortStableFunc(data, func(a, b *op) int { return strings.Compare(a.key, b.key) })
 	b := &pgx.Batch{}
-	if events > 0 {
+	if twoTrips {
 		b.Queue("BEGIN")
 	}
 	for _, o := range data {
@@ -266,23 +286,26 @@ func (w *writer) flush(ctx context.Context, ops []*op) (err error) {
 			o.data(b)
 		}
 	}
-	if b.Len() > 0 {
-		err = conn.SendBatch(ctx, b).Close()
-	}
-	if err == nil && events > 0 {
-		b = &pgx.Batch{}
-		queueLifecycle(b, ops)
-		b.Queue("COMMIT")
-		err = conn.SendBatch(ctx, b).Close()
-	}
-	if err != nil && events > 0 {
-		// The transaction may be open and aborted: end it, or drop the
-		// connection.
-		if _, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+	if twoTrips {
+		if err = conn.SendBatch(ctx, b).Close(); err == nil {
+			b = &pgx.Batch{}
+			queueLifecycle(b, ops)
+			b.Queue("COMMIT")
+			err = conn.SendBatch(ctx, b).Close()
 		}
+		if err != nil {
+			// The transaction may be open and aborted: end it, or drop the
+			// connection.
+			if _, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+				_ = conn.Conn().Close(context.WithoutCancel(ctx))
+			}
+		}
+		return err
 	}
-	return err
+	if events {
+		queueLifecycle(b, ops)
+	}
+	return conn.SendBatch(ctx, b).Close()
 }
 
 // queueLifecycle appends the lifecycle events of ops that are not skipped,
@@ -326,14 +349,14 @@ func queueLifecycle(b *pgx.Batch, ops []*op) {
 		SELECT id, time FROM ins ORDER BY id`,
 		tenants, types, parents, runs, times, payloads,
 	).Query(func(rows pgx.Rows) error {
+		// Results are read after the server ran the batch, which may have
+		// committed already: a surprise here fails the callers, never the
+		// flush (a failed flush is retried).
 		i := 0
-		for rows.Next() {
-			if i == len(owners) {
-				return fmt.Errorf("lifecycle insert returned more than %d rows", len(owners))
-			}
+		for rows.Next() && i < len(owners) {
 			e := owners[i].event
 			if err := rows.Scan(&e.ID, &e.Time); err != nil {
-				return err
+				return err // not a PgError: every caller gets it, nothing is retried
 			}
 			e.Time = e.Time.UTC()
 			i++
@@ -341,8 +364,8 @@ func queueLifecycle(b *pgx.Batch, ops []*op) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if i != len(owners) {
-			return fmt.Errorf("lifecycle insert returned %d rows, want %d", i, len(owners))
+		for _, o := range owners[i:] {
+			o.fail = fmt.Errorf("lifecycle insert returned %d rows, want %d", i, len(owners))
 		}
 		return nil
 	})
@@ -383,10 +406,31 @@ func (w *writer) notify(ctx context.Context) {
 	if len(topics) == 0 {
 		return
 	}
-	_, err := w.pool.Exec(ctx, `SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t`, notifyChannel, topics)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit TO off")
+	b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t`, notifyChannel, topics)
+	b.Queue("COMMIT")
+	err := w.sendAlone(ctx, b)
 	if err != nil && ctx.Err() == nil {
 		w.log.WarnContext(ctx, "pg: notify other replicas; their poll will catch up", slog.Int("topics", len(topics)), slog.Any("error", err))
 	}
+}
+
+// sendAlone sends b, which holds its own BEGIN and COMMIT, on a connection
+// of its own, rolling back or dropping the connection if it fails.
+func (w *writer) sendAlone(ctx context.Context, b *pgx.Batch) error {
+	conn, err := w.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if err = conn.SendBatch(ctx, b).Close(); err != nil {
+		if _, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}
+	return err
 }
 
 // signal wakes a goroutine waiting on ch (buffer one), never blocking.
