@@ -7,8 +7,8 @@
 //
 // Memory stays bounded under indefinite load (Retention): disposed one-shot
 // runs are evicted, with their child's session and log, once more than
-// Retention.Runs are kept or one was disposed longer than Retention.Age
-// ago, and the lifecycle log keeps its newest Retention.Events events. An
+// Retention.Runs (plus an eighth, to evict in batches) are kept or one was
+// disposed longer than Retention.Age ago, and the lifecycle log keeps its newest Retention.Events events. An
 // evicted run or session is then not found, as if it had never existed; a
 // lifecycle read after an evicted id starts at the oldest kept one.
 package memstore
@@ -29,7 +29,8 @@ import (
 // Retention bounds what the store keeps. A zero field takes its default.
 type Retention struct {
 	// Runs is how many disposed one-shot runs (each with its child's
-	// session and log) are kept; the oldest disposed beyond it is evicted.
+	// session and log) are kept; once an eighth more are, the oldest
+	// disposed beyond Runs are evicted.
 	Runs int
 	// Age is how long a disposed one-shot run is kept after disposal.
 	// Eviction happens on the next write.
@@ -309,34 +310,46 @@ func (s *Store) DisposeRun(ctx context.Context, runID string) error {
 }
 
 // evict drops the oldest disposed one-shot runs beyond the retention, each
-// with its child's session and log. The caller holds s.mu.
+// with its child's session and log. The count bound is checked with a slack
+// of an eighth, so that eviction works in batches: one pass over the sorted
+// lists per batch rather than one per run. The caller holds s.mu.
 func (s *Store) evict(now time.Time) {
 	n := 0
-	for n < len(s.disposed) && (len(s.disposed)-n > s.retain.Runs || now.Sub(s.disposed[n].at) > s.retain.Age) {
-		s.evictRun(s.disposed[n].runID)
+	if len(s.disposed) > s.retain.Runs+s.retain.Runs/8 {
+		n = len(s.disposed) - s.retain.Runs
+	}
+	for n < len(s.disposed) && now.Sub(s.disposed[n].at) > s.retain.Age {
 		n++
 	}
+	if n == 0 {
+		return
+	}
+	gone := make(map[string]bool, 2*n) // run and session ids
+	for _, d := range s.disposed[:n] {
+		rec, ok := s.runs[d.runID]
+		if !ok {
+			continue
+		}
+		delete(s.runs, d.runID)
+		gone[d.runID] = true
+		if sess, ok := s.sessions[rec.r.ChildID]; ok && sess.tenant == rec.tenant && sess.hdr.Mode != "continuable" {
+			delete(s.sessions, sess.hdr.ID)
+			gone[sess.hdr.ID] = true
+		}
+	}
 	s.disposed = s.disposed[n:] // the next growth copies only what is kept
-}
-
-func (s *Store) evictRun(id string) {
-	rec, ok := s.runs[id]
-	if !ok {
-		return
+	for tenant, list := range s.runList {
+		s.runList[tenant] = slices.DeleteFunc(list, func(r *run) bool { return gone[r.r.ID] })
 	}
-	delete(s.runs, id)
-	s.runList[rec.tenant] = deleteSorted(s.runList[rec.tenant], rec, cmpRun)
-	sess, ok := s.sessions[rec.r.ChildID]
-	if !ok || sess.tenant != rec.tenant || sess.hdr.Mode == "continuable" {
-		return
+	for tenant, list := range s.byTenant {
+		s.byTenant[tenant] = slices.DeleteFunc(list, func(x *session) bool { return gone[x.hdr.ID] })
 	}
-	delete(s.sessions, sess.hdr.ID)
-	s.byTenant[sess.tenant] = deleteSorted(s.byTenant[sess.tenant], sess, cmpSession)
-	key := [2]string{sess.tenant, sess.hdr.ParentID}
-	if list := deleteSorted(s.byParent[key], sess, cmpSession); len(list) > 0 {
-		s.byParent[key] = list
-	} else {
-		delete(s.byParent, key)
+	for key, list := range s.byParent {
+		if list = slices.DeleteFunc(list, func(x *session) bool { return gone[x.hdr.ID] }); len(list) > 0 {
+			s.byParent[key] = list
+		} else {
+			delete(s.byParent, key)
+		}
 	}
 }
 
@@ -611,13 +624,6 @@ func norm(t time.Time) time.Time {
 func insertSorted[T any](list []T, v T, cmp func(a, b T) int) []T {
 	i, _ := slices.BinarySearchFunc(list, v, cmp)
 	return slices.Insert(list, i, v)
-}
-
-func deleteSorted[T any](list []T, v T, cmp func(a, b T) int) []T {
-	if i, ok := slices.BinarySearchFunc(list, v, cmp); ok {
-		return slices.Delete(list, i, i+1)
-	}
-	return list
 }
 
 func cmpSession(a, b *session) int {

@@ -66,6 +66,8 @@ func TestRetention_EvictsOldestDisposedRunsBeyondCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	oneShot(t, s, "settled", false)
+	// With Runs 2 the slack (2/8) is none: every disposal past the second
+	// evicts the oldest disposed run.
 	for _, id := range []string{"a", "b", "c", "d"} {
 		oneShot(t, s, id, true)
 	}
@@ -84,6 +86,23 @@ func TestRetention_EvictsOldestDisposedRunsBeyondCount(t *testing.T) {
 	runs, err := s.ListRuns(ctx, store.RunFilter{ParentID: "root"})
 	if err != nil || len(runs) != 3 {
 		t.Fatalf("runs of root after eviction: %v, %v", runs, err)
+	}
+}
+
+func TestRetention_EvictsInBatchesPastTheSlack(t *testing.T) {
+	s := memstore.NewWithRetention(memstore.Retention{Runs: 8}) // slack 1
+	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i"}
+	for _, id := range ids {
+		oneShot(t, s, id, true)
+	}
+	if !kept(t, s, "a") {
+		t.Fatal("nine disposed runs are within 8 + 8/8; the oldest was evicted")
+	}
+	oneShot(t, s, "j", true)
+	for i, id := range append(ids, "j") {
+		if got, want := kept(t, s, id), i >= 2; got != want {
+			t.Errorf("%s kept = %v, want %v (the tenth disposal evicts down to 8)", id, got, want)
+		}
 	}
 }
 
