@@ -11,3 +11,6 @@ func (s *Store) Queued() int {
 	defer s.w.mu.Unlock()
 	return len(s.w.queue)
 }
+
+// InFlight returns how many flushes may run at once.
+func (s *Store) InFlight() int { return s.w.inFlight }

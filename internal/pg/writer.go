@@ -20,16 +20,18 @@ import (
 
 // Group commit (DESIGN §8, STYLE A.12). Every write that announces a topic —
 // session creation, log appends, run starts and ends, lifecycle appends —
-// goes through one writer per Store. The writer takes every write waiting
-// when the previous flush ends and commits them together in one
-// transaction, sent as pipelined batches: a flush is one round trip (two
-// when it carries lifecycle events), however many sessions it touches. A
-// caller is answered only after the commit that holds its write.
+// goes through one writer per Store. Whenever a flush slot is free (half the
+// pool's connections may flush at once, so that one flush's wait for its
+// commit overlaps the next one's batch), the writer takes every write
+// waiting and commits them together in one transaction, sent as pipelined
+// batches: a flush is one round trip (two when it carries a run's end),
+// however many sessions it touches. A caller is answered only after the
+// commit that holds its write.
 //
 // A flush runs in two phases. The data phase writes sessions, session
 // events and runs, ordered by the row each write locks (a session's
-// last_seq, a run's row) so that two replicas' flushes never lock rows in
-// opposite orders; writes to one row keep their arrival order. The
+// last_seq, a run's row) so that two flushes, of this replica or another,
+// never lock rows in opposite orders; writes to one row keep their arrival order. The
 // lifecycle phase then takes the lifecycle_counter row once, for every
 // lifecycle event of the flush, in one statement at the end of the
 // transaction: the counter is locked only from there to the commit, ids
@@ -99,6 +101,9 @@ type writer struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	hub  *store.Hub
+	// inFlight bounds the flushes running at once, each on a connection of
+	// its own, so one flush's commit wait overlaps the next one's batch.
+	inFlight int
 
 	mu      sync.Mutex
 	queue   []*op
@@ -115,9 +120,10 @@ type writer struct {
 func newWriter(pool *pgxpool.Pool, log *slog.Logger, hub *store.Hub) *writer {
 	w := &writer{
 		pool: pool, log: log, hub: hub,
-		topics:  make(map[string]struct{}),
-		wake:    make(chan struct{}, 1),
-		wakeNtf: make(chan struct{}, 1),
+		inFlight: max(1, int(pool.Config().MaxConns)/2),
+		topics:   make(map[string]struct{}),
+		wake:     make(chan struct{}, 1),
+		wakeNtf:  make(chan struct{}, 1),
 	}
 	w.stop, w.stopped, w.notified = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go w.run()
@@ -166,12 +172,14 @@ func (w *writer) do(ctx context.Context, o *op) error {
 	}
 }
 
-// run flushes as soon as the previous flush ends, until close. Flushes are
-// not bounded by any caller's context: a caller that gives up after its op
-// was taken still gets the flush's outcome.
+// run starts a flush whenever ops wait and fewer than w.inFlight flushes
+// are running, until close. Flushes are not bounded by any caller's context:
+// a caller that gives up after its op was taken still gets the flush's
+// outcome.
 func (w *writer) run() {
 	defer close(w.stopped)
 	ctx := context.Background()
+	slots := make(chan struct{}, w.inFlight)
 	for {
 		stopping := false
 		select {
@@ -180,13 +188,22 @@ func (w *writer) run() {
 			stopping = true
 		}
 		for {
+			slots <- struct{}{}
 			ops := w.take()
 			if len(ops) == 0 {
+				<-slots
 				break
 			}
-			w.commit(ctx, ops)
+			go func() {
+				w.commit(ctx, ops)
+				<-slots
+				signal(w.wake) // ops that queued meanwhile
+			}()
 		}
 		if stopping {
+			for range w.inFlight {
+				slots <- struct{}{} // every flush has ended
+			}
 			return
 		}
 	}

@@ -33,21 +33,53 @@ func holdCounter(t *testing.T, pool *pgxpool.Pool) func() {
 	}
 }
 
-// waitBlocked waits until a backend of the database waits for a lock: the
-// writer's flush, behind holdCounter.
-func waitBlocked(t *testing.T, pool *pgxpool.Pool) {
+// newOneFlushStore returns a Store on a pool of two connections, so that
+// it runs one flush at a time (its notifier uses the other), and a pool of
+// its own on the same database for the test.
+func newOneFlushStore(t *testing.T) (*pg.Store, *pgxpool.Pool) {
 	t.Helper()
+	url := pgtest.URL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := newStore(t, pool)
+	if s.InFlight() != 1 {
+		t.Fatalf("a store on 2 connections runs %d flushes at once, want 1", s.InFlight())
+	}
+	return s, openPool(t, url)
+}
+
+// blockFlushes holds lifecycle_counter (through admin) and starts one
+// lifecycle append, returning once its flush waits for the lock: later
+// writes queue behind it. release lets them all go; wait returns the
+// blocked append's error.
+func blockFlushes(t *testing.T, s *pg.Store, admin *pgxpool.Pool) (release func(), wait func() error) {
+	t.Helper()
+	release = holdCounter(t, admin)
+	errs := make(chan error, 1)
+	go func() {
+		_, err := s.AppendLifecycle(t.Context(), store.LifecycleEvent{Type: "first"})
+		errs <- err
+	}()
 	for {
-		var n int
-		err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		var blocked int
+		err := admin.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&blocked)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			return
+		if blocked > 0 {
+			break
 		}
 	}
+	return release, func() error { return <-errs }
 }
 
 // waitQueued waits until n writes are queued behind the blocked flush.
@@ -67,8 +99,7 @@ func waitQueued(t *testing.T, s *pg.Store, n int) {
 // gap-free in arrival order.
 func TestGroupCommit_OneTransactionPerFlush(t *testing.T) {
 	t.Parallel()
-	pool := openPool(t, pgtest.URL(t))
-	s := newStore(t, pool)
+	s, pool := newOneFlushStore(t)
 	ctx := t.Context()
 	const n = 20
 	for i := range n {
@@ -76,13 +107,7 @@ func TestGroupCommit_OneTransactionPerFlush(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	release := holdCounter(t, pool)
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.AppendLifecycle(ctx, store.LifecycleEvent{Type: "first"})
-		first <- err
-	}()
-	waitBlocked(t, pool)
+	release, blocked := blockFlushes(t, s, pool)
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*n)
@@ -102,7 +127,7 @@ func TestGroupCommit_OneTransactionPerFlush(t *testing.T) {
 	waitQueued(t, s, 2*n)
 	release()
 	wg.Wait()
-	if err := <-first; err != nil {
+	if err := blocked(); err != nil {
 		t.Fatal(err)
 	}
 	close(errs)
@@ -135,8 +160,7 @@ func TestGroupCommit_OneTransactionPerFlush(t *testing.T) {
 // gap-free.
 func TestGroupCommit_FailureStaysWithItsCaller(t *testing.T) {
 	t.Parallel()
-	pool := openPool(t, pgtest.URL(t))
-	s := newStore(t, pool)
+	s, pool := newOneFlushStore(t)
 	ctx := t.Context()
 	if err := s.CreateSession(ctx, store.Session{ID: "dup"}); err != nil {
 		t.Fatal(err)
@@ -149,13 +173,7 @@ func TestGroupCommit_FailureStaysWithItsCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	release := holdCounter(t, pool)
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.AppendLifecycle(ctx, store.LifecycleEvent{Type: "first"})
-		first <- err
-	}()
-	waitBlocked(t, pool)
+	release, blocked := blockFlushes(t, s, pool)
 	const n = 10
 	var wg sync.WaitGroup
 	good := make(chan error, 2*n)
@@ -174,7 +192,7 @@ func TestGroupCommit_FailureStaysWithItsCaller(t *testing.T) {
 	waitQueued(t, s, 2*n+2)
 	release()
 	wg.Wait()
-	if err := <-first; err != nil {
+	if err := blocked(); err != nil {
 		t.Fatal(err)
 	}
 	close(good)
