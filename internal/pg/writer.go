@@ -23,7 +23,9 @@ import (
 // goes through one writer per Store. Whenever a flush slot is free (half the
 // pool's connections may flush at once, so that one flush's wait for its
 // commit overlaps the next one's batch), the writer takes every write
-// waiting and commits them together in one transaction, sent as pipelined
+// waiting — except those to a row a running flush holds, which would only
+// wait for its lock and go in the next flush — and commits them together in
+// one transaction, sent as pipelined
 // batches: a flush is one round trip (two when it carries a run's end),
 // however many sessions it touches. A caller is answered only after the
 // commit that holds its write.
@@ -107,6 +109,7 @@ type writer struct {
 
 	mu      sync.Mutex
 	queue   []*op
+	held    map[string]int      // rows (op keys) of running flushes
 	topics  map[string]struct{} // to NOTIFY
 	closed  bool
 	wake    chan struct{} // the writer has ops
@@ -122,6 +125,7 @@ func newWriter(pool *pgxpool.Pool, log *slog.Logger, hub *store.Hub) *writer {
 		pool: pool, log: log, hub: hub,
 		inFlight: max(1, int(pool.Config().MaxConns)/2),
 		topics:   make(map[string]struct{}),
+		held:     make(map[string]int),
 		wake:     make(chan struct{}, 1),
 		wakeNtf:  make(chan struct{}, 1),
 	}
@@ -196,6 +200,7 @@ func (w *writer) run() {
 			}
 			go func() {
 				w.commit(ctx, ops)
+				w.release(ops)
 				<-slots
 				signal(w.wake) // ops that queued meanwhile
 			}()
@@ -209,21 +214,50 @@ func (w *writer) run() {
 	}
 }
 
-// take removes up to maxFlush queued ops that their callers still wait for.
+// take removes up to maxFlush queued ops that their callers still wait
+// for, leaving queued those whose row a running flush holds: a second flush
+// would only wait for that lock, and the ops commit together in the next
+// flush instead. The taken ops' rows count as held until release.
 func (w *writer) take() []*op {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var ops []*op
-	n := 0
-	for n < len(w.queue) && len(ops) < maxFlush {
-		o := w.queue[n]
-		n++
+	keep := w.queue[:0]
+	for i, o := range w.queue {
+		if len(ops) == maxFlush {
+			keep = append(keep, w.queue[i:]...)
+			break
+		}
+		if o.key != "" && w.held[o.key] > 0 {
+			keep = append(keep, o) // a running flush holds its row
+			continue
+		}
 		if o.state.CompareAndSwap(opQueued, opTaken) {
 			ops = append(ops, o)
+		} // else cancelled: dropped
+	}
+	clear(w.queue[len(keep):])
+	w.queue = keep
+	for _, o := range ops {
+		if o.key != "" {
+			w.held[o.key]++
 		}
 	}
-	w.queue = slices.Delete(w.queue, 0, n)
 	return ops
+}
+
+// release ends take's hold on the rows of ops, once their flush ended.
+func (w *writer) release(ops []*op) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, o := range ops {
+		if o.key == "" {
+			continue
+		}
+		if w.held[o.key]--; w.held[o.key] <= 0 {
+			delete(w.held, o.key)
+		}
+	}
 }
 
 // commit flushes ops together and answers them. If the database refused
