@@ -1,6 +1,7 @@
 package pg_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -37,21 +38,27 @@ func holdCounter(t *testing.T, pool *pgxpool.Pool) func() {
 // it runs one flush at a time (its notifier uses the other), and a pool of
 // its own on the same database for the test.
 func newOneFlushStore(t *testing.T) (*pg.Store, *pgxpool.Pool) {
+	return newFlushStore(t, 1)
+}
+
+// newFlushStore returns a Store that runs flushes flushes at once (on a
+// pool twice that size) and a pool of the test's own on its database.
+func newFlushStore(t *testing.T, flushes int) (*pg.Store, *pgxpool.Pool) {
 	t.Helper()
 	url := pgtest.URL(t)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = 2
+	cfg.MaxConns = int32(2 * flushes)
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
 	s := newStore(t, pool)
-	if s.InFlight() != 1 {
-		t.Fatalf("a store on 2 connections runs %d flushes at once, want 1", s.InFlight())
+	if s.InFlight() != flushes {
+		t.Fatalf("a store on %d connections runs %d flushes at once, want %d", cfg.MaxConns, s.InFlight(), flushes)
 	}
 	return s, openPool(t, url)
 }
@@ -218,5 +225,99 @@ func TestGroupCommit_FailureStaysWithItsCaller(t *testing.T) {
 		if e.ID != int64(i+1) {
 			t.Fatalf("lifecycle ids not gap-free: position %d holds id %d", i, e.ID)
 		}
+	}
+}
+
+// TestGroupCommit_CallerGivingUpWhileQueuedWritesNothing cancels a caller
+// whose append still waits behind a blocked flush: it gets its context's
+// error and the append is never committed, while a caller that stays gets
+// its write.
+func TestGroupCommit_CallerGivingUpWhileQueuedWritesNothing(t *testing.T) {
+	t.Parallel()
+	s, pool := newOneFlushStore(t)
+	ctx := t.Context()
+	for _, id := range []string{"gone", "stays"} {
+		if err := s.CreateSession(ctx, store.Session{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release, blocked := blockFlushes(t, s, pool)
+	cctx, cancel := context.WithCancel(ctx)
+	gone := make(chan error, 1)
+	go func() {
+		_, err := s.AppendEvents(cctx, "gone", store.NewEvent{Type: "t"})
+		gone <- err
+	}()
+	stays := make(chan error, 1)
+	go func() {
+		_, err := s.AppendEvents(ctx, "stays", store.NewEvent{Type: "t"})
+		stays <- err
+	}()
+	waitQueued(t, s, 2)
+	cancel()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled caller: %v, want context.Canceled", err)
+	}
+	release()
+	if err := blocked(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stays; err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]int{"gone": 0, "stays": 1} {
+		evs, err := s.Events(ctx, id, -1, 10)
+		if err != nil || len(evs) != want {
+			t.Fatalf("%s: %d events (%v), want %d", id, len(evs), err, want)
+		}
+	}
+}
+
+// TestGroupCommit_WritesToAHeldRowWaitForTheNextFlush blocks a flush that
+// holds a run's row (its end, waiting for lifecycle_counter): a second end
+// of that run stays queued, while an append to another session commits in
+// the free flush slot meanwhile.
+func TestGroupCommit_WritesToAHeldRowWaitForTheNextFlush(t *testing.T) {
+	t.Parallel()
+	s, pool := newFlushStore(t, 2)
+	ctx := t.Context()
+	if err := s.CreateSession(ctx, store.Session{ID: "free"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StartRun(ctx, store.Run{ID: "r", Kind: store.KindOneShot}, store.LifecycleEvent{Type: "subagent/start", RunID: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	release := holdCounter(t, pool)
+	end := func() error {
+		_, err := s.EndRun(ctx, "r", store.RunResult{StopReason: "completed"}, store.LifecycleEvent{Type: "subagent/end", RunID: "r"})
+		return err
+	}
+	first := make(chan error, 1)
+	go func() { first <- end() }()
+	for { // the first end's flush waits for the counter
+		var blocked int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&blocked); err != nil {
+			t.Fatal(err)
+		}
+		if blocked > 0 {
+			break
+		}
+	}
+	second := make(chan error, 1)
+	go func() { second <- end() }()
+	waitQueued(t, s, 1)
+	if _, err := s.AppendEvents(ctx, "free", store.NewEvent{Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Queued(); n != 1 {
+		t.Fatalf("%d writes queued after another flush committed, want the second end still waiting", n)
+	}
+	release()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("second end: %v, want ErrConflict", err)
 	}
 }
