@@ -209,6 +209,11 @@ func (w *writer) run() {
 			for range w.inFlight {
 				slots <- struct{}{} // every flush has ended
 			}
+			// Writes that waited for a row those flushes held.
+			for ops := w.take(); len(ops) > 0; ops = w.take() {
+				w.commit(ctx, ops)
+				w.release(ops)
+			}
 			return
 		}
 	}

@@ -276,7 +276,7 @@ func TestGroupCommit_CallerGivingUpWhileQueuedWritesNothing(t *testing.T) {
 // TestGroupCommit_WritesToAHeldRowWaitForTheNextFlush blocks a flush that
 // holds a run's row (its end, waiting for lifecycle_counter): a second end
 // of that run stays queued, while an append to another session commits in
-// the free flush slot meanwhile.
+// the free flush slot meanwhile; a Close meanwhile still answers it.
 func TestGroupCommit_WritesToAHeldRowWaitForTheNextFlush(t *testing.T) {
 	t.Parallel()
 	s, pool := newFlushStore(t, 2)
@@ -313,6 +313,10 @@ func TestGroupCommit_WritesToAHeldRowWaitForTheNextFlush(t *testing.T) {
 	if n := s.Queued(); n != 1 {
 		t.Fatalf("%d writes queued after another flush committed, want the second end still waiting", n)
 	}
+	// Closing now must still commit the waiting write once the held row is
+	// free, not leave its caller hanging.
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
 	release()
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -320,4 +324,5 @@ func TestGroupCommit_WritesToAHeldRowWaitForTheNextFlush(t *testing.T) {
 	if err := <-second; !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("second end: %v, want ErrConflict", err)
 	}
+	<-closed
 }
