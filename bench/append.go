@@ -75,7 +75,7 @@ func (b *bench) appendLog(ctx context.Context) (_ *table, err error) {
 	if err := pg.Migrate(ctx, dbURL, quiet); err != nil {
 		return nil, err
 	}
-	cfg, err := pgxpool.ParseConfig(dbURL)
+	cfg, err := pgxpool.ParseConfig(pg.ConnString(dbURL))
 	if err != nil {
 		return nil, err
 	}

@@ -145,6 +145,11 @@ func serveBaselineSSE(stdin io.Reader, stdout io.Writer) error {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, `{"status":"ok"}`) })
 	mux.HandleFunc("GET /events", b.serveEvents)
 	mux.HandleFunc("POST /runs", b.publishRun)
+	// The a2a-style task floor of scenario 5.
+	ts := &taskStore{tasks: map[string]*task{}}
+	mux.HandleFunc("POST /v1/sessions", ts.createSession)
+	mux.HandleFunc("POST /v1/runs", ts.createRun)
+	mux.HandleFunc("DELETE /v1/runs/{id}", ts.disposeRun)
 	srv := &http.Server{Handler: mux}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

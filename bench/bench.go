@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/subagentd/subagentd/internal/pg"
 )
 
 // bench holds what every scenario shares: the built service binary, a
@@ -72,7 +74,7 @@ func newBench(ctx context.Context, opts options, log *slog.Logger, out io.Writer
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	b.admin, b.pgErr = pgxpool.New(pingCtx, opts.pgURL)
+	b.admin, b.pgErr = pgxpool.New(pingCtx, pg.ConnString(opts.pgURL))
 	if b.pgErr == nil {
 		b.pgErr = b.admin.Ping(pingCtx)
 	}

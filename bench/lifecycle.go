@@ -191,7 +191,7 @@ func (b *bench) lifecycleFloor(ctx context.Context, clients int, shape runShape)
 	if err := pg.Migrate(ctx, dbURL, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		return m, err
 	}
-	cfg, err := pgxpool.ParseConfig(dbURL)
+	cfg, err := pgxpool.ParseConfig(pg.ConnString(dbURL))
 	if err != nil {
 		return m, err
 	}

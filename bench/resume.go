@@ -223,7 +223,7 @@ func (a *api) get(ctx context.Context, path string) (string, error) {
 // padLog appends assistant/chunk events to child's log through the Store
 // until it holds size events.
 func (b *bench) padLog(ctx context.Context, dbURL, child string, size int) error {
-	pool, err := pgxpool.New(ctx, dbURL)
+	pool, err := pgxpool.New(ctx, pg.ConnString(dbURL))
 	if err != nil {
 		return err
 	}

@@ -39,15 +39,17 @@ type proc struct {
 }
 
 // startService starts the service binary on a free loopback port, with the
-// in-memory store when databaseURL is empty, and waits until /readyz
-// answers 200. name labels its log and profile files.
-func (b *bench) startService(ctx context.Context, name, databaseURL string) (*proc, error) {
+// in-memory store when databaseURL is empty and extra variables
+// (NAME=value), and waits until /readyz answers 200. name labels its log and
+// profile files.
+func (b *bench) startService(ctx context.Context, name, databaseURL string, extra ...string) (*proc, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	env := serviceEnv(os.Environ())
 	env = append(env, envAddr+"="+addr)
+	env = append(env, extra...)
 	if databaseURL != "" {
 		env = append(env, envDatabase+"="+databaseURL)
 	}

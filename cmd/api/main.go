@@ -72,6 +72,8 @@ var settings = []setting{
 	{"OPENAI_API_KEY", "openai-api-key", "", "API key of that server (prefer the environment: flags are visible to other users)"},
 	{"SUBAGENTD_MODEL", "model", "", "model name of the OpenAI-compatible route"},
 	{"SUBAGENTD_CPUPROFILE", "cpuprofile", "", "write a CPU profile of the whole run to this file (for bench/)"},
+	{"SUBAGENTD_MEM_RETAIN_RUNS", "mem-retain-runs", "10000", "in-memory store: disposed one-shot runs kept, with their child sessions and logs (and twice as many lifecycle events)"},
+	{"SUBAGENTD_MEM_RETAIN_AGE", "mem-retain-age", "1h", "in-memory store: how long a disposed one-shot run is kept"},
 	{"SUBAGENTD_REPLICA_ID", "replica-id", "", "stable, unique name of this replica; lets a restart close the runs its previous process left open at once (else they close when their lease lapses)"},
 }
 
@@ -331,13 +333,22 @@ func loadFile(path string) (*cfgfile.File, error) {
 func openStore(ctx context.Context, cfg config, log *slog.Logger) (store.Store, func(), error) {
 	url := cfg.get("DATABASE_URL")
 	if url == "" {
-		log.InfoContext(ctx, "DATABASE_URL is not set: sessions, runs and events live in memory and are lost when the process exits")
-		return memstore.New(), func() {}, nil
+		runs, err := strconv.Atoi(cfg.get("SUBAGENTD_MEM_RETAIN_RUNS"))
+		if err != nil || runs < 1 {
+			return nil, nil, fmt.Errorf("SUBAGENTD_MEM_RETAIN_RUNS: want a positive count, got %q", cfg.get("SUBAGENTD_MEM_RETAIN_RUNS"))
+		}
+		age, err := time.ParseDuration(cfg.get("SUBAGENTD_MEM_RETAIN_AGE"))
+		if err != nil || age <= 0 {
+			return nil, nil, fmt.Errorf("SUBAGENTD_MEM_RETAIN_AGE: want a positive Go duration, got %q", cfg.get("SUBAGENTD_MEM_RETAIN_AGE"))
+		}
+		log.InfoContext(ctx, "DATABASE_URL is not set: sessions, runs and events live in memory and are lost when the process exits",
+			slog.Int("retain_disposed_runs", runs), slog.Duration("retain_age", age))
+		return memstore.NewWithRetention(memstore.Retention{Runs: runs, Age: age}), func() {}, nil
 	}
 	if err := pg.Migrate(ctx, url, log); err != nil {
 		return nil, nil, err
 	}
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := pgxpool.New(ctx, pg.ConnString(url))
 	if err != nil {
 		return nil, nil, fmt.Errorf("open Postgres pool: %w", err)
 	}

@@ -4,6 +4,13 @@
 // to values: times come back in UTC truncated to microseconds, JSON that is
 // not valid is rejected, and zero times are set from the store's clock.
 // Returned values never share memory with the store.
+//
+// Memory stays bounded under indefinite load (Retention): disposed one-shot
+// runs are evicted, with their child's session and log, once more than
+// Retention.Runs (plus an eighth, to evict in batches) are kept or one was
+// disposed longer than Retention.Age ago, and the lifecycle log keeps its newest Retention.Events events. An
+// evicted run or session is then not found, as if it had never existed; a
+// lifecycle read after an evicted id starts at the oldest kept one.
 package memstore
 
 import (
@@ -19,9 +26,37 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
+// Retention bounds what the store keeps. A zero field takes its default.
+type Retention struct {
+	// Runs is how many disposed one-shot runs (each with its child's
+	// session and log) are kept; once an eighth more are, the oldest
+	// disposed beyond Runs are evicted.
+	Runs int
+	// Age is how long a disposed one-shot run is kept after disposal.
+	// Eviction happens on the next write.
+	Age time.Duration
+	// Events is how many lifecycle events are kept, the newest; by default
+	// twice Runs (a run's start and end).
+	Events int
+}
+
+// Retention defaults.
+const (
+	DefaultRetainRuns = 10_000
+	DefaultRetainAge  = time.Hour
+)
+
+func (r Retention) withDefaults() Retention {
+	r.Runs = cmp.Or(r.Runs, DefaultRetainRuns)
+	r.Age = cmp.Or(r.Age, DefaultRetainAge)
+	r.Events = cmp.Or(r.Events, 2*r.Runs)
+	return r
+}
+
 // Store is an in-memory store.Store, safe for concurrent use.
 type Store struct {
-	hub store.Hub
+	hub    store.Hub
+	retain Retention
 
 	mu        sync.RWMutex
 	sessions  map[string]*session                // by id, every tenant
@@ -29,7 +64,9 @@ type Store struct {
 	byParent  map[[2]string][]*session           // by (tenant, parent), in (CreatedAt, ID) order
 	runs      map[string]*run                    // by id, every tenant
 	runList   map[string][]*run                  // by tenant, in (StartedAt, ID) order
-	lifecycle []lifecycleEvent                   // lifecycle[i].ev.ID == i+1
+	lifecycle []lifecycleEvent                   // lifecycle[i].ev.ID == lifeBase+i+1
+	lifeBase  int64                              // ids evicted from the front
+	disposed  []disposal                         // disposed one-shot runs, oldest first
 	inbox     map[string]bool                    // ids of queued messages, every tenant
 	inboxPos  map[string]uint64                  // acceptance position of each queued message
 	inboxSeq  uint64                             // last acceptance position handed out
@@ -47,6 +84,12 @@ type run struct {
 	r      store.Run
 }
 
+// disposal records when a one-shot run was disposed, for eviction.
+type disposal struct {
+	runID string
+	at    time.Time
+}
+
 type lifecycleEvent struct {
 	tenant string
 	ev     store.LifecycleEvent
@@ -54,9 +97,13 @@ type lifecycleEvent struct {
 
 var _ store.Store = (*Store)(nil)
 
-// New returns an empty store.
-func New() *Store {
+// New returns an empty store with the default Retention.
+func New() *Store { return NewWithRetention(Retention{}) }
+
+// NewWithRetention returns an empty store that keeps what r allows.
+func NewWithRetention(r Retention) *Store {
 	return &Store{
+		retain:   r.withDefaults(),
 		sessions: make(map[string]*session),
 		byTenant: make(map[string][]*session),
 		byParent: make(map[[2]string][]*session),
@@ -199,6 +246,7 @@ func (s *Store) StartRun(ctx context.Context, r store.Run, start store.Lifecycle
 		Owner: r.Owner, LeaseUntil: norm(r.LeaseUntil), Tenant: tenant,
 	}
 	s.mu.Lock()
+	s.evict(time.Now())
 	if _, ok := s.runs[r.ID]; ok {
 		s.mu.Unlock()
 		return store.LifecycleEvent{}, fmt.Errorf("memstore: start run %q: %w", r.ID, store.ErrConflict)
@@ -253,8 +301,56 @@ func (s *Store) DisposeRun(ctx context.Context, runID string) error {
 	if err != nil {
 		return fmt.Errorf("memstore: dispose run: %w", err)
 	}
+	if rec.r.State != store.StateDisposed && rec.r.Kind == store.KindOneShot {
+		s.disposed = append(s.disposed, disposal{runID: runID, at: time.Now()})
+	}
 	rec.r.State = store.StateDisposed
+	s.evict(time.Now())
 	return nil
+}
+
+// evict drops the oldest disposed one-shot runs beyond the retention, each
+// with its child's session and log. The count bound is checked with a slack
+// of an eighth, so that eviction works in batches: one pass over the sorted
+// lists per batch rather than one per run. The caller holds s.mu.
+func (s *Store) evict(now time.Time) {
+	n := 0
+	if len(s.disposed) > s.retain.Runs+s.retain.Runs/8 {
+		n = len(s.disposed) - s.retain.Runs
+	}
+	for n < len(s.disposed) && now.Sub(s.disposed[n].at) > s.retain.Age {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	gone := make(map[string]bool, 2*n) // run and session ids
+	for _, d := range s.disposed[:n] {
+		rec, ok := s.runs[d.runID]
+		if !ok {
+			continue
+		}
+		delete(s.runs, d.runID)
+		gone[d.runID] = true
+		if sess, ok := s.sessions[rec.r.ChildID]; ok && sess.tenant == rec.tenant && sess.hdr.Mode != "continuable" {
+			delete(s.sessions, sess.hdr.ID)
+			gone[sess.hdr.ID] = true
+		}
+	}
+	s.disposed = s.disposed[n:] // the next growth copies only what is kept
+	for tenant, list := range s.runList {
+		s.runList[tenant] = slices.DeleteFunc(list, func(r *run) bool { return gone[r.r.ID] })
+	}
+	for tenant, list := range s.byTenant {
+		s.byTenant[tenant] = slices.DeleteFunc(list, func(x *session) bool { return gone[x.hdr.ID] })
+	}
+	for key, list := range s.byParent {
+		if list = slices.DeleteFunc(list, func(x *session) bool { return gone[x.hdr.ID] }); len(list) > 0 {
+			s.byParent[key] = list
+		} else {
+			delete(s.byParent, key)
+		}
+	}
 }
 
 // GetRun returns one run. Returns store.ErrNotFound.
@@ -355,13 +451,19 @@ func (s *Store) AppendLifecycle(ctx context.Context, e store.LifecycleEvent) (st
 	return e, nil
 }
 
-// appendLifecycle stores e with the next id and returns a copy. The caller
-// holds s.mu and wakes the lifecycle topic after unlocking.
+// appendLifecycle stores e with the next id, drops the oldest event beyond
+// the retention, and returns a copy. The caller holds s.mu and wakes the
+// lifecycle topic after unlocking.
 func (s *Store) appendLifecycle(tenant string, e store.LifecycleEvent) store.LifecycleEvent {
-	e.ID = int64(len(s.lifecycle)) + 1
+	e.ID = s.lifeBase + int64(len(s.lifecycle)) + 1
 	e.Time = stamp(e.Time)
 	e.Payload = cloneJSON(e.Payload)
 	s.lifecycle = append(s.lifecycle, lifecycleEvent{tenant: tenant, ev: e})
+	if over := len(s.lifecycle) - s.retain.Events; over > 0 {
+		clear(s.lifecycle[:over]) // release the payloads; the slice's next growth drops the rest
+		s.lifecycle = s.lifecycle[over:]
+		s.lifeBase += int64(over)
+	}
 	return cloneLifecycle(e)
 }
 
@@ -387,7 +489,7 @@ func (s *Store) Lifecycle(ctx context.Context, f store.LifecycleFilter) ([]store
 	defer s.mu.RUnlock()
 	n := limit(f.Limit)
 	var out []store.LifecycleEvent
-	for _, rec := range s.lifecycle[min(max(f.After, 0), int64(len(s.lifecycle))):] {
+	for _, rec := range s.lifecycle[min(max(f.After-s.lifeBase, 0), int64(len(s.lifecycle))):] {
 		if len(out) == n {
 			break
 		}

@@ -4,3 +4,13 @@ package pg
 var NewMigrator = newMigrator
 
 const ListenerName = listenerName
+
+// Queued returns how many writes wait for the writer's next flush.
+func (s *Store) Queued() int {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	return len(s.w.queue)
+}
+
+// InFlight returns how many flushes may run at once.
+func (s *Store) InFlight() int { return s.w.inFlight }

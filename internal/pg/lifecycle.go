@@ -21,24 +21,7 @@ type lifecycleRow struct {
 // AppendLifecycle appends e with the next id; a zero Time is now.
 func (s *Store) AppendLifecycle(ctx context.Context, e store.LifecycleEvent) (_ store.LifecycleEvent, err error) {
 	defer wrap(&err, "append lifecycle event %q", e.Type)
-	err = s.commit(ctx, store.LifecycleTopic, func(tx pgx.Tx) error {
-		e, err = appendLifecycle(ctx, tx, store.Tenant(ctx), e)
-		return err
-	})
-	return e, err
-}
-
-// appendLifecycle inserts e with the next id from lifecycle_counter. The
-// counter row stays locked until tx ends, so ids commit in order: a reader
-// that sees id n can already see every id below it.
-func appendLifecycle(ctx context.Context, tx pgx.Tx, tenant string, e store.LifecycleEvent) (store.LifecycleEvent, error) {
-	err := tx.QueryRow(ctx, `
-		WITH c AS (UPDATE lifecycle_counter SET last_id = last_id + 1 RETURNING last_id)
-		INSERT INTO lifecycle_events (tenant, id, type, parent_id, run_id, time, payload)
-		SELECT $1, c.last_id, $2, $3, $4, $5, $6 FROM c
-		RETURNING id, time`,
-		tenant, e.Type, e.ParentID, e.RunID, now(e.Time), nullJSON(e.Payload)).Scan(&e.ID, &e.Time)
-	e.Time = e.Time.UTC()
+	err = s.w.do(ctx, &op{topic: store.LifecycleTopic, event: &e, tenant: store.Tenant(ctx)})
 	return e, err
 }
 

@@ -66,7 +66,7 @@ func Migrate(ctx context.Context, databaseURL string, log *slog.Logger) (err err
 // newMigrator returns a golang-migrate instance over the embedded migrations
 // for databaseURL. The caller closes it.
 func newMigrator(databaseURL string, log *slog.Logger) (*migrate.Migrate, error) {
-	u, err := url.Parse(databaseURL)
+	u, err := url.Parse(ConnString(databaseURL))
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		return nil, errors.New("database URL must be a postgres:// URL")
 	}

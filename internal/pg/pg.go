@@ -1,9 +1,11 @@
 // Package pg is the Postgres store.Store (DESIGN §4, §5): durable, shared by
-// every replica. Commits are announced with pg_notify inside the committing
-// transaction; each Store LISTENs and wakes its own subscribers, so a replica
-// sees what another one wrote. NOTIFY is only a wake-up: the tables are the
-// truth, and after a lost listener connection every subscriber is woken to
-// re-query.
+// every replica. Writes are group-committed (writer.go): concurrent writes of
+// many sessions share one transaction, and each caller is answered after the
+// commit that holds its write. Commits are announced with pg_notify after
+// the commit, coalesced; each Store LISTENs and wakes its own subscribers, so
+// a replica sees what another one wrote. NOTIFY is only a wake-up: the tables
+// are the truth, every subscriber is woken after a lost listener connection
+// and every pollInterval, to re-query.
 //
 // Values behave like columns: times come back in UTC with microsecond
 // precision, JSON is stored as jsonb (so key order and spacing are
@@ -50,6 +52,7 @@ type Store struct {
 	latest uint // newest embedded migration; Ping wants the schema there
 
 	hub  store.Hub
+	w    *writer
 	stop context.CancelFunc
 	done chan struct{} // closed when the listener has stopped
 }
@@ -84,6 +87,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Store, err
 	}()
 	select {
 	case <-ready:
+		s.w = newWriter(pool, log, &s.hub)
 		return s, nil
 	case <-ctx.Done():
 		s.Close()
@@ -91,9 +95,14 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Store, err
 	}
 }
 
-// Close stops the listener and waits for it. Subscribers are not woken again.
-// Close is idempotent and does not close the pool.
+// Close commits the writes already queued, stops the writer and the
+// listener and waits for them. Subscribers are not woken again; writes after
+// Close still commit, each on its own. Close is idempotent and does not
+// close the pool.
 func (s *Store) Close() {
+	if s.w != nil {
+		s.w.close()
+	}
 	s.stop()
 	<-s.done
 }
@@ -118,26 +127,9 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Subscribe returns a channel woken after each commit that touches topic, by
-// any replica, and after the listener reconnects.
+// any replica, after the listener reconnects, and every pollInterval.
 func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
 	return s.hub.Subscribe(topic)
-}
-
-// commit runs fn in a transaction that announces topic: pg_notify inside it
-// wakes every replica's subscribers once it commits, and this process's own
-// subscribers are woken directly after the commit.
-func (s *Store) commit(ctx context.Context, topic string, fn func(tx pgx.Tx) error) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := fn(tx); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, topic)
-		return err
-	})
-	if err == nil {
-		s.hub.Wake(topic)
-	}
-	return err
 }
 
 func (s *Store) connectListener(ctx context.Context) (*pgx.Conn, error) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -60,19 +61,14 @@ func collectRuns(rows pgx.Rows) ([]store.Run, error) {
 // store.ErrConflict if the run id exists, in any tenant.
 func (s *Store) StartRun(ctx context.Context, r store.Run, start store.LifecycleEvent) (_ store.LifecycleEvent, err error) {
 	defer wrap(&err, "start run %q", r.ID)
-	tenant := store.Tenant(ctx)
-	err = s.commit(ctx, store.LifecycleTopic, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO runs
+	tenant, started := store.Tenant(ctx), now(r.StartedAt)
+	err = s.w.do(ctx, &op{topic: store.LifecycleTopic, event: &start, tenant: tenant, data: func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO runs
 			(tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, owner, lease_until)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11)`,
 			tenant, r.ID, r.Kind, r.Provider, r.ChildID, r.ParentID, r.TaskID, r.Local,
-			now(r.StartedAt), r.Owner, nullTime(r.LeaseUntil))
-		if err != nil {
-			return err
-		}
-		start, err = appendLifecycle(ctx, tx, tenant, start)
-		return err
-	})
+			started, r.Owner, nullTime(r.LeaseUntil))
+	}})
 	return start, err
 }
 
@@ -82,22 +78,25 @@ func (s *Store) StartRun(ctx context.Context, r store.Run, start store.Lifecycle
 // the first finds it running.
 func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent) (_ store.LifecycleEvent, err error) {
 	defer wrap(&err, "end run %q", runID)
-	tenant := store.Tenant(ctx)
-	err = s.commit(ctx, store.LifecycleTopic, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE runs
+	tenant, ended := store.Tenant(ctx), now(res.EndedAt)
+	o := &op{topic: store.LifecycleTopic, key: "r:" + runID, event: &end, tenant: tenant, conditional: true}
+	o.data = func(b *pgx.Batch) {
+		b.Queue(`UPDATE runs
 			SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7
 			WHERE tenant = $1 AND id = $2 AND state = 'running'`,
-			tenant, runID, now(res.EndedAt), res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return notRunning(ctx, tx, tenant, runID, "already ended")
-		}
-		end, err = appendLifecycle(ctx, tx, tenant, end)
-		return err
-	})
-	return end, err
+			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic,
+		).Exec(func(tag pgconn.CommandTag) error {
+			o.skip = tag.RowsAffected() == 0 // the lifecycle phase leaves end out
+			return nil
+		})
+	}
+	if err := s.w.do(ctx, o); err != nil {
+		return end, err
+	}
+	if o.skip {
+		return end, notRunning(ctx, s.pool, tenant, runID, "already ended")
+	}
+	return end, nil
 }
 
 // DisposeRun marks a settled run disposed; disposing again is a no-op.
@@ -119,9 +118,11 @@ func (s *Store) DisposeRun(ctx context.Context, runID string) (err error) {
 // notRunning explains why an update conditional on the run's state matched
 // no row: the run does not exist (pgx.ErrNoRows), or its state is not the
 // one wanted (store.ErrConflict, with why).
-func notRunning(ctx context.Context, tx pgx.Tx, tenant, runID, why string) error {
+func notRunning(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, tenant, runID, why string) error {
 	var state string
-	if err := tx.QueryRow(ctx, `SELECT state FROM runs WHERE tenant = $1 AND id = $2`, tenant, runID).Scan(&state); err != nil {
+	if err := q.QueryRow(ctx, `SELECT state FROM runs WHERE tenant = $1 AND id = $2`, tenant, runID).Scan(&state); err != nil {
 		return err
 	}
 	return fmt.Errorf("run %s (%s): %w", why, state, store.ErrConflict)

@@ -39,15 +39,14 @@ func (r sessionRow) session() store.Session {
 	}
 }
 
-type eventRow struct {
-	Seq  int64     `db:"seq"`
-	Type string    `db:"type"`
-	Time time.Time `db:"time"`
-	Data []byte    `db:"data"`
-}
-
-func (r eventRow) event() store.Event {
-	return store.Event{Seq: r.Seq, Type: r.Type, Time: r.Time.UTC(), Data: r.Data}
+// scanEvent reads a (seq, type, time, data) row, by position: cheaper than
+// pgx's by-name mapping, which a resume pays for every event of the log.
+func scanEvent(row pgx.CollectableRow) (store.Event, error) {
+	var e store.Event
+	var data []byte
+	err := row.Scan(&e.Seq, &e.Type, &e.Time, &data)
+	e.Time, e.Data = e.Time.UTC(), data
+	return e, err
 }
 
 // CreateSession stores a new header; a zero CreatedAt is now. Returns
@@ -55,11 +54,13 @@ func (r eventRow) event() store.Event {
 // server and global).
 func (s *Store) CreateSession(ctx context.Context, h store.Session) (err error) {
 	defer wrap(&err, "create session %q", h.ID)
-	_, err = s.pool.Exec(ctx, `INSERT INTO sessions (tenant, `+sessionCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
-		store.Tenant(ctx), h.ID, h.ParentID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
-		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, now(h.CreatedAt))
-	return err
+	tenant, created := store.Tenant(ctx), now(h.CreatedAt)
+	return s.w.do(ctx, &op{data: func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO sessions (tenant, `+sessionCols+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+			tenant, h.ID, h.ParentID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
+			h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, created)
+	}})
 }
 
 // GetSession returns one header. Returns store.ErrNotFound.
@@ -109,17 +110,16 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs ...store
 	if len(evs) == 0 {
 		return nil, s.sessionExists(ctx, tenant, sessionID)
 	}
-	err = s.commit(ctx, store.SessionTopic(sessionID), func(tx pgx.Tx) error {
-		out, err = appendEvents(ctx, tx, tenant, sessionID, evs)
-		return err
-	})
+	o := &op{topic: store.SessionTopic(sessionID), key: "s:" + sessionID}
+	o.data = func(b *pgx.Batch) { queueAppend(b, o, tenant, sessionID, evs, &out) }
+	err = s.w.do(ctx, o)
 	return out, err
 }
 
-// appendEvents inserts evs after the session's last seq in one statement.
-// Bumping sessions.last_seq locks the session row until commit, so
+// queueAppend queues the insert of evs after the session's last seq, in one
+// statement, whose callback sets *out; an unknown session fails o. Bumping sessions.last_seq locks the session row until commit, so
 // concurrent appenders queue and seqs stay contiguous.
-func appendEvents(ctx context.Context, tx pgx.Tx, tenant, sessionID string, evs []store.NewEvent) ([]store.Event, error) {
+func queueAppend(b *pgx.Batch, o *op, tenant, sessionID string, evs []store.NewEvent, out *[]store.Event) {
 	types, times, data := make([]string, len(evs)), make([]time.Time, len(evs)), make([]string, len(evs))
 	for i, e := range evs {
 		types[i], times[i], data[i] = e.Type, now(e.Time), string(e.Data)
@@ -127,7 +127,7 @@ func appendEvents(ctx context.Context, tx pgx.Tx, tenant, sessionID string, evs 
 			data[i] = "null"
 		}
 	}
-	rows, _ := tx.Query(ctx, `
+	b.Queue(`
 		WITH s AS (
 			UPDATE sessions SET last_seq = last_seq + cardinality($3::text[])
 			WHERE tenant = $1 AND id = $2
@@ -139,19 +139,18 @@ func appendEvents(ctx context.Context, tx pgx.Tx, tenant, sessionID string, evs 
 			RETURNING seq, type, time, data
 		)
 		SELECT seq, type, time, data FROM ins ORDER BY seq`,
-		tenant, sessionID, types, times, data)
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[eventRow])
-	if err != nil {
-		return nil, err
-	}
-	if len(list) == 0 {
-		return nil, fmt.Errorf("session: %w", store.ErrNotFound)
-	}
-	out := make([]store.Event, len(list))
-	for i, r := range list {
-		out[i] = r.event()
-	}
-	return out, nil
+		tenant, sessionID, types, times, data,
+	).Query(func(rows pgx.Rows) error {
+		list, err := pgx.AppendRows(make([]store.Event, 0, len(evs)), rows, scanEvent)
+		if err != nil {
+			return err
+		}
+		if len(list) == 0 {
+			o.fail = fmt.Errorf("session: %w", store.ErrNotFound)
+		}
+		*out = list
+		return nil
+	})
 }
 
 // Events returns up to n events with Seq > after, in seq order. Returns
@@ -162,16 +161,12 @@ func (s *Store) Events(ctx context.Context, sessionID string, after int64, n int
 	rows, _ := s.pool.Query(ctx, `SELECT seq, type, time, data FROM session_events
 		WHERE tenant = $1 AND session_id = $2 AND seq > $3 ORDER BY seq LIMIT $4`,
 		tenant, sessionID, after, limit(n))
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[eventRow])
+	out, err := pgx.CollectRows(rows, scanEvent)
 	if err != nil {
 		return nil, err
 	}
-	if len(list) == 0 {
+	if len(out) == 0 {
 		return nil, s.sessionExists(ctx, tenant, sessionID) // an empty page, or no such session?
-	}
-	out := make([]store.Event, len(list))
-	for i, r := range list {
-		out[i] = r.event()
 	}
 	return out, nil
 }

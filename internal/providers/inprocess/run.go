@@ -13,12 +13,14 @@ import (
 )
 
 // run is a published in-process one-shot child: its agent runs the prompt
-// as one turn, and the result is read from the events after the seed.
+// as one turn, and the result is read from the events after the seed. The
+// agent is closed and dropped once the result has settled: a settled run
+// keeps only its result until it is disposed.
 type run struct {
-	agent  *agent.Agent
-	base   context.Context // the tenant of the start, without its cancellation
-	log    *slog.Logger
-	prompt []model.Block
+	childID string
+	base    context.Context // the tenant of the start, without its cancellation
+	log     *slog.Logger
+	prompt  []model.Block
 	// boundary is the seed length: result selection reads only the
 	// child's own events (R42).
 	boundary int
@@ -26,6 +28,7 @@ type run struct {
 
 	mu        sync.Mutex
 	cancelled bool
+	agent     *agent.Agent // nil once the result has settled
 
 	done   chan struct{}
 	result subagent.Result
@@ -42,6 +45,7 @@ var (
 
 func newRun(base context.Context, a *agent.Agent, c child, log *slog.Logger) *run {
 	return &run{
+		childID:  a.ID(),
 		agent:    a,
 		base:     base,
 		log:      log,
@@ -57,7 +61,7 @@ func newRun(base context.Context, a *agent.Agent, c child, log *slog.Logger) *ru
 // the user (seam-spec §4.1 step 7), and starts the goroutine that settles
 // the result. Returns the agent's error when the prompt was not accepted.
 func (r *run) begin() error {
-	if _, err := r.agent.Followup(r.base, r.prompt, agent.Source{Kind: "user"}); err != nil {
+	if _, err := r.live().Followup(r.base, r.prompt, agent.Source{Kind: "user"}); err != nil {
 		return fmt.Errorf("in-process child: deliver prompt: %w", err)
 	}
 	go r.settle()
@@ -69,13 +73,22 @@ func (r *run) begin() error {
 // errors (R27).
 func (r *run) settle() {
 	defer close(r.done)
+	a := r.live()
 	// Background never ends, so WaitIdle returns only once the child is idle.
-	_ = r.agent.WaitIdle(context.Background())
+	_ = a.WaitIdle(context.Background())
 	r.mu.Lock()
 	cancelled := r.cancelled
 	r.mu.Unlock()
-	structured, _ := r.agent.Structured() // nil without a committed capture
-	r.result = subagent.OneShotResult(r.agent.Events()[r.boundary:], cancelled, r.schema, structured)
+	structured, _ := a.Structured() // nil without a committed capture
+	r.result = subagent.OneShotResult(a.Events()[r.boundary:], cancelled, r.schema, structured)
+	// Nothing drives a one-shot child after its turn: release the agent
+	// (its history mirror, model client and goroutine) now, not at dispose.
+	r.mu.Lock()
+	r.agent = nil
+	r.mu.Unlock()
+	if err := a.Close(r.base); err != nil {
+		r.log.ErrorContext(r.base, "close a settled in-process child", slog.Any("error", err))
+	}
 	if reason := r.result.StopReason; reason != subagent.StopCompleted && reason != subagent.StopAborted {
 		// R27: a child failure is reported here, never as a Result error.
 		r.log.WarnContext(r.base, "in-process child failed",
@@ -84,7 +97,14 @@ func (r *run) settle() {
 }
 
 // ChildID is the child session id.
-func (r *run) ChildID() string { return r.agent.ID() }
+func (r *run) ChildID() string { return r.childID }
+
+// live returns the agent, nil once the result has settled.
+func (r *run) live() *agent.Agent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.agent
+}
 
 // Local is true: the child is an in-process agent.
 func (r *run) Local() bool { return true }
@@ -104,8 +124,11 @@ func (r *run) Result() (subagent.Result, error) {
 func (r *run) Cancel() {
 	r.mu.Lock()
 	r.cancelled = true
+	a := r.agent
 	r.mu.Unlock()
-	r.agent.Cancel(agent.CauseParent, false)
+	if a != nil {
+		a.Cancel(agent.CauseParent, false)
+	}
 }
 
 // Dispose cancels the child, closes its agent and waits until the result
@@ -126,8 +149,10 @@ func (r *run) Dispose(ctx context.Context) error {
 func (r *run) dispose() {
 	defer close(r.disposed)
 	r.Cancel()
-	if err := r.agent.Close(r.base); err != nil {
-		r.disposeErr = fmt.Errorf("dispose child %s: %w", r.ChildID(), err)
+	if a := r.live(); a != nil {
+		if err := a.Close(r.base); err != nil {
+			r.disposeErr = fmt.Errorf("dispose child %s: %w", r.ChildID(), err)
+		}
 	}
 	<-r.done
 }
@@ -138,14 +163,24 @@ func (r *run) dispose() {
 // cancelled or disposed, already recorded structured output, or its turn
 // ended first; ctx's error when ctx ended before admission.
 func (r *run) Steer(ctx context.Context, content []model.Block) (string, error) {
-	id, err := r.agent.Steer(ctx, content, agent.Source{Kind: "user"})
+	a := r.live()
+	if a == nil {
+		return "", r.steerRejected(agent.ErrSteerRejected)
+	}
+	id, err := a.Steer(ctx, content, agent.Source{Kind: "user"})
 	if errors.Is(err, agent.ErrSteerRejected) {
-		return "", &subagent.Error{Code: subagent.ESteerRejected,
-			Message: "the child did not admit the message: it is not running a turn, was cancelled, " +
-				"already recorded structured output, or its turn ended first", Err: err}
+		return "", r.steerRejected(err)
 	}
 	if err != nil {
 		return "", fmt.Errorf("steer child %s: %w", r.ChildID(), err)
 	}
 	return id, nil
+}
+
+// steerRejected is the ESteerRejected answer to a steer the child did not
+// admit.
+func (r *run) steerRejected(err error) error {
+	return &subagent.Error{Code: subagent.ESteerRejected,
+		Message: "the child did not admit the message: it is not running a turn, was cancelled, " +
+			"already recorded structured output, or its turn ended first", Err: err}
 }

@@ -1,0 +1,498 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// Group commit (DESIGN §8, STYLE A.12). Every write that announces a topic —
+// session creation, log appends, run starts and ends, lifecycle appends —
+// goes through one writer per Store. Whenever a flush slot is free (half the
+// pool's connections may flush at once, so that one flush's wait for its
+// commit overlaps the next one's batch), the writer takes every write
+// waiting — except those to a row a running flush holds, which would only
+// wait for its lock and go in the next flush — and commits them together in
+// one transaction, sent as pipelined
+// batches: a flush is one round trip (two when it carries a run's end),
+// however many sessions it touches. A caller is answered only after the
+// commit that holds its write.
+//
+// A flush runs in two phases. The data phase writes sessions, session
+// events and runs, ordered by the row each write locks (a session's
+// last_seq, a run's row) so that two flushes, of this replica or another,
+// never lock rows in opposite orders; writes to one row keep their arrival order. The
+// lifecycle phase then takes the lifecycle_counter row once, for every
+// lifecycle event of the flush, in one statement at the end of the
+// transaction: the counter is locked only from there to the commit, ids
+// stay gap-free, and they become visible in commit order. Both phases go
+// out as one batch (one round trip, an implicit transaction), unless a
+// write's lifecycle event depends on its data-phase result (a run's end,
+// appended only if the run was still running): then the data phase is
+// read first, in an explicit transaction, and the lifecycle phase and
+// COMMIT follow in a second round trip.
+//
+// If any statement of a flush fails (a duplicate id, a lost connection),
+// the flush is rolled back and its writes are retried one by one, each in
+// its own transaction, so each caller gets its own answer.
+//
+// Wake-ups are coalesced: after a commit the writer wakes this process's
+// subscribers at once and hands the flush's topics to the notifier, which
+// sends them with pg_notify in a transaction of its own, after the commit,
+// with synchronous_commit off: a wake-up need not wait for a WAL flush, and
+// one lost in a crash is caught, like any lost NOTIFY, by the slow poll
+// (pollInterval) and the listener's re-query on reconnect.
+
+const (
+	// maxFlush bounds the writes one flush carries.
+	maxFlush = 256
+	// pollInterval is the safety net for a lost wake-up: every subscriber is
+	// woken this often to re-read the tables.
+	pollInterval = 2 * time.Second
+)
+
+// Op states: a queued op is taken by the writer or cancelled by its caller,
+// never both.
+const (
+	opQueued int32 = iota
+	opTaken
+	opCancelled
+)
+
+// op is one caller's write.
+type op struct {
+	topic string
+	// key names the row the data phase locks ("" if none): flushes lock
+	// rows in key order.
+	key string
+	// data queues the op's data-phase statements on b (nil: none). Their
+	// callbacks record the op's results and may set skip or fail. It runs
+	// again if the op is retried alone, so it must overwrite what it sets.
+	data func(b *pgx.Batch)
+	// event, if set, is appended in the lifecycle phase unless skip is set;
+	// it gets its ID and stored Time there.
+	event *store.LifecycleEvent
+	// conditional is set when data may set skip: the flush must read the
+	// data phase before it sends the lifecycle phase.
+	conditional bool
+	tenant      string
+	skip        bool
+	// fail is the op's own answer (e.g. not found), which does not abort
+	// the flush.
+	fail error
+
+	state atomic.Int32
+	err   error
+	done  chan struct{}
+}
+
+// writer gathers ops and commits them in flushes.
+type writer struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	hub  *store.Hub
+	// inFlight bounds the flushes running at once, each on a connection of
+	// its own, so one flush's commit wait overlaps the next one's batch.
+	inFlight int
+
+	mu      sync.Mutex
+	queue   []*op
+	held    map[string]int      // rows (op keys) of running flushes
+	topics  map[string]struct{} // to NOTIFY
+	closed  bool
+	wake    chan struct{} // the writer has ops
+	wakeNtf chan struct{} // the notifier has topics
+
+	stop     chan struct{} // closed by close: the writer drains and stops
+	stopped  chan struct{} // closed when the writer has stopped
+	notified chan struct{} // closed when the notifier has stopped
+}
+
+func newWriter(pool *pgxpool.Pool, log *slog.Logger, hub *store.Hub) *writer {
+	w := &writer{
+		pool: pool, log: log, hub: hub,
+		inFlight: max(1, int(pool.Config().MaxConns)/2),
+		topics:   make(map[string]struct{}),
+		held:     make(map[string]int),
+		wake:     make(chan struct{}, 1),
+		wakeNtf:  make(chan struct{}, 1),
+	}
+	w.stop, w.stopped, w.notified = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go w.run()
+	go w.notifier()
+	return w
+}
+
+// close commits what is queued, sends the last wake-ups and stops. Writes
+// after close run alone on the caller's goroutine. Idempotent.
+func (w *writer) close() {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.stop)
+	}
+	w.mu.Unlock()
+	<-w.stopped
+	<-w.notified
+}
+
+// do runs o and returns its answer once the commit that holds it is done.
+// If ctx ends while o is still queued, o is dropped and ctx's error
+// returned; once a flush has taken it, do waits for that flush.
+func (w *writer) do(ctx context.Context, o *op) error {
+	o.done = make(chan struct{})
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		o.state.Store(opTaken)
+		w.flushAlone(ctx, o)
+		w.notify(ctx)
+		return o.err
+	}
+	w.queue = append(w.queue, o)
+	w.mu.Unlock()
+	signal(w.wake)
+	select {
+	case <-o.done:
+		return o.err
+	case <-ctx.Done():
+		if o.state.CompareAndSwap(opQueued, opCancelled) {
+			return context.Cause(ctx)
+		}
+		<-o.done
+		return o.err
+	}
+}
+
+// run starts a flush whenever ops wait and fewer than w.inFlight flushes
+// are running, until close. Flushes are not bounded by any caller's context:
+// a caller that gives up after its op was taken still gets the flush's
+// outcome.
+func (w *writer) run() {
+	defer close(w.stopped)
+	ctx := context.Background()
+	slots := make(chan struct{}, w.inFlight)
+	for {
+		stopping := false
+		select {
+		case <-w.wake:
+		case <-w.stop:
+			stopping = true
+		}
+		for {
+			slots <- struct{}{}
+			ops := w.take()
+			if len(ops) == 0 {
+				<-slots
+				break
+			}
+			go func() {
+				w.commit(ctx, ops)
+				w.release(ops)
+				<-slots
+				signal(w.wake) // ops that queued meanwhile
+			}()
+		}
+		if stopping {
+			for range w.inFlight {
+				slots <- struct{}{} // every flush has ended
+			}
+			// Writes that waited for a row those flushes held.
+			for ops := w.take(); len(ops) > 0; ops = w.take() {
+				w.commit(ctx, ops)
+				w.release(ops)
+			}
+			return
+		}
+	}
+}
+
+// take removes up to maxFlush queued ops that their callers still wait
+// for, leaving queued those whose row a running flush holds: a second flush
+// would only wait for that lock, and the ops commit together in the next
+// flush instead. The taken ops' rows count as held until release.
+func (w *writer) take() []*op {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var ops []*op
+	keep := w.queue[:0]
+	for i, o := range w.queue {
+		if len(ops) == maxFlush {
+			keep = append(keep, w.queue[i:]...)
+			break
+		}
+		if o.key != "" && w.held[o.key] > 0 {
+			keep = append(keep, o) // a running flush holds its row
+			continue
+		}
+		if o.state.CompareAndSwap(opQueued, opTaken) {
+			ops = append(ops, o)
+		} // else cancelled: dropped
+	}
+	clear(w.queue[len(keep):])
+	w.queue = keep
+	for _, o := range ops {
+		if o.key != "" {
+			w.held[o.key]++
+		}
+	}
+	return ops
+}
+
+// release ends take's hold on the rows of ops, once their flush ended.
+func (w *writer) release(ops []*op) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, o := range ops {
+		if o.key == "" {
+			continue
+		}
+		if w.held[o.key]--; w.held[o.key] <= 0 {
+			delete(w.held, o.key)
+		}
+	}
+}
+
+// commit flushes ops together and answers them. If the database refused
+// a statement, the flush was rolled back, and each op is retried alone; any
+// other failure (a lost connection) leaves the outcome unknown, and every op
+// gets the error, as a lone transaction's caller would.
+func (w *writer) commit(ctx context.Context, ops []*op) {
+	if len(ops) == 1 {
+		w.flushAlone(ctx, ops[0])
+		return
+	}
+	err := w.flush(ctx, ops)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) {
+		for _, o := range ops {
+			w.flushAlone(ctx, o)
+		}
+		return
+	}
+	for _, o := range ops {
+		o.err = err
+	}
+	w.answer(ops)
+}
+
+func (w *writer) flushAlone(ctx context.Context, o *op) {
+	err := w.flush(ctx, []*op{o})
+	if err != nil {
+		o.err = err
+	}
+	w.answer([]*op{o})
+}
+
+// answer wakes the committed ops' topics and their callers.
+func (w *writer) answer(ops []*op) {
+	w.mu.Lock()
+	for _, o := range ops {
+		if o.err == nil {
+			o.err = o.fail
+		}
+		if o.err == nil && o.topic != "" {
+			w.topics[o.topic] = struct{}{}
+		}
+	}
+	w.mu.Unlock()
+	signal(w.wakeNtf)
+	for _, o := range ops {
+		if o.err == nil && o.topic != "" {
+			w.hub.Wake(o.topic)
+		}
+		close(o.done)
+	}
+}
+
+// flush commits ops in one transaction.
+func (w *writer) flush(ctx context.Context, ops []*op) (err error) {
+	conn, err := w.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+
+	events, conditional := false, false
+	for _, o := range ops {
+		o.skip, o.fail = false, nil
+		events = events || o.event != nil
+		conditional = conditional || o.conditional
+	}
+	twoTrips := events && conditional
+	data := slices.Clone(ops)
+	slices.SortStableFunc(data, func(a, b *op) int { return strings.Compare(a.key, b.key) })
+	b := &pgx.Batch{}
+	if twoTrips {
+		b.Queue("BEGIN")
+	}
+	for _, o := range data {
+		if o.data != nil {
+			o.data(b)
+		}
+	}
+	if twoTrips {
+		if err = conn.SendBatch(ctx, b).Close(); err == nil {
+			b = &pgx.Batch{}
+			queueLifecycle(b, ops)
+			b.Queue("COMMIT")
+			err = conn.SendBatch(ctx, b).Close()
+		}
+		if err != nil {
+			// The transaction may be open and aborted: end it, or drop the
+			// connection.
+			if _, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+				_ = conn.Conn().Close(context.WithoutCancel(ctx))
+			}
+		}
+		return err
+	}
+	if events {
+		queueLifecycle(b, ops)
+	}
+	return conn.SendBatch(ctx, b).Close()
+}
+
+// queueLifecycle appends the lifecycle events of ops that are not skipped,
+// in op order, in one statement that takes the counter once.
+func queueLifecycle(b *pgx.Batch, ops []*op) {
+	var (
+		owners                        []*op
+		tenants, types, parents, runs []string
+		times                         []time.Time
+		payloads                      []*string
+	)
+	for _, o := range ops {
+		if o.event == nil || o.skip || o.fail != nil {
+			continue
+		}
+		e := o.event
+		owners = append(owners, o)
+		tenants, types, parents, runs = append(tenants, o.tenant), append(types, e.Type), append(parents, e.ParentID), append(runs, e.RunID)
+		times = append(times, now(e.Time))
+		var p *string
+		if len(e.Payload) > 0 {
+			s := string(e.Payload)
+			p = &s
+		}
+		payloads = append(payloads, p)
+	}
+	if len(owners) == 0 {
+		return
+	}
+	b.Queue(`
+		WITH c AS (
+			UPDATE lifecycle_counter SET last_id = last_id + cardinality($1::text[])
+			RETURNING last_id - cardinality($1::text[]) AS before
+		), ins AS (
+			INSERT INTO lifecycle_events (tenant, id, type, parent_id, run_id, time, payload)
+			SELECT e.tenant, c.before + e.n, e.type, e.parent, e.run, e.time, e.payload::jsonb
+			FROM c, unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[])
+				WITH ORDINALITY AS e (tenant, type, parent, run, time, payload, n)
+			RETURNING id, time
+		)
+		SELECT id, time FROM ins ORDER BY id`,
+		tenants, types, parents, runs, times, payloads,
+	).Query(func(rows pgx.Rows) error {
+		// Results are read after the server ran the batch, which may have
+		// committed already: a surprise here fails the callers, never the
+		// flush (a failed flush is retried).
+		i := 0
+		for rows.Next() && i < len(owners) {
+			e := owners[i].event
+			if err := rows.Scan(&e.ID, &e.Time); err != nil {
+				return err // not a PgError: every caller gets it, nothing is retried
+			}
+			e.Time = e.Time.UTC()
+			i++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, o := range owners[i:] {
+			o.fail = fmt.Errorf("lifecycle insert returned %d rows, want %d", i, len(owners))
+		}
+		return nil
+	})
+}
+
+// notifier sends the committed topics with pg_notify, coalesced, and wakes
+// every local subscriber every pollInterval as the safety net for a lost
+// wake-up.
+func (w *writer) notifier() {
+	defer close(w.notified)
+	ctx := context.Background()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.wakeNtf:
+			w.notify(ctx)
+		case <-tick.C:
+			w.hub.WakeAll()
+		case <-w.stopped:
+			// Send what the writer committed last.
+			stopCtx, cancel := context.WithTimeout(ctx, time.Second)
+			w.notify(stopCtx)
+			cancel()
+			return
+		}
+	}
+}
+
+func (w *writer) notify(ctx context.Context) {
+	w.mu.Lock()
+	topics := make([]string, 0, len(w.topics))
+	for t := range w.topics {
+		topics = append(topics, t)
+	}
+	clear(w.topics)
+	w.mu.Unlock()
+	if len(topics) == 0 {
+		return
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit TO off")
+	b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t`, notifyChannel, topics)
+	b.Queue("COMMIT")
+	err := w.sendAlone(ctx, b)
+	if err != nil && ctx.Err() == nil {
+		w.log.WarnContext(ctx, "pg: notify other replicas; their poll will catch up", slog.Int("topics", len(topics)), slog.Any("error", err))
+	}
+}
+
+// sendAlone sends b, which holds its own BEGIN and COMMIT, on a connection
+// of its own, rolling back or dropping the connection if it fails.
+func (w *writer) sendAlone(ctx context.Context, b *pgx.Batch) error {
+	conn, err := w.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if err = conn.SendBatch(ctx, b).Close(); err != nil {
+		if _, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}
+	return err
+}
+
+// signal wakes a goroutine waiting on ch (buffer one), never blocking.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
