@@ -147,7 +147,7 @@ func TestEcho_Pause(t *testing.T) {
 		"work\n  /sleep 10ms ": 10 * time.Millisecond,
 		"/sleep 10h":           MaxSleep,
 		"/sleep soon":          0,
-		"/sleep -1s":           -time.Second, // not positive: no pause
+		"/sleep -1s":           0,
 		"no directive":         0,
 	} {
 		if got := pause(model.Request{Messages: []model.Message{user(text)}}); got != want {
