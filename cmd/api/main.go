@@ -308,6 +308,9 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 			return nil, fmt.Errorf("register provider %s: %w", p.Name(), err)
 		}
 	}
+	if err := svc.RetireUnregistered(ctx); err != nil {
+		return nil, fmt.Errorf("record the providers removed since the last start: %w", err)
+	}
 	// A child that cannot be resumed (say, its model route was removed from
 	// the config) must not stop the service from starting: Recover logs
 	// each failure and still recovers the other children.

@@ -59,6 +59,12 @@ type Service struct {
 	providers []Provider // registration order
 	runs      map[string]*RunHandle
 	draining  bool
+
+	// logged is the provider set the durable lifecycle log ends with, by
+	// name, with the id of each one's provider-added; nil until read.
+	// loggedMu serialises its reads and updates with the appends.
+	loggedMu sync.Mutex
+	logged   map[string]int64
 }
 
 // NewService returns a Service with no providers.
@@ -92,7 +98,9 @@ func (s *Service) Subscribe(parentID string, l Listener) (unsubscribe func()) {
 // Register adds p under p.Name(). The provider is resolvable before
 // subagent/provider-added is recorded and dispatched; if recording fails or
 // a provider-added listener fails, the registration is rolled back and the
-// error returned (R3).
+// error returned (R3). The event is recorded only when the durable log does
+// not already show the provider as added (a restart with the same providers
+// appends nothing); listeners are told either way.
 //
 // Returns EInvalidRequest for an empty name and EDuplicateProvider when the
 // name is taken; the existing registration is left untouched (R1).
@@ -110,12 +118,12 @@ func (s *Service) Register(ctx context.Context, p Provider) error {
 	s.mu.Unlock()
 
 	added := Event{Type: EventProviderAdded, Provider: name}
-	stored, err := s.record(ctx, added)
+	seq, err := s.recordAdded(ctx, added)
 	if err != nil {
 		s.remove(name)
 		return fmt.Errorf("register provider %q: %w", name, err)
 	}
-	added.Seq = stored.ID
+	added.Seq = seq
 	if err := s.bus.dispatchStrict(ctx, added); err != nil {
 		// Listeners before the failing one saw the provider arrive; they
 		// and the durable log are told it left again.
@@ -140,13 +148,105 @@ func (s *Service) Unregister(ctx context.Context, name string) {
 // record is logged, since the removal already happened.
 func (s *Service) announceRemoved(ctx context.Context, name string) {
 	removed := Event{Type: EventProviderRemoved, Provider: name}
-	stored, err := s.record(ctx, removed)
+	seq, err := s.recordRemoved(ctx, name)
 	if err != nil {
 		s.log.ErrorContext(ctx, "record provider-removed", slog.String("provider", name), slog.Any("error", err))
 	}
-	removed.Seq = stored.ID
+	removed.Seq = seq
 	s.bus.dispatch(ctx, removed)
 }
+
+// RetireUnregistered records subagent/provider-removed for every provider
+// the durable log shows as added that this service has not registered: call
+// it once the start-up registrations are done, so the log follows a
+// provider dropped from the configuration. Every replica of a deployment
+// is expected to register the same providers.
+func (s *Service) RetireUnregistered(ctx context.Context) error {
+	s.loggedMu.Lock()
+	defer s.loggedMu.Unlock()
+	if err := s.loadLogged(ctx); err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.logged)) {
+		if _, ok := s.Provider(name); ok {
+			continue
+		}
+		if _, err := s.record(ctx, Event{Type: EventProviderRemoved, Provider: name}); err != nil {
+			return err
+		}
+		delete(s.logged, name)
+	}
+	return nil
+}
+
+// recordAdded appends e, a provider-added, unless the durable log already
+// shows its provider as added; it returns the id of the event that does.
+func (s *Service) recordAdded(ctx context.Context, e Event) (int64, error) {
+	s.loggedMu.Lock()
+	defer s.loggedMu.Unlock()
+	if err := s.loadLogged(ctx); err != nil {
+		return 0, err
+	}
+	if id, ok := s.logged[e.Provider]; ok {
+		return id, nil
+	}
+	stored, err := s.record(ctx, e)
+	if err != nil {
+		return 0, err
+	}
+	s.logged[e.Provider] = stored.ID
+	return stored.ID, nil
+}
+
+// recordRemoved appends provider-removed for name and returns its id.
+func (s *Service) recordRemoved(ctx context.Context, name string) (int64, error) {
+	s.loggedMu.Lock()
+	defer s.loggedMu.Unlock()
+	stored, err := s.record(ctx, Event{Type: EventProviderRemoved, Provider: name})
+	if err != nil {
+		return 0, err
+	}
+	if s.logged != nil {
+		delete(s.logged, name)
+	}
+	return stored.ID, nil
+}
+
+// loadLogged reads s.logged from the provider events of the durable log,
+// once. Callers hold s.loggedMu.
+func (s *Service) loadLogged(ctx context.Context) error {
+	if s.logged != nil {
+		return nil
+	}
+	logged := map[string]int64{}
+	for after := int64(0); ; {
+		rows, err := s.store.Lifecycle(ctx, store.LifecycleFilter{After: after, Limit: providerPage, Types: []string{EventProviderAdded, EventProviderRemoved}})
+		if err != nil {
+			return fmt.Errorf("read provider events: %w", err)
+		}
+		for _, row := range rows {
+			e, err := ParseEvent(row)
+			if err != nil {
+				return err
+			}
+			if e.Type == EventProviderAdded {
+				logged[e.Provider] = e.Seq
+			} else {
+				delete(logged, e.Provider)
+			}
+			after = row.ID
+		}
+		if len(rows) < providerPage {
+			break
+		}
+	}
+	s.logged = logged
+	return nil
+}
+
+// providerPage is the page size loadLogged reads the log in; at most what
+// a store returns at once.
+const providerPage = 500
 
 // record appends an unscoped lifecycle event to the store.
 func (s *Service) record(ctx context.Context, e Event) (store.LifecycleEvent, error) {
