@@ -261,3 +261,24 @@ func TestREADME_ConfigurationTable(t *testing.T) {
 		t.Fatalf("README lists %v, the server reads %v", listed, want)
 	}
 }
+
+// TestREADME_TestCommandIsWhatCIRuns: the README's test command is
+// scripts/test, and .ci/run ends by running exactly that, so a missing
+// install step fails CI as it would fail a newcomer.
+func TestREADME_TestCommandIsWhatCIRuns(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile("(?m)^scripts/test +#").Match(readme) {
+		t.Error("the README's first code block does not give scripts/test as the test command")
+	}
+	ci, err := os.ReadFile("../../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(ci)), "\n")
+	if last := lines[len(lines)-1]; last != "exec bash scripts/test" {
+		t.Errorf(".ci/run ends with %q, want it to run the README's test command", last)
+	}
+}
