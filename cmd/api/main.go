@@ -308,9 +308,6 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 			return nil, fmt.Errorf("register provider %s: %w", p.Name(), err)
 		}
 	}
-	if err := svc.RetireUnregistered(ctx); err != nil {
-		return nil, fmt.Errorf("record the providers removed since the last start: %w", err)
-	}
 	// A child that cannot be resumed (say, its model route was removed from
 	// the config) must not stop the service from starting: Recover logs
 	// each failure and still recovers the other children.
@@ -318,6 +315,9 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 		log.ErrorContext(ctx, "some followups accepted before the restart could not be delivered", slog.Any("error", err))
 	}
 	loops.Go(func() { closeIdleRoots(bg, roots, log) })
+	if err := svc.RetireUnregistered(ctx); err != nil {
+		return nil, fmt.Errorf("record the providers removed since the last start: %w", err)
+	}
 
 	api := httpapi.NewServer(httpapi.Config{
 		Service: svc, Store: st, Logger: log, Registry: reg, Version: version, Dashboard: web.FS,

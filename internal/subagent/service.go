@@ -47,6 +47,9 @@ const DefaultRetainSettled = 5 * time.Minute
 // lifecycle bus and the one-shot runs this process started. It is safe for
 // concurrent use.
 type Service struct {
+	// logged is the provider set of the durable lifecycle log.
+	logged providerLog
+
 	store store.Store
 	log   *slog.Logger
 	owner string
@@ -59,12 +62,6 @@ type Service struct {
 	providers []Provider // registration order
 	runs      map[string]*RunHandle
 	draining  bool
-
-	// logged is the provider set the durable lifecycle log ends with, by
-	// name, with the id of each one's provider-added; nil until read.
-	// loggedMu serialises its reads and updates with the appends.
-	loggedMu sync.Mutex
-	logged   map[string]int64
 }
 
 // NewService returns a Service with no providers.
@@ -155,98 +152,6 @@ func (s *Service) announceRemoved(ctx context.Context, name string) {
 	removed.Seq = seq
 	s.bus.dispatch(ctx, removed)
 }
-
-// RetireUnregistered records subagent/provider-removed for every provider
-// the durable log shows as added that this service has not registered: call
-// it once the start-up registrations are done, so the log follows a
-// provider dropped from the configuration. Every replica of a deployment
-// is expected to register the same providers.
-func (s *Service) RetireUnregistered(ctx context.Context) error {
-	s.loggedMu.Lock()
-	defer s.loggedMu.Unlock()
-	if err := s.loadLogged(ctx); err != nil {
-		return err
-	}
-	for _, name := range slices.Sorted(maps.Keys(s.logged)) {
-		if _, ok := s.Provider(name); ok {
-			continue
-		}
-		if _, err := s.record(ctx, Event{Type: EventProviderRemoved, Provider: name}); err != nil {
-			return err
-		}
-		delete(s.logged, name)
-	}
-	return nil
-}
-
-// recordAdded appends e, a provider-added, unless the durable log already
-// shows its provider as added; it returns the id of the event that does.
-func (s *Service) recordAdded(ctx context.Context, e Event) (int64, error) {
-	s.loggedMu.Lock()
-	defer s.loggedMu.Unlock()
-	if err := s.loadLogged(ctx); err != nil {
-		return 0, err
-	}
-	if id, ok := s.logged[e.Provider]; ok {
-		return id, nil
-	}
-	stored, err := s.record(ctx, e)
-	if err != nil {
-		return 0, err
-	}
-	s.logged[e.Provider] = stored.ID
-	return stored.ID, nil
-}
-
-// recordRemoved appends provider-removed for name and returns its id.
-func (s *Service) recordRemoved(ctx context.Context, name string) (int64, error) {
-	s.loggedMu.Lock()
-	defer s.loggedMu.Unlock()
-	stored, err := s.record(ctx, Event{Type: EventProviderRemoved, Provider: name})
-	if err != nil {
-		return 0, err
-	}
-	if s.logged != nil {
-		delete(s.logged, name)
-	}
-	return stored.ID, nil
-}
-
-// loadLogged reads s.logged from the provider events of the durable log,
-// once. Callers hold s.loggedMu.
-func (s *Service) loadLogged(ctx context.Context) error {
-	if s.logged != nil {
-		return nil
-	}
-	logged := map[string]int64{}
-	for after := int64(0); ; {
-		rows, err := s.store.Lifecycle(ctx, store.LifecycleFilter{After: after, Limit: providerPage, Types: []string{EventProviderAdded, EventProviderRemoved}})
-		if err != nil {
-			return fmt.Errorf("read provider events: %w", err)
-		}
-		for _, row := range rows {
-			e, err := ParseEvent(row)
-			if err != nil {
-				return err
-			}
-			if e.Type == EventProviderAdded {
-				logged[e.Provider] = e.Seq
-			} else {
-				delete(logged, e.Provider)
-			}
-			after = row.ID
-		}
-		if len(rows) < providerPage {
-			break
-		}
-	}
-	s.logged = logged
-	return nil
-}
-
-// providerPage is the page size loadLogged reads the log in; at most what
-// a store returns at once.
-const providerPage = 500
 
 // record appends an unscoped lifecycle event to the store.
 func (s *Service) record(ctx context.Context, e Event) (store.LifecycleEvent, error) {
