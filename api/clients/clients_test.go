@@ -198,6 +198,9 @@ func trackSources(t *testing.T) {
 			}
 			return nil
 		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
 		_, err = os.ReadFile(path)
 		return err
 	})
