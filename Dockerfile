@@ -10,9 +10,13 @@ ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/subagentd ./cmd/api
 
 FROM alpine:3.22
-RUN adduser -D -H -u 10001 subagentd
+# An unprivileged user, and a directory of its own to start in: the start
+# directory is the default workspace root, the only place a child's cwd
+# may lie (mount the agents' workspace here, or set workspaceRoots).
+RUN adduser -D -H -u 10001 subagentd && install -d -o subagentd -g subagentd /srv/work
 COPY --from=build /out/subagentd /usr/local/bin/subagentd
 USER subagentd
+WORKDIR /srv/work
 EXPOSE 8080
 ENV SUBAGENTD_ADDR=0.0.0.0:8080
 ENTRYPOINT ["/usr/local/bin/subagentd"]

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -32,6 +33,29 @@ func TestOpenAPI_Valid(t *testing.T) {
 				t.Errorf("operationId %q used by %s and %s", op.OperationID, prev, where)
 			}
 			seen[op.OperationID] = where
+		}
+	}
+}
+
+// TestOpenAPI_SchemaNamesLeaveRoomForGenerators: no component schema is
+// named like a type that client generators derive from an operationId
+// (oapi-codegen's createRunResponse, createRunParams, …; @hey-api's
+// createRunData, createRunErrors, …), which would not compile or would be
+// renamed. api/clients generates and compiles the clients themselves.
+func TestOpenAPI_SchemaNamesLeaveRoomForGenerators(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(OpenAPI)
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	suffixes := []string{"Response", "Responses", "Params", "JSONBody", "JSONRequestBody", "Data", "Error", "Errors"}
+	for _, item := range doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			id := strings.ToUpper(op.OperationID[:1]) + op.OperationID[1:]
+			for _, s := range suffixes {
+				if _, ok := doc.Components.Schemas[id+s]; ok {
+					t.Errorf("schema %s collides with the %s type generators derive from operation %s", id+s, s, op.OperationID)
+				}
+			}
 		}
 	}
 }

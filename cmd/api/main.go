@@ -50,9 +50,54 @@ const shutdownGrace = 30 * time.Second
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "subagentd:", err)
-		os.Exit(1)
+	os.Exit(exitCode(run(ctx, os.Args[1:], os.Getenv, os.Stdout), os.Stdout, os.Stderr))
+}
+
+// exitCode reports how run ended and returns the process's exit status:
+// 0 after -h (the usage on stdout), 2 for a command-line mistake (the
+// mistake and the usage on stderr), 1 for any other error, which is logged
+// as one record in the log's format.
+func exitCode(err error, stdout, stderr io.Writer) int {
+	var bad usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		usage(stdout)
+		return 0
+	case errors.As(err, &bad):
+		fmt.Fprintln(stderr, "subagentd:", bad.err)
+		usage(stderr)
+		return 2
+	default:
+		newLogger(stdout).Error("subagentd stopped", slog.Any("error", err))
+		return 1
+	}
+}
+
+// newLogger is the process's log: JSON records, one a line.
+func newLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
+
+// usageError is a mistake on the command line.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+
+// usage prints every flag with its variable and its default.
+func usage(w io.Writer) {
+	fmt.Fprint(w, `Usage: subagentd [flags]
+
+subagentd serves the subagent HTTP API, its dashboard and its docs. Every
+flag has an environment variable of the same meaning; a flag wins over its
+variable.
+
+`)
+	for _, s := range settings {
+		def := s.def
+		if def == "" {
+			def = "unset"
+		}
+		fmt.Fprintf(w, "  -%s value\n\t$%s (default: %s)\n\t%s\n", s.flag, s.env, def, s.usage)
 	}
 }
 
@@ -86,6 +131,8 @@ type config map[string]string
 func (c config) get(name string) string { return c[name] }
 
 // loadConfig reads every setting from getenv, then lets flags override.
+// It returns flag.ErrHelp for -h and a usageError for a bad flag or a stray
+// argument.
 func loadConfig(args []string, getenv func(string) string) (config, error) {
 	fs := flag.NewFlagSet("subagentd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -97,11 +144,14 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 		}
 		values[s.env] = fs.String(s.flag, v, s.usage+" ($"+s.env+")")
 	}
-	if err := fs.Parse(args); err != nil {
-		return nil, fmt.Errorf("flags: %w", err)
+	fs.Usage = func() {} // exitCode prints the usage
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil, err
+	} else if err != nil {
+		return nil, usageError{err}
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+		return nil, usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
 	}
 	cfg := config{}
 	for name, v := range values {
@@ -118,7 +168,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stdout, nil))
+	log := newLogger(stdout)
 	if path := cfg.get("SUBAGENTD_CPUPROFILE"); path != "" {
 		stop, err := startProfile(path)
 		if err != nil {
@@ -292,6 +342,9 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 		log.ErrorContext(ctx, "some messages accepted before the restart could not be delivered", slog.Any("error", err))
 	}
 	loops.Go(func() { closeIdleRoots(bg, roots, log) })
+	if err := svc.RetireUnregistered(ctx); err != nil {
+		return nil, fmt.Errorf("record the providers removed since the last start: %w", err)
+	}
 
 	api := httpapi.NewServer(httpapi.Config{
 		Service: svc, Store: st, Logger: log, Registry: reg, Version: version, Dashboard: web.FS,

@@ -4,9 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -131,11 +135,62 @@ func TestLoadConfig_FlagsMirrorEnv(t *testing.T) {
 	if cfg, _ := loadConfig(nil, env(nil)); cfg.get("SUBAGENTD_ADDR") != "127.0.0.1:8080" {
 		t.Fatalf("default addr %q", cfg.get("SUBAGENTD_ADDR"))
 	}
-	if _, err := loadConfig([]string{"-bogus"}, env(nil)); err == nil {
-		t.Fatal("unknown flag accepted")
+	var bad usageError
+	if _, err := loadConfig([]string{"-bogus"}, env(nil)); !errors.As(err, &bad) {
+		t.Fatalf("unknown flag: %v, want a usage error", err)
 	}
-	if _, err := loadConfig([]string{"extra"}, env(nil)); err == nil {
-		t.Fatal("stray argument accepted")
+	if _, err := loadConfig([]string{"extra"}, env(nil)); !errors.As(err, &bad) {
+		t.Fatalf("stray argument: %v, want a usage error", err)
+	}
+	if _, err := loadConfig([]string{"-h"}, env(nil)); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v, want flag.ErrHelp", err)
+	}
+}
+
+// TestCLI runs the binary as a newcomer would: -h explains every flag and
+// exits 0, a bad flag shows the usage and exits 2, a fatal start-up error
+// is one JSON log record and exits 1.
+func TestCLI(t *testing.T) {
+	bin := binary(t)
+	cli := func(args ...string) (stdout, stderr string, code int) {
+		var out, errOut strings.Builder
+		cmd := exec.Command(bin, args...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatal(err)
+		}
+		return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
+	}
+
+	out, _, code := cli("-h")
+	if code != 0 {
+		t.Fatalf("-h exited %d", code)
+	}
+	for _, s := range settings {
+		if !strings.Contains(out, "-"+s.flag+" ") || !strings.Contains(out, "$"+s.env+" ") || !strings.Contains(out, s.usage) {
+			t.Errorf("-h does not explain -%s / $%s:\n%s", s.flag, s.env, out)
+		}
+	}
+	if !strings.Contains(out, "(default: 127.0.0.1:8080)") {
+		t.Errorf("-h does not show the address default:\n%s", out)
+	}
+
+	_, errOut, code := cli("-bogus")
+	if code != 2 || !strings.Contains(errOut, "-bogus") || !strings.Contains(errOut, "Usage: subagentd") {
+		t.Fatalf("-bogus exited %d with %q", code, errOut)
+	}
+
+	out, errOut, code = cli("-addr", "127.0.0.1:notaport")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var last map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || code != 1 || errOut != "" {
+		t.Fatalf("bad address exited %d, stderr %q, last line %q", code, errOut, lines[len(lines)-1])
+	}
+	if last["level"] != "ERROR" || !strings.Contains(fmt.Sprint(last["error"]), "notaport") {
+		t.Fatalf("fatal record %v", last)
 	}
 }
 
@@ -204,5 +259,26 @@ func TestREADME_ConfigurationTable(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(listed, want) {
 		t.Fatalf("README lists %v, the server reads %v", listed, want)
+	}
+}
+
+// TestREADME_TestCommandIsWhatCIRuns: the README's test command is
+// scripts/test, and .ci/run ends by running exactly that, so a missing
+// install step fails CI as it would fail a newcomer.
+func TestREADME_TestCommandIsWhatCIRuns(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile("(?m)^scripts/test +#").Match(readme) {
+		t.Error("the README's first code block does not give scripts/test as the test command")
+	}
+	ci, err := os.ReadFile("../../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(ci)), "\n")
+	if last := lines[len(lines)-1]; last != "exec bash scripts/test" {
+		t.Errorf(".ci/run ends with %q, want it to run the README's test command", last)
 	}
 }

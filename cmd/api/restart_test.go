@@ -198,7 +198,7 @@ func (s *server) readFrames(t *testing.T, lastID int64, n int) []frame {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	// Only run edges: provider-added/-removed are recorded at every start.
+	// Only run edges.
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.base+"/v1/events?types=subagent/start,subagent/end", nil)
 	req.Header.Set("Last-Event-ID", strconv.FormatInt(lastID, 10))
 	resp, err := http.DefaultClient.Do(req)
@@ -328,6 +328,14 @@ func TestRestart_SIGKILL_RunsOfTheLostOwnerEndOnceAtTheNextStart(t *testing.T) {
 	}
 	if ends != len(runs) {
 		t.Fatalf("the lifecycle log holds %d ends for %d runs", ends, len(runs))
+	}
+	// Three starts with the same providers (spawn, fork) logged them once.
+	var added int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM lifecycle_events WHERE type = $1`, subagent.EventProviderAdded).Scan(&added); err != nil {
+		t.Fatal(err)
+	}
+	if added != 2 {
+		t.Fatalf("three starts with two providers logged %d provider-added", added)
 	}
 }
 

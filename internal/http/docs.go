@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
-	"sync"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/goccy/go-yaml"
 	httpSwagger "github.com/swaggo/http-swagger/v2"
-	"github.com/swaggo/swag"
 
 	"github.com/subagentd/subagentd/api"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -26,29 +23,18 @@ func redirectDocs(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/docs/index.html", http.StatusFound)
 }
 
-// docName is the swag instance the Swagger UI at /docs reads.
-const docName = "subagentd"
-
-// specDoc serves the OpenAPI document as JSON to swag (the UI fetches it
-// from /docs/doc.json).
-type specDoc struct{ json string }
-
-func (d specDoc) ReadDoc() string { return d.json }
-
-var registerDoc = sync.OnceFunc(func() {
-	doc, err := yaml.YAMLToJSON(api.OpenAPI)
-	if err != nil {
-		// api's tests load the document; a broken one never ships.
-		panic(fmt.Sprintf("openapi.yaml is not valid YAML: %v", err))
-	}
-	swag.Register(docName, specDoc{json: string(doc)})
-})
-
 // docsHandler serves Swagger UI (swaggo/files v2.0.2 can show OpenAPI 3.1)
-// for the registered document.
+// pointed at /openapi.yaml, the one copy of the document. The UI's own
+// doc.json is not served: a second name for the spec would only drift.
 func docsHandler() http.HandlerFunc {
-	registerDoc()
-	return httpSwagger.Handler(httpSwagger.InstanceName(docName))
+	ui := httpSwagger.Handler(httpSwagger.URL("/openapi.yaml"))
+	return func(w http.ResponseWriter, r *http.Request) {
+		if chi.URLParam(r, "file") == "doc.json" {
+			http.NotFound(w, r)
+			return
+		}
+		ui(w, r)
+	}
 }
 
 // Dashboard file names: one directory level, names with an extension.

@@ -178,6 +178,18 @@ func (s *fakeStore) AppendLifecycle(ctx context.Context, e store.LifecycleEvent)
 	return s.append(ctx, e), nil
 }
 
+func (s *fakeStore) Lifecycle(ctx context.Context, f store.LifecycleFilter) ([]store.LifecycleEvent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.LifecycleEvent
+	for _, e := range s.lifecycle {
+		if e.ID > f.After && (len(f.Types) == 0 || slices.Contains(f.Types, e.Type)) && len(out) < f.Limit {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
 func (s *fakeStore) StartRun(ctx context.Context, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

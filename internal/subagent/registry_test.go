@@ -3,9 +3,13 @@ package subagent
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/subagentd/subagentd/internal/memstore"
+	"github.com/subagentd/subagentd/internal/store"
 )
 
 func names(ps []Provider) []string {
@@ -250,5 +254,69 @@ func TestRegistry_R8_ProviderEventsMirror(t *testing.T) {
 	}
 	if n := len(scoped.all()); n != 0 {
 		t.Errorf("a parent-scoped listener saw %d provider events; they are unscoped", n)
+	}
+}
+
+// TestRegistry_RestartRecordsOnlyChanges: a service that starts on the
+// durable log of an earlier one records provider-added only for a provider
+// that was not there, and provider-removed only for one that is gone; its
+// listeners are still told of every registration.
+func TestRegistry_RestartRecordsOnlyChanges(t *testing.T) {
+	t.Parallel()
+	st := memstore.New()
+	ctx := t.Context()
+	start := func(names ...string) *recorder {
+		t.Helper()
+		svc := NewService(Config{Store: st, Logger: slog.New(slog.DiscardHandler), Owner: "r"})
+		rec := newRecorder()
+		svc.Subscribe("", rec.listen)
+		for _, n := range names {
+			if err := svc.Register(ctx, &fakeProvider{name: n}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := svc.RetireUnregistered(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	logged := func() []string {
+		t.Helper()
+		rows, err := st.Lifecycle(ctx, store.LifecycleFilter{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range rows {
+			e, err := ParseEvent(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, e.Type+":"+e.Provider)
+		}
+		return out
+	}
+	added, removed := EventProviderAdded+":", EventProviderRemoved+":"
+
+	start("spawn", "acp")
+	first := logged()
+	if want := []string{added + "spawn", added + "acp"}; !slices.Equal(first, want) {
+		t.Fatalf("first start logged %v, want %v", first, want)
+	}
+	rec := start("spawn", "acp")
+	if got := logged(); !slices.Equal(got, first) {
+		t.Fatalf("a restart with the same providers logged %v", got[len(first):])
+	}
+	if got := rec.all(); len(got) != 2 || got[0].Type != EventProviderAdded || got[0].Seq == 0 {
+		t.Fatalf("listeners of the restart saw %+v, want both provider-added with their logged ids", got)
+	}
+	start("spawn", "fork")
+	want := append(first, added+"fork", removed+"acp")
+	if got := logged(); !slices.Equal(got, want) {
+		t.Fatalf("a changed provider set logged %v, want %v", got, want)
+	}
+	start("spawn", "fork")
+	if got := logged(); !slices.Equal(got, want) {
+		t.Fatalf("a restart after the change logged %v", got[len(want):])
 	}
 }

@@ -47,6 +47,9 @@ const DefaultRetainSettled = 5 * time.Minute
 // lifecycle bus and the one-shot runs this process started. It is safe for
 // concurrent use.
 type Service struct {
+	// logged is the provider set of the durable lifecycle log.
+	logged providerLog
+
 	store store.Store
 	log   *slog.Logger
 	owner string
@@ -92,7 +95,9 @@ func (s *Service) Subscribe(parentID string, l Listener) (unsubscribe func()) {
 // Register adds p under p.Name(). The provider is resolvable before
 // subagent/provider-added is recorded and dispatched; if recording fails or
 // a provider-added listener fails, the registration is rolled back and the
-// error returned (R3).
+// error returned (R3). The event is recorded only when the durable log does
+// not already show the provider as added (a restart with the same providers
+// appends nothing); listeners are told either way.
 //
 // Returns EInvalidRequest for an empty name and EDuplicateProvider when the
 // name is taken; the existing registration is left untouched (R1).
@@ -113,12 +118,12 @@ func (s *Service) Register(ctx context.Context, p Provider) error {
 	s.mu.Unlock()
 
 	added := Event{Type: EventProviderAdded, Provider: name}
-	stored, err := s.record(ctx, added)
+	seq, err := s.recordAdded(ctx, added)
 	if err != nil {
 		s.remove(name)
 		return fmt.Errorf("register provider %q: %w", name, err)
 	}
-	added.Seq = stored.ID
+	added.Seq = seq
 	if err := s.bus.dispatchStrict(ctx, added); err != nil {
 		// Listeners before the failing one saw the provider arrive; they
 		// and the durable log are told it left again.
@@ -143,11 +148,11 @@ func (s *Service) Unregister(ctx context.Context, name string) {
 // record is logged, since the removal already happened.
 func (s *Service) announceRemoved(ctx context.Context, name string) {
 	removed := Event{Type: EventProviderRemoved, Provider: name}
-	stored, err := s.record(ctx, removed)
+	seq, err := s.recordRemoved(ctx, name)
 	if err != nil {
 		s.log.ErrorContext(ctx, "record provider-removed", slog.String("provider", name), slog.Any("error", err))
 	}
-	removed.Seq = stored.ID
+	removed.Seq = seq
 	s.bus.dispatch(ctx, removed)
 }
 

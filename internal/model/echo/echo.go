@@ -6,7 +6,11 @@
 //     request offers it); after the tool result it answers
 //     "echo: <tool result text>";
 //   - when the request offers a structured_output tool, every answer ends with
-//     a call to it whose arguments satisfy the tool's parameter schema.
+//     a call to it whose arguments satisfy the tool's parameter schema;
+//   - a user line "/sleep <duration>" (Go syntax, say 2s; at most MaxSleep)
+//     makes it wait that long before it answers, or until the request's
+//     context ends, so that steering, interrupts and cancellation can be
+//     tried offline.
 package echo
 
 import (
@@ -16,6 +20,7 @@ import (
 	"iter"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/subagentd/subagentd/internal/model"
 )
@@ -23,6 +28,9 @@ import (
 // StructuredOutputTool is the tool name echo answers with a schema-valid
 // value.
 const StructuredOutputTool = "structured_output"
+
+// MaxSleep bounds a "/sleep" pause; a longer one waits MaxSleep.
+const MaxSleep = 5 * time.Minute
 
 // Model is the echo model. The zero value is ready to use and safe for
 // concurrent use.
@@ -34,9 +42,19 @@ var _ model.Model = Model{}
 func New() Model { return Model{} }
 
 // Stream answers req deterministically; it stops with ctx.Err() when ctx
-// ends between chunks.
+// ends during a "/sleep" pause or between chunks.
 func (Model) Stream(ctx context.Context, req model.Request) iter.Seq2[model.Chunk, error] {
 	return func(yield func(model.Chunk, error) bool) {
+		if d := pause(req); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				yield(model.Chunk{}, ctx.Err())
+				return
+			case <-t.C:
+			}
+		}
 		send := func(c model.Chunk) bool {
 			if err := ctx.Err(); err != nil {
 				yield(model.Chunk{}, err)
@@ -99,6 +117,28 @@ func answer(req model.Request) (string, []model.ToolCall) {
 	// Value only returns decoded JSON data, which always marshals.
 	args, _ := json.Marshal(Value(spec.Parameters))
 	return reply, []model.ToolCall{{ID: callID, Name: StructuredOutputTool, Arguments: string(args)}}
+}
+
+// pause is how long req's "/sleep" line asks to wait: the first such line
+// of the last message, when a user wrote it; 0 when there is none or its
+// duration does not parse.
+func pause(req model.Request) time.Duration {
+	n := len(req.Messages)
+	if n == 0 || req.Messages[n-1].Role != model.RoleUser {
+		return 0
+	}
+	for line := range strings.Lines(model.Text(req.Messages[n-1].Content)) {
+		rest, found := strings.CutPrefix(strings.TrimSpace(line), "/sleep ")
+		if !found {
+			continue
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(rest))
+		if err != nil {
+			return 0
+		}
+		return min(max(d, 0), MaxSleep)
+	}
+	return 0
 }
 
 // parseCall finds the first line of the form "/call <tool> <json-args>"

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"iter"
 	"testing"
+	"time"
 
 	"github.com/subagentd/subagentd/internal/model"
 )
@@ -106,5 +108,54 @@ func TestEcho_HonoursCancellation(t *testing.T) {
 	_, _, _, err := run(t, ctx, model.Request{Messages: []model.Message{user("a b c")}})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v, want context.Canceled", err)
+	}
+}
+
+func TestEcho_SleepLinePausesBeforeTheAnswer(t *testing.T) {
+	t.Parallel()
+	const d = 50 * time.Millisecond
+	start := time.Now()
+	text, _, finish, err := run(t, context.Background(), model.Request{Messages: []model.Message{user("/sleep 50ms\nhi there")}})
+	if err != nil || text != "echo: /sleep 50ms\nhi there" || finish != model.FinishStop {
+		t.Fatalf("got %q %q %v", text, finish, err)
+	}
+	if took := time.Since(start); took < d {
+		t.Fatalf("answered after %v, want a pause of %v", took, d)
+	}
+}
+
+func TestEcho_SleepEndsWithTheContext(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	next, stop := iter.Pull2(New().Stream(ctx, model.Request{Messages: []model.Message{user("/sleep 1h")}}))
+	defer stop()
+	got := make(chan error, 1)
+	go func() {
+		_, err, _ := next()
+		got <- err
+	}()
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first chunk error %v, want context.Canceled", err)
+	}
+}
+
+func TestEcho_Pause(t *testing.T) {
+	t.Parallel()
+	for text, want := range map[string]time.Duration{
+		"/sleep 2s":            2 * time.Second,
+		"work\n  /sleep 10ms ": 10 * time.Millisecond,
+		"/sleep 10h":           MaxSleep,
+		"/sleep soon":          0,
+		"/sleep -1s":           0,
+		"no directive":         0,
+	} {
+		if got := pause(model.Request{Messages: []model.Message{user(text)}}); got != want {
+			t.Errorf("pause(%q) = %v, want %v", text, got, want)
+		}
+	}
+	tool := model.Message{Role: model.RoleTool, Content: []model.Block{model.TextBlock("/sleep 2s")}}
+	if got := pause(model.Request{Messages: []model.Message{tool}}); got != 0 {
+		t.Errorf("a tool result paused %v", got)
 	}
 }
