@@ -39,9 +39,9 @@ type Service interface {
 	// *subagent.Error codes (NO_PROVIDER, UNSUPPORTED_CAPABILITY,
 	// INVALID_MAX_DEPTH, UNSUPPORTED_SCHEMA, DEPTH_EXCEEDED, DRAINING, …).
 	Start(ctx context.Context, provider string, req subagent.Request) (*subagent.RunHandle, error)
-	// Run returns the live handle of a run this process started and has
-	// not disposed.
-	Run(runID string) (*subagent.RunHandle, bool)
+	// Run returns the live handle of a run this process started in ctx's
+	// tenant and has not disposed.
+	Run(ctx context.Context, runID string) (*subagent.RunHandle, bool)
 }
 
 var _ Service = (*subagent.Service)(nil)
