@@ -217,4 +217,3 @@ func (s *Server) SweepIdempotencyKeys(ctx context.Context, interval time.Duratio
 		}
 	}
 }
-
