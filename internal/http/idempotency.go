@@ -35,10 +35,12 @@ const (
 // replayedHeaders are the answer headers a replay repeats.
 var replayedHeaders = []string{"Content-Type", "Location", "Preference-Applied"}
 
-// storedAnswer is the response column of an idempotency key.
+// storedAnswer is the response column of an idempotency key. The body is
+// a string, not JSON: a jsonb column would reorder it, and a replay must
+// repeat the answer byte for byte.
 type storedAnswer struct {
 	Header map[string]string `json:"header,omitempty"`
-	Body   json.RawMessage   `json:"body,omitempty"`
+	Body   string            `json:"body,omitempty"`
 }
 
 // idempotent makes a POST with an Idempotency-Key happen once per tenant
@@ -110,9 +112,7 @@ func (s *Server) runOnce(w http.ResponseWriter, r *http.Request, values []string
 			answer.Header[name] = v
 		}
 	}
-	if b := bytes.TrimSpace(rw.body.Bytes()); len(b) > 0 {
-		answer.Body = b
-	}
+	answer.Body = rw.body.String()
 	data, err := json.Marshal(answer)
 	if err != nil {
 		return nil
@@ -145,9 +145,7 @@ func (s *Server) replay(w http.ResponseWriter, rec store.Idempotency) error {
 	w.Header().Set("Idempotent-Replayed", "true")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(rec.Status)
-	if len(a.Body) > 0 {
-		_, _ = w.Write(append(a.Body, '\n'))
-	}
+	_, _ = io.WriteString(w, a.Body)
 	return nil
 }
 
@@ -193,8 +191,7 @@ func (rw *answerRecorder) Unwrap() http.ResponseWriter { return rw.ResponseWrite
 // storable reports whether the answer describes the request, so that a
 // retry must get it again.
 func (rw *answerRecorder) storable() bool {
-	return rw.status != 0 && rw.status < 500 && rw.status != http.StatusTooManyRequests && !rw.overflow &&
-		(rw.body.Len() == 0 || json.Valid(rw.body.Bytes()))
+	return rw.status != 0 && rw.status < 500 && rw.status != http.StatusTooManyRequests && !rw.overflow
 }
 
 // SweepIdempotencyKeys deletes idempotency keys older than IdempotencyTTL
