@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/goccy/go-yaml"
+	swaggerFiles "github.com/swaggo/files/v2"
 	httpSwagger "github.com/swaggo/http-swagger/v2"
 	"github.com/swaggo/swag"
 
@@ -45,10 +46,24 @@ var registerDoc = sync.OnceFunc(func() {
 })
 
 // docsHandler serves Swagger UI (swaggo/files v2.0.2 can show OpenAPI 3.1)
-// for the registered document.
-func docsHandler() http.HandlerFunc {
+// for the registered document. A file Swagger UI does not have is a
+// NOT_FOUND problem (httpSwagger itself answers text/plain 404s, and 500s
+// for names it cannot parse), and httpSwagger, which reads the raw request
+// URI, sees only the clean path.
+func (s *Server) docsHandler() http.HandlerFunc {
 	registerDoc()
-	return httpSwagger.Handler(httpSwagger.InstanceName(docName))
+	swagger := httpSwagger.Handler(httpSwagger.InstanceName(docName))
+	return s.h(func(w http.ResponseWriter, r *http.Request) error {
+		file := chi.URLParam(r, "file")
+		if file != "index.html" && file != "doc.json" {
+			if _, err := fs.Stat(swaggerFiles.FS, file); err != nil || !fs.ValidPath(file) {
+				return subagent.Errorf(codeNotFound, "no file %q in /docs", clip(file, 100))
+			}
+		}
+		r.RequestURI = "/docs/" + file
+		swagger(w, r)
+		return nil
+	})
 }
 
 // Dashboard file names: one directory level, names with an extension.

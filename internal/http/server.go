@@ -334,7 +334,7 @@ func (s *Server) routes() chi.Router {
 	r.Get("/metrics", s.metricsHandler().ServeHTTP)
 	r.Get("/openapi.yaml", serveSpec)
 	r.Get("/docs", redirectDocs)
-	r.Get("/docs/{file}", docsHandler())
+	r.Get("/docs/{file}", s.docsHandler())
 	r.Get("/", s.h(s.dashboardIndex))
 	r.Get("/{asset:"+assetPattern+"}", s.h(s.dashboardAsset))
 	r.Get("/{dir:"+dirPattern+"}/{asset:"+assetPattern+"}", s.h(s.dashboardAsset))
