@@ -535,3 +535,43 @@ func TestSessions_CwdSymlinkContainment(t *testing.T) {
 		t.Fatalf("stored cwd %q, want the resolved %q", s.Cwd, filepath.Join(root, "in"))
 	}
 }
+
+// TestIdempotency_ConcurrentDuplicates: simultaneous requests with one key
+// create one session; each gets its answer or IDEMPOTENCY_KEY_IN_USE.
+func TestIdempotency_ConcurrentDuplicates(t *testing.T) {
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			st := sc.open(t)
+			b := setup(t, withTokens, func(c *Config) { c.Store = st })
+			c := with(tokenA, call{method: "POST", path: "/v1/sessions", body: map[string]any{"label": "dup"}, header: map[string]string{"Idempotency-Key": "dup-1"}})
+			var pending []func() response
+			for range 8 {
+				pending = append(pending, b.async(t, c))
+			}
+			var created []string
+			for _, wait := range pending {
+				r := wait()
+				switch r.status {
+				case 201:
+					created = append(created, string(r.body))
+				case 409:
+					if r.problem(t).Code != codeIdempotencyInUse {
+						t.Fatalf("409 %s", r.body)
+					}
+				default:
+					t.Fatalf("duplicate: %d %s", r.status, r.body)
+				}
+			}
+			for _, body := range created[1:] {
+				if body != created[0] {
+					t.Fatalf("two answers for one key:\n%s\n%s", created[0], body)
+				}
+			}
+			var list sessionListJSON
+			b.want(t, 200, with(tokenA, call{method: "GET", path: "/v1/sessions"})).decode(t, &list)
+			if len(list.Sessions) != 1 || len(created) == 0 {
+				t.Fatalf("%d sessions, %d created answers; want 1 session", len(list.Sessions), len(created))
+			}
+		})
+	}
+}
