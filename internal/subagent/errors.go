@@ -21,14 +21,12 @@ const (
 	EDuplicateChild        = "DUPLICATE_CHILD"
 	ENotResumable          = "NOT_RESUMABLE"
 	ESteerRejected         = "STEER_REJECTED"
-	// EUnauthorized is the 403 code: the caller may not do this to an
-	// object it can see (FORBIDDEN on the wire, DESIGN §3).
-	EUnauthorized    = "FORBIDDEN"
-	EUnauthenticated = "UNAUTHENTICATED"
-	ERateLimited     = "RATE_LIMITED"
-	EPayloadTooLarge = "PAYLOAD_TOO_LARGE"
-	EDraining        = "DRAINING"
-	EAborted         = "ABORTED"
+	EUnauthorized          = "FORBIDDEN" // the 403 code (DESIGN §3)
+	EUnauthenticated       = "UNAUTHENTICATED"
+	ERateLimited           = "RATE_LIMITED"
+	EPayloadTooLarge       = "PAYLOAD_TOO_LARGE"
+	EDraining              = "DRAINING"
+	EAborted               = "ABORTED"
 	// EActivationClosing: the reporting child's activation already began
 	// to settle.
 	EActivationClosing = "ACTIVATION_CLOSING"
