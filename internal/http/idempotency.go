@@ -53,7 +53,8 @@ type storedAnswer struct {
 func (s *Server) idempotent(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, present := r.Header[idempotencyHeader]
-		if r.Method != http.MethodPost || !present {
+		// Sign-in is left out: replaying it would not set the cookie.
+		if r.Method != http.MethodPost || !present || r.URL.Path == authSessionPath {
 			next.ServeHTTP(w, r)
 			return
 		}
