@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -573,5 +574,18 @@ func TestIdempotency_ConcurrentDuplicates(t *testing.T) {
 				t.Fatalf("%d sessions, %d created answers; want 1 session", len(list.Sessions), len(created))
 			}
 		})
+	}
+}
+
+// TestSignIn_SecureOverTLS: a sign-in over TLS gets a Secure cookie.
+func TestSignIn_SecureOverTLS(t *testing.T) {
+	s := NewServer(Config{Store: memstore.New(), Logger: slog.New(slog.DiscardHandler), Tokens: testTokens(),
+		Service: subagent.NewService(subagent.Config{Store: memstore.New(), Logger: slog.New(slog.DiscardHandler)})})
+	req := httptest.NewRequest(http.MethodPost, "https://127.0.0.1/v1/auth/session", strings.NewReader(`{"token":"`+tokenA+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, req)
+	if rec.Code != 204 || !strings.Contains(rec.Header().Get("Set-Cookie"), "Secure") {
+		t.Fatalf("sign-in over TLS: %d, Set-Cookie %q", rec.Code, rec.Header().Get("Set-Cookie"))
 	}
 }
