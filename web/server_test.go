@@ -43,7 +43,9 @@ type testServer struct {
 }
 
 // startServer starts a testServer whose children and root agents ask mdl.
-func startServer(t *testing.T, mdl model.Model) *testServer {
+// startServer serves the dashboard and the API over mdl; opts adjust the
+// API's configuration (tokens, for the sign-in test).
+func startServer(t *testing.T, mdl model.Model, opts ...func(*apihttp.Config)) *testServer {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st := memstore.New()
@@ -65,10 +67,14 @@ func startServer(t *testing.T, mdl model.Model) *testServer {
 	if err := dtools.Start(t.Context()); err != nil {
 		t.Fatalf("mounting the delegation tools: %v", err)
 	}
-	api := apihttp.NewServer(apihttp.Config{
+	cfg := apihttp.Config{
 		Service: svc, Store: st, Logger: logger, Dashboard: web.FS,
 		Continuations: mgr, Roots: roots, Routes: routes,
-	})
+	}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	api := apihttp.NewServer(cfg)
 
 	s := &testServer{st: st}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,20 +1,15 @@
-//go:build authsession
-
-// The sign-in test needs the server side of DESIGN §7 sign-in (the security
-// branch: GET/POST/DELETE /v1/auth/session, tokens from SUBAGENTD_TOKENS,
-// the subagentd_session cookie accepted by the API and both streams). Run
-// it with `go test -tags authsession ./web/`; drop the build constraint
-// once that branch is merged.
-
 package web_test
 
 import (
+	"crypto/sha256"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/subagentd/subagentd/internal/config"
+	apihttp "github.com/subagentd/subagentd/internal/http"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 )
 
@@ -24,16 +19,18 @@ import (
 // page loads live over the session cookie and names the tenant; signing out
 // brings the prompt back.
 func TestDashboard_SignInWithTokenThenSignOut(t *testing.T) {
-	t.Setenv("SUBAGENTD_TOKENS", "acme:s3cret-token")
+	const token = "s3cret-token-0123456789"
 	release := make(chan struct{})
-	srv := startServer(t, scripted.New(scripted.Step{Text: answer, Pause: release}))
+	srv := startServer(t, scripted.New(scripted.Step{Text: answer, Pause: release}), func(c *apihttp.Config) {
+		c.Tokens = []config.Token{{Tenant: "acme", Hash: sha256.Sum256([]byte(token))}}
+	})
 	res, err := http.Get(srv.URL + "/v1/auth/session")
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Body.Close()
 	if res.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("GET /v1/auth/session without a cookie: %s, want 401 — this test needs the server side of sign-in (security branch)", res.Status)
+		t.Fatalf("GET /v1/auth/session without a cookie: %s, want 401", res.Status)
 	}
 
 	b := newBrowser(t)
@@ -47,7 +44,7 @@ func TestDashboard_SignInWithTokenThenSignOut(t *testing.T) {
 
 	b.do("entering the right token",
 		chromedp.Evaluate[chromedp.Void](`document.querySelector('#signin-token').value = ''`),
-		chromedp.SendKeys(chromedp.CSS("#signin-token"), "s3cret-token"), chromedp.Click(chromedp.CSS("#signin-submit")))
+		chromedp.SendKeys(chromedp.CSS("#signin-token"), token), chromedp.Click(chromedp.CSS("#signin-submit")))
 	b.waitFor("the prompt is gone and the page is live over the cookie", `document.querySelector('[data-testid="signin"]').hidden && `+connConnected+
 		` && document.querySelector('#start-provider option[value="spawn"]')`)
 	b.waitFor("the account names the tenant and offers sign-out",

@@ -13,12 +13,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -119,6 +122,11 @@ var settings = []setting{
 	{"SUBAGENTD_CPUPROFILE", "cpuprofile", "", "write a CPU profile of the whole run to this file (for bench/)"},
 	{"SUBAGENTD_MEM_RETAIN_RUNS", "mem-retain-runs", "10000", "in-memory store: disposed one-shot runs kept, with their child sessions and logs (and twice as many lifecycle events)"},
 	{"SUBAGENTD_MEM_RETAIN_AGE", "mem-retain-age", "1h", "in-memory store: how long a disposed one-shot run is kept"},
+	{"SUBAGENTD_TOKENS", "tokens", "", "comma-separated tenant:token pairs; unset serves only loopback, as one tenant (prefer the environment: flags are visible to other users)"},
+	{"SUBAGENTD_CORS_ORIGINS", "cors-origins", "", "comma-separated origins (scheme://host:port) whose pages may call the API; unset turns CORS off"},
+	{"SUBAGENTD_MAX_LIVE_RUNS", "max-live-runs", "1000", "live one-shot runs per tenant; beyond it starts are 429 (0: no cap)"},
+	{"SUBAGENTD_MAX_STREAMS", "max-streams", "10000", "open event streams per tenant; beyond it streams are 429 (0: no cap)"},
+	{"SUBAGENTD_RATE_LIMIT", "rate-limit", "2000", "requests per second per tenant, bursts of twice that; beyond it 429 (0: no limit)"},
 	{"SUBAGENTD_REPLICA_ID", "replica-id", "", "stable, unique name of this replica; lets a restart close the runs its previous process left open at once (else they close when their lease lapses)"},
 }
 
@@ -182,7 +190,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer a.stop()
 
-	ln, err := net.Listen("tcp", cfg.get("SUBAGENTD_ADDR"))
+	addr := cfg.get("SUBAGENTD_ADDR")
+	if !a.authenticated && !httpapi.IsLoopbackAddr(addr) {
+		return fmt.Errorf("refusing to listen on %s without tokens: anyone who reaches it could run agents; set SUBAGENTD_TOKENS=tenant:token (or tokens: in the config file), or listen on 127.0.0.1", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -225,6 +237,9 @@ type app struct {
 	mgr   *subagent.Manager
 	roots *delegate.Roots
 	api   *httpapi.Server
+	// authenticated: tokens are configured, so the server may listen
+	// beyond loopback.
+	authenticated bool
 	// stop ends the background loops (leases, idle roots) and releases the
 	// store; call it after the shutdown of everything above.
 	stop func()
@@ -273,8 +288,12 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 	}()
 	st = httpapi.InstrumentStore(st, reg)
 
+	sec, err := security(cfg, file)
+	if err != nil {
+		return nil, err
+	}
 	replica := cfg.get("SUBAGENTD_REPLICA_ID")
-	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: owner(replica)})
+	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: owner(replica), MaxLiveRuns: sec.maxLiveRuns})
 	if replica != "" {
 		// A stable replica id lets this start close, at once, the runs the
 		// previous process of this replica left open (SIGKILL, crash).
@@ -349,8 +368,60 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 	api := httpapi.NewServer(httpapi.Config{
 		Service: svc, Store: st, Logger: log, Registry: reg, Version: version, Dashboard: web.FS,
 		Continuations: mgr, Roots: roots, Routes: routes, WorkspaceRoots: file.WorkspaceRoots,
+		Tokens: sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,
 	})
-	return &app{svc: svc, mgr: mgr, roots: roots, api: api, stop: stop}, nil
+	loops.Go(func() { api.SweepIdempotencyKeys(bg, idempotencySweep) })
+	return &app{svc: svc, mgr: mgr, roots: roots, api: api, authenticated: len(sec.tokens) > 0, stop: stop}, nil
+}
+
+// idempotencySweep is how often expired idempotency keys are deleted.
+const idempotencySweep = 10 * time.Minute
+
+// securityConfig is the parsed security settings (DESIGN §7).
+type securityConfig struct {
+	tokens      []cfgfile.Token
+	corsOrigins []string
+	maxLiveRuns int
+	maxStreams  int
+	rateLimit   float64
+}
+
+// security reads the tokens (SUBAGENTD_TOKENS and the file's tokens:),
+// the CORS origins and the per-tenant limits. A 0 limit turns it off.
+func security(cfg config, file *cfgfile.File) (securityConfig, error) {
+	tokens, err := cfgfile.ParseTokens(cfg.get("SUBAGENTD_TOKENS"))
+	if err != nil {
+		return securityConfig{}, err
+	}
+	sc := securityConfig{tokens: append(file.Tokens, tokens...)}
+	for _, o := range strings.Split(cfg.get("SUBAGENTD_CORS_ORIGINS"), ",") {
+		if o = strings.TrimSpace(o); o == "" {
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return securityConfig{}, fmt.Errorf("SUBAGENTD_CORS_ORIGINS: %q is not an origin such as https://app.example:8443", o)
+		}
+		sc.corsOrigins = append(sc.corsOrigins, u.Scheme+"://"+u.Host)
+	}
+	if sc.maxLiveRuns, err = strconv.Atoi(cfg.get("SUBAGENTD_MAX_LIVE_RUNS")); err != nil || sc.maxLiveRuns < 0 {
+		return securityConfig{}, fmt.Errorf("SUBAGENTD_MAX_LIVE_RUNS: %q is not a non-negative integer", cfg.get("SUBAGENTD_MAX_LIVE_RUNS"))
+	}
+	if sc.maxStreams, err = strconv.Atoi(cfg.get("SUBAGENTD_MAX_STREAMS")); err != nil || sc.maxStreams < 0 {
+		return securityConfig{}, fmt.Errorf("SUBAGENTD_MAX_STREAMS: %q is not a non-negative integer", cfg.get("SUBAGENTD_MAX_STREAMS"))
+	}
+	if sc.rateLimit, err = strconv.ParseFloat(cfg.get("SUBAGENTD_RATE_LIMIT"), 64); err != nil || !(sc.rateLimit >= 0 && sc.rateLimit < math.Inf(1)) {
+		return securityConfig{}, fmt.Errorf("SUBAGENTD_RATE_LIMIT: %q is not a non-negative number", cfg.get("SUBAGENTD_RATE_LIMIT"))
+	}
+	// 0 turns a limit off, which the server spells negative (its 0 is the
+	// default).
+	if sc.maxStreams == 0 {
+		sc.maxStreams = -1
+	}
+	if sc.rateLimit == 0 {
+		sc.rateLimit = -1
+	}
+	return sc, nil
 }
 
 // closeIdleRoots closes root agents idle for rootIdle, every minute, until

@@ -50,6 +50,9 @@ type File struct {
 	// ACP agent cwd must lie inside one. Never empty after Load: the
 	// default is the directory the service started in.
 	WorkspaceRoots []string
+	// Tokens are the API tokens of the file's tokens: list, by SHA-256;
+	// SUBAGENTD_TOKENS adds more (ParseTokens).
+	Tokens []Token
 }
 
 // ProviderConfig is one ACP agent run as a provider (seam-spec §4.4).

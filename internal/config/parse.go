@@ -23,6 +23,13 @@ type fileYAML struct {
 	Models         []modelYAML    `yaml:"models"`
 	DefaultModel   string         `yaml:"defaultModel"`
 	WorkspaceRoots []string       `yaml:"workspaceRoots"`
+	Tokens         []tokenYAML    `yaml:"tokens"`
+}
+
+// tokenYAML is one API token by its SHA-256 (hex), never the token itself.
+type tokenYAML struct {
+	Tenant string `yaml:"tenant"`
+	SHA256 string `yaml:"sha256"`
 }
 
 type providerYAML struct {
@@ -186,6 +193,22 @@ func (v *validator) file(raw fileYAML, startDir string) *File {
 	}
 	if d := raw.DefaultModel; d != "" && d != EchoModel && !seen[d] {
 		v.fail(at{"defaultModel"}, "%q is not a configured model (nor %q)", d, EchoModel)
+	}
+	hashes := map[[32]byte]bool{}
+	for i, r := range raw.Tokens {
+		p := at{"tokens", i}
+		if msg := checkTenant(r.Tenant); msg != "" {
+			v.fail(p.with("tenant"), "%s", msg)
+		}
+		h, ok := parseHash(r.SHA256)
+		switch {
+		case !ok:
+			v.fail(p.with("sha256"), "must be the token's SHA-256 as 64 hex digits (printf %%s TOKEN | sha256sum)")
+		case hashes[h]:
+			v.fail(p.with("sha256"), "the same token is listed twice")
+		}
+		hashes[h] = true
+		f.Tokens = append(f.Tokens, Token{Tenant: r.Tenant, Hash: h})
 	}
 	return f
 }

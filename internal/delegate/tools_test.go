@@ -208,7 +208,7 @@ func TestDelegate_5_1_CancelledTurnCancelsChild(t *testing.T) {
 	if len(evs) != 2 || evs[1].StopReason != subagent.StopAborted {
 		t.Errorf("lifecycle = %+v, want an aborted end", evs)
 	}
-	if _, live := w.Service.Run(evs[0].RunID); live {
+	if _, live := w.Service.Run(t.Context(), evs[0].RunID); live {
 		t.Error("run not disposed")
 	}
 }

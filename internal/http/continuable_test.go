@@ -33,6 +33,12 @@ type world struct {
 // the default (none: no model is configured).
 func setupWorld(t *testing.T, routes ...model.Route) *world {
 	t.Helper()
+	return setupWorldWith(t, nil, routes...)
+}
+
+// setupWorldWith is setupWorld with opts adjusting the server's config.
+func setupWorldWith(t *testing.T, opts []func(*Config), routes ...model.Route) *world {
+	t.Helper()
 	w := &world{}
 	w.testBundle = start(t, func(b *testBundle, cfg *Config) {
 		var table *model.Routes
@@ -55,7 +61,7 @@ func setupWorld(t *testing.T, routes ...model.Route) *world {
 		cfg.Continuations, cfg.Roots, cfg.Routes = w.mgr, w.roots, table
 		// Activations settle (and notify their roots) before the roots close.
 		b.stops = append(b.stops, w.mgr.Shutdown, w.roots.Close)
-	})
+	}, opts...)
 	return w
 }
 

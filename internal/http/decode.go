@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,7 @@ import (
 // Bounds of the wire format (mirrored in api/openapi.yaml).
 const (
 	maxIDLength  = 128
+	maxBlockType = 64
 	maxPageLimit = 1000
 	defPageLimit = 100
 )
@@ -36,7 +38,8 @@ var safeID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 // newValidator returns the validator of the wire structs: field paths use
 // JSON names, the "blocktext" tag bounds the total text of content blocks
-// in bytes, and "safeid" requires safeID.
+// in bytes, "blocktypes" bounds each block's type, and "safeid" requires
+// safeID.
 func newValidator() *validator.Validate {
 	v := validator.New(validator.WithRequiredStructEnabled())
 	v.RegisterTagNameFunc(func(f reflect.StructField) string {
@@ -64,6 +67,12 @@ func newValidator() *validator.Validate {
 	}); err != nil {
 		panic(err)
 	}
+	if err := v.RegisterValidation("blocktypes", func(fl validator.FieldLevel) bool {
+		blocks, ok := fl.Field().Interface().([]model.Block)
+		return ok && !slices.ContainsFunc(blocks, func(b model.Block) bool { return len(b.Type) > maxBlockType })
+	}); err != nil {
+		panic(err)
+	}
 	if err := v.RegisterValidation("safeid", func(fl validator.FieldLevel) bool {
 		return safeID.MatchString(fl.Field().String())
 	}); err != nil {
@@ -72,12 +81,13 @@ func newValidator() *validator.Validate {
 	return v
 }
 
-// decode reads one JSON object of at most s.bodyLimit bytes into dst,
-// rejecting unknown fields and trailing data, then validates dst.
-// Returns EPayloadTooLarge or EInvalidRequest (with per-field errors).
 // bodyReadTimeout bounds reading one request body.
 const bodyReadTimeout = 30 * time.Second
 
+// decode reads one JSON object of at most s.bodyLimit bytes into dst,
+// rejecting null, non-objects, unknown fields and trailing data, then
+// validates dst. Returns EPayloadTooLarge (after draining a bounded part of
+// the rest, see tooLarge) or EInvalidRequest (with per-field errors).
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, dst any) error {
 	// A client that trickles its body must not hold a handler for ever
 	// (the server sets no ReadTimeout: it would end event streams).
@@ -86,7 +96,15 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, dst any) error {
 	defer rc.SetReadDeadline(time.Time{})
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.bodyLimit))
 	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return s.tooLarge(w, r)
+		}
 		return decodeError(err, s.bodyLimit)
+	}
+	// null, arrays and scalars decode into a struct without complaint.
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return subagent.Errorf(subagent.EInvalidRequest, "request body must be a JSON object")
 	}
 	if err := store.CheckJSONText(data); err != nil {
 		return &subagent.Error{Code: subagent.EInvalidRequest, Message: "request body: " + err.Error(), Err: err}
@@ -157,6 +175,8 @@ func fieldMessage(fe validator.FieldError) string {
 		return "must start with " + strconv.Quote(fe.Param())
 	case "blocktext":
 		return "text of the blocks must total at most " + fe.Param() + " bytes"
+	case "blocktypes":
+		return fmt.Sprintf("every block type must have at most %d characters", maxBlockType)
 	case "safeid":
 		return "must match " + safeID.String()
 	default:

@@ -275,7 +275,7 @@ func TestCreateRun_DisconnectWithoutCancel(t *testing.T) {
 				t.Fatalf("settled run = %+v result %+v", run, run.Result)
 			}
 			b.want(t, http.StatusNoContent, call{method: http.MethodDelete, path: "/v1/runs/" + start.RunID})
-			if _, ok := b.svc.Run(start.RunID); ok {
+			if _, ok := b.svc.Run(t.Context(), start.RunID); ok {
 				t.Fatal("the disposed run still has a live handle")
 			}
 

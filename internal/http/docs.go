@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+	swaggerFiles "github.com/swaggo/files/v2"
 	httpSwagger "github.com/swaggo/http-swagger/v2"
 
 	"github.com/subagentd/subagentd/api"
@@ -24,17 +25,24 @@ func redirectDocs(w http.ResponseWriter, r *http.Request) {
 }
 
 // docsHandler serves Swagger UI (swaggo/files v2.0.2 can show OpenAPI 3.1)
-// pointed at /openapi.yaml, the one copy of the document. The UI's own
-// doc.json is not served: a second name for the spec would only drift.
-func docsHandler() http.HandlerFunc {
-	ui := httpSwagger.Handler(httpSwagger.URL("/openapi.yaml"))
-	return func(w http.ResponseWriter, r *http.Request) {
-		if chi.URLParam(r, "file") == "doc.json" {
-			http.NotFound(w, r)
-			return
+// pointed at /openapi.yaml, the one copy of the document; the UI's own
+// doc.json is not served (a second name for the spec would only drift). A
+// file Swagger UI does not have is a NOT_FOUND problem (httpSwagger itself
+// answers text/plain 404s, and 500s for names it cannot parse), and
+// httpSwagger, which reads the raw request URI, sees only the clean path.
+func (s *Server) docsHandler() http.HandlerFunc {
+	swagger := httpSwagger.Handler(httpSwagger.URL("/openapi.yaml"))
+	return s.h(func(w http.ResponseWriter, r *http.Request) error {
+		file := chi.URLParam(r, "file")
+		if file != "index.html" {
+			if _, err := fs.Stat(swaggerFiles.FS, file); err != nil || !fs.ValidPath(file) {
+				return subagent.Errorf(codeNotFound, "no file %q in /docs", clip(file, 100))
+			}
 		}
-		ui(w, r)
-	}
+		r.RequestURI = "/docs/" + file
+		swagger(w, r)
+		return nil
+	})
 }
 
 // Dashboard file names: one directory level, names with an extension.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -49,10 +50,13 @@ var problems = map[string]problemType{
 	subagent.ESteerRejected:         {http.StatusConflict, "Steer rejected"},
 	subagent.EActivationClosing:     {http.StatusConflict, "Activation closing"},
 	subagent.EParentUnavailable:     {http.StatusConflict, "Parent unavailable"},
-	subagent.EUnauthorized:          {http.StatusForbidden, "Unauthorized"},
+	subagent.EUnauthorized:          {http.StatusForbidden, "Forbidden"},
 	subagent.EUnauthenticated:       {http.StatusUnauthorized, "Unauthenticated"},
 	subagent.ERateLimited:           {http.StatusTooManyRequests, "Rate limited"},
 	subagent.EPayloadTooLarge:       {http.StatusRequestEntityTooLarge, "Payload too large"},
+	codeUnsupportedMediaType:        {http.StatusUnsupportedMediaType, "Unsupported media type"},
+	codeIdempotencyReused:           {http.StatusUnprocessableEntity, "Idempotency key reused"},
+	codeIdempotencyInUse:            {http.StatusConflict, "Idempotency key in use"},
 	subagent.EDraining:              {http.StatusServiceUnavailable, "Draining"},
 	subagent.EOwnedElsewhere:        {http.StatusServiceUnavailable, "Owned by another replica"},
 	codeNotReady:                    {http.StatusServiceUnavailable, "Not ready"},
@@ -116,6 +120,17 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.ErrorContext(r.Context(), "request failed", req, resp, slog.Any("error", err))
 	} else {
 		s.log.WarnContext(r.Context(), "request rejected", req, resp, slog.String("detail", p.Detail))
+	}
+	switch code {
+	case subagent.EUnauthenticated:
+		// RFC 6750 §3: a 401 names the scheme it wants.
+		w.Header().Set("WWW-Authenticate", `Bearer realm="subagentd"`)
+	case subagent.ERateLimited:
+		wait := time.Second
+		if le := (*limitedError)(nil); errors.As(err, &le) {
+			wait = le.retryAfter
+		}
+		w.Header().Set("Retry-After", retryAfter(wait))
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")

@@ -184,7 +184,7 @@ func (s *Server) steerRun(w http.ResponseWriter, r *http.Request) error {
 // one-shot run, through the continuation manager when it is a live
 // activation, else STEER_REJECTED naming the run's state.
 func (s *Server) steer(ctx context.Context, id string, content []model.Block) (string, error) {
-	if h, ok := s.svc.Run(id); ok {
+	if h, ok := s.svc.Run(ctx, id); ok {
 		return h.Steer(ctx, content)
 	}
 	if s.conts != nil {
@@ -208,7 +208,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
 	if err := p.err(); err != nil {
 		return err
 	}
-	if h, ok := s.svc.Run(id); ok {
+	if h, ok := s.svc.Run(r.Context(), id); ok {
 		h.Cancel()
 	} else if err := s.notLive(r.Context(), id); err != nil {
 		return err
@@ -230,7 +230,7 @@ func (s *Server) disposeRun(w http.ResponseWriter, r *http.Request) error {
 	if err := p.err(); err != nil {
 		return err
 	}
-	if h, ok := s.svc.Run(id); ok {
+	if h, ok := s.svc.Run(r.Context(), id); ok {
 		if err := h.Dispose(r.Context()); err != nil {
 			return fmt.Errorf("dispose run %s: %w", id, err)
 		}
@@ -296,7 +296,7 @@ func (s *Server) awaitRun(ctx context.Context, id string, wait time.Duration) (s
 // directly; any other run (another replica's) through the lifecycle log's
 // wake-ups.
 func (s *Server) untilSettled(ctx context.Context, id string, timeout <-chan time.Time) (store.Run, error) {
-	if h, ok := s.svc.Run(id); ok {
+	if h, ok := s.svc.Run(ctx, id); ok {
 		select {
 		case <-h.Done():
 		case <-timeout:

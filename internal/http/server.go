@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/delegate"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
@@ -39,9 +40,9 @@ type Service interface {
 	// *subagent.Error codes (NO_PROVIDER, UNSUPPORTED_CAPABILITY,
 	// INVALID_MAX_DEPTH, UNSUPPORTED_SCHEMA, DEPTH_EXCEEDED, DRAINING, …).
 	Start(ctx context.Context, provider string, req subagent.Request) (*subagent.RunHandle, error)
-	// Run returns the live handle of a run this process started and has
-	// not disposed.
-	Run(runID string) (*subagent.RunHandle, bool)
+	// Run returns the live handle of a run this process started in ctx's
+	// tenant and has not disposed.
+	Run(ctx context.Context, runID string) (*subagent.RunHandle, bool)
 }
 
 var _ Service = (*subagent.Service)(nil)
@@ -140,6 +141,21 @@ type Config struct {
 	// RingSize is how many recent events each SSE topic keeps in memory; a
 	// subscriber that falls further behind is disconnected.
 	RingSize int
+
+	// Tokens are the API tokens (DESIGN §7): with any, every /v1 route,
+	// /readyz and /metrics need a bearer token or a sign-in cookie, and
+	// the token's tenant scopes the request. Without tokens every request
+	// is the default tenant's and only loopback Host headers are answered.
+	Tokens []config.Token
+	// CORSOrigins are the origins (scheme://host[:port]) whose pages may
+	// call the API; none turns CORS off.
+	CORSOrigins []string
+	// RateLimit is the requests per second each tenant may send (bursts of
+	// twice that); 0 means DefaultRateLimit, negative no limit.
+	RateLimit float64
+	// MaxStreams caps the open SSE streams of each tenant; 0 means
+	// DefaultMaxStreams, negative no cap.
+	MaxStreams int
 }
 
 // Server serves the API. Create it with NewServer, serve Handler, and call
@@ -158,6 +174,11 @@ type Server struct {
 	writeTO     time.Duration
 	maxWait     time.Duration
 	bodyLimit   int64
+	tokens      []config.Token
+	corsOrigins []string
+	limiter     *limiter
+	streamCap   *counter
+	signins     signins
 
 	registry *prometheus.Registry
 	metrics  *metrics
@@ -198,6 +219,10 @@ func NewServer(cfg Config) *Server {
 		writeTO:     orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
 		maxWait:     orDefault(cfg.MaxWait, DefaultMaxWait),
 		bodyLimit:   orDefault(cfg.BodyLimit, DefaultBodyLimit),
+		tokens:      cfg.Tokens,
+		corsOrigins: cfg.CORSOrigins,
+		limiter:     newLimiter(orDefault(cfg.RateLimit, DefaultRateLimit)),
+		streamCap:   &counter{max: orDefault(cfg.MaxStreams, DefaultMaxStreams), n: map[string]int{}},
 		registry:    reg,
 		metrics:     newMetrics(reg),
 		validate:    newValidator(),
@@ -261,7 +286,7 @@ func (s *Server) h(f handlerFunc) http.HandlerFunc {
 // routes (TestRoutes_MatchSpec).
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.metrics.middleware, s.recoverer)
+	r.Use(s.metrics.middleware, s.recoverer, s.guard)
 	r.NotFound(s.h(func(w http.ResponseWriter, r *http.Request) error {
 		return subagent.Errorf(codeNotFound, "no route for %s %s", r.Method, r.URL.Path)
 	}))
@@ -270,6 +295,11 @@ func (s *Server) routes() chi.Router {
 	}))
 
 	r.Route("/v1", func(r chi.Router) {
+		r.Use(s.idempotent)
+		r.Get("/auth/session", s.h(s.getAuthSession))
+		r.Post("/auth/session", s.h(s.createAuthSession))
+		r.Delete("/auth/session", s.h(s.deleteAuthSession))
+
 		r.Get("/providers", s.h(s.listProviders))
 		r.Get("/providers/{name}", s.h(s.getProvider))
 
@@ -304,7 +334,7 @@ func (s *Server) routes() chi.Router {
 	r.Get("/metrics", s.metricsHandler().ServeHTTP)
 	r.Get("/openapi.yaml", serveSpec)
 	r.Get("/docs", redirectDocs)
-	r.Get("/docs/{file}", docsHandler())
+	r.Get("/docs/{file}", s.docsHandler())
 	r.Get("/", s.h(s.dashboardIndex))
 	r.Get("/{asset:"+assetPattern+"}", s.h(s.dashboardAsset))
 	r.Get("/{dir:"+dirPattern+"}/{asset:"+assetPattern+"}", s.h(s.dashboardAsset))

@@ -34,12 +34,13 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkRoute(opts.Provider); err != nil {
 		return err
 	}
-	if err := s.checkCwd(req.Cwd); err != nil {
+	cwd, err := s.checkCwd(req.Cwd)
+	if err != nil {
 		return err
 	}
 	hdr := store.Session{
 		ID:            uuid.NewString(),
-		Cwd:           req.Cwd,
+		Cwd:           cwd,
 		Label:         req.Label,
 		AgentProvider: opts.Provider,
 		AgentModel:    opts.Model,
@@ -255,23 +256,28 @@ func (s *Server) checkRoute(name string) error {
 
 // checkCwd refuses a root session cwd outside the workspace roots
 // (INVALID_REQUEST naming the field), so that no child, and no ACP agent,
-// ever runs outside them. Containment is checked on the cleaned path before
-// the filesystem is looked at, and every refusal has the same words, so
-// that the answer tells a client nothing about paths outside the roots.
-func (s *Server) checkCwd(cwd string) error {
+// ever runs outside them, and returns the cwd to store: the path with its
+// symlinks resolved, the one that was checked (a "root/link/.." whose link
+// leads elsewhere resolves there, not to root). Containment is first
+// checked on the cleaned path before the filesystem is looked at, and
+// every refusal has the same words, so that the answer tells a client
+// nothing about paths outside the roots.
+func (s *Server) checkCwd(cwd string) (string, error) {
 	if cwd == "" || len(s.workspaces) == 0 {
-		return nil
+		return cwd, nil
 	}
 	clean := filepath.Clean(cwd)
 	inside := slices.ContainsFunc(s.workspaces, func(root string) bool {
 		rel, err := filepath.Rel(root, clean)
 		return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 	})
-	if _, err := config.ResolveWorkdir(clean, s.workspaces); inside && err == nil {
-		return nil
+	if inside {
+		if real, err := config.ResolveWorkdir(cwd, s.workspaces); err == nil {
+			return real, nil
+		}
 	}
 	const msg = "must be an existing directory inside the workspace roots"
-	return &subagent.Error{Code: subagent.EInvalidRequest, Message: "cwd " + msg, Fields: map[string]string{"cwd": msg}}
+	return "", &subagent.Error{Code: subagent.EInvalidRequest, Message: "cwd " + msg, Fields: map[string]string{"cwd": msg}}
 }
 
 // session reads one header. Returns SESSION_NOT_FOUND.

@@ -118,17 +118,23 @@ func compactJSON(raw json.RawMessage) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// enter registers a stream that is about to subscribe, so that Shutdown
-// waits for it before it stops the broker's readers. It returns DRAINING
-// once Shutdown began; otherwise call leave when the stream ended.
-func (s *Server) enter() (leave func(), err error) {
+// enter registers a stream of ctx's tenant that is about to subscribe, so
+// that Shutdown waits for it before it stops the broker's readers. It
+// returns DRAINING once Shutdown began, RATE_LIMITED when the tenant has
+// MaxStreams open; otherwise call leave when the stream ended.
+func (s *Server) enter(ctx context.Context) (leave func(), err error) {
+	release, err := s.streamCap.acquire(store.Tenant(ctx), "event streams")
+	if err != nil {
+		return nil, err
+	}
 	s.streamMu.Lock()
 	defer s.streamMu.Unlock()
 	if s.closed {
+		release()
 		return nil, subagent.Errorf(subagent.EDraining, "the server is shutting down")
 	}
 	s.streams.Add(1)
-	return s.streams.Done, nil
+	return func() { s.streams.Done(); release() }, nil
 }
 
 // serve runs one SSE response: it sends the headers, runs body, and logs
@@ -235,7 +241,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	if err := p.err(); err != nil {
 		return err
 	}
-	leave, err := s.enter()
+	leave, err := s.enter(r.Context())
 	if err != nil {
 		return err
 	}
@@ -275,7 +281,7 @@ func (s *Server) streamSession(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.session(r.Context(), id); err != nil {
 		return err
 	}
-	leave, err := s.enter()
+	leave, err := s.enter(r.Context())
 	if err != nil {
 		return err
 	}
@@ -315,7 +321,7 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	leave, err := s.enter()
+	leave, err := s.enter(r.Context())
 	if err != nil {
 		return err
 	}

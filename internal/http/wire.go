@@ -236,7 +236,7 @@ const (
 type createRunRequest struct {
 	Provider        string            `json:"provider" validate:"required,max=128"`
 	ParentSessionID string            `json:"parentSessionId" validate:"required,max=128"`
-	Prompt          []model.Block     `json:"prompt" validate:"required,min=1,max=64,blocktext=262144"`
+	Prompt          []model.Block     `json:"prompt" validate:"required,min=1,max=64,blocktext=262144,blocktypes"`
 	Label           string            `json:"label" validate:"max=200"`
 	AgentOptions    *agentOptionsJSON `json:"agentOptions"`
 	OutputSchema    json.RawMessage   `json:"outputSchema" validate:"max=65536"`
@@ -327,7 +327,7 @@ type runListJSON struct {
 }
 
 type steerRequest struct {
-	Content []model.Block `json:"content" validate:"required,min=1,max=64,blocktext=262144"`
+	Content []model.Block `json:"content" validate:"required,min=1,max=64,blocktext=262144,blocktypes"`
 }
 
 type steerResponse struct {
@@ -335,7 +335,7 @@ type steerResponse struct {
 }
 
 type promptRequest struct {
-	Content []model.Block `json:"content" validate:"required,min=1,max=64,blocktext=262144"`
+	Content []model.Block `json:"content" validate:"required,min=1,max=64,blocktext=262144,blocktypes"`
 }
 
 type promptResponse struct {
@@ -349,8 +349,8 @@ type createSubagentRequest struct {
 	Provider        string            `json:"provider" validate:"required,max=128"`
 	ParentSessionID string            `json:"parentSessionId" validate:"required,max=128"`
 	Label           string            `json:"label" validate:"required,max=200"`
-	Prompt          []model.Block     `json:"prompt" validate:"required,min=1,max=64,blocktext=262144"`
-	ChildID         string            `json:"childId" validate:"omitempty,max=128,safeid"`
+	Prompt          []model.Block     `json:"prompt" validate:"required,min=1,max=64,blocktext=262144,blocktypes"`
+	ChildID         *string           `json:"childId" validate:"omitempty,min=1,max=128,safeid"`
 	AgentOptions    *agentOptionsJSON `json:"agentOptions"`
 	MaxDepth        *int              `json:"maxDepth"`
 	ToolFilter      *toolFilterJSON   `json:"toolFilter"`
@@ -362,7 +362,7 @@ func (c *createSubagentRequest) seam(parent store.Session) subagent.ContinuableR
 	return subagent.ContinuableRequest{
 		Provider:     c.Provider,
 		Label:        c.Label,
-		ChildID:      c.ChildID,
+		ChildID:      deref(c.ChildID),
 		Prompt:       c.Prompt,
 		Parent:       seamParent(parent),
 		AgentOptions: c.AgentOptions.seam(),
@@ -387,7 +387,7 @@ type sourceJSON struct {
 
 type followupRequest struct {
 	ParentSessionID string        `json:"parentSessionId" validate:"required,max=128"`
-	Content         []model.Block `json:"content" validate:"required,min=1,max=64,blocktext=262144"`
+	Content         []model.Block `json:"content" validate:"required,min=1,max=64,blocktext=262144,blocktypes"`
 	Source          *sourceJSON   `json:"source"`
 }
 

@@ -71,6 +71,7 @@ type Store struct {
 	inboxPos  map[string]uint64                  // acceptance position of each queued message
 	inboxSeq  uint64                             // last acceptance position handed out
 	queues    map[[2]string][]store.InboxMessage // by (tenant, child), in acceptance order
+	idem      map[[2]string]store.Idempotency    // by (tenant, key)
 }
 
 type session struct {

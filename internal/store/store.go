@@ -190,6 +190,20 @@ type PendingChild struct {
 	ChildID string
 }
 
+// Idempotency is the record of a request sent with an Idempotency-Key
+// (DESIGN §3), scoped to the tenant like every row.
+type Idempotency struct {
+	Key string
+	// RequestHash identifies the request (method, path, body): a retry with
+	// another hash reuses the key for a different request.
+	RequestHash string
+	// Status is 0 while the first request is in flight, else the status of
+	// its answer, and Response what the caller stored to replay it.
+	Status    int
+	Response  json.RawMessage
+	CreatedAt time.Time
+}
+
 // Store is the persistence contract. Implementations are safe for concurrent
 // use. Limits <= 0 mean a store-chosen default of 100; no call returns more
 // than 1000 rows.
@@ -257,6 +271,23 @@ type Store interface {
 	// undelivered messages, ordered by their oldest message, at most 1000:
 	// what start-up recovery must resume.
 	PendingChildren(ctx context.Context) ([]PendingChild, error)
+
+	// ReserveIdempotency records key, in flight, for the request hash and
+	// returns it with reserved true — unless the tenant has the key
+	// already: then it returns the existing record, reserved false. A
+	// reservation still in flight that was created before staleBefore (its
+	// process died) is replaced as if it were absent.
+	ReserveIdempotency(ctx context.Context, key, hash string, staleBefore time.Time) (rec Idempotency, reserved bool, err error)
+	// CompleteIdempotency stores the answer to the request holding key's
+	// reservation. Returns ErrNotFound if the key is not reserved (swept),
+	// ErrConflict if it already has an answer.
+	CompleteIdempotency(ctx context.Context, key string, status int, response json.RawMessage) error
+	// ReleaseIdempotency drops key's reservation if it is still in flight,
+	// so that a retry runs the request again; an answered key is kept.
+	ReleaseIdempotency(ctx context.Context, key string) error
+	// SweepIdempotency deletes the keys of every tenant created before
+	// before and returns how many it deleted.
+	SweepIdempotency(ctx context.Context, before time.Time) (int64, error)
 
 	// Subscribe returns a channel that receives a value (coalesced, never
 	// blocking the writer) after a commit touches topic, and a func that

@@ -21,7 +21,7 @@ const (
 	EDuplicateChild        = "DUPLICATE_CHILD"
 	ENotResumable          = "NOT_RESUMABLE"
 	ESteerRejected         = "STEER_REJECTED"
-	EUnauthorized          = "UNAUTHORIZED"
+	EUnauthorized          = "FORBIDDEN" // the 403 code (DESIGN §3)
 	EUnauthenticated       = "UNAUTHENTICATED"
 	ERateLimited           = "RATE_LIMITED"
 	EPayloadTooLarge       = "PAYLOAD_TOO_LARGE"

@@ -165,7 +165,7 @@ func TestRetainSettled_ForgottenRunsAreDisposed(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a settled run was not disposed after RetainSettled")
 	}
-	if _, live := svc.Run(h.ID()); live {
+	if _, live := svc.Run(t.Context(), h.ID()); live {
 		t.Fatal("the expired run is still a live handle")
 	}
 	r, err := st.GetRun(t.Context(), h.ID())

@@ -50,8 +50,8 @@ type RunHandle struct {
 // ID is the run id: a fresh UUID per start, never reused (R17).
 func (h *RunHandle) ID() string { return h.id }
 
-// Tenant is the tenant of the Start call. Run looks handles up by id alone,
-// so callers serving a tenant must check it.
+// Tenant is the tenant of the Start call; Service.Run shows the handle to
+// that tenant only.
 func (h *RunHandle) Tenant() string { return h.tenant }
 
 // ProviderName is the provider that published the run, even if it has been

@@ -274,7 +274,7 @@ func TestRun_R23_CancelAfterPublication(t *testing.T) {
 	if err != nil || res.StopReason != StopAborted || model.Text(res.Output) != "half an answer" {
 		t.Errorf("result = %+v, %v; want aborted keeping the partial output", res, err)
 	}
-	if _, ok := svc.Run(h.ID()); !ok {
+	if _, ok := svc.Run(t.Context(), h.ID()); !ok {
 		t.Error("a cancelled run is no longer published")
 	}
 	if end := ends(b.rec); len(end) != 1 || end[0].StopReason != StopAborted {
@@ -384,7 +384,7 @@ func TestRun_R31_DisposedRunLeavesLiveSetKeepsRecord(t *testing.T) {
 	if err := h.Dispose(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := svc.Run(h.ID()); ok {
+	if _, ok := svc.Run(t.Context(), h.ID()); ok {
 		t.Error("a disposed run is still live")
 	}
 	row, ok := b.store.run(h.ID())

@@ -38,6 +38,9 @@ type Config struct {
 	// not make the process grow. The durable run row stays readable. Zero
 	// means DefaultRetainSettled.
 	RetainSettled time.Duration
+	// MaxLiveRuns caps the unsettled one-shot runs of one tenant: a start
+	// beyond it is ERateLimited. Zero means no cap.
+	MaxLiveRuns int
 }
 
 // DefaultRetainSettled is the RetainSettled of a zero Config.
@@ -56,12 +59,17 @@ type Service struct {
 	lease time.Duration
 	// retain is Config.RetainSettled with its default applied.
 	retain time.Duration
-	bus    bus
+	// maxLive is Config.MaxLiveRuns.
+	maxLive int
+	bus     bus
 
 	mu        sync.Mutex
 	providers []Provider // registration order
 	runs      map[string]*RunHandle
-	draining  bool
+	// starting counts, per tenant, the starts holding a live-run slot
+	// (reserveLive) whose run is not published yet.
+	starting map[string]int
+	draining bool
 }
 
 // NewService returns a Service with no providers.
@@ -75,13 +83,15 @@ func NewService(cfg Config) *Service {
 		retain = DefaultRetainSettled
 	}
 	return &Service{
-		store:  cfg.Store,
-		log:    cfg.Logger,
-		owner:  cfg.Owner,
-		lease:  lease,
-		retain: retain,
-		bus:    bus{log: cfg.Logger},
-		runs:   map[string]*RunHandle{},
+		store:    cfg.Store,
+		log:      cfg.Logger,
+		owner:    cfg.Owner,
+		lease:    lease,
+		retain:   retain,
+		maxLive:  cfg.MaxLiveRuns,
+		bus:      bus{log: cfg.Logger},
+		runs:     map[string]*RunHandle{},
+		starting: map[string]int{},
 	}
 }
 
@@ -217,7 +227,8 @@ func (s *Service) Providers() []Provider {
 // (EInvalidRequest); outputSchema lies in the subset and is object-rooted
 // (EUnsupportedSchema, violations also in Fields); the one-shot descriptor
 // is serializable (EInvalidRequest); the child depth is valid and within
-// maxDepth (EInvalidMaxDepth, EDepthExceeded); ctx is not done (EAborted).
+// maxDepth (EInvalidMaxDepth, EDepthExceeded); ctx is not done (EAborted);
+// the tenant has a free live-run slot (ERateLimited, Config.MaxLiveRuns).
 // After Shutdown began it returns EDraining.
 //
 // ctx is the request's cancellation until publication; its tenant scopes
@@ -230,6 +241,11 @@ func (s *Service) Start(ctx context.Context, provider string, req Request) (*Run
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Code: EAborted, Message: "subagent request was aborted before child publication", Err: err}
 	}
+	release, err := s.reserveLive(store.Tenant(ctx))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	run, err := p.Start(ctx, resolved)
 	if err != nil {
 		return nil, fmt.Errorf("start %s child: %w", provider, err)
@@ -399,13 +415,56 @@ func (s *Service) forget(h *RunHandle) {
 	delete(s.runs, h.id)
 }
 
-// Run returns the live handle of a run this process started and has not
-// disposed, of any tenant (see RunHandle.Tenant).
-func (s *Service) Run(runID string) (*RunHandle, bool) {
+// Run returns the live handle of a run this process started in ctx's
+// tenant and has not disposed. Another tenant's run is reported as absent,
+// so a caller can act on the handle (cancel, dispose, steer) without a
+// tenant check of its own.
+func (s *Service) Run(ctx context.Context, runID string) (*RunHandle, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.runs[runID]
-	return h, ok
+	if !ok || h.tenant != store.Tenant(ctx) {
+		return nil, false
+	}
+	return h, true
+}
+
+// reserveLive takes one of tenant's MaxLiveRuns slots for a start until
+// release is called (by then the published run counts itself). Returns
+// ERateLimited when every slot is taken.
+func (s *Service) reserveLive(tenant string) (release func(), err error) {
+	if s.maxLive <= 0 {
+		return func() {}, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.liveRuns(tenant)+s.starting[tenant] >= s.maxLive {
+		return nil, Errorf(ERateLimited, "this tenant already has %d live runs, the most allowed (SUBAGENTD_MAX_LIVE_RUNS)", s.maxLive)
+	}
+	s.starting[tenant]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.starting[tenant]--; s.starting[tenant] == 0 {
+			delete(s.starting, tenant)
+		}
+	}, nil
+}
+
+// liveRuns counts the unsettled runs of tenant; s.mu must be held.
+func (s *Service) liveRuns(tenant string) int {
+	n := 0
+	for _, h := range s.runs {
+		if h.tenant != tenant {
+			continue
+		}
+		select {
+		case <-h.done:
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // Shutdown stops admitting starts (EDraining), cancels every live run and

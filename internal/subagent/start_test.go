@@ -189,8 +189,11 @@ func TestStart_R13_StartDispatchedBeforeReturn(t *testing.T) {
 	if string(last.Payload) != wantPayload {
 		t.Errorf("payload = %s, want %s", last.Payload, wantPayload)
 	}
-	if live, ok := svc.Run(h.ID()); !ok || live != h {
+	if live, ok := svc.Run(store.WithTenant(t.Context(), "acme"), h.ID()); !ok || live != h {
 		t.Error("the handle is not live")
+	}
+	if _, ok := svc.Run(store.WithTenant(t.Context(), "other"), h.ID()); ok {
+		t.Error("another tenant sees the live handle")
 	}
 	if h.ProviderName() != "spawn" || h.ChildID() != "child-1" || h.ParentID() != "p1" || !h.Local() || h.Tenant() != "acme" {
 		t.Errorf("handle = %s %s %s %v %s", h.ProviderName(), h.ChildID(), h.ParentID(), h.Local(), h.Tenant())

@@ -21,10 +21,10 @@ export class ApiError extends Error {
 export async function api(method, path, body) {
   const headers = { Accept: 'application/json, application/problem+json' };
   const init = { method, headers };
-  if (body !== undefined) {
-    headers['Content-Type'] = 'application/json';
-    init.body = JSON.stringify(body);
-  }
+  // A write signed in by cookie must say application/json even without a
+  // body (DESIGN §7: a cross-site form cannot send it).
+  if (method !== 'GET') headers['Content-Type'] = 'application/json';
+  if (body !== undefined) init.body = JSON.stringify(body);
   let res;
   try {
     res = await fetch(path, init);

@@ -183,7 +183,7 @@ func TestRun_R28_R29_DisposeIsIdempotentAndQuiescent(t *testing.T) {
 	if end := inprocesstest.Decode[agent.TurnEndData](t, ends[0]); end.Reason.Cause == nil || end.Reason.Cause.Kind != agent.CauseParent {
 		t.Errorf("turn/end %+v, want aborted by parent", end.Reason)
 	}
-	if _, ok := h.Service.Run(run.ID()); ok {
+	if _, ok := h.Service.Run(t.Context(), run.ID()); ok {
 		t.Error("service still holds the disposed run")
 	}
 	inprocesstest.WaitGoroutines(t, baseline)

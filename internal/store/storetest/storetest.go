@@ -32,6 +32,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Inbox", inboxTests},
 		{"Tenants", tenantTests},
 		{"Subscribe", subscribeTests},
+		{"Idempotency", idempotencyTests},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()

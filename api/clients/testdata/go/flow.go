@@ -24,7 +24,7 @@ func flow(ctx context.Context, base string) error {
 		return err
 	}
 	label := "oapi-codegen"
-	session, err := c.CreateSessionWithResponse(ctx, CreateSessionJSONRequestBody{Label: &label})
+	session, err := c.CreateSessionWithResponse(ctx, nil, CreateSessionJSONRequestBody{Label: &label})
 	if err != nil {
 		return fmt.Errorf("create session: %w", err)
 	}
