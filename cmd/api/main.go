@@ -466,7 +466,7 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (store.Store, 
 			return nil, nil, fmt.Errorf("SUBAGENTD_MEM_RETAIN_AGE: want a positive Go duration, got %q", cfg.get("SUBAGENTD_MEM_RETAIN_AGE"))
 		}
 		log.InfoContext(ctx, "DATABASE_URL is not set: sessions, runs and events live in memory and are lost when the process exits",
-			slog.Int("retain_disposed_runs", runs), slog.Duration("retain_age", age))
+			slog.Int("retain_disposed_runs", runs), slog.String("retain_age", age.String()))
 		return memstore.NewWithRetention(memstore.Retention{Runs: runs, Age: age}), func() {}, nil
 	}
 	if err := pg.Migrate(ctx, url, log); err != nil {
