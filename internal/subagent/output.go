@@ -1,6 +1,7 @@
 package subagent
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"unicode/utf8"
@@ -92,8 +93,12 @@ func FoldConsumedWork(events []store.Event) (end *TurnEnd, droppedUnrun bool) {
 				stepped[d.Turn] = true
 			}
 		case agent.EventInboxSpliced:
-			// Only the shape of the splice counts: the inserted messages
-			// stay undecoded.
+			// Only a claim (removedCount) or a cancel (outcome) counts;
+			// an insert, which carries the messages, has neither key and
+			// needs no decoding. The inserted messages stay undecoded.
+			if !bytes.Contains(e.Data, []byte(`"removedCount"`)) && !bytes.Contains(e.Data, []byte(`"outcome"`)) {
+				continue
+			}
 			var d struct {
 				RemovedCount int               `json:"removedCount"`
 				Inserted     []json.RawMessage `json:"inserted"`
