@@ -271,7 +271,7 @@ func event(typ string, data any) store.NewEvent {
 	if err != nil {
 		panic(fmt.Sprintf("agent: marshal %s payload: %v", typ, err))
 	}
-	return store.NewEvent{Type: typ, Data: raw}
+	return store.NewEvent{Type: typ, Data: raw, Marshaled: true}
 }
 
 // load reads the whole log and replays it.

@@ -82,6 +82,11 @@ type NewEvent struct {
 	Type string
 	Time time.Time
 	Data json.RawMessage
+	// Marshaled says Data is the output of json.Marshal in this process,
+	// so it is valid JSON: CheckEvents does not parse it again (its size
+	// and CheckJSONText still apply). Never set it for data that came
+	// from outside.
+	Marshaled bool
 }
 
 // Event is one entry of a session log. Seq is 0-based and contiguous.
