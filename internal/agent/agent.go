@@ -246,9 +246,13 @@ func (a *Agent) Close(ctx context.Context) error {
 	return nil
 }
 
-// appendLocked appends evs to the store and the mirror. a.mu must be held,
-// so that the log order matches the order of in-memory state changes.
+// appendLocked appends evs to the store and the mirror; no events is no
+// store call. a.mu must be held, so that the log order matches the order
+// of in-memory state changes.
 func (a *Agent) appendLocked(evs ...store.NewEvent) error {
+	if len(evs) == 0 {
+		return nil
+	}
 	stored, err := a.store.AppendEvents(a.base, a.id, evs...)
 	if err != nil {
 		return fmt.Errorf("agent %s: append %s: %w", a.id, evs[0].Type, err)

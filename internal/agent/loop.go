@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -73,22 +74,38 @@ func (a *Agent) nextTurn() *turnRun {
 // runTurn runs steps until one concludes the turn.
 func (a *Agent) runTurn(t *turnRun) {
 	for step := 1; ; step++ {
-		reason, more := a.runStep(t, step)
-		if !more && a.conclude(t, reason) {
+		reason, more, stepEnd := a.runStep(t, step)
+		if more {
+			err := a.append(stepEnd...)
+			if err == nil {
+				continue
+			}
+			a.log.Error("end step", "error", err)
+			reason, stepEnd = failed(logFailed), nil
+		}
+		if a.conclude(t, reason, stepEnd) {
 			return
 		}
 	}
 }
 
-// conclude ends turn t with reason, unless the turn would end cleanly while
-// steers are pending: then it returns false and they get one more step.
-func (a *Agent) conclude(t *turnRun, reason TurnReason) bool {
+// conclude logs stepEnd, the step/end of the step that ran last (none if
+// it ended before the model was called), and ends turn t with reason in the
+// same append, unless the turn would end cleanly while steers are pending:
+// then it logs stepEnd alone and returns false, and they get one more step.
+func (a *Agent) conclude(t *turnRun, reason TurnReason, stepEnd []store.NewEvent) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if reason.Kind == ReasonCompleted && len(a.steers) > 0 && t.ctx.Err() == nil && !a.capture.staged {
-		return false
+		err := a.appendLocked(stepEnd...)
+		if err == nil {
+			return false
+		}
+		a.log.Error("end step", "error", err)
+		reason, stepEnd = failed(logFailed), nil
 	}
-	if err := a.appendLocked(event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason})); err != nil {
+	evs := append(stepEnd, event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason}))
+	if err := a.appendLocked(evs...); err != nil {
 		a.log.Error("end turn", "turn", t.n, "error", err)
 	}
 	t.cancel()
@@ -111,47 +128,46 @@ func failed(msg string) TurnReason { return TurnReason{Kind: ReasonError, Messag
 
 // runStep runs step n of turn t: pre-step hook, prompt assembly, admission
 // of pending steers, the model stream, and the tool calls. It returns the
-// turn's reason and whether another step must follow.
-func (a *Agent) runStep(t *turnRun, n int) (TurnReason, bool) {
+// turn's reason, whether another step must follow, and the step's step/end
+// once the model was called, for the caller to log together with what
+// follows it (the turn's end).
+func (a *Agent) runStep(t *turnRun, n int) (TurnReason, bool, []store.NewEvent) {
 	if t.ctx.Err() != nil {
-		return a.aborted(t), false
+		return a.aborted(t), false, nil
 	}
-	if err := a.runHook(); err != nil {
-		a.log.Error("before-first-step hook", "error", err)
-		return failed(logFailed), false
-	}
+	hook := a.takeHook()
 	system, err := a.systemPrompt()
-	if err != nil {
-		return failed(err.Error()), false
+	if err == nil && a.cfg.Model == nil {
+		err = errors.New("no model route is configured for this agent")
 	}
-	if a.cfg.Model == nil {
-		return failed("no model route is configured for this agent"), false
+	if err != nil {
+		if err := a.append(hook...); err != nil {
+			a.log.Error("before-first-step hook", "error", err)
+			return failed(logFailed), false, nil
+		}
+		return failed(err.Error()), false, nil
 	}
 	var specs []model.ToolSpec
 	for _, tool := range a.visibleTools() {
 		specs = append(specs, tool.spec())
 	}
-	msgs, err := a.enterStep(t, n)
+	msgs, err := a.enterStep(t, n, hook)
 	switch {
 	case err != nil && t.ctx.Err() != nil:
-		return a.aborted(t), false
+		return a.aborted(t), false, nil
 	case err != nil:
 		a.log.Error("enter step", "error", err)
-		return failed(logFailed), false
+		return failed(logFailed), false, nil
 	}
 	req := model.Request{Model: a.cfg.ModelName, System: system, Messages: msgs, Tools: specs, MaxTokens: a.cfg.MaxTokens}
 	res := a.stream(t, n, req)
 	reason, more := a.finishStep(t, n, res)
-	if err := a.append(event(EventStepEnd, StepData{Turn: t.n, Step: n})); err != nil {
-		a.log.Error("end step", "error", err)
-		return failed(logFailed), false
-	}
-	return reason, more
+	return reason, more, []store.NewEvent{event(EventStepEnd, StepData{Turn: t.n, Step: n})}
 }
 
-// runHook appends the BeforeFirstStep events the first time a step is
-// entered.
-func (a *Agent) runHook() error {
+// takeHook returns the BeforeFirstStep events the first time a step is
+// entered, for enterStep to log in front of the step's start.
+func (a *Agent) takeHook() []store.NewEvent {
 	a.mu.Lock()
 	skip := a.hookDone || a.cfg.BeforeFirstStep == nil
 	a.hookDone = true
@@ -159,23 +175,25 @@ func (a *Agent) runHook() error {
 	if skip {
 		return nil
 	}
-	if evs := a.cfg.BeforeFirstStep(); len(evs) > 0 {
-		return a.append(evs...)
-	}
-	return nil
+	return a.cfg.BeforeFirstStep()
 }
 
 // enterStep admits the pending steers (claim splice plus their
 // user/messages), logs step/start, releases the steers' callers and returns
-// the model history. It fails with t's context error if t was cancelled.
-func (a *Agent) enterStep(t *turnRun, n int) ([]model.Message, error) {
+// the model history. hook, the pre-step hook's events, goes first in the
+// same append; it is logged alone if t was cancelled, in which case
+// enterStep fails with t's context error.
+func (a *Agent) enterStep(t *turnRun, n int, hook []store.NewEvent) ([]model.Message, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := t.ctx.Err(); err != nil {
-		return nil, err
+	if cerr := t.ctx.Err(); cerr != nil {
+		if err := a.appendLocked(hook...); err != nil {
+			return nil, err
+		}
+		return nil, cerr
 	}
 	admitted := a.steers
-	var evs []store.NewEvent
+	evs := hook
 	if len(admitted) > 0 {
 		evs = append(evs, event(EventInboxSpliced, InboxSplicedData{Target: TargetNextStep, Start: 0,
 			RemovedCount: len(admitted), Inserted: []UserMessage{}}))
