@@ -288,8 +288,8 @@ func TestTurn_EchoModelDrivesToolsOffline(t *testing.T) {
 }
 
 // TestTurn_StepBoundariesShareAppends: the hook's events go out with the
-// first step/start, and the last step/end with turn/end, so a one-step turn
-// costs two store calls fewer than one per boundary.
+// first step/start, and a last step without tools logs its message, its
+// step/end and turn/end in one append.
 func TestTurn_StepBoundariesShareAppends(t *testing.T) {
 	t.Parallel()
 	st := newFakeStore()
@@ -313,8 +313,8 @@ func TestTurn_StepBoundariesShareAppends(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	first := fmt.Sprint([]string{"subagent/descriptor", EventStepStart})
-	last := fmt.Sprint([]string{EventStepEnd, EventTurnEnd})
+	last := fmt.Sprint([]string{EventAssistantMessage, EventStepEnd, EventTurnEnd})
 	if !slices.Contains(batches, first) || batches[len(batches)-1] != last {
-		t.Fatalf("append batches %v: want [subagent/descriptor step/start] in one and [step/end turn/end] last", batches)
+		t.Fatalf("append batches %v: want %s in one and %s last", batches, first, last)
 	}
 }

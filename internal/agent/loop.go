@@ -89,8 +89,9 @@ func (a *Agent) runTurn(t *turnRun) {
 	}
 }
 
-// conclude logs stepEnd, the step/end of the step that ran last (none if
-// it ended before the model was called), and ends turn t with reason in the
+// conclude logs stepEnd, what the step that ran last still has to log (its
+// assistant/message when it ran no tools, and its step/end; none if it
+// ended before the model was called), and ends turn t with reason in the
 // same append, unless the turn would end cleanly while steers are pending:
 // then it logs stepEnd alone and returns false, and they get one more step.
 func (a *Agent) conclude(t *turnRun, reason TurnReason, stepEnd []store.NewEvent) bool {
@@ -104,8 +105,15 @@ func (a *Agent) conclude(t *turnRun, reason TurnReason, stepEnd []store.NewEvent
 		a.log.Error("end step", "error", err)
 		reason, stepEnd = failed(logFailed), nil
 	}
-	evs := append(stepEnd, event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason}))
-	if err := a.appendLocked(evs...); err != nil {
+	err := a.appendLocked(append(stepEnd, event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason}))...)
+	if err != nil && len(stepEnd) > 0 {
+		// What the step still had to log is lost: the turn fails, as on
+		// any lost write, if its end can still be logged.
+		a.log.Error("end step", "error", err)
+		reason = failed(logFailed)
+		err = a.appendLocked(event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason}))
+	}
+	if err != nil {
 		a.log.Error("end turn", "turn", t.n, "error", err)
 	}
 	t.cancel()
@@ -128,9 +136,9 @@ func failed(msg string) TurnReason { return TurnReason{Kind: ReasonError, Messag
 
 // runStep runs step n of turn t: pre-step hook, prompt assembly, admission
 // of pending steers, the model stream, and the tool calls. It returns the
-// turn's reason, whether another step must follow, and the step's step/end
-// once the model was called, for the caller to log together with what
-// follows it (the turn's end).
+// turn's reason, whether another step must follow, and, once the model was
+// called, the step's last events still unlogged (see finishStep, then its
+// step/end), for the caller to log together with the turn's end.
 func (a *Agent) runStep(t *turnRun, n int) (TurnReason, bool, []store.NewEvent) {
 	if t.ctx.Err() != nil {
 		return a.aborted(t), false, nil
@@ -161,8 +169,8 @@ func (a *Agent) runStep(t *turnRun, n int) (TurnReason, bool, []store.NewEvent) 
 	}
 	req := model.Request{Model: a.cfg.ModelName, System: system, Messages: msgs, Tools: specs, MaxTokens: a.cfg.MaxTokens}
 	res := a.stream(t, n, req)
-	reason, more := a.finishStep(t, n, res)
-	return reason, more, []store.NewEvent{event(EventStepEnd, StepData{Turn: t.n, Step: n})}
+	reason, more, pending := a.finishStep(t, n, res)
+	return reason, more, append(pending, event(EventStepEnd, StepData{Turn: t.n, Step: n}))
 }
 
 // takeHook returns the BeforeFirstStep events the first time a step is
@@ -295,37 +303,41 @@ func (res streamed) content(calls []model.ToolCall) []model.Block {
 }
 
 // finishStep logs the step's assistant/message and runs its tool calls,
-// then decides how the turn goes on.
-func (a *Agent) finishStep(t *turnRun, n int, res streamed) (TurnReason, bool) {
-	msg := func(content []model.Block, interrupted bool) error {
-		return a.append(event(EventAssistantMessage, AssistantMessageData{Turn: t.n, Step: n,
-			Message: AssistantMessage{Role: "assistant", Content: content}, Usage: res.usage, Interrupted: interrupted}))
+// then decides how the turn goes on. A step without tool calls ends the
+// turn: its message is returned unlogged, for the caller to log with the
+// step's and the turn's end.
+func (a *Agent) finishStep(t *turnRun, n int, res streamed) (TurnReason, bool, []store.NewEvent) {
+	msg := func(content []model.Block, interrupted bool) []store.NewEvent {
+		return []store.NewEvent{event(EventAssistantMessage, AssistantMessageData{Turn: t.n, Step: n,
+			Message: AssistantMessage{Role: "assistant", Content: content}, Usage: res.usage, Interrupted: interrupted})}
 	}
 	if res.logErr != nil {
 		a.log.Error("log chunk", "error", res.logErr)
-		return failed(logFailed), false
+		return failed(logFailed), false, nil
 	}
 	if res.err != nil || t.ctx.Err() != nil {
 		// A cut stream keeps its partial text and reasoning; its tool calls
 		// never run.
+		var pending []store.NewEvent
 		if partial := res.content(nil); len(partial) > 0 {
-			if err := msg(partial, true); err != nil {
-				a.log.Error("log partial message", "error", err)
-			}
+			pending = msg(partial, true)
 		}
 		if t.ctx.Err() != nil {
-			return a.aborted(t), false
+			return a.aborted(t), false, pending
 		}
 		a.log.Warn("model stream failed", "turn", t.n, "step", n, "error", res.err)
-		return failed(res.err.Error()), false
+		return failed(res.err.Error()), false, pending
 	}
 	calls := res.calls
 	if res.finish == model.FinishMaxTokens || res.finish == model.FinishRefusal {
 		calls = nil // truncated or declined: nothing to run
 	}
-	if err := msg(res.content(calls), false); err != nil {
+	if len(calls) == 0 {
+		return finishReason(res), false, msg(res.content(nil), false)
+	}
+	if err := a.append(msg(res.content(calls), false)...); err != nil {
 		a.log.Error("log message", "error", err)
-		return failed(logFailed), false
+		return failed(logFailed), false, nil
 	}
 	committed := false
 	for i := 0; i < len(calls) && t.ctx.Err() == nil; {
@@ -338,20 +350,26 @@ func (a *Agent) finishStep(t *turnRun, n int, res streamed) (TurnReason, bool) {
 		ok, err := a.runCalls(t, n, calls[i:j])
 		if err != nil {
 			a.log.Error("log tool call", "tool", calls[i].Name, "error", err)
-			return failed(logFailed), false
+			return failed(logFailed), false, nil
 		}
 		committed = committed || ok
 		i = j
 	}
-	switch {
-	case t.ctx.Err() != nil:
-		return a.aborted(t), false
-	case res.finish == model.FinishMaxTokens:
-		return TurnReason{Kind: ReasonMaxTokens}, false
-	case res.finish == model.FinishRefusal:
-		return TurnReason{Kind: ReasonBlocked}, false
+	if t.ctx.Err() != nil {
+		return a.aborted(t), false, nil
 	}
-	return TurnReason{Kind: ReasonCompleted}, len(calls) > 0 && !committed
+	return TurnReason{Kind: ReasonCompleted}, !committed, nil
+}
+
+// finishReason is the turn's reason after a step without tool calls to run.
+func finishReason(res streamed) TurnReason {
+	switch res.finish {
+	case model.FinishMaxTokens:
+		return TurnReason{Kind: ReasonMaxTokens}
+	case model.FinishRefusal:
+		return TurnReason{Kind: ReasonBlocked}
+	}
+	return TurnReason{Kind: ReasonCompleted}
 }
 
 // concurrent reports whether the visible tool name may run alongside its
