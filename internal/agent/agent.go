@@ -72,6 +72,18 @@ type Config struct {
 	// turn, right before its first model step; its events are appended
 	// there (the one-shot descriptor hook, seam-spec §3.4).
 	BeforeFirstStep func() []store.NewEvent
+
+	// Created, when set, is the session as its creator just stored it
+	// (CreateSessionWithEvents), Header and whole Log: New then reads
+	// neither back from the store, so a new child costs no read.
+	Created *Created
+}
+
+// Created is a session its creator has just stored, with every event of its
+// log as stored.
+type Created struct {
+	Header store.Session
+	Log    []store.Event
 }
 
 // Agent is a live in-process agent over one session log. Its methods are
@@ -159,6 +171,13 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.locals = slices.DeleteFunc(a.locals, func(t Tool) bool { return t.Name == StructuredOutputTool })
 		a.locals = append(a.locals, a.structuredTool())
 	}
+	if c := cfg.Created; c != nil {
+		a.events = slices.Clone(c.Log)
+		if err := a.replay(c.Header.SeedLength); err != nil {
+			return nil, fmt.Errorf("new agent %s: %w", cfg.ID, err)
+		}
+		return a, nil
+	}
 	sess, err := cfg.Store.GetSession(ctx, cfg.ID)
 	if err != nil {
 		return nil, fmt.Errorf("new agent %s: %w", cfg.ID, err)
@@ -227,9 +246,13 @@ func (a *Agent) Close(ctx context.Context) error {
 	return nil
 }
 
-// appendLocked appends evs to the store and the mirror. a.mu must be held,
-// so that the log order matches the order of in-memory state changes.
+// appendLocked appends evs to the store and the mirror; no events is no
+// store call. a.mu must be held, so that the log order matches the order
+// of in-memory state changes.
 func (a *Agent) appendLocked(evs ...store.NewEvent) error {
+	if len(evs) == 0 {
+		return nil
+	}
 	stored, err := a.store.AppendEvents(a.base, a.id, evs...)
 	if err != nil {
 		return fmt.Errorf("agent %s: append %s: %w", a.id, evs[0].Type, err)
@@ -252,11 +275,10 @@ func event(typ string, data any) store.NewEvent {
 	if err != nil {
 		panic(fmt.Sprintf("agent: marshal %s payload: %v", typ, err))
 	}
-	return store.NewEvent{Type: typ, Data: raw}
+	return store.NewEvent{Type: typ, Data: raw, Marshaled: true}
 }
 
-// load reads the whole log and restores turn numbering, the inbox (replayed
-// from seedLength), a committed capture, and repairs a crashed turn.
+// load reads the whole log and replays it.
 func (a *Agent) load(ctx context.Context, seedLength int) error {
 	for after := int64(-1); ; {
 		page, err := a.store.Events(ctx, a.id, after, 1000)
@@ -269,6 +291,13 @@ func (a *Agent) load(ctx context.Context, seedLength int) error {
 		a.events = append(a.events, page...)
 		after = page[len(page)-1].Seq
 	}
+	return a.replay(seedLength)
+}
+
+// replay restores the agent's state from the log in a.events: turn
+// numbering, the inbox (from seedLength), a committed capture, and repairs
+// a crashed turn.
+func (a *Agent) replay(seedLength int) error {
 	openTurn := 0 // a turn without turn/end
 	var openStep *StepData
 	var steerQueue []UserMessage

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/subagentd/subagentd/internal/model"
@@ -282,5 +284,37 @@ func TestTurn_EchoModelDrivesToolsOffline(t *testing.T) {
 	}
 	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{ReasonCompleted}) {
 		t.Errorf("turn ends %v", ends)
+	}
+}
+
+// TestTurn_StepBoundariesShareAppends: the hook's events go out with the
+// first step/start, and a last step without tools logs its message, its
+// step/end and turn/end in one append.
+func TestTurn_StepBoundariesShareAppends(t *testing.T) {
+	t.Parallel()
+	st := newFakeStore()
+	var mu sync.Mutex
+	var batches []string
+	st.beforeAppend = func(evs []store.NewEvent) {
+		var b []string
+		for _, e := range evs {
+			b = append(b, e.Type)
+		}
+		mu.Lock()
+		batches = append(batches, fmt.Sprint(b))
+		mu.Unlock()
+	}
+	hook := func() []store.NewEvent {
+		return []store.NewEvent{{Type: "subagent/descriptor", Data: json.RawMessage(`{}`)}}
+	}
+	a := newAgent(t, st, Config{Model: scripted.New(scripted.Step{Text: "done"}), BeforeFirstStep: hook})
+	followup(t, a, "one")
+	waitIdle(t, a)
+	mu.Lock()
+	defer mu.Unlock()
+	first := fmt.Sprint([]string{"subagent/descriptor", EventStepStart})
+	last := fmt.Sprint([]string{EventAssistantMessage, EventStepEnd, EventTurnEnd})
+	if !slices.Contains(batches, first) || batches[len(batches)-1] != last {
+		t.Fatalf("append batches %v: want %s in one and %s last", batches, first, last)
 	}
 }

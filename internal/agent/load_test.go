@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -188,4 +189,44 @@ func TestFollowupMessage_R94_CallerIDLoggedAndDeliveryIdempotent(t *testing.T) {
 	if len(um) != 1 || um[0].ID != "accepted-1" {
 		t.Errorf("user messages %+v", um)
 	}
+}
+
+// noReads is a store whose reads fail: an agent given Created must not
+// read its session back.
+type noReads struct{ *fakeStore }
+
+func (noReads) GetSession(context.Context, string) (store.Session, error) {
+	return store.Session{}, errors.New("GetSession called")
+}
+
+func (noReads) Events(context.Context, string, int64, int) ([]store.Event, error) {
+	return nil, errors.New("Events called")
+}
+
+func TestNew_CreatedReplaysTheGivenLogWithoutReading(t *testing.T) {
+	t.Parallel()
+	st := newFakeStore()
+	first := newAgent(t, st, Config{Model: scripted.New(scripted.Step{Text: "r1"})})
+	followup(t, first, "one")
+	waitIdle(t, first)
+	if err := first.Close(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	m := scripted.New(scripted.Step{Text: "r2"})
+	second, err := New(context.Background(), Config{ID: "s", Store: noReads{st}, Logger: testLogger(t), Model: m,
+		Created: &Created{Header: store.Session{ID: "s"}, Log: first.Events()}})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = second.Close(testCtx(t)) })
+	followup(t, second, "two")
+	waitIdle(t, second)
+	if starts := ofType[TurnData](t, second.Events(), EventTurnStart); len(starts) != 2 || starts[1].Turn != 2 {
+		t.Errorf("turn/start %+v, want turn 2 after the given log's turn 1", starts)
+	}
+	if got := len(m.Requests()[0].Messages); got != 3 {
+		t.Errorf("the model saw %d messages, want the given history and the new one (3)", got)
+	}
+	checkSeqs(t, second.Events())
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -73,22 +74,46 @@ func (a *Agent) nextTurn() *turnRun {
 // runTurn runs steps until one concludes the turn.
 func (a *Agent) runTurn(t *turnRun) {
 	for step := 1; ; step++ {
-		reason, more := a.runStep(t, step)
-		if !more && a.conclude(t, reason) {
+		reason, more, stepEnd := a.runStep(t, step)
+		if more {
+			err := a.append(stepEnd...)
+			if err == nil {
+				continue
+			}
+			a.log.Error("end step", "error", err)
+			reason, stepEnd = failed(logFailed), nil
+		}
+		if a.conclude(t, reason, stepEnd) {
 			return
 		}
 	}
 }
 
-// conclude ends turn t with reason, unless the turn would end cleanly while
-// steers are pending: then it returns false and they get one more step.
-func (a *Agent) conclude(t *turnRun, reason TurnReason) bool {
+// conclude logs stepEnd, what the step that ran last still has to log (its
+// assistant/message when it ran no tools, and its step/end; none if it
+// ended before the model was called), and ends turn t with reason in the
+// same append, unless the turn would end cleanly while steers are pending:
+// then it logs stepEnd alone and returns false, and they get one more step.
+func (a *Agent) conclude(t *turnRun, reason TurnReason, stepEnd []store.NewEvent) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if reason.Kind == ReasonCompleted && len(a.steers) > 0 && t.ctx.Err() == nil && !a.capture.staged {
-		return false
+		err := a.appendLocked(stepEnd...)
+		if err == nil {
+			return false
+		}
+		a.log.Error("end step", "error", err)
+		reason, stepEnd = failed(logFailed), nil
 	}
-	if err := a.appendLocked(event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason})); err != nil {
+	err := a.appendLocked(append(stepEnd, event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason}))...)
+	if err != nil && len(stepEnd) > 0 {
+		// What the step still had to log is lost: the turn fails, as on
+		// any lost write, if its end can still be logged.
+		a.log.Error("end step", "error", err)
+		reason = failed(logFailed)
+		err = a.appendLocked(event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason}))
+	}
+	if err != nil {
 		a.log.Error("end turn", "turn", t.n, "error", err)
 	}
 	t.cancel()
@@ -111,47 +136,46 @@ func failed(msg string) TurnReason { return TurnReason{Kind: ReasonError, Messag
 
 // runStep runs step n of turn t: pre-step hook, prompt assembly, admission
 // of pending steers, the model stream, and the tool calls. It returns the
-// turn's reason and whether another step must follow.
-func (a *Agent) runStep(t *turnRun, n int) (TurnReason, bool) {
+// turn's reason, whether another step must follow, and, once the model was
+// called, the step's last events still unlogged (see finishStep, then its
+// step/end), for the caller to log together with the turn's end.
+func (a *Agent) runStep(t *turnRun, n int) (TurnReason, bool, []store.NewEvent) {
 	if t.ctx.Err() != nil {
-		return a.aborted(t), false
+		return a.aborted(t), false, nil
 	}
-	if err := a.runHook(); err != nil {
-		a.log.Error("before-first-step hook", "error", err)
-		return failed(logFailed), false
-	}
+	hook := a.takeHook()
 	system, err := a.systemPrompt()
-	if err != nil {
-		return failed(err.Error()), false
+	if err == nil && a.cfg.Model == nil {
+		err = errors.New("no model route is configured for this agent")
 	}
-	if a.cfg.Model == nil {
-		return failed("no model route is configured for this agent"), false
+	if err != nil {
+		if err := a.append(hook...); err != nil {
+			a.log.Error("before-first-step hook", "error", err)
+			return failed(logFailed), false, nil
+		}
+		return failed(err.Error()), false, nil
 	}
 	var specs []model.ToolSpec
 	for _, tool := range a.visibleTools() {
 		specs = append(specs, tool.spec())
 	}
-	msgs, err := a.enterStep(t, n)
+	msgs, err := a.enterStep(t, n, hook)
 	switch {
 	case err != nil && t.ctx.Err() != nil:
-		return a.aborted(t), false
+		return a.aborted(t), false, nil
 	case err != nil:
 		a.log.Error("enter step", "error", err)
-		return failed(logFailed), false
+		return failed(logFailed), false, nil
 	}
 	req := model.Request{Model: a.cfg.ModelName, System: system, Messages: msgs, Tools: specs, MaxTokens: a.cfg.MaxTokens}
 	res := a.stream(t, n, req)
-	reason, more := a.finishStep(t, n, res)
-	if err := a.append(event(EventStepEnd, StepData{Turn: t.n, Step: n})); err != nil {
-		a.log.Error("end step", "error", err)
-		return failed(logFailed), false
-	}
-	return reason, more
+	reason, more, pending := a.finishStep(t, n, res)
+	return reason, more, append(pending, event(EventStepEnd, StepData{Turn: t.n, Step: n}))
 }
 
-// runHook appends the BeforeFirstStep events the first time a step is
-// entered.
-func (a *Agent) runHook() error {
+// takeHook returns the BeforeFirstStep events the first time a step is
+// entered, for enterStep to log in front of the step's start.
+func (a *Agent) takeHook() []store.NewEvent {
 	a.mu.Lock()
 	skip := a.hookDone || a.cfg.BeforeFirstStep == nil
 	a.hookDone = true
@@ -159,23 +183,25 @@ func (a *Agent) runHook() error {
 	if skip {
 		return nil
 	}
-	if evs := a.cfg.BeforeFirstStep(); len(evs) > 0 {
-		return a.append(evs...)
-	}
-	return nil
+	return a.cfg.BeforeFirstStep()
 }
 
 // enterStep admits the pending steers (claim splice plus their
 // user/messages), logs step/start, releases the steers' callers and returns
-// the model history. It fails with t's context error if t was cancelled.
-func (a *Agent) enterStep(t *turnRun, n int) ([]model.Message, error) {
+// the model history. hook, the pre-step hook's events, goes first in the
+// same append; it is logged alone if t was cancelled, in which case
+// enterStep fails with t's context error.
+func (a *Agent) enterStep(t *turnRun, n int, hook []store.NewEvent) ([]model.Message, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := t.ctx.Err(); err != nil {
-		return nil, err
+	if cerr := t.ctx.Err(); cerr != nil {
+		if err := a.appendLocked(hook...); err != nil {
+			return nil, err
+		}
+		return nil, cerr
 	}
 	admitted := a.steers
-	var evs []store.NewEvent
+	evs := hook
 	if len(admitted) > 0 {
 		evs = append(evs, event(EventInboxSpliced, InboxSplicedData{Target: TargetNextStep, Start: 0,
 			RemovedCount: len(admitted), Inserted: []UserMessage{}}))
@@ -277,37 +303,41 @@ func (res streamed) content(calls []model.ToolCall) []model.Block {
 }
 
 // finishStep logs the step's assistant/message and runs its tool calls,
-// then decides how the turn goes on.
-func (a *Agent) finishStep(t *turnRun, n int, res streamed) (TurnReason, bool) {
-	msg := func(content []model.Block, interrupted bool) error {
-		return a.append(event(EventAssistantMessage, AssistantMessageData{Turn: t.n, Step: n,
-			Message: AssistantMessage{Role: "assistant", Content: content}, Usage: res.usage, Interrupted: interrupted}))
+// then decides how the turn goes on. A step without tool calls ends the
+// turn: its message is returned unlogged, for the caller to log with the
+// step's and the turn's end.
+func (a *Agent) finishStep(t *turnRun, n int, res streamed) (TurnReason, bool, []store.NewEvent) {
+	msg := func(content []model.Block, interrupted bool) []store.NewEvent {
+		return []store.NewEvent{event(EventAssistantMessage, AssistantMessageData{Turn: t.n, Step: n,
+			Message: AssistantMessage{Role: "assistant", Content: content}, Usage: res.usage, Interrupted: interrupted})}
 	}
 	if res.logErr != nil {
 		a.log.Error("log chunk", "error", res.logErr)
-		return failed(logFailed), false
+		return failed(logFailed), false, nil
 	}
 	if res.err != nil || t.ctx.Err() != nil {
 		// A cut stream keeps its partial text and reasoning; its tool calls
 		// never run.
+		var pending []store.NewEvent
 		if partial := res.content(nil); len(partial) > 0 {
-			if err := msg(partial, true); err != nil {
-				a.log.Error("log partial message", "error", err)
-			}
+			pending = msg(partial, true)
 		}
 		if t.ctx.Err() != nil {
-			return a.aborted(t), false
+			return a.aborted(t), false, pending
 		}
 		a.log.Warn("model stream failed", "turn", t.n, "step", n, "error", res.err)
-		return failed(res.err.Error()), false
+		return failed(res.err.Error()), false, pending
 	}
 	calls := res.calls
 	if res.finish == model.FinishMaxTokens || res.finish == model.FinishRefusal {
 		calls = nil // truncated or declined: nothing to run
 	}
-	if err := msg(res.content(calls), false); err != nil {
+	if len(calls) == 0 {
+		return finishReason(res), false, msg(res.content(nil), false)
+	}
+	if err := a.append(msg(res.content(calls), false)...); err != nil {
 		a.log.Error("log message", "error", err)
-		return failed(logFailed), false
+		return failed(logFailed), false, nil
 	}
 	committed := false
 	for i := 0; i < len(calls) && t.ctx.Err() == nil; {
@@ -320,20 +350,26 @@ func (a *Agent) finishStep(t *turnRun, n int, res streamed) (TurnReason, bool) {
 		ok, err := a.runCalls(t, n, calls[i:j])
 		if err != nil {
 			a.log.Error("log tool call", "tool", calls[i].Name, "error", err)
-			return failed(logFailed), false
+			return failed(logFailed), false, nil
 		}
 		committed = committed || ok
 		i = j
 	}
-	switch {
-	case t.ctx.Err() != nil:
-		return a.aborted(t), false
-	case res.finish == model.FinishMaxTokens:
-		return TurnReason{Kind: ReasonMaxTokens}, false
-	case res.finish == model.FinishRefusal:
-		return TurnReason{Kind: ReasonBlocked}, false
+	if t.ctx.Err() != nil {
+		return a.aborted(t), false, nil
 	}
-	return TurnReason{Kind: ReasonCompleted}, len(calls) > 0 && !committed
+	return TurnReason{Kind: ReasonCompleted}, !committed, nil
+}
+
+// finishReason is the turn's reason after a step without tool calls to run.
+func finishReason(res streamed) TurnReason {
+	switch res.finish {
+	case model.FinishMaxTokens:
+		return TurnReason{Kind: ReasonMaxTokens}
+	case model.FinishRefusal:
+		return TurnReason{Kind: ReasonBlocked}
+	}
+	return TurnReason{Kind: ReasonCompleted}
 }
 
 // concurrent reports whether the visible tool name may run alongside its

@@ -119,20 +119,36 @@ func NewWithRetention(r Retention) *Store {
 // CreateSession stores a new header. Returns store.ErrConflict if the id
 // exists, in any tenant.
 func (s *Store) CreateSession(ctx context.Context, hdr store.Session) error {
+	_, err := s.CreateSessionWithEvents(ctx, hdr)
+	return err
+}
+
+// CreateSessionWithEvents stores a new header with evs as the start of its
+// log, atomically. Returns store.ErrConflict if the id exists, in any
+// tenant, and an error (storing nothing) if an event is invalid.
+func (s *Store) CreateSessionWithEvents(ctx context.Context, hdr store.Session, evs ...store.NewEvent) ([]store.Event, error) {
+	if err := store.CheckEvents(evs); err != nil {
+		return nil, fmt.Errorf("memstore: create session %q: %w", hdr.ID, err)
+	}
 	tenant := store.Tenant(ctx)
 	hdr = cloneSession(hdr)
 	hdr.CreatedAt = stamp(hdr.CreatedAt)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if _, ok := s.sessions[hdr.ID]; ok {
-		return fmt.Errorf("memstore: create session %q: %w", hdr.ID, store.ErrConflict)
+		s.mu.Unlock()
+		return nil, fmt.Errorf("memstore: create session %q: %w", hdr.ID, store.ErrConflict)
 	}
 	sess := &session{tenant: tenant, hdr: hdr}
 	s.sessions[hdr.ID] = sess
 	s.byTenant[tenant] = insertSorted(s.byTenant[tenant], sess, cmpSession)
 	key := [2]string{tenant, hdr.ParentID}
 	s.byParent[key] = insertSorted(s.byParent[key], sess, cmpSession)
-	return nil
+	out := sess.append(evs)
+	s.mu.Unlock()
+	if len(evs) > 0 {
+		s.hub.Wake(store.SessionTopic(hdr.ID))
+	}
+	return out, nil
 }
 
 // GetSession returns one header. Returns store.ErrNotFound.
@@ -197,6 +213,17 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs ...store
 		s.mu.Unlock()
 		return nil, fmt.Errorf("memstore: append events: %w", err)
 	}
+	out := sess.append(evs)
+	s.mu.Unlock()
+	if len(evs) > 0 {
+		s.hub.Wake(store.SessionTopic(sessionID))
+	}
+	return out, nil
+}
+
+// append adds evs to the log with the next seqs and returns copies of them
+// as stored. The caller holds s.mu and has checked evs.
+func (sess *session) append(evs []store.NewEvent) []store.Event {
 	out := make([]store.Event, len(evs))
 	for i, e := range evs {
 		data := cloneJSON(e.Data)
@@ -207,11 +234,7 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs ...store
 		sess.events = append(sess.events, stored)
 		out[i] = cloneEvent(stored)
 	}
-	s.mu.Unlock()
-	if len(evs) > 0 {
-		s.hub.Wake(store.SessionTopic(sessionID))
-	}
-	return out, nil
+	return out
 }
 
 // Events returns up to n events with Seq > after, in seq order. Returns

@@ -54,13 +54,39 @@ func scanEvent(row pgx.CollectableRow) (store.Event, error) {
 // server and global).
 func (s *Store) CreateSession(ctx context.Context, h store.Session) (err error) {
 	defer wrap(&err, "create session %q", h.ID)
-	tenant, created := store.Tenant(ctx), now(h.CreatedAt)
-	return s.w.do(ctx, &op{data: func(b *pgx.Batch) {
-		b.Queue(`INSERT INTO sessions (tenant, `+sessionCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
-			tenant, h.ID, h.ParentID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
-			h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, created)
-	}})
+	tenant := store.Tenant(ctx)
+	h.CreatedAt = now(h.CreatedAt)
+	return s.w.do(ctx, &op{data: func(b *pgx.Batch) { queueCreate(b, tenant, h) }})
+}
+
+// CreateSessionWithEvents stores a new header and evs as the start of its
+// log in one flush, so one commit. Returns store.ErrConflict as
+// CreateSession, and an error (storing nothing) if an event is invalid.
+func (s *Store) CreateSessionWithEvents(ctx context.Context, h store.Session, evs ...store.NewEvent) (out []store.Event, err error) {
+	if len(evs) == 0 {
+		return nil, s.CreateSession(ctx, h)
+	}
+	defer wrap(&err, "create session %q with %d events", h.ID, len(evs))
+	if err := store.CheckEvents(evs); err != nil {
+		return nil, err
+	}
+	tenant := store.Tenant(ctx)
+	h.CreatedAt = now(h.CreatedAt)
+	o := &op{topic: store.SessionTopic(h.ID), key: "s:" + h.ID}
+	o.data = func(b *pgx.Batch) {
+		queueCreate(b, tenant, h)
+		queueAppend(b, o, tenant, h.ID, evs, &out)
+	}
+	err = s.w.do(ctx, o)
+	return out, err
+}
+
+// queueCreate queues the insert of header h.
+func queueCreate(b *pgx.Batch, tenant string, h store.Session) {
+	b.Queue(`INSERT INTO sessions (tenant, `+sessionCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+		tenant, h.ID, h.ParentID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
+		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, h.CreatedAt)
 }
 
 // GetSession returns one header. Returns store.ErrNotFound.

@@ -82,6 +82,11 @@ type NewEvent struct {
 	Type string
 	Time time.Time
 	Data json.RawMessage
+	// Marshaled says Data is the output of json.Marshal in this process,
+	// so it is valid JSON: CheckEvents does not parse it again (its size
+	// and CheckJSONText still apply). Never set it for data that came
+	// from outside.
+	Marshaled bool
 }
 
 // Event is one entry of a session log. Seq is 0-based and contiguous.
@@ -211,6 +216,13 @@ type Store interface {
 	// CreateSession stores a new header. Returns ErrConflict if the id exists
 	// in any tenant: ids are global.
 	CreateSession(ctx context.Context, s Session) error
+	// CreateSessionWithEvents stores a new header and evs as the start of
+	// its log (seqs from 0) in one transaction, and returns the events as
+	// stored: a new child's setup is one commit, and its creator holds the
+	// whole log without reading it back. Returns ErrConflict as
+	// CreateSession, ErrInvalid (see CheckEvents) for a bad event; either
+	// way nothing is stored.
+	CreateSessionWithEvents(ctx context.Context, s Session, evs ...NewEvent) ([]Event, error)
 	// GetSession returns one header. Returns ErrNotFound.
 	GetSession(ctx context.Context, id string) (Session, error)
 	// ListSessions returns headers ordered by (CreatedAt, ID). Returns

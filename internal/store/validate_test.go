@@ -29,3 +29,27 @@ func TestCheckJSONText(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckEvents_MarshaledSkipsOnlyTheParse(t *testing.T) {
+	t.Parallel()
+	big := make([]byte, MaxEventBytes+1)
+	for i := range big {
+		big[i] = ' '
+	}
+	for _, tc := range []struct {
+		name string
+		ev   NewEvent
+		ok   bool
+	}{
+		{"unparsed, trusted", NewEvent{Type: "t", Data: []byte(`{"a":1}`), Marshaled: true}, true},
+		{"not JSON, untrusted", NewEvent{Type: "t", Data: []byte(`{bad`)}, false},
+		{"NUL, trusted", NewEvent{Type: "t", Data: []byte(`{"a":"\u0000"}`), Marshaled: true}, false},
+		{"oversized, trusted", NewEvent{Type: "t", Data: big, Marshaled: true}, false},
+		{"no type, trusted", NewEvent{Data: []byte(`{}`), Marshaled: true}, false},
+	} {
+		err := CheckEvents([]NewEvent{tc.ev})
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
+			t.Errorf("%s: CheckEvents = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}

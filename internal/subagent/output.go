@@ -1,6 +1,7 @@
 package subagent
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"unicode/utf8"
@@ -37,28 +38,28 @@ func TruncateDiagnostic(s string) string {
 // one text block; else none. It never returns nil, so a result holds [] when
 // there is no output. Events it cannot decode are skipped.
 func SelectOutput(events []store.Event) []model.Block {
-	var last []model.Block
-	var streamed strings.Builder
-	sawText := false
-	for _, e := range events {
-		switch e.Type {
-		case agent.EventAssistantMessage:
-			var d agent.AssistantMessageData
-			if json.Unmarshal(e.Data, &d) == nil && len(d.Message.Content) > 0 {
-				last = d.Message.Content
-			}
-		case agent.EventAssistantChunk:
-			var d agent.ChunkData
-			if json.Unmarshal(e.Data, &d) == nil && d.Chunk.Type == string(model.ChunkText) {
-				streamed.WriteString(d.Chunk.Text)
-				sawText = true
-			}
+	// The last message wins, so look for it from the end: the chunks
+	// before it need no decoding.
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].Type != agent.EventAssistantMessage {
+			continue
+		}
+		var d agent.AssistantMessageData
+		if json.Unmarshal(events[i].Data, &d) == nil && len(d.Message.Content) > 0 {
+			return d.Message.Content
 		}
 	}
-	switch {
-	case last != nil:
-		return last
-	case sawText && streamed.Len() > 0:
+	var streamed strings.Builder
+	for _, e := range events {
+		if e.Type != agent.EventAssistantChunk {
+			continue
+		}
+		var d agent.ChunkData
+		if json.Unmarshal(e.Data, &d) == nil && d.Chunk.Type == string(model.ChunkText) {
+			streamed.WriteString(d.Chunk.Text)
+		}
+	}
+	if streamed.Len() > 0 {
 		return []model.Block{model.TextBlock(streamed.String())}
 	}
 	return []model.Block{}
@@ -92,7 +93,17 @@ func FoldConsumedWork(events []store.Event) (end *TurnEnd, droppedUnrun bool) {
 				stepped[d.Turn] = true
 			}
 		case agent.EventInboxSpliced:
-			var d agent.InboxSplicedData
+			// Only a claim (removedCount) or a cancel (outcome) counts;
+			// an insert, which carries the messages, has neither key and
+			// needs no decoding. The inserted messages stay undecoded.
+			if !bytes.Contains(e.Data, []byte(`"removedCount"`)) && !bytes.Contains(e.Data, []byte(`"outcome"`)) {
+				continue
+			}
+			var d struct {
+				RemovedCount int               `json:"removedCount"`
+				Inserted     []json.RawMessage `json:"inserted"`
+				Outcome      string            `json:"outcome"`
+			}
 			if json.Unmarshal(e.Data, &d) != nil {
 				continue
 			}

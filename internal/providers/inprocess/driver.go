@@ -289,13 +289,11 @@ func checkSeed(seed []store.Event) error {
 }
 
 // create writes the child's header and setup events — the seed verbatim,
-// session/end-seed after it, the approval pin (R49) — and builds its agent.
+// session/end-seed after it, the approval pin (R49) — in one store call,
+// and builds its agent over them without reading them back.
 func (d *Driver) create(ctx context.Context, c child) (*agent.Agent, error) {
 	c.header.SeedLength = len(c.seed)
-	if err := d.deps.Store.CreateSession(ctx, c.header); err != nil {
-		return nil, fmt.Errorf("in-process child: create session: %w", err)
-	}
-	var setup []store.NewEvent
+	setup := make([]store.NewEvent, 0, len(c.seed)+2)
 	for _, e := range c.seed {
 		setup = append(setup, store.NewEvent{Type: e.Type, Time: e.Time, Data: e.Data})
 	}
@@ -304,9 +302,11 @@ func (d *Driver) create(ctx context.Context, c child) (*agent.Agent, error) {
 	}
 	setup = append(setup, store.NewEvent{Type: agent.EventApprovalPolicy,
 		Data: []byte(`{"policy":"never","source":"delegation"}`)})
-	if _, err := d.deps.Store.AppendEvents(ctx, c.id, setup...); err != nil {
-		return nil, fmt.Errorf("in-process child: write setup events: %w", err)
+	log, err := d.deps.Store.CreateSessionWithEvents(ctx, c.header, setup...)
+	if err != nil {
+		return nil, fmt.Errorf("in-process child: create session: %w", err)
 	}
+	c.cfg.Created = &agent.Created{Header: c.header, Log: log}
 	a, err := agent.New(ctx, c.cfg)
 	if errors.Is(err, agent.ErrToolFilter) {
 		// The registry changed since compose checked the filter.

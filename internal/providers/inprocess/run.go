@@ -80,7 +80,7 @@ func (r *run) settle() {
 	cancelled := r.cancelled
 	r.mu.Unlock()
 	structured, _ := a.Structured() // nil without a committed capture
-	r.result = subagent.OneShotResult(a.Events()[r.boundary:], cancelled, r.schema, structured)
+	r.result = subagent.OneShotResult(a.EventsFrom(r.boundary), cancelled, r.schema, structured)
 	// Nothing drives a one-shot child after its turn: release the agent
 	// (its history mirror, model client and goroutine) now, not at dispose.
 	r.mu.Lock()

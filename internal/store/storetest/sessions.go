@@ -57,6 +57,38 @@ var sessionTests = []test{
 			t.Fatalf("conflicting create changed the header: label %q", got.Label)
 		}
 	}},
+	{"CreateSessionWithEvents_StoresHeaderAndLogAtOnce", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		hdr := child("c1", "", t0)
+		stored := must(s.CreateSessionWithEvents(ctx, hdr, numbered(3)...))(t)
+		var want []store.Event
+		for i, e := range numbered(3) {
+			want = append(want, store.Event{Seq: int64(i), Type: e.Type, Time: e.Time, Data: e.Data})
+		}
+		sameList(t, "CreateSessionWithEvents", stored, want, canonEvent)
+		same(t, "GetSession", must(s.GetSession(ctx, "c1"))(t), hdr, canonSession)
+		sameList(t, "Events", must(s.Events(ctx, "c1", -1, 0))(t), want, canonEvent)
+		next := must(s.AppendEvents(ctx, "c1", numbered(1)...))(t)
+		checkSeqs(t, "AppendEvents after", next, 3)
+
+		empty := must(s.CreateSessionWithEvents(ctx, child("c2", "", t0)))(t)
+		if len(empty) != 0 || len(must(s.Events(ctx, "c2", -1, 0))(t)) != 0 {
+			t.Fatalf("no events: stored %+v", empty)
+		}
+	}},
+	{"CreateSessionWithEvents_ConflictOrBadEventStoresNothing", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		newSession(t, s, "s1")
+		_, err := s.CreateSessionWithEvents(ctx, store.Session{ID: "s1", Label: "again"}, numbered(2)...)
+		isErr(t, err, store.ErrConflict, "CreateSessionWithEvents(s1 again)")
+		if n := len(must(s.Events(ctx, "s1", -1, 0))(t)); n != 0 {
+			t.Fatalf("a conflicting create appended %d events to the existing session", n)
+		}
+		_, err = s.CreateSessionWithEvents(ctx, store.Session{ID: "s2"}, ev("turn/start", `{}`), ev("x", `{bad`))
+		isErr(t, err, store.ErrInvalid, "CreateSessionWithEvents(bad event)")
+		_, err = s.GetSession(ctx, "s2")
+		isErr(t, err, store.ErrNotFound, "GetSession after a refused create")
+	}},
 	{"GetSession_UnknownIsNotFound", func(t *testing.T, s store.Store) {
 		_, err := s.GetSession(t.Context(), "nope")
 		isErr(t, err, store.ErrNotFound, "GetSession(nope)")

@@ -69,6 +69,14 @@ func (s hookStore) CreateSession(ctx context.Context, sess store.Session) error 
 	return err
 }
 
+func (s hookStore) CreateSessionWithEvents(ctx context.Context, sess store.Session, evs ...store.NewEvent) ([]store.Event, error) {
+	out, err := s.Store.CreateSessionWithEvents(ctx, sess, evs...)
+	if s.hooks.OnCreate != nil {
+		s.hooks.OnCreate(sess)
+	}
+	return out, err
+}
+
 func (s hookStore) AppendEvents(ctx context.Context, id string, evs ...store.NewEvent) ([]store.Event, error) {
 	out, err := s.Store.AppendEvents(ctx, id, evs...)
 	if s.hooks.OnAppend != nil {
