@@ -127,7 +127,8 @@ var settings = []setting{
 	{"SUBAGENTD_MAX_LIVE_RUNS", "max-live-runs", "1000", "live one-shot runs per tenant; beyond it starts are 429 (0: no cap)"},
 	{"SUBAGENTD_MAX_STREAMS", "max-streams", "10000", "open event streams per tenant; beyond it streams are 429 (0: no cap)"},
 	{"SUBAGENTD_RATE_LIMIT", "rate-limit", "2000", "requests per second per tenant, bursts of twice that; beyond it 429 (0: no limit)"},
-	{"SUBAGENTD_REPLICA_ID", "replica-id", "", "stable, unique name of this replica; lets a restart close the runs its previous process left open at once (else they close when their lease lapses)"},
+	{"SUBAGENTD_REPLICA_ID", "replica-id", "", "stable, unique name of this replica (unset: host:pid); lets a restart close the runs its previous process left open at once (else they close when their lease lapses)"},
+	{"SUBAGENTD_LEASE_TTL", "lease-ttl", "15s", "lease of a replica on the runs it drives (a Go duration, at least 1s), renewed every third of it; another replica closes the runs of one that stopped renewing"},
 }
 
 // config is the effective configuration: flags over environment over
@@ -292,8 +293,12 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 	if err != nil {
 		return nil, err
 	}
+	lease, err := time.ParseDuration(cfg.get("SUBAGENTD_LEASE_TTL"))
+	if err != nil || lease < time.Second {
+		return nil, fmt.Errorf("SUBAGENTD_LEASE_TTL: want a Go duration of at least 1s, got %q", cfg.get("SUBAGENTD_LEASE_TTL"))
+	}
 	replica := cfg.get("SUBAGENTD_REPLICA_ID")
-	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: owner(replica), MaxLiveRuns: sec.maxLiveRuns})
+	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: owner(replica), LeaseDuration: lease, MaxLiveRuns: sec.maxLiveRuns})
 	if replica != "" {
 		// A stable replica id lets this start close, at once, the runs the
 		// previous process of this replica left open (SIGKILL, crash).
