@@ -59,8 +59,10 @@ const (
 	// maxFlush bounds the writes one flush carries.
 	maxFlush = 256
 	// pollInterval is the safety net for a lost wake-up: every subscriber is
-	// woken this often to re-read the tables.
-	pollInterval = 2 * time.Second
+	// woken this often to re-read the tables, so an event reaches the SSE
+	// streams of every replica within about a second of its commit even
+	// when its NOTIFY is lost (DESIGN §5).
+	pollInterval = time.Second
 )
 
 // Op states: a queued op is taken by the writer or cancelled by its caller,
