@@ -375,11 +375,12 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 		Continuations: mgr, Roots: roots, Routes: routes, WorkspaceRoots: file.WorkspaceRoots,
 		Tokens: sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,
 	})
-	loops.Go(func() { api.SweepIdempotencyKeys(bg, idempotencySweep) })
+	loops.Go(func() { api.SweepExpired(bg, idempotencySweep) })
 	return &app{svc: svc, mgr: mgr, roots: roots, api: api, authenticated: len(sec.tokens) > 0, stop: stop}, nil
 }
 
-// idempotencySweep is how often expired idempotency keys are deleted.
+// idempotencySweep is how often expired idempotency keys and sign-ins are
+// deleted.
 const idempotencySweep = 10 * time.Minute
 
 // securityConfig is the parsed security settings (DESIGN §7).

@@ -178,7 +178,6 @@ type Server struct {
 	corsOrigins []string
 	limiter     *limiter
 	streamCap   *counter
-	signins     signins
 
 	registry *prometheus.Registry
 	metrics  *metrics
