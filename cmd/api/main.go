@@ -259,6 +259,10 @@ func (a *app) shutdown(ctx context.Context) error {
 	)
 }
 
+// storeCallTimeout bounds every store call: a database that does not
+// answer makes requests 503 UNAVAILABLE instead of hanging them.
+const storeCallTimeout = 10 * time.Second
+
 // rootIdle is how long a root agent stays live after its last turn; it is
 // re-created from its log on the next message.
 const rootIdle = 10 * time.Minute
@@ -287,7 +291,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 			stop()
 		}
 	}()
-	st = httpapi.InstrumentStore(st, reg)
+	st = httpapi.InstrumentStore(store.Bounded(st, storeCallTimeout), reg)
 
 	sec, err := security(cfg, file)
 	if err != nil {
