@@ -10,9 +10,9 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// MaxSignins bounds the sign-ins the in-memory store keeps; beyond it
+// maxSignins bounds the sign-ins the in-memory store keeps; beyond it
 // CreateSignin ends the expired ones and, if none had expired, the oldest.
-const MaxSignins = 10000
+const maxSignins = 10000
 
 // signins are the browser sign-ins, by hash, under a lock of their own:
 // they never take part in the other tables' transactions.
@@ -32,7 +32,7 @@ func (s *Store) CreateSignin(_ context.Context, sg store.Signin) error {
 	if t.byID == nil {
 		t.byID = map[[sha256.Size]byte]store.Signin{}
 	}
-	if len(t.byID) >= MaxSignins {
+	if len(t.byID) >= maxSignins {
 		t.evict(time.Now())
 	}
 	sg.Expires = sg.Expires.UTC()
@@ -54,7 +54,7 @@ func (t *signins) evict(now time.Time) {
 			oldest, oldestExp = k, v.Expires
 		}
 	}
-	if len(t.byID) >= MaxSignins {
+	if len(t.byID) >= maxSignins {
 		delete(t.byID, oldest)
 	}
 }
