@@ -1,7 +1,6 @@
 package http
 
 import (
-	"io"
 	"net"
 	"net/url"
 	"sync"
@@ -81,9 +80,6 @@ func (p *dbProxy) pipe(dst, src net.Conn) {
 			}
 		}
 		if err != nil {
-			if err != io.EOF {
-				dst.Close()
-			}
 			dst.Close()
 			return
 		}
