@@ -127,7 +127,8 @@ var settings = []setting{
 	{"SUBAGENTD_MAX_LIVE_RUNS", "max-live-runs", "1000", "live one-shot runs per tenant; beyond it starts are 429 (0: no cap)"},
 	{"SUBAGENTD_MAX_STREAMS", "max-streams", "10000", "open event streams per tenant; beyond it streams are 429 (0: no cap)"},
 	{"SUBAGENTD_RATE_LIMIT", "rate-limit", "2000", "requests per second per tenant, bursts of twice that; beyond it 429 (0: no limit)"},
-	{"SUBAGENTD_REPLICA_ID", "replica-id", "", "stable, unique name of this replica; lets a restart close the runs its previous process left open at once (else they close when their lease lapses)"},
+	{"SUBAGENTD_REPLICA_ID", "replica-id", "", "stable, unique name of this replica (unset: host:pid); lets a restart close the runs its previous process left open at once (else they close when their lease lapses)"},
+	{"SUBAGENTD_LEASE_TTL", "lease-ttl", "15s", "lease of a replica on the runs it drives (a Go duration, at least 1s), renewed every third of it; another replica closes the runs of one that stopped renewing"},
 }
 
 // config is the effective configuration: flags over environment over
@@ -258,6 +259,10 @@ func (a *app) shutdown(ctx context.Context) error {
 	)
 }
 
+// storeCallTimeout bounds every store call: a database that does not
+// answer makes requests 503 UNAVAILABLE instead of hanging them.
+const storeCallTimeout = 10 * time.Second
+
 // rootIdle is how long a root agent stays live after its last turn; it is
 // re-created from its log on the next message.
 const rootIdle = 10 * time.Minute
@@ -286,14 +291,18 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 			stop()
 		}
 	}()
-	st = httpapi.InstrumentStore(st, reg)
+	st = httpapi.InstrumentStore(store.Bounded(st, storeCallTimeout), reg)
 
 	sec, err := security(cfg, file)
 	if err != nil {
 		return nil, err
 	}
+	lease, err := time.ParseDuration(cfg.get("SUBAGENTD_LEASE_TTL"))
+	if err != nil || lease < time.Second {
+		return nil, fmt.Errorf("SUBAGENTD_LEASE_TTL: want a Go duration of at least 1s, got %q", cfg.get("SUBAGENTD_LEASE_TTL"))
+	}
 	replica := cfg.get("SUBAGENTD_REPLICA_ID")
-	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: owner(replica), MaxLiveRuns: sec.maxLiveRuns})
+	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: owner(replica), LeaseDuration: lease, MaxLiveRuns: sec.maxLiveRuns})
 	if replica != "" {
 		// A stable replica id lets this start close, at once, the runs the
 		// previous process of this replica left open (SIGKILL, crash).
@@ -370,11 +379,12 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 		Continuations: mgr, Roots: roots, Routes: routes, WorkspaceRoots: file.WorkspaceRoots,
 		Tokens: sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,
 	})
-	loops.Go(func() { api.SweepIdempotencyKeys(bg, idempotencySweep) })
+	loops.Go(func() { api.SweepExpired(bg, idempotencySweep) })
 	return &app{svc: svc, mgr: mgr, roots: roots, api: api, authenticated: len(sec.tokens) > 0, stop: stop}, nil
 }
 
-// idempotencySweep is how often expired idempotency keys are deleted.
+// idempotencySweep is how often expired idempotency keys and sign-ins are
+// deleted.
 const idempotencySweep = 10 * time.Minute
 
 // securityConfig is the parsed security settings (DESIGN §7).

@@ -214,8 +214,10 @@ func settingNames() []string {
 	return names
 }
 
-// TestCompose_SetsOnlyReadVariables: every variable compose.yaml sets for
-// the api service is one the server reads.
+// TestCompose_SetsOnlyReadVariables: compose.yaml runs at least two
+// replicas (services api-…), each with a DATABASE_URL, its own
+// SUBAGENTD_REPLICA_ID and only variables the server reads, and its proxy
+// sends requests to every one of them.
 func TestCompose_SetsOnlyReadVariables(t *testing.T) {
 	data, err := os.ReadFile("../../compose.yaml")
 	if err != nil {
@@ -225,21 +227,38 @@ func TestCompose_SetsOnlyReadVariables(t *testing.T) {
 		Services map[string]struct {
 			Environment map[string]string `yaml:"environment"`
 		} `yaml:"services"`
+		Configs map[string]struct {
+			Content string `yaml:"content"`
+		} `yaml:"configs"`
 	}
 	if err := yaml.Unmarshal(data, &compose); err != nil {
 		t.Fatalf("compose.yaml: %v", err)
 	}
-	api, ok := compose.Services["api"]
-	if !ok || len(api.Environment) == 0 {
-		t.Fatal("compose.yaml has no api service environment")
-	}
-	for name := range api.Environment {
-		if !slices.Contains(settingNames(), name) {
-			t.Errorf("compose.yaml sets %s, which the server does not read", name)
+	proxy := compose.Configs["haproxy"].Content
+	ids := map[string]string{}
+	for name, svc := range compose.Services {
+		if !strings.HasPrefix(name, "api-") {
+			continue
+		}
+		for v := range svc.Environment {
+			if !slices.Contains(settingNames(), v) {
+				t.Errorf("compose.yaml sets %s for %s, which the server does not read", v, name)
+			}
+		}
+		if svc.Environment["DATABASE_URL"] == "" {
+			t.Errorf("compose.yaml does not give %s a DATABASE_URL", name)
+		}
+		id := svc.Environment["SUBAGENTD_REPLICA_ID"]
+		if other, dup := ids[id]; id == "" || dup {
+			t.Errorf("%s has replica id %q (also %q's): want a unique one", name, id, other)
+		}
+		ids[id] = name
+		if !strings.Contains(proxy, "server "+name+" "+name+":8080") {
+			t.Errorf("the proxy's backend does not list %s", name)
 		}
 	}
-	if api.Environment["DATABASE_URL"] == "" {
-		t.Error("compose.yaml does not give the api a DATABASE_URL")
+	if len(ids) < 2 {
+		t.Errorf("compose.yaml runs %d replicas, want two", len(ids))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -18,10 +19,16 @@ const (
 	codeNotFound         = "NOT_FOUND"
 	codeMethodNotAllowed = "METHOD_NOT_ALLOWED"
 	codeNotReady         = "NOT_READY"
+	// codeUnavailable: the store did not answer (unreachable, or past its
+	// call bound); the request may be retried.
+	codeUnavailable = "UNAVAILABLE"
 	// codeUnknownRoute: agentOptions.provider names no configured model
 	// route. A 422 of its own, since INVALID_REQUEST is 400 in the table.
 	codeUnknownRoute = "UNKNOWN_ROUTE"
 )
+
+// unavailableRetry is the Retry-After of a 503.
+const unavailableRetry = 2 * time.Second
 
 // problemType is what a code means on the wire.
 type problemType struct {
@@ -60,6 +67,7 @@ var problems = map[string]problemType{
 	subagent.EDraining:              {http.StatusServiceUnavailable, "Draining"},
 	subagent.EOwnedElsewhere:        {http.StatusServiceUnavailable, "Owned by another replica"},
 	codeNotReady:                    {http.StatusServiceUnavailable, "Not ready"},
+	codeUnavailable:                 {http.StatusServiceUnavailable, "Unavailable"},
 	subagent.EAgentUnavailable:      {http.StatusBadGateway, "Agent unavailable"},
 	// ABORTED: a start was cancelled before its child was published
 	// (gRPC's Aborted → 409, as in ardanlabs' table).
@@ -94,7 +102,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.DebugContext(r.Context(), "request ended by the client", req, slog.Any("error", err))
 		return
 	}
-	code := subagent.ErrorCode(err)
+	code, detail := subagent.ErrorCode(err), subagent.ErrorMessage(err)
+	if code == subagent.EInternal && errors.Is(err, store.ErrUnavailable) {
+		code, detail = codeUnavailable, "the database is unreachable or did not answer in time; retry later"
+	}
 	pt, ok := problems[code]
 	if !ok {
 		s.log.ErrorContext(r.Context(), "error code has no status", slog.String("code", code))
@@ -104,7 +115,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		Type:   "urn:subagentd:problem:" + strings.ToLower(strings.ReplaceAll(code, "_", "-")),
 		Title:  pt.title,
 		Status: pt.status,
-		Detail: subagent.ErrorMessage(err),
+		Detail: detail,
 		Code:   code,
 	}
 	var se *subagent.Error
@@ -131,6 +142,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			wait = le.retryAfter
 		}
 		w.Header().Set("Retry-After", retryAfter(wait))
+	}
+	if pt.status == http.StatusServiceUnavailable {
+		// DRAINING, NOT_READY, UNAVAILABLE: another replica, or this one
+		// in a moment, can serve the retry.
+		w.Header().Set("Retry-After", retryAfter(unavailableRetry))
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")

@@ -144,7 +144,11 @@ func (s *Server) authenticate(r *http.Request) (tenant string, via authVia, err 
 		return "", 0, subagent.Errorf(subagent.EUnauthenticated, "the bearer token is not valid")
 	}
 	if c, err := r.Cookie(sessionCookie); err == nil {
-		if t, ok := s.signins.tenant(c.Value, time.Now()); ok {
+		t, ok, err := s.signinTenant(r.Context(), c.Value, time.Now())
+		if err != nil {
+			return "", 0, err
+		}
+		if ok {
 			return t, viaCookie, nil
 		}
 		return "", 0, subagent.Errorf(subagent.EUnauthenticated, "the session has ended; sign in again")

@@ -195,18 +195,26 @@ func (rw *answerRecorder) storable() bool {
 	return rw.status != 0 && rw.status < 500 && rw.status != http.StatusTooManyRequests && !rw.overflow
 }
 
-// SweepIdempotencyKeys deletes idempotency keys older than IdempotencyTTL
-// now and then every interval until ctx ends.
-func (s *Server) SweepIdempotencyKeys(ctx context.Context, interval time.Duration) {
+// SweepExpired deletes idempotency keys older than IdempotencyTTL and
+// expired sign-ins, now and then every interval until ctx ends.
+func (s *Server) SweepExpired(ctx context.Context, interval time.Duration) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		n, err := s.store.SweepIdempotency(ctx, time.Now().Add(-IdempotencyTTL))
+		now := time.Now()
+		n, err := s.store.SweepIdempotency(ctx, now.Add(-IdempotencyTTL))
 		switch {
 		case err != nil && ctx.Err() == nil:
 			s.log.ErrorContext(ctx, "sweep idempotency keys", slog.Any("error", err))
 		case n > 0:
 			s.log.DebugContext(ctx, "swept idempotency keys", slog.Int64("deleted", n))
+		}
+		n, err = s.store.SweepSignins(ctx, now)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.ErrorContext(ctx, "sweep sign-ins", slog.Any("error", err))
+		case n > 0:
+			s.log.DebugContext(ctx, "swept expired sign-ins", slog.Int64("deleted", n))
 		}
 		select {
 		case <-ctx.Done():

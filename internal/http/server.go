@@ -178,7 +178,6 @@ type Server struct {
 	corsOrigins []string
 	limiter     *limiter
 	streamCap   *counter
-	signins     signins
 
 	registry *prometheus.Registry
 	metrics  *metrics
@@ -364,15 +363,21 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// ready answers 200 while the store answers Ping, NOT_READY when it does
-// not, and DRAINING once Shutdown began.
+// readyTimeout bounds the store's Ping of a /readyz: an unreachable
+// database makes the replica unready, never a hanging probe.
+const readyTimeout = 2 * time.Second
+
+// ready answers 200 while the store answers Ping within readyTimeout,
+// NOT_READY when it does not, and DRAINING once Shutdown began.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) error {
 	select {
 	case <-s.done:
 		return subagent.Errorf(subagent.EDraining, "the server is shutting down")
 	default:
 	}
-	if err := s.store.Ping(r.Context()); err != nil {
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
 		s.log.WarnContext(r.Context(), "store not ready", slog.Any("error", err))
 		return &subagent.Error{Code: codeNotReady, Message: "the store is not reachable or its schema is not current", Err: err}
 	}

@@ -1,12 +1,14 @@
 package http
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/subagentd/subagentd/internal/store"
@@ -21,82 +23,33 @@ const (
 	// sessionTTL is how long a sign-in lasts; the dashboard then asks for
 	// the token again.
 	sessionTTL = 12 * time.Hour
-	// maxSignins bounds the live sign-ins kept in memory; beyond it the
-	// oldest is ended.
-	maxSignins = 10000
 )
 
-// signins are the live browser sessions of this process, by the SHA-256 of
-// their cookie value (a memory dump yields no usable cookie). They live in
-// memory: a restart, or another replica, asks the browser to sign in
-// again.
-type signins struct {
-	mu   sync.Mutex
-	byID map[[sha256.Size]byte]signin
-}
-
-type signin struct {
-	tenant  string
-	expires time.Time
-}
-
-// create starts a session of tenant and returns its cookie value.
-func (s *signins) create(tenant string, now time.Time) string {
+// newSignin starts a sign-in of tenant in the store, where every replica
+// finds it, and returns its cookie value; the store keeps only its hash.
+func (s *Server) newSignin(ctx context.Context, tenant string, now time.Time) (string, error) {
 	var raw [32]byte
 	_, _ = rand.Read(raw[:]) // never fails (crypto/rand documents it)
 	value := base64.RawURLEncoding.EncodeToString(raw[:])
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.byID == nil {
-		s.byID = map[[sha256.Size]byte]signin{}
+	sg := store.Signin{Hash: sha256.Sum256([]byte(value)), Tenant: tenant, Expires: now.Add(sessionTTL)}
+	if err := s.store.CreateSignin(ctx, sg); err != nil {
+		return "", fmt.Errorf("store sign-in: %w", err)
 	}
-	if len(s.byID) >= maxSignins {
-		s.evict(now)
-	}
-	s.byID[sha256.Sum256([]byte(value))] = signin{tenant: tenant, expires: now.Add(sessionTTL)}
-	return value
+	return value, nil
 }
 
-// evict drops expired sessions, and the oldest one if none had expired;
-// s.mu is held.
-func (s *signins) evict(now time.Time) {
-	var oldest [sha256.Size]byte
-	var oldestExp time.Time
-	for k, v := range s.byID {
-		if !v.expires.After(now) {
-			delete(s.byID, k)
-			continue
-		}
-		if oldestExp.IsZero() || v.expires.Before(oldestExp) {
-			oldest, oldestExp = k, v.expires
-		}
+// signinTenant returns the tenant of a live sign-in cookie value, ok false
+// for one that is unknown, signed out or expired, and the store's error
+// when it cannot tell.
+func (s *Server) signinTenant(ctx context.Context, value string, now time.Time) (tenant string, ok bool, err error) {
+	sg, err := s.store.GetSignin(ctx, sha256.Sum256([]byte(value)), now)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("look up sign-in: %w", err)
 	}
-	if len(s.byID) >= maxSignins {
-		delete(s.byID, oldest)
-	}
-}
-
-// tenant returns the tenant of a live session cookie value.
-func (s *signins) tenant(value string, now time.Time) (string, bool) {
-	k := sha256.Sum256([]byte(value))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v, ok := s.byID[k]
-	if !ok {
-		return "", false
-	}
-	if !v.expires.After(now) {
-		delete(s.byID, k)
-		return "", false
-	}
-	return v.tenant, true
-}
-
-// end invalidates a session cookie value.
-func (s *signins) end(value string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.byID, sha256.Sum256([]byte(value)))
+	return sg.Tenant, true, nil
 }
 
 // getAuthSession tells the dashboard whether it must sign in: 200 with the
@@ -137,8 +90,12 @@ func (s *Server) createAuthSession(w http.ResponseWriter, r *http.Request) error
 	if !ok {
 		return subagent.Errorf(subagent.EUnauthenticated, "the token is not valid")
 	}
+	value, err := s.newSignin(r.Context(), tenant, time.Now())
+	if err != nil {
+		return err
+	}
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: s.signins.create(tenant, time.Now()), Path: "/",
+		Name: sessionCookie, Value: value, Path: "/",
 		MaxAge: int(sessionTTL / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
 	s.log.InfoContext(store.WithTenant(r.Context(), tenant), "browser signed in", "tenant", tenant)
@@ -153,7 +110,9 @@ func (s *Server) deleteAuthSession(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	if c, err := r.Cookie(sessionCookie); err == nil {
-		s.signins.end(c.Value)
+		if err := s.store.DeleteSignin(r.Context(), sha256.Sum256([]byte(c.Value))); err != nil {
+			return fmt.Errorf("end sign-in: %w", err)
+		}
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,

@@ -72,6 +72,8 @@ type Store struct {
 	inboxSeq  uint64                             // last acceptance position handed out
 	queues    map[[2]string][]store.InboxMessage // by (tenant, child), in acceptance order
 	idem      map[[2]string]store.Idempotency    // by (tenant, key)
+
+	signins signins
 }
 
 type session struct {

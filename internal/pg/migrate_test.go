@@ -13,7 +13,7 @@ func tables(t *testing.T, url string) int {
 	t.Helper()
 	var n int
 	err := openPool(t, url).QueryRow(t.Context(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'
-		AND tablename IN ('sessions', 'session_events', 'runs', 'lifecycle_counter', 'lifecycle_events', 'inbox', 'idempotency_keys')`).Scan(&n)
+		AND tablename IN ('sessions', 'session_events', 'runs', 'lifecycle_counter', 'lifecycle_events', 'inbox', 'idempotency_keys', 'signins')`).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,8 +23,8 @@ func tables(t *testing.T, url string) int {
 func TestMigrate_UpDownUp(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t) // migrated up
-	if n := tables(t, url); n != 7 {
-		t.Fatalf("migrated template has %d of 7 tables", n)
+	if n := tables(t, url); n != 8 {
+		t.Fatalf("migrated template has %d of 8 tables", n)
 	}
 	if err := pg.Migrate(t.Context(), url, discard()); err != nil {
 		t.Fatalf("Migrate on a current schema: %v", err)
@@ -47,8 +47,8 @@ func TestMigrate_UpDownUp(t *testing.T) {
 	if err := pg.Migrate(t.Context(), url, discard()); err != nil {
 		t.Fatalf("up again: %v", err)
 	}
-	if n := tables(t, url); n != 7 {
-		t.Fatalf("after up again %d of 7 tables", n)
+	if n := tables(t, url); n != 8 {
+		t.Fatalf("after up again %d of 8 tables", n)
 	}
 	newStore(t, pool)
 }
@@ -57,7 +57,8 @@ func TestMigrate_DirtyVersionFailsWithRepairHint(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	pool := openPool(t, url)
-	exec(t, pool, `UPDATE schema_migrations SET dirty = true`)
+	// Dirty at version 1, whatever the latest: the hint names that version.
+	exec(t, pool, `UPDATE schema_migrations SET version = 1, dirty = true`)
 	err := pg.Migrate(t.Context(), url, discard())
 	if err == nil {
 		t.Fatal("Migrate on a dirty database succeeded")

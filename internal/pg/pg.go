@@ -185,6 +185,8 @@ func wrap(errp *error, format string, args ...any) {
 		err = fmt.Errorf("%w: %w", store.ErrNotFound, err)
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation:
 		err = fmt.Errorf("%w: %w", store.ErrConflict, err)
+	case unreachable(err):
+		err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	*errp = fmt.Errorf("pg: "+format+": %w", append(args, err)...)
 }

@@ -59,8 +59,14 @@ const (
 	// maxFlush bounds the writes one flush carries.
 	maxFlush = 256
 	// pollInterval is the safety net for a lost wake-up: every subscriber is
-	// woken this often to re-read the tables.
-	pollInterval = 2 * time.Second
+	// woken this often to re-read the tables, so an event reaches the SSE
+	// streams of every replica within about a second of its commit even
+	// when its NOTIFY is lost (DESIGN §5).
+	pollInterval = time.Second
+	// flushTimeout bounds one flush: a database that does not answer (a
+	// network partition) fails the flush's writes, like a dropped
+	// connection, instead of holding their callers forever.
+	flushTimeout = 10 * time.Second
 )
 
 // Op states: a queued op is taken by the writer or cancelled by its caller,
@@ -177,9 +183,9 @@ func (w *writer) do(ctx context.Context, o *op) error {
 }
 
 // run starts a flush whenever ops wait and fewer than w.inFlight flushes
-// are running, until close. Flushes are not bounded by any caller's context:
-// a caller that gives up after its op was taken still gets the flush's
-// outcome.
+// are running, until close. Flushes are not bounded by any caller's context
+// (a caller that gives up after its op was taken still gets the flush's
+// outcome), only by flushTimeout.
 func (w *writer) run() {
 	defer close(w.stopped)
 	ctx := context.Background()
@@ -199,7 +205,9 @@ func (w *writer) run() {
 				break
 			}
 			go func() {
-				w.commit(ctx, ops)
+				fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+				w.commit(fctx, ops)
+				cancel()
 				w.release(ops)
 				<-slots
 				signal(w.wake) // ops that queued meanwhile

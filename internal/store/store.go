@@ -213,6 +213,8 @@ type Idempotency struct {
 // use. Limits <= 0 mean a store-chosen default of 100; no call returns more
 // than 1000 rows.
 type Store interface {
+	Signins
+
 	// CreateSession stores a new header. Returns ErrConflict if the id exists
 	// in any tenant: ids are global.
 	CreateSession(ctx context.Context, s Session) error

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/subagentd/subagentd/internal/store"
@@ -29,22 +31,63 @@ func (s *Service) RecoverOwned(ctx context.Context) error {
 
 // KeepLeases renews the leases of this replica's runs and closes the runs
 // of replicas whose leases ran out, every third of the lease duration, until
-// ctx is done.
+// ctx is done. Each round is bounded by that third, so an unreachable
+// database cannot stall it. It fences: once renewals have failed for more
+// than half the lease (two missed rounds), the leases written at the last
+// success lapse within a third of the lease, so this replica stops driving
+// its live runs (cancels them) before another replica may take them over;
+// their subagent/end is written once, by whichever replica gets there first.
 func (s *Service) KeepLeases(ctx context.Context) {
 	tick := time.NewTicker(s.lease / 3)
 	defer tick.Stop()
+	renewed := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			if err := s.store.RenewLeases(ctx, s.owner, now.Add(s.lease)); err != nil && ctx.Err() == nil {
-				s.log.ErrorContext(ctx, "renew run leases", slog.Any("error", err))
-			}
-			if err := s.reap(ctx, now); err != nil && ctx.Err() == nil {
-				s.log.ErrorContext(ctx, "close runs of lost replicas", slog.Any("error", err))
+			if s.keepLeases(ctx, now) {
+				renewed = now
+			} else if now.Sub(renewed) > s.lease/2 {
+				s.fence(ctx, renewed)
 			}
 		}
+	}
+}
+
+// keepLeases runs one round of KeepLeases at now and reports whether the
+// renewal succeeded.
+func (s *Service) keepLeases(ctx context.Context, now time.Time) bool {
+	rctx, cancel := context.WithTimeout(ctx, s.lease/3)
+	defer cancel()
+	err := s.store.RenewLeases(rctx, s.owner, now.Add(s.lease))
+	if err != nil && ctx.Err() == nil {
+		s.log.ErrorContext(ctx, "renew run leases", slog.Any("error", err))
+	}
+	if err := s.reap(rctx, now); err != nil && ctx.Err() == nil {
+		s.log.ErrorContext(ctx, "close runs of lost replicas", slog.Any("error", err))
+	}
+	return err == nil
+}
+
+// fence cancels every live run of this replica, whose lease (last renewed
+// at renewed) is about to lapse.
+func (s *Service) fence(ctx context.Context, renewed time.Time) {
+	s.mu.Lock()
+	live := slices.Collect(maps.Values(s.runs))
+	s.mu.Unlock()
+	n := 0
+	for _, h := range live {
+		select {
+		case <-h.Done():
+		default:
+			h.Cancel()
+			n++
+		}
+	}
+	if n > 0 {
+		s.log.WarnContext(ctx, "run leases not renewed: stopped driving this replica's runs before another may take them over",
+			slog.Int("runs", n), slog.Time("last_renewed", renewed), slog.Duration("lease", s.lease))
 	}
 }
 

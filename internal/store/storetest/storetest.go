@@ -33,6 +33,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Tenants", tenantTests},
 		{"Subscribe", subscribeTests},
 		{"Idempotency", idempotencyTests},
+		{"Signins", signinTests},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
