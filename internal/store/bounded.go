@@ -46,6 +46,13 @@ func (b *bounded) CreateSession(ctx context.Context, s Session) (err error) {
 	return b.check(ctx, c, err)
 }
 
+func (b *bounded) CreateSessionWithEvents(ctx context.Context, s Session, evs ...NewEvent) (r0 []Event, err error) {
+	c, cancel := b.bound(ctx)
+	defer cancel()
+	r0, err = b.Store.CreateSessionWithEvents(c, s, evs...)
+	return r0, b.check(ctx, c, err)
+}
+
 func (b *bounded) GetSession(ctx context.Context, id string) (r0 Session, err error) {
 	c, cancel := b.bound(ctx)
 	defer cancel()
