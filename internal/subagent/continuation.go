@@ -274,8 +274,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	children map[childKey]*child
-	runs     map[string]*activation    // live activations by run id
-	folds    map[childKey]identityFold // listing cache of at most maxFolds, see identity
+	runs     map[string]*activation // live activations by run id
 	draining bool
 	wg       sync.WaitGroup // watchers and steer receipts
 }
@@ -322,7 +321,6 @@ func NewManager(svc *Service, cfg ManagerConfig) *Manager {
 		log:      cfg.Logger,
 		children: map[childKey]*child{},
 		runs:     map[string]*activation{},
-		folds:    map[childKey]identityFold{},
 	}
 }
 
