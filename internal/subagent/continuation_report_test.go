@@ -44,12 +44,11 @@ func TestReport_R110_SettlementWaitsForAReportBeingDelivered(t *testing.T) {
 	}()
 	<-inReport
 	close(gate)
-	// The watcher decides under the child's lock, right after it saw the
-	// agent idle; once the lock is free again, the decision is taken.
+	// The child's loop decides in the command that saw the agent idle; the
+	// next command runs after the decision was taken.
 	<-probe.idle
-	c := e.m.lock(childKey{store.DefaultTenant, res.ChildID})
-	settling := c.act == nil || c.act.closing
-	e.m.unlock(c)
+	var settling bool
+	e.m.do(childKey{store.DefaultTenant, res.ChildID}, func(c *child) { settling = c.act == nil || c.act.closing })
 	if settling {
 		t.Error("the activation began to settle while a report was still being delivered")
 	}
