@@ -71,8 +71,8 @@ func TestReport_R110_SettlementWaitsForAReportBeingDelivered(t *testing.T) {
 }
 
 // runningProbe closes idle at its first Running answer of false: the
-// settlement watcher asks it, under the child's lock, once the agent is
-// idle.
+// child's loop asks it, in the command that decides settlement, once the
+// agent is idle.
 type runningProbe struct {
 	ChildAgent
 	once sync.Once
