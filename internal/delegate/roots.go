@@ -56,7 +56,7 @@ type RootsConfig struct {
 type Roots struct {
 	cfg   RootsConfig
 	log   *slog.Logger
-	roots *resident.Group[rootKey, root]
+	roots *resident.Group[rootKey, root, error]
 
 	mu     sync.Mutex
 	closed bool
@@ -130,7 +130,7 @@ var _ subagent.NoticeSink = (*Roots)(nil)
 // NewRoots returns Roots for cfg.
 func NewRoots(cfg RootsConfig) *Roots {
 	r := &Roots{cfg: cfg, log: cfg.Logger}
-	r.roots = resident.NewGroup(resident.Policy[rootKey, root]{
+	r.roots = resident.NewGroup(resident.Policy[rootKey, root, error]{
 		New: func(key rootKey) *root {
 			r.mu.Lock()
 			defer r.mu.Unlock()

@@ -17,8 +17,9 @@ import (
 	"sync"
 )
 
-// Policy is what distinguishes one kind of resident agent.
-type Policy[K comparable, S any] struct {
+// Policy is what distinguishes one kind of resident agent: K keys its
+// loops, S is a loop's state and T what it watches besides commands.
+type Policy[K comparable, S, T any] struct {
 	// New returns the fresh state of key's loop. Required.
 	New func(key K) *S
 	// Idle reports whether s holds nothing live, so that its loop may end
@@ -28,15 +29,15 @@ type Policy[K comparable, S any] struct {
 	// Watch, when set, returns a channel the loop receives from besides its
 	// commands and what to do with a value received on it; a nil channel
 	// means nothing to watch now. It is called before each wait.
-	Watch func(s *S) (<-chan error, func(ctx context.Context, s *S, err error))
+	Watch func(s *S) (<-chan T, func(ctx context.Context, s *S, v T))
 	// Context returns the context a loop of key runs Watch handlers with
 	// (its tenant, say); nil means context.Background.
 	Context func(key K) context.Context
 }
 
 // Group runs one loop per key. Safe for concurrent use.
-type Group[K comparable, S any] struct {
-	policy Policy[K, S]
+type Group[K comparable, S, T any] struct {
+	policy Policy[K, S, T]
 
 	mu    sync.Mutex
 	loops map[K]*loop[S]
@@ -52,13 +53,13 @@ type loop[S any] struct {
 }
 
 // NewGroup returns an empty Group with policy p.
-func NewGroup[K comparable, S any](p Policy[K, S]) *Group[K, S] {
-	return &Group[K, S]{policy: p, loops: map[K]*loop[S]{}}
+func NewGroup[K comparable, S, T any](p Policy[K, S, T]) *Group[K, S, T] {
+	return &Group[K, S, T]{policy: p, loops: map[K]*loop[S]{}}
 }
 
 // Do runs f in key's loop, starting the loop when there is none, and
 // returns once f returned.
-func (g *Group[K, S]) Do(key K, f func(s *S)) {
+func (g *Group[K, S, T]) Do(key K, f func(s *S)) {
 	for {
 		g.mu.Lock()
 		l := g.loops[key]
@@ -78,7 +79,7 @@ func (g *Group[K, S]) Do(key K, f func(s *S)) {
 
 // Peek runs f in key's loop when one runs and reports whether it did; it
 // never starts a loop.
-func (g *Group[K, S]) Peek(key K, f func(s *S)) bool {
+func (g *Group[K, S, T]) Peek(key K, f func(s *S)) bool {
 	g.mu.Lock()
 	l := g.loops[key]
 	g.mu.Unlock()
@@ -86,7 +87,7 @@ func (g *Group[K, S]) Peek(key K, f func(s *S)) bool {
 }
 
 // Each runs f in every loop running now, one after the other.
-func (g *Group[K, S]) Each(f func(s *S)) {
+func (g *Group[K, S, T]) Each(f func(s *S)) {
 	g.mu.Lock()
 	all := make([]*loop[S], 0, len(g.loops))
 	for _, l := range g.loops {
@@ -99,7 +100,7 @@ func (g *Group[K, S]) Each(f func(s *S)) {
 }
 
 // Wait returns once no loop runs, or ctx's error when it ends first.
-func (g *Group[K, S]) Wait(ctx context.Context) error {
+func (g *Group[K, S, T]) Wait(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { g.wg.Wait(); close(done) }()
 	select {
@@ -124,23 +125,23 @@ func send[S any](l *loop[S], f func(*S)) bool {
 
 // run is the loop of key: commands and watched values, one at a time,
 // until its state is idle.
-func (g *Group[K, S]) run(key K, l *loop[S]) {
+func (g *Group[K, S, T]) run(key K, l *loop[S]) {
 	defer g.wg.Done()
 	ctx := context.Background()
 	if g.policy.Context != nil {
 		ctx = g.policy.Context(key)
 	}
 	for {
-		var watched <-chan error
-		var handle func(context.Context, *S, error)
+		var watched <-chan T
+		var handle func(context.Context, *S, T)
 		if g.policy.Watch != nil {
 			watched, handle = g.policy.Watch(l.state)
 		}
 		select {
 		case f := <-l.cmds:
 			f(l.state)
-		case err := <-watched:
-			handle(ctx, l.state, err)
+		case v := <-watched:
+			handle(ctx, l.state, v)
 		}
 		if g.policy.Idle(l.state) {
 			g.mu.Lock()

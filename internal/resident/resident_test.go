@@ -15,8 +15,8 @@ type counter struct {
 	seen []error
 }
 
-func newGroup() *Group[string, counter] {
-	return NewGroup(Policy[string, counter]{
+func newGroup() *Group[string, counter, error] {
+	return NewGroup(Policy[string, counter, error]{
 		New:  func(key string) *counter { return &counter{key: key} },
 		Idle: func(s *counter) bool { return s.n == 0 && s.ch == nil },
 		Watch: func(s *counter) (<-chan error, func(context.Context, *counter, error)) {

@@ -127,8 +127,10 @@ type ChildAgent interface {
 	Cancel(cause string, keepInbox bool)
 	// Running reports whether a turn runs or is about to.
 	Running() bool
-	// WaitIdle returns once no turn runs, or ctx's error.
-	WaitIdle(ctx context.Context) error
+	// Idle returns a channel closed once no turn runs and nothing
+	// runnable is queued; the next turn gets a new one. The child's loop
+	// watches it: the turn's end is what settles an activation.
+	Idle() <-chan struct{}
 	// Events returns the session log as the agent wrote and loaded it.
 	Events() []store.Event
 	// Close cancels with cause disposed, discards the inbox and waits for
@@ -265,9 +267,10 @@ type FollowupResult struct {
 // Each child with anything live — an activation, followups awaiting their
 // route, a cold resume owed — is owned by one loop of the resident engine
 // (internal/resident, DESIGN §2): every delivery, residency and settlement
-// decision for it (R65) is a command its loop runs, one at a time. Waits —
-// a steer's admission, the turn's end — happen off the loop and come back
-// as commands. Lifecycle listeners never run in a loop or under a lock: an
+// decision for it (R65) is a command its loop runs, one at a time. The
+// loop also watches its agent's turn end (turnEnd), which settles the
+// activation; a steer's admission is awaited off the loop and comes back
+// as a command. Lifecycle listeners never run in a loop or under a lock: an
 // edge a command decided is dispatched by its sender once the command
 // returned (child.outbox), so a listener may call the Manager for the same
 // child.
@@ -278,12 +281,12 @@ type Manager struct {
 	notices  NoticeSink
 	delivery string // of the report tool
 	log      *slog.Logger
-	children *resident.Group[childKey, child]
+	children *resident.Group[childKey, child, struct{}]
 
 	mu       sync.Mutex
 	runs     map[string]*activation // live activations by run id
 	draining bool
-	wg       sync.WaitGroup // idle waits, settlements and steer receipts
+	wg       sync.WaitGroup // settlements and steer receipts
 }
 
 // childKey identifies a child across tenants.
@@ -316,20 +319,22 @@ type answer struct {
 
 // NewManager returns the continuation manager over svc.
 func NewManager(svc *Service, cfg ManagerConfig) *Manager {
-	return &Manager{
+	m := &Manager{
 		svc:      svc,
 		store:    svc.store,
 		mat:      cfg.Materializer,
 		notices:  cfg.Notices,
 		delivery: cfg.ReportDelivery,
 		log:      cfg.Logger,
-		children: resident.NewGroup(resident.Policy[childKey, child]{
-			New: func(key childKey) *child { return &child{key: key, waiters: map[string]chan<- answer{}} },
-			// A loop ends once nothing is live or owed.
-			Idle: func(c *child) bool { return c.act == nil && len(c.waiters) == 0 && !c.wake },
-		}),
-		runs: map[string]*activation{},
+		runs:     map[string]*activation{},
 	}
+	m.children = resident.NewGroup(resident.Policy[childKey, child, struct{}]{
+		New: func(key childKey) *child { return &child{key: key, waiters: map[string]chan<- answer{}} },
+		// A loop ends once nothing is live or owed.
+		Idle:  func(c *child) bool { return c.act == nil && len(c.waiters) == 0 && !c.wake },
+		Watch: m.turnEnd,
+	})
+	return m
 }
 
 // do runs f in key's loop, then — back in the caller, off the loop — the

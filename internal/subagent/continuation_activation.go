@@ -35,7 +35,6 @@ type activation struct {
 
 	// Owned by c's loop.
 	inflight    int  // submitted steers and reports not yet settled
-	awaiting    bool // an idle wait (awaitIdle) is under way
 	interrupted bool // Interrupt cancelled the turn: rejected steers park
 	closing     bool // the settlement began: nothing more is delivered
 	queued      bool // started with several turns: nothing is steered into it
@@ -93,14 +92,13 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 	return act, nil
 }
 
-// activate makes act the live activation of c and awaits its turn's end.
-// It runs in c's loop.
+// activate makes act the live activation of c, whose loop then watches
+// its turn's end (turnEnd). It runs in c's loop.
 func (m *Manager) activate(c *child, act *activation) {
 	c.act = act
 	m.mu.Lock()
 	m.runs[act.runID] = act
 	m.mu.Unlock()
-	m.awaitIdle(act)
 }
 
 // open delivers row as the message that opens act's turn: on the idle
@@ -338,23 +336,16 @@ func (m *Manager) decode(ctx context.Context, c *child, rows []store.InboxMessag
 	return out
 }
 
-// awaitIdle waits, off the loop, for the end of act's turn — its agent
-// idle — and tells act's loop (settleIfDone). It runs in act's loop.
-func (m *Manager) awaitIdle(act *activation) {
-	if act.awaiting {
-		return
+// turnEnd is the child loop's watch (resident.Policy.Watch): while c's
+// activation has nothing in flight and is not settling, the loop receives
+// its agent's turn end and decides settlement (settleIfDone). In flight, a
+// release decides instead.
+func (m *Manager) turnEnd(c *child) (<-chan struct{}, func(context.Context, *child, struct{})) {
+	act := c.act
+	if act == nil || act.closing || act.inflight > 0 {
+		return nil, nil
 	}
-	act.awaiting = true
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		// Background: WaitIdle returns only once the agent is idle.
-		_ = act.agent.WaitIdle(context.Background())
-		m.do(act.c.key, func(c *child) {
-			act.awaiting = false
-			m.settleIfDone(c, act)
-		})
-	}()
+	return act.agent.Idle(), func(_ context.Context, c *child, _ struct{}) { m.settleIfDone(c, act) }
 }
 
 // settleIfDone begins act's settlement once it has nothing left to run —
@@ -366,11 +357,8 @@ func (m *Manager) settleIfDone(c *child, act *activation) {
 	switch {
 	case c.act != act || act.closing:
 		return
-	case act.agent.Running():
-		m.awaitIdle(act) // another turn began
-		return
-	case act.inflight > 0:
-		return // the last release brings act back here
+	case act.agent.Running(), act.inflight > 0:
+		return // the next turn end, or the last release, brings act back
 	}
 	act.closing = true
 	m.wg.Add(1)
