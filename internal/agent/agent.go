@@ -217,14 +217,19 @@ func (a *Agent) Running() bool {
 	return a.driving
 }
 
+// Idle returns a channel closed once no turn runs and nothing runnable is
+// queued; the next turn gets a new one.
+func (a *Agent) Idle() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.idle
+}
+
 // WaitIdle returns nil once no turn runs and nothing runnable is queued
 // (parked messages are not runnable), or ctx.Err() if ctx ends first.
 func (a *Agent) WaitIdle(ctx context.Context) error {
-	a.mu.Lock()
-	idle := a.idle
-	a.mu.Unlock()
 	select {
-	case <-idle:
+	case <-a.Idle():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

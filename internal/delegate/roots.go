@@ -12,6 +12,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -47,30 +48,26 @@ type RootsConfig struct {
 // shutdown loses none. It is safe for concurrent use.
 //
 // Each root session with anything live — an agent, notices awaiting a
-// step's admission — is owned by one goroutine (run), which takes commands
-// from a channel; nothing else touches its state, and nothing waits for
-// idleness. (Across replicas, that owner is to be the lease of DESIGN §5:
-// a loop would take it before loading its agent.)
+// step's admission — is owned by one loop of the resident engine
+// (internal/resident), which takes commands from a channel; nothing else
+// touches its state, and nothing waits for idleness. (Across replicas, that
+// owner is to be the lease of DESIGN §5: a loop would take it before
+// loading its agent.)
 type Roots struct {
-	cfg RootsConfig
-	log *slog.Logger
+	cfg   RootsConfig
+	log   *slog.Logger
+	roots *resident.Group[rootKey, root, error]
 
 	mu     sync.Mutex
 	closed bool
-	roots  map[rootKey]*root
-	loops  sync.WaitGroup // the running loops, so that Close waits for them
 }
 
 // rootKey identifies a root session across tenants.
 type rootKey struct{ tenant, id string }
 
-// root is the loop of one root session: its goroutine (Roots.run) runs the
-// commands sent on cmds, and owns every field below done. done is closed
-// once the loop left Roots.roots and takes no more commands.
+// root is the state of one root session, owned by its loop in Roots.roots.
 type root struct {
-	key  rootKey
-	cmds chan func(*root)
-	done chan struct{}
+	key rootKey
 
 	agent    *agent.Agent
 	lastUsed time.Time
@@ -132,7 +129,19 @@ var _ subagent.NoticeSink = (*Roots)(nil)
 
 // NewRoots returns Roots for cfg.
 func NewRoots(cfg RootsConfig) *Roots {
-	return &Roots{cfg: cfg, log: cfg.Logger, roots: map[rootKey]*root{}}
+	r := &Roots{cfg: cfg, log: cfg.Logger}
+	r.roots = resident.NewGroup(resident.Policy[rootKey, root, error]{
+		New: func(key rootKey) *root {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return &root{key: key, closed: r.closed}
+		},
+		// A loop ends once its root has neither an agent nor notices.
+		Idle:    func(s *root) bool { return s.agent == nil && len(s.notices) == 0 },
+		Watch:   r.watch,
+		Context: func(key rootKey) context.Context { return store.WithTenant(context.Background(), key.tenant) },
+	})
+	return r
 }
 
 // Prompt runs content as the next turn of root session sessionID's own
@@ -189,13 +198,7 @@ func (r *Roots) Recover(ctx context.Context) error {
 // Live reports whether sessionID has a live agent in this process and
 // whether a turn of it is running (activity of listings).
 func (r *Roots) Live(ctx context.Context, sessionID string) (live, running bool) {
-	r.mu.Lock()
-	s := r.roots[rootKey{store.Tenant(ctx), sessionID}]
-	r.mu.Unlock()
-	if s == nil {
-		return false, false
-	}
-	r.send(s, func(s *root) {
+	r.roots.Peek(rootKey{store.Tenant(ctx), sessionID}, func(s *root) {
 		if s.agent != nil {
 			live, running = true, s.agent.Running()
 		}
@@ -210,74 +213,29 @@ func (r *Roots) Live(ctx context.Context, sessionID string) (live, running bool)
 // s.agent may be nil. After Close the agents are closed and only the log
 // still takes input.
 func (r *Roots) do(ctx context.Context, sessionID string, create bool, f func(s *root) error) error {
-	key := rootKey{store.Tenant(ctx), sessionID}
-	for {
-		r.mu.Lock()
-		s := r.roots[key]
-		if s == nil {
-			s = &root{key: key, cmds: make(chan func(*root)), done: make(chan struct{}), closed: r.closed}
-			r.roots[key] = s
-			r.loops.Add(1)
-			go r.run(s)
-		}
-		r.mu.Unlock()
-		var err error
-		if r.send(s, func(s *root) { err = r.load(ctx, s, create, f) }) {
-			return err
-		}
-		// The loop ended meanwhile: the next round starts a new one.
-	}
+	var err error
+	r.roots.Do(rootKey{store.Tenant(ctx), sessionID}, func(s *root) { err = r.load(ctx, s, create, f) })
+	return err
 }
 
-// send runs f in s's loop and reports whether it ran: false when the loop
-// has ended.
-func (r *Roots) send(s *root, f func(s *root)) bool {
-	ran := make(chan struct{})
-	select {
-	case s.cmds <- func(s *root) { f(s); close(ran) }:
-		<-ran
-		return true
-	case <-s.done:
-		return false
+// watch is the loop's watch (resident.Policy.Watch): when the head of s's
+// notices was steered, its loop takes that steer's settlement — an
+// admitted notice is done, a rejected one is handed over again (pump),
+// ahead of every later notice.
+func (r *Roots) watch(s *root) (<-chan error, func(context.Context, *root, error)) {
+	if len(s.notices) == 0 || s.notices[0].steered == nil {
+		return nil, nil
 	}
-}
-
-// run is the loop of root s: it runs commands and, when the head of its
-// notices was steered, takes that steer's settlement — an admitted notice
-// is done, a rejected one is handed over again (pump), ahead of every later
-// notice. It ends, leaving Roots.roots, once s has neither an agent nor
-// notices.
-func (r *Roots) run(s *root) {
-	defer r.loops.Done()
-	ctx := store.WithTenant(context.Background(), s.key.tenant)
-	for {
-		var steered <-chan error
-		if len(s.notices) > 0 {
-			steered = s.notices[0].steered
+	return s.notices[0].steered, func(ctx context.Context, s *root, err error) {
+		if err == nil {
+			s.notices = s.notices[1:]
+		} else {
+			s.notices[0].steered = nil
 		}
-		select {
-		case f := <-s.cmds:
-			f(s)
-		case err := <-steered:
-			if err == nil {
-				s.notices = s.notices[1:]
-			} else {
-				s.notices[0].steered = nil
-			}
-			if err := r.pump(ctx, s.key.id, s, nil); err != nil {
-				r.log.ErrorContext(ctx, "notice was not delivered", slog.String("session_id", s.key.id), slog.Any("error", err))
-			}
-			r.sweep(ctx, s.key.id, s)
+		if err := r.pump(ctx, s.key.id, s, nil); err != nil {
+			r.log.ErrorContext(ctx, "notice was not delivered", slog.String("session_id", s.key.id), slog.Any("error", err))
 		}
-		if s.agent == nil && len(s.notices) == 0 {
-			r.mu.Lock()
-			if r.roots[s.key] == s {
-				delete(r.roots, s.key)
-			}
-			r.mu.Unlock()
-			close(s.done)
-			return
-		}
+		r.sweep(ctx, s.key.id, s)
 	}
 }
 
@@ -481,7 +439,7 @@ func (r *Roots) Notify(ctx context.Context, parentID string, msg agent.UserMessa
 // already rejected. The head is handed over as deliver says when it
 // cannot be steered. It returns the delivery error of own when own was
 // handed over here; other failures are logged. A steered head is awaited
-// by s's loop (run).
+// by s's loop (watch).
 func (r *Roots) pump(ctx context.Context, parentID string, s *root, own *delivery) error {
 	var ownErr error
 	for len(s.notices) > 0 {
@@ -573,18 +531,16 @@ func (r *Roots) appendNotice(ctx context.Context, parentID string, msg agent.Use
 func (r *Roots) CloseIdle(ctx context.Context, cutoff time.Time) (int, error) {
 	n := 0
 	var errs []error
-	for _, s := range r.loopsNow() {
-		r.send(s, func(s *root) {
-			if s.agent == nil || len(s.notices) > 0 || s.agent.Running() || s.lastUsed.After(cutoff) {
-				return
-			}
-			if err := r.closeAgent(store.WithTenant(ctx, s.key.tenant), s.key.id, s); err != nil {
-				errs = append(errs, err)
-				return
-			}
-			n++
-		})
-	}
+	r.roots.Each(func(s *root) {
+		if s.agent == nil || len(s.notices) > 0 || s.agent.Running() || s.lastUsed.After(cutoff) {
+			return
+		}
+		if err := r.closeAgent(store.WithTenant(ctx, s.key.tenant), s.key.id, s); err != nil {
+			errs = append(errs, err)
+			return
+		}
+		n++
+	})
 	return n, errors.Join(errs...)
 }
 
@@ -601,35 +557,18 @@ func (r *Roots) Close(ctx context.Context) error {
 	var errs []error
 	// Closing an agent rejects its pending steers, whose notices then go
 	// to the log.
-	for _, s := range r.loopsNow() {
-		r.send(s, func(s *root) {
-			s.closed = true
-			if s.agent == nil {
-				return
-			}
-			if err := r.closeAgent(store.WithTenant(ctx, s.key.tenant), s.key.id, s); err != nil {
-				errs = append(errs, err)
-			}
-			s.agent = nil
-		})
-	}
-	done := make(chan struct{})
-	go func() { r.loops.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		errs = append(errs, ctx.Err())
+	r.roots.Each(func(s *root) {
+		s.closed = true
+		if s.agent == nil {
+			return
+		}
+		if err := r.closeAgent(store.WithTenant(ctx, s.key.tenant), s.key.id, s); err != nil {
+			errs = append(errs, err)
+		}
+		s.agent = nil
+	})
+	if err := r.roots.Wait(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// loopsNow returns the loops running now.
-func (r *Roots) loopsNow() []*root {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]*root, 0, len(r.roots))
-	for _, s := range r.roots {
-		out = append(out, s)
-	}
-	return out
 }

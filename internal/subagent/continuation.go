@@ -14,6 +14,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -126,8 +127,10 @@ type ChildAgent interface {
 	Cancel(cause string, keepInbox bool)
 	// Running reports whether a turn runs or is about to.
 	Running() bool
-	// WaitIdle returns once no turn runs, or ctx's error.
-	WaitIdle(ctx context.Context) error
+	// Idle returns a channel closed once no turn runs and nothing
+	// runnable is queued; the next turn gets a new one. The child's loop
+	// watches it: the turn's end is what settles an activation.
+	Idle() <-chan struct{}
 	// Events returns the session log as the agent wrote and loaded it.
 	Events() []store.Event
 	// Close cancels with cause disposed, discards the inbox and waits for
@@ -261,9 +264,16 @@ type FollowupResult struct {
 // undelivered messages after a restart. It shares the Service's provider
 // registry, lifecycle bus, store and admission. Safe for concurrent use.
 //
-// Lifecycle listeners are never called under a child's lock: an edge
-// decided under it is dispatched once the lock is released (child.outbox),
-// so a listener may call the Manager for the same child.
+// Each child with anything live — an activation, followups awaiting their
+// route, a cold resume owed — is owned by one loop of the resident engine
+// (internal/resident, DESIGN §2): every delivery, residency and settlement
+// decision for it (R65) is a command its loop runs, one at a time. The
+// loop also watches its agent's turn end (turnEnd), which settles the
+// activation; a steer's admission is awaited off the loop and comes back
+// as a command. Lifecycle listeners never run in a loop or under a lock: an
+// edge a command decided is dispatched by its sender once the command
+// returned (child.outbox), so a listener may call the Manager for the same
+// child.
 type Manager struct {
 	svc      *Service
 	store    store.Store
@@ -271,25 +281,21 @@ type Manager struct {
 	notices  NoticeSink
 	delivery string // of the report tool
 	log      *slog.Logger
+	children *resident.Group[childKey, child, struct{}]
 
 	mu       sync.Mutex
-	children map[childKey]*child
-	runs     map[string]*activation    // live activations by run id
-	folds    map[childKey]identityFold // listing cache of at most maxFolds, see identity
+	runs     map[string]*activation // live activations by run id
 	draining bool
-	wg       sync.WaitGroup // watchers and steer receipts
+	wg       sync.WaitGroup // settlements and steer receipts
 }
 
 // childKey identifies a child across tenants.
 type childKey struct{ tenant, id string }
 
-// child is the in-process state of one child id. mu is the per-child lock
-// that serializes every delivery, residency and settlement decision (R65).
+// child is the in-process state of one child id, owned by its loop in
+// Manager.children.
 type child struct {
 	key childKey
-	mu  sync.Mutex
-	// dead marks an entry removed from Manager.children; holders retry.
-	dead bool
 	// sess and desc cache the verified durable header and resume
 	// descriptor (the first descriptor of the own suffix never changes).
 	sess *store.Session
@@ -300,8 +306,8 @@ type child struct {
 	waiters map[string]chan<- answer
 	// wake: a cold resume is owed once the live activation has settled.
 	wake bool
-	// outbox holds the lifecycle dispatches decided under mu, in order;
-	// unlock runs them once mu is released.
+	// outbox holds the lifecycle dispatches a command decided, in order;
+	// do runs them once the command returned.
 	outbox []func()
 }
 
@@ -313,69 +319,42 @@ type answer struct {
 
 // NewManager returns the continuation manager over svc.
 func NewManager(svc *Service, cfg ManagerConfig) *Manager {
-	return &Manager{
+	m := &Manager{
 		svc:      svc,
 		store:    svc.store,
 		mat:      cfg.Materializer,
 		notices:  cfg.Notices,
 		delivery: cfg.ReportDelivery,
 		log:      cfg.Logger,
-		children: map[childKey]*child{},
 		runs:     map[string]*activation{},
-		folds:    map[childKey]identityFold{},
 	}
+	m.children = resident.NewGroup(resident.Policy[childKey, child, struct{}]{
+		New: func(key childKey) *child { return &child{key: key, waiters: map[string]chan<- answer{}} },
+		// A loop ends once nothing is live or owed.
+		Idle:  func(c *child) bool { return c.act == nil && len(c.waiters) == 0 && !c.wake },
+		Watch: m.turnEnd,
+	})
+	return m
 }
 
-// lock returns the locked state of key, creating it.
-func (m *Manager) lock(key childKey) *child {
-	for {
-		m.mu.Lock()
-		c := m.children[key]
-		if c == nil {
-			c = &child{key: key, waiters: map[string]chan<- answer{}}
-			m.children[key] = c
-		}
-		m.mu.Unlock()
-		c.mu.Lock()
-		if !c.dead {
-			return c
-		}
-		c.mu.Unlock()
+// do runs f in key's loop, then — back in the caller, off the loop — the
+// lifecycle dispatches f decided.
+func (m *Manager) do(key childKey, f func(c *child)) {
+	var out []func()
+	m.children.Do(key, func(c *child) {
+		f(c)
+		out, c.outbox = c.outbox, nil
+	})
+	for _, dispatch := range out {
+		dispatch()
 	}
-}
-
-// unlock releases c, dropping its entry when nothing is live or owed, and
-// then runs the dispatches of its outbox.
-func (m *Manager) unlock(c *child) {
-	out := c.outbox
-	c.outbox = nil
-	defer func() {
-		for _, dispatch := range out {
-			dispatch()
-		}
-	}()
-	if c.act == nil && len(c.waiters) == 0 && !c.wake {
-		c.dead = true
-		m.mu.Lock()
-		if m.children[c.key] == c {
-			delete(m.children, c.key)
-		}
-		m.mu.Unlock()
-	}
-	c.mu.Unlock()
 }
 
 // liveActivation returns the live activation of key, if any.
 func (m *Manager) liveActivation(key childKey) *activation {
-	m.mu.Lock()
-	c := m.children[key]
-	m.mu.Unlock()
-	if c == nil {
-		return nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.act
+	var act *activation
+	m.children.Peek(key, func(c *child) { act = c.act })
+	return act
 }
 
 // admitting returns EDraining once the Manager or its Service began to shut
@@ -404,7 +383,7 @@ func (m *Manager) admitting() error {
 // EDepthExceeded); label, prompt and maxTokens (EInvalidRequest); the
 // continuable descriptor snapshot (EInvalidRequest); the provider
 // (ENoProvider) and its PrepareContinuable (EUnsupportedCapability, R55);
-// ctx (EAborted); then, under the child's lock, live and persisted ids again
+// ctx (EAborted); then, in the child's loop, live and persisted ids again
 // (EDuplicateChild, R62) and the materializer's checks. Capability flags are
 // not consulted (R63) and the provider's Start is never called (R54).
 //
@@ -469,8 +448,16 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 		return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
 	}
 
-	c := m.lock(key)
-	defer m.unlock(c)
+	var res ContinuableStarted
+	m.do(key, func(c *child) { res, err = m.startIn(ctx, c, req, desc, raw, spec, depth, opts) })
+	return res, err
+}
+
+// startIn is StartContinuable from the admission check on, run in the
+// child's loop.
+func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest, desc Descriptor, raw json.RawMessage,
+	spec ContinuableSpec, depth int, opts AgentOptions) (ContinuableStarted, error) {
+	key, childID := c.key, c.key.id
 	if err := m.admitting(); err != nil {
 		return ContinuableStarted{}, err
 	}
@@ -631,38 +618,38 @@ func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string,
 	if ctx.Err() != nil {
 		return FollowupResult{}, followupAborted(ctx)
 	}
-	c := m.lock(childKey{store.Tenant(ctx), childID})
-	// Admission again under the child's lock: a Shutdown that began since
-	// must not find a new activation it never cancels (R113, R117).
-	if err := m.admitting(); err != nil {
-		m.unlock(c)
-		return FollowupResult{}, err
-	}
-	if err := m.resumable(ctx, c, parentSessionID); err != nil {
-		m.unlock(c)
-		return FollowupResult{}, err
-	}
-	if ctx.Err() != nil {
-		m.unlock(c)
-		return FollowupResult{}, followupAborted(ctx)
-	}
-	if err := m.store.Enqueue(ctx, row); err != nil {
-		m.unlock(c)
-		return FollowupResult{}, fmt.Errorf("accept followup for %s: %w", childID, err)
-	}
+	key := childKey{store.Tenant(ctx), childID}
 	w := make(chan answer, 1)
-	c.waiters[row.ID] = w
-	m.route(context.WithoutCancel(ctx), c, row, true)
-	m.unlock(c)
+	m.do(key, func(c *child) {
+		// Admission again in the child's loop: a Shutdown that began since
+		// must not find a new activation it never cancels (R113, R117).
+		if err = m.admitting(); err != nil {
+			return
+		}
+		if err = m.resumable(ctx, c, parentSessionID); err != nil {
+			return
+		}
+		if ctx.Err() != nil {
+			err = followupAborted(ctx)
+			return
+		}
+		if err = m.store.Enqueue(ctx, row); err != nil {
+			err = fmt.Errorf("accept followup for %s: %w", childID, err)
+			return
+		}
+		c.waiters[row.ID] = w
+		m.route(context.WithoutCancel(ctx), c, row, true)
+	})
+	if err != nil {
+		return FollowupResult{}, err
+	}
 
 	select {
 	case a := <-w:
 		return a.res, a.err
 	case <-ctx.Done():
 	}
-	c = m.lock(childKey{store.Tenant(ctx), childID})
-	delete(c.waiters, row.ID)
-	m.unlock(c)
+	m.do(key, func(c *child) { delete(c.waiters, row.ID) })
 	select {
 	case a := <-w: // answered before we unregistered
 		return a.res, a.err
@@ -673,7 +660,7 @@ func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string,
 }
 
 // resumable checks, for a followup, that c exists, belongs to parentID and
-// can be resumed, caching what it read. c.mu is held. Returns
+// can be resumed, caching what it read. It runs in c's loop. Returns
 // ESessionNotFound, EUnauthorized or ENotResumable.
 func (m *Manager) resumable(ctx context.Context, c *child, parentID string) error {
 	sess, err := m.header(ctx, c)
@@ -704,7 +691,7 @@ func (m *Manager) resumable(ctx context.Context, c *child, parentID string) erro
 	return nil
 }
 
-// header returns c's durable header, cached. c.mu is held. Returns
+// header returns c's durable header, cached. It runs in c's loop. Returns
 // ESessionNotFound.
 func (m *Manager) header(ctx context.Context, c *child) (store.Session, error) {
 	if c.sess != nil {
@@ -737,8 +724,14 @@ func (m *Manager) header(ctx context.Context, c *child) (store.Session, error) {
 // an unknown child and EUnauthorized when parentSessionID is not its
 // durable parent — checked for live and settled children alike.
 func (m *Manager) Interrupt(ctx context.Context, parentSessionID, childID string) error {
-	c := m.lock(childKey{store.Tenant(ctx), childID})
-	defer m.unlock(c)
+	var err error
+	m.do(childKey{store.Tenant(ctx), childID}, func(c *child) { err = m.interrupt(ctx, c, parentSessionID) })
+	return err
+}
+
+// interrupt is Interrupt in c's loop.
+func (m *Manager) interrupt(ctx context.Context, c *child, parentSessionID string) error {
+	childID := c.key.id
 	sess, err := m.header(ctx, c)
 	if err != nil {
 		return err
@@ -796,19 +789,21 @@ func (m *Manager) Recover(ctx context.Context) error {
 // recoverChild cold-resumes one child with pending messages unless it is
 // already live.
 func (m *Manager) recoverChild(ctx context.Context, childID string) error {
-	c := m.lock(childKey{store.Tenant(ctx), childID})
-	defer m.unlock(c)
-	if c.act != nil {
-		return nil
-	}
-	sess, err := m.header(ctx, c)
-	if err != nil {
-		return err
-	}
-	if err := m.resumable(ctx, c, sess.ParentID); err != nil {
-		return err
-	}
-	return m.resume(ctx, c)
+	var err error
+	m.do(childKey{store.Tenant(ctx), childID}, func(c *child) {
+		if c.act != nil {
+			return
+		}
+		var sess store.Session
+		if sess, err = m.header(ctx, c); err != nil {
+			return
+		}
+		if err = m.resumable(ctx, c, sess.ParentID); err != nil {
+			return
+		}
+		err = m.resume(ctx, c)
+	})
+	return err
 }
 
 // Shutdown stops admission (EDraining for every later start, followup and
@@ -821,20 +816,14 @@ func (m *Manager) recoverChild(ctx context.Context, childID string) error {
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.draining = true
-	all := make([]*child, 0, len(m.children))
-	for _, c := range m.children {
-		all = append(all, c)
-	}
 	m.mu.Unlock()
 	var acts []*activation
-	for _, c := range all {
-		c.mu.Lock()
+	m.children.Each(func(c *child) {
 		if act := c.act; act != nil {
 			act.agent.Cancel(agent.CauseDisposed, true)
 			acts = append(acts, act)
 		}
-		c.mu.Unlock()
-	}
+	})
 	for _, act := range acts {
 		select {
 		case <-act.done:
@@ -844,15 +833,13 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	}
 	// Followups still waiting for a route (parked, or owed to an activation
 	// that will not start now) are released; their messages stay accepted.
-	for _, c := range all {
-		c.mu.Lock()
+	m.children.Each(func(c *child) {
 		for id, w := range c.waiters {
 			w <- answer{err: &Error{Code: EAborted,
 				Message: "the service is shutting down; the followup was accepted and will be delivered when the child next runs"}}
 			delete(c.waiters, id)
 		}
-		m.unlock(c)
-	}
+	})
 	done := make(chan struct{})
 	go func() { m.wg.Wait(); close(done) }()
 	select {

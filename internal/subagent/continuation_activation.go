@@ -33,12 +33,11 @@ type activation struct {
 	// come only from the events after it (R69, §8.7).
 	boundary int
 
-	// Guarded by c.mu.
-	inflight    int           // submitted steers and reports not yet settled
-	changed     chan struct{} // closed and replaced when inflight drops
-	interrupted bool          // Interrupt cancelled the turn: rejected steers park
-	closing     bool          // the settlement began: nothing more is delivered
-	queued      bool          // started with several turns: nothing is steered into it
+	// Owned by c's loop.
+	inflight    int  // submitted steers and reports not yet settled
+	interrupted bool // Interrupt cancelled the turn: rejected steers park
+	closing     bool // the settlement began: nothing more is delivered
+	queued      bool // started with several turns: nothing is steered into it
 
 	done chan struct{} // closed once the activation settled and was removed
 	// started is closed once subagent/start was dispatched, which its end
@@ -54,19 +53,19 @@ func (a *activation) event(typ string) Event {
 
 // incarnation identifies the activation a materialization became, so that
 // the report tool of an agent is honoured only while that activation is
-// resident (R106: never for a stale same-id object). act is set under the
-// child's lock once the activation is published.
+// resident (R106: never for a stale same-id object). act is set in the
+// child's loop once the activation is published.
 type incarnation struct{ act *activation }
 
 // begin publishes an activation over ag, the agent materialized with inc:
 // it records the run row of kind activation with a fresh run id and task
-// id, and puts the dispatch of subagent/start (R71) in c's outbox. c.mu is
-// held.
+// id, and puts the dispatch of subagent/start (R71) in c's outbox. It runs
+// in c's loop.
 func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store.Session, desc Descriptor, inc *incarnation) (*activation, error) {
 	act := &activation{
 		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(),
 		provider: desc.Provider, local: true, parentID: sess.ParentID, boundary: len(ag.Events()),
-		changed: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{}),
+		done: make(chan struct{}), started: make(chan struct{}),
 	}
 	if p, ok := m.svc.Provider(desc.Provider); ok {
 		act.local = p.Capabilities().Local
@@ -93,15 +92,13 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 	return act, nil
 }
 
-// activate makes act the live activation of c and starts its settlement
-// watcher. c.mu is held.
+// activate makes act the live activation of c, whose loop then watches
+// its turn's end (turnEnd). It runs in c's loop.
 func (m *Manager) activate(c *child, act *activation) {
 	c.act = act
 	m.mu.Lock()
 	m.runs[act.runID] = act
 	m.mu.Unlock()
-	m.wg.Add(1)
-	go m.watch(act)
 }
 
 // open delivers row as the message that opens act's turn: on the idle
@@ -120,14 +117,14 @@ func (m *Manager) open(act *activation, row store.InboxMessage) error {
 
 // rollback undoes an activation whose first message was not accepted: its
 // agent is closed and its start edge ended aborted, without a notice (R59,
-// R60, R75). c.mu is held and act was never activated.
+// R60, R75). It runs in c's loop and act was never activated.
 func (m *Manager) rollback(act *activation) {
 	m.closeAgent(act.base, act.c.key.id, act.agent)
 	act.c.outbox = append(act.c.outbox, m.end(act, StopAborted, []model.Block{}))
 	close(act.done)
 }
 
-// route hands the accepted row to child c (c.mu is held). A running,
+// route hands the accepted row to child c, in its loop. A running,
 // uninterrupted Queuer (an ACP agent) gets it as its next turn, answered
 // RouteQueued at once; any other running, uninterrupted activation with a
 // single turn gets it as a steer, answered once admitted.
@@ -168,47 +165,46 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 	return nil
 }
 
-// track waits, off the lock, for a submitted steer of act to settle: an
-// admitted message is acknowledged and its caller answered RouteSteered; a
-// rejected one is owed to the next activation — waking it unless it is not
-// a waking message or an interrupt or a drain parked it. A caller whose
-// message an interrupt parked is answered RouteParked at once: nothing may
-// wake the child for a while, and the caller (a parent's tool call among
-// them) must not wait for that. c.mu is held.
+// track waits, off the loop, for a submitted steer of act to settle and
+// hands the outcome to the loop: an admitted message is acknowledged and
+// its caller answered RouteSteered; a rejected one is owed to the next
+// activation — waking it unless it is not a waking message or an interrupt
+// or a drain parked it. A caller whose message an interrupt parked is
+// answered RouteParked at once: nothing may wake the child for a while,
+// and the caller (a parent's tool call among them) must not wait for that.
+// It runs in act's loop.
 func (m *Manager) track(act *activation, id string, settled <-chan error, waking bool) {
 	act.inflight++
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		err := <-settled
-		c := act.c
-		c.mu.Lock()
-		defer m.unlock(c)
-		act.release()
-		if err == nil {
-			m.ack(act.base, c.key.id, id)
-			m.answer(c, id, answer{res: FollowupResult{Route: RouteSteered, TaskID: act.taskID, MessageID: id}})
-			return
-		}
-		switch {
-		case act.interrupted:
-			m.answer(c, id, answer{res: FollowupResult{Route: RouteParked, MessageID: id}})
-		case waking && !m.isDraining():
-			c.wake = true
-		}
+		m.do(act.c.key, func(c *child) {
+			defer m.release(c, act)
+			if err == nil {
+				m.ack(act.base, c.key.id, id)
+				m.answer(c, id, answer{res: FollowupResult{Route: RouteSteered, TaskID: act.taskID, MessageID: id}})
+				return
+			}
+			switch {
+			case act.interrupted:
+				m.answer(c, id, answer{res: FollowupResult{Route: RouteParked, MessageID: id}})
+			case waking && !m.isDraining():
+				c.wake = true
+			}
+		})
 	}()
 }
 
-// release ends one unit of act's inflight work and wakes the settlement
-// watcher waiting for it. c.mu is held.
-func (a *activation) release() {
-	a.inflight--
-	close(a.changed)
-	a.changed = make(chan struct{})
+// release ends one unit of act's inflight work; the last one lets act
+// settle once its turn has ended. It runs in c's loop.
+func (m *Manager) release(c *child, act *activation) {
+	act.inflight--
+	m.settleIfDone(c, act)
 }
 
-// answer hands a to the caller waiting for message id, if any. c.mu is
-// held.
+// answer hands a to the caller waiting for message id, if any. It runs in
+// c's loop.
 func (m *Manager) answer(c *child, id string, a answer) {
 	if w, ok := c.waiters[id]; ok {
 		w <- a
@@ -218,8 +214,8 @@ func (m *Manager) answer(c *child, id string, a answer) {
 
 // resume cold-resumes c and delivers its pending rows. On failure every
 // waiting caller gets the error and its message is withdrawn, so that an
-// error means not delivered; rows nobody waits for stay pending. c.mu is
-// held and c has no live activation.
+// error means not delivered; rows nobody waits for stay pending. It runs in
+// c's loop and c has no live activation.
 func (m *Manager) resume(ctx context.Context, c *child) error {
 	c.wake = false
 	if m.isDraining() {
@@ -249,8 +245,8 @@ type delivery struct {
 // and delivers its pending rows in acceptance order, each as its own turn
 // (R83, R103), answering their callers RouteStarted. Rows the log already
 // holds as user/messages (a crash between delivery and acknowledgement) are
-// acknowledged instead. With nothing to deliver no activation starts. c.mu
-// is held, c.act is nil and c.sess, c.desc are verified.
+// acknowledged instead. With nothing to deliver no activation starts. It
+// runs in c's loop; c.act is nil and c.sess, c.desc are verified.
 func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	id := c.key.id
 	pending, err := m.store.Pending(ctx, id)
@@ -323,7 +319,8 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 }
 
 // decode turns pending rows into deliveries. A row that does not decode is
-// dropped: it is logged, withdrawn and its caller told. c.mu is held.
+// dropped: it is logged, withdrawn and its caller told. It runs in c's
+// loop.
 func (m *Manager) decode(ctx context.Context, c *child, rows []store.InboxMessage) []delivery {
 	out := make([]delivery, 0, len(rows))
 	for _, r := range rows {
@@ -339,32 +336,36 @@ func (m *Manager) decode(ctx context.Context, c *child, rows []store.InboxMessag
 	return out
 }
 
-// watch waits until act has nothing left to run — its turn ended and no
-// submitted steer is unsettled — and settles it. The decision to settle is
-// taken under the child's lock, so a concurrent delivery either got into
-// the turn first or waits for the settlement and cold-resumes (R65, R90).
-func (m *Manager) watch(act *activation) {
-	defer m.wg.Done()
-	c := act.c
-	for {
-		// Background: WaitIdle returns only once the agent is idle.
-		_ = act.agent.WaitIdle(context.Background())
-		c.mu.Lock()
-		if act.agent.Running() {
-			c.mu.Unlock()
-			continue
-		}
-		if act.inflight > 0 {
-			changed := act.changed
-			c.mu.Unlock()
-			<-changed
-			continue
-		}
-		act.closing = true
-		c.mu.Unlock()
-		break
+// turnEnd is the child loop's watch (resident.Policy.Watch): while c's
+// activation has nothing in flight and is not settling, the loop receives
+// its agent's turn end and decides settlement (settleIfDone). In flight, a
+// release decides instead.
+func (m *Manager) turnEnd(c *child) (<-chan struct{}, func(context.Context, *child, struct{})) {
+	act := c.act
+	if act == nil || act.closing || act.inflight > 0 {
+		return nil, nil
 	}
-	m.settle(act)
+	return act.agent.Idle(), func(_ context.Context, c *child, _ struct{}) { m.settleIfDone(c, act) }
+}
+
+// settleIfDone begins act's settlement once it has nothing left to run —
+// its turn ended and no submitted steer or report is unsettled. Deciding it
+// in the child's loop means a concurrent delivery either got into the turn
+// first or finds the activation closing, waits for the settlement and
+// cold-resumes (R65, R90). It runs in c's loop.
+func (m *Manager) settleIfDone(c *child, act *activation) {
+	switch {
+	case c.act != act || act.closing:
+		return
+	case act.agent.Running(), act.inflight > 0:
+		return // the next turn end, or the last release, brings act back
+	}
+	act.closing = true
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.settle(act)
+	}()
 }
 
 // settle ends act (R67–R71): the epoch's facts are read from its own events
@@ -392,22 +393,22 @@ func (m *Manager) settle(act *activation) {
 		}
 		m.ack(ctx, c.key.id, ids...)
 	}
-	<-act.started // dispatched by whoever began act, once it unlocked
+	<-act.started // dispatched by whoever began act, once its command returned
 	m.notify(act, reason, output)
 	m.end(act, reason, output)()
 
-	c.mu.Lock()
-	defer m.unlock(c)
-	c.act = nil
-	m.mu.Lock()
-	delete(m.runs, act.runID)
-	m.mu.Unlock()
-	close(act.done)
-	if c.wake && !m.isDraining() {
-		if err := m.resume(ctx, c); err != nil {
-			m.log.ErrorContext(ctx, "cold resume after settlement", slog.String("child_id", c.key.id), slog.Any("error", err))
+	m.do(c.key, func(c *child) {
+		c.act = nil
+		m.mu.Lock()
+		delete(m.runs, act.runID)
+		m.mu.Unlock()
+		close(act.done)
+		if c.wake && !m.isDraining() {
+			if err := m.resume(ctx, c); err != nil {
+				m.log.ErrorContext(ctx, "cold resume after settlement", slog.String("child_id", c.key.id), slog.Any("error", err))
+			}
 		}
-	}
+	})
 }
 
 // end records act's subagent/end with reason and output, exactly once (see
@@ -488,22 +489,26 @@ func (m *Manager) deliverInbox(ctx context.Context, parentID string, content []m
 	if err != nil {
 		return "", err
 	}
-	c := m.lock(childKey{store.Tenant(ctx), parentID})
-	defer m.unlock(c)
-	sess, err := m.header(ctx, c)
+	m.do(childKey{store.Tenant(ctx), parentID}, func(c *child) {
+		var sess store.Session
+		if sess, err = m.header(ctx, c); err != nil {
+			return
+		}
+		if err = m.resumable(ctx, c, sess.ParentID); err != nil {
+			return
+		}
+		if err = m.store.Enqueue(ctx, row); err != nil {
+			err = fmt.Errorf("accept message for %s: %w", parentID, err)
+			return
+		}
+		// Accepted: a failed cold resume leaves the row pending for the
+		// next wake (nobody waits for its route).
+		if err := m.route(ctx, c, row, waking); err != nil {
+			m.log.ErrorContext(ctx, "wake parent", slog.String("parent_id", parentID), slog.Any("error", err))
+		}
+	})
 	if err != nil {
 		return "", err
-	}
-	if err := m.resumable(ctx, c, sess.ParentID); err != nil {
-		return "", err
-	}
-	if err := m.store.Enqueue(ctx, row); err != nil {
-		return "", fmt.Errorf("accept message for %s: %w", parentID, err)
-	}
-	// Accepted: a failed cold resume leaves the row pending for the next
-	// wake (nobody waits for its route).
-	if err := m.route(ctx, c, row, waking); err != nil {
-		m.log.ErrorContext(ctx, "wake parent", slog.String("parent_id", parentID), slog.Any("error", err))
 	}
 	return row.ID, nil
 }

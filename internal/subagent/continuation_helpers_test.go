@@ -308,15 +308,10 @@ func (e *contEnv) settled(t *testing.T, childID string) {
 		}
 		return open == 0 && len(evs) > 0
 	})
-	// The end is dispatched before the activation is removed; take the
-	// child's lock to see the removal.
-	for e.m.liveActivation(childKey{store.DefaultTenant, childID}) != nil {
-		c := e.m.lock(childKey{store.DefaultTenant, childID})
-		act := c.act
-		e.m.unlock(c)
-		if act != nil {
-			<-act.done
-		}
+	// The end is dispatched before the activation is removed: wait for the
+	// removal.
+	for act := e.m.liveActivation(childKey{store.DefaultTenant, childID}); act != nil; act = e.m.liveActivation(childKey{store.DefaultTenant, childID}) {
+		<-act.done
 	}
 }
 

@@ -82,8 +82,7 @@ const (
 	EntryChild      = "child"
 	EntryDiagnostic = "diagnostic"
 
-	DiagnosticCorrupt     = "corrupt"
-	DiagnosticUnavailable = "unavailable"
+	DiagnosticCorrupt = "corrupt"
 )
 
 // ListEntry is one row of a children or descendants listing (seam-spec
@@ -103,17 +102,16 @@ type ListEntry struct {
 	Depth       int
 }
 
-// listConcurrency bounds the child logs one listing reads at once (R122).
+// listConcurrency bounds the hasChildren lookups one listing runs at once
+// (R122).
 const listConcurrency = 4
 
 // Children lists the subagent children of parentID from their durable
-// headers and descriptors (seam-spec §2.16), without loading or resuming
-// anything, ordered by creation time then id (R121). A child's identity is
-// the last valid descriptor of its log (R124); a live child without one yet
-// is omitted, a settled one is a "corrupt" diagnostic, and one whose log
-// cannot be read an "unavailable" diagnostic (R123). Provider registration
-// does not matter (R125). An unknown parent has no children (R129). A
-// failing header listing fails the call.
+// headers and the runs table (seam-spec §2.16, DESIGN §2), without reading
+// a log, loading or resuming anything, ordered by creation time then id
+// (R121). A child's identity is its header's (see entry). Provider
+// registration does not matter (R125). An unknown parent has no children
+// (R129). A failing header listing fails the call.
 func (m *Manager) Children(ctx context.Context, parentID string) ([]ListEntry, error) {
 	kids, err := m.subsessions(ctx, parentID)
 	if err != nil {
@@ -204,24 +202,24 @@ func (m *Manager) Descendants(ctx context.Context, rootID string) ([]ListEntry, 
 	return out, nil
 }
 
-// entry is the listing row of child session s, which is running when live
-// (see Running); nil when it is omitted (a live child without an identity
-// yet). The error is that of a failed header listing.
+// entry is the listing row of child session s, running when live (see
+// Running). Its identity — mode, label, provider — is the one its header
+// was created with (DESIGN §2, one read model): no log is read. A header
+// without a mode has none: the row is omitted while the child is live (its
+// creation window) and a "corrupt" diagnostic once it is not (R123). The
+// error is that of a failed header listing.
 func (m *Manager) entry(ctx context.Context, s store.Session, live bool) (*ListEntry, error) {
-	id, err := m.identity(ctx, s.ID)
 	switch {
-	case err != nil:
-		return &ListEntry{Kind: EntryDiagnostic, ID: s.ID, Reason: DiagnosticUnavailable}, nil
-	case id == nil && live:
+	case s.Mode == "" && live:
 		return nil, nil
-	case id == nil:
+	case s.Mode == "":
 		return &ListEntry{Kind: EntryDiagnostic, ID: s.ID, Reason: DiagnosticCorrupt}, nil
 	}
 	has, err := m.hasChildren(ctx, s.ID)
 	if err != nil {
 		return nil, err
 	}
-	row := &ListEntry{Kind: EntryChild, ID: s.ID, Mode: id.Mode, Label: id.Label, Provider: id.Provider,
+	row := &ListEntry{Kind: EntryChild, ID: s.ID, Mode: s.Mode, Label: s.Label, Provider: s.Provider,
 		Activity: ActivityInactive, HasChildren: has}
 	if live {
 		row.Activity = ActivityRunning
@@ -255,53 +253,25 @@ func (m *Manager) hasChildren(ctx context.Context, id string) (bool, error) {
 	return slices.ContainsFunc(kids, func(s store.Session) bool { return s.Origin == OriginSubagent }), nil
 }
 
-// maxFolds bounds the identity folds a Manager keeps: past it, a listing
-// of a child whose fold was evicted reads its whole log again.
-const maxFolds = 4096
-
-// identityFold is the identity fold of one child's log up to seq after.
-// Logs are append-only, so a later listing folds only the newer events.
-type identityFold struct {
-	after int64
-	id    *Identity
-}
-
-// identity is IdentityDescriptor over child id's whole log, continuing the
-// fold cached by earlier calls. The result is shared: do not modify it.
+// identity is IdentityDescriptor over child id's whole log: the full
+// descriptor GET /v1/subagents/{childId} shows, read for one child and
+// never cached.
 func (m *Manager) identity(ctx context.Context, id string) (*Identity, error) {
-	key := childKey{store.Tenant(ctx), id}
-	m.mu.Lock()
-	f, ok := m.folds[key]
-	m.mu.Unlock()
-	if !ok {
-		f.after = -1
-	}
-	for {
-		page, err := m.store.Events(ctx, id, f.after, 1000)
+	var last *Identity
+	for after := int64(-1); ; {
+		page, err := m.store.Events(ctx, id, after, 1000)
 		if err != nil {
 			return nil, fmt.Errorf("read log of %s: %w", id, err)
 		}
 		if len(page) == 0 {
-			break
+			return last, nil
 		}
 		// Last wins: the page's own last descriptor, valid or not, decides.
 		if slices.ContainsFunc(page, func(e store.Event) bool { return e.Type == EventDescriptor }) {
-			f.id = IdentityDescriptor(page)
+			last = IdentityDescriptor(page)
 		}
-		f.after = page[len(page)-1].Seq
+		after = page[len(page)-1].Seq
 	}
-	m.mu.Lock()
-	if cur, ok := m.folds[key]; !ok || cur.after < f.after {
-		if !ok && len(m.folds) >= maxFolds {
-			for k := range m.folds { // evict one, at random
-				delete(m.folds, k)
-				break
-			}
-		}
-		m.folds[key] = f
-	}
-	m.mu.Unlock()
-	return f.id, nil
 }
 
 // sessionIDs returns the ids of sessions.

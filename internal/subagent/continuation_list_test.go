@@ -13,11 +13,13 @@ import (
 )
 
 // addChild stores a child session of parent created at minute min, with
+// the identity hdr (mode, label, provider; zero for none) on its header and
 // the given descriptor payloads in its log.
-func addChild(t *testing.T, e *contEnv, id, parent, origin string, min int, descriptors ...string) {
+func addChild(t *testing.T, e *contEnv, id, parent, origin string, min int, hdr store.Session, descriptors ...string) {
 	t.Helper()
 	at := time.Date(2026, 1, 1, 0, min, 0, 0, time.UTC)
-	if err := e.st.CreateSession(t.Context(), store.Session{ID: id, ParentID: parent, Origin: origin, CreatedAt: at}); err != nil {
+	if err := e.st.CreateSession(t.Context(), store.Session{ID: id, ParentID: parent, Origin: origin, CreatedAt: at,
+		Mode: hdr.Mode, Label: hdr.Label, Provider: hdr.Provider}); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range descriptors {
@@ -32,6 +34,12 @@ const (
 	contDesc    = `{"version":2,"mode":"continuable","provider":"acp","label":"long"}`
 )
 
+var (
+	oneShotHdr = store.Session{Mode: ModeOneShot, Provider: "spawn", Label: "quick"}
+	contHdr    = store.Session{Mode: ModeContinuable, Provider: "acp", Label: "long"}
+	noHdr      = store.Session{}
+)
+
 func ids(entries []ListEntry) []string {
 	var out []string
 	for _, e := range entries {
@@ -44,14 +52,15 @@ func TestChildren_R121_R125_FromDurableHeadersAndDescriptors(t *testing.T) {
 	t.Parallel()
 	gate, reached := make(chan struct{}), make(chan struct{})
 	e := newContEnv(t, gatedModel(gate, reached, "done"))
-	addChild(t, e, "b-oneshot", "p1", OriginSubagent, 1, oneShotDesc)
-	addChild(t, e, "a-cont", "p1", OriginSubagent, 1, contDesc) // same time: id order
-	addChild(t, e, "c-corrupt", "p1", OriginSubagent, 2)
-	addChild(t, e, "d-ordinary", "p1", "", 3, contDesc)
-	addChild(t, e, "e-last-wins", "p1", OriginSubagent, 4, oneShotDesc, contDesc)
-	addChild(t, e, "f-reset", "p1", OriginSubagent, 5, contDesc, `{"version":2,"mode":"bogus"}`)
-	addChild(t, e, "grandchild", "a-cont", OriginSubagent, 6, oneShotDesc)
-	addChild(t, e, "ordinary-grandchild", "b-oneshot", "", 6)
+	addChild(t, e, "b-oneshot", "p1", OriginSubagent, 1, oneShotHdr, oneShotDesc)
+	addChild(t, e, "a-cont", "p1", OriginSubagent, 1, contHdr, contDesc) // same time: id order
+	addChild(t, e, "c-corrupt", "p1", OriginSubagent, 2, noHdr)
+	addChild(t, e, "d-ordinary", "p1", "", 3, contHdr, contDesc)
+	// The header is the listing identity: the log is not read (DESIGN §2).
+	addChild(t, e, "e-header-wins", "p1", OriginSubagent, 4, contHdr, oneShotDesc)
+	addChild(t, e, "f-no-header-identity", "p1", OriginSubagent, 5, noHdr, contDesc)
+	addChild(t, e, "grandchild", "a-cont", OriginSubagent, 6, oneShotHdr, oneShotDesc)
+	addChild(t, e, "ordinary-grandchild", "b-oneshot", "", 6, noHdr)
 	req := e.req(t, "go")
 	req.ChildID = "z-live"
 	res := e.start(t, req)
@@ -65,8 +74,8 @@ func TestChildren_R121_R125_FromDurableHeadersAndDescriptors(t *testing.T) {
 		{Kind: EntryChild, ID: "a-cont", Mode: ModeContinuable, Label: "long", Provider: "acp", Activity: ActivityInactive, HasChildren: true},
 		{Kind: EntryChild, ID: "b-oneshot", Mode: ModeOneShot, Label: "quick", Provider: "spawn", Activity: ActivityInactive},
 		{Kind: EntryDiagnostic, ID: "c-corrupt", Reason: DiagnosticCorrupt},
-		{Kind: EntryChild, ID: "e-last-wins", Mode: ModeContinuable, Label: "long", Provider: "acp", Activity: ActivityInactive},
-		{Kind: EntryDiagnostic, ID: "f-reset", Reason: DiagnosticCorrupt},
+		{Kind: EntryChild, ID: "e-header-wins", Mode: ModeContinuable, Label: "long", Provider: "acp", Activity: ActivityInactive},
+		{Kind: EntryDiagnostic, ID: "f-no-header-identity", Reason: DiagnosticCorrupt},
 		{Kind: EntryChild, ID: "z-live", Mode: ModeContinuable, Label: "task", Provider: "spawn", Activity: ActivityRunning},
 	}
 	if !slices.Equal(got, want) {
@@ -75,7 +84,7 @@ func TestChildren_R121_R125_FromDurableHeadersAndDescriptors(t *testing.T) {
 	close(gate)
 	e.ended(t, res.TaskID)
 	e.settled(t, res.ChildID)
-	// Listing again folds only the new events; the child is now inactive.
+	// Listed again, the settled child is inactive.
 	got, err = e.m.Children(t.Context(), "p1")
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +100,7 @@ func TestChildren_R121_R125_FromDurableHeadersAndDescriptors(t *testing.T) {
 func TestChildren_R123_LiveChildWithoutIdentityIsOmitted(t *testing.T) {
 	t.Parallel()
 	e := newContEnv(t, scripted.New())
-	addChild(t, e, "running-oneshot", "p1", OriginSubagent, 1)
+	addChild(t, e, "running-oneshot", "p1", OriginSubagent, 1, noHdr)
 	run := newFakeRun("running-oneshot", true)
 	e.prov.StartFn = func(context.Context, ResolvedRequest) (Run, error) { return run, nil }
 	h, err := e.svc.Start(t.Context(), "spawn", request())
@@ -112,12 +121,12 @@ func TestChildren_R123_LiveChildWithoutIdentityIsOmitted(t *testing.T) {
 func TestDescendants_R128_PreOrderWithParentAndDepth(t *testing.T) {
 	t.Parallel()
 	e := newContEnv(t, scripted.New())
-	addChild(t, e, "a", "p1", OriginSubagent, 1, contDesc)
-	addChild(t, e, "b", "p1", OriginSubagent, 2, oneShotDesc)
-	addChild(t, e, "a1", "a", OriginSubagent, 3, contDesc)
-	addChild(t, e, "a1x", "a1", OriginSubagent, 4)
-	addChild(t, e, "b-ordinary", "b", "", 5)
-	addChild(t, e, "b2", "b-ordinary", OriginSubagent, 6, contDesc)
+	addChild(t, e, "a", "p1", OriginSubagent, 1, contHdr)
+	addChild(t, e, "b", "p1", OriginSubagent, 2, oneShotHdr)
+	addChild(t, e, "a1", "a", OriginSubagent, 3, contHdr)
+	addChild(t, e, "a1x", "a1", OriginSubagent, 4, noHdr)
+	addChild(t, e, "b-ordinary", "b", "", 5, noHdr)
+	addChild(t, e, "b2", "b-ordinary", OriginSubagent, 6, contHdr)
 	got, err := e.m.Descendants(t.Context(), "p1")
 	if err != nil {
 		t.Fatal(err)

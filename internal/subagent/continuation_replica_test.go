@@ -22,7 +22,7 @@ func TestReplicas_ALiveActivationIsOwnedElsewhere(t *testing.T) {
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svcB := NewService(Config{Store: a.st, Logger: logger, Owner: "replica-2"})
-	mgrB := NewManager(svcB, ManagerConfig{Materializer: &testMat{st: a.st, model: gatedModel(gate, reached, "b")}, Logger: logger})
+	mgrB := NewManager(svcB, ManagerConfig{Materializer: &testMat{st: a.st, model: gatedModel(gate, make(chan struct{}), "b")}, Logger: logger})
 	if err := svcB.Register(t.Context(), &contProvider{fakeProvider: &fakeProvider{name: "spawn", caps: contCaps}}); err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 // (R109), and goes exactly one edge up (R112). Once accepted, the child's
 // settlement does not retract it (R111).
 //
-// The checks, in one span under the child's lock (R106): EInvalidRequest
+// The checks, in one command of the child's loop (R106): EInvalidRequest
 // for an unknown delivery (the obsolete "wakeup" included) or content that
 // is empty or not JSON; EAborted when ctx is done; EDraining; EUnauthorized
 // unless childID is a resident continuable activation of this process (a
@@ -69,11 +69,7 @@ func (m *Manager) report(ctx context.Context, key childKey, inc *incarnation, co
 	}
 	// Accepted: the delivery runs to its end, and the activation cannot
 	// settle (and send its notice) before it has (R110).
-	defer func() {
-		act.c.mu.Lock()
-		act.release()
-		act.c.mu.Unlock()
-	}()
+	defer m.do(key, func(c *child) { m.release(c, act) })
 	id, err := m.send(context.WithoutCancel(ctx), act.parentID, msg, src, quiet)
 	if err != nil {
 		return "", &Error{Code: EParentUnavailable, Message: "direct parent is not live; report was not delivered",
@@ -82,7 +78,7 @@ func (m *Manager) report(ctx context.Context, key childKey, inc *incarnation, co
 	return id, nil
 }
 
-// admitReport checks, under the child's lock, that a report of key may be
+// admitReport checks, in the child's loop, that a report of key may be
 // accepted, and counts it as inflight work of the resident activation,
 // which the caller releases. Returns EAborted, EDraining, EUnauthorized or
 // EActivationClosing.
@@ -93,23 +89,19 @@ func (m *Manager) admitReport(ctx context.Context, key childKey, inc *incarnatio
 	if err := m.admitting(); err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	c := m.children[key]
-	m.mu.Unlock()
-	if c == nil {
-		return nil, notResident(key.id)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	act := c.act
-	switch {
-	case act == nil || (inc != nil && inc.act != act):
-		return nil, notResident(key.id)
-	case act.closing:
-		return nil, Errorf(EActivationClosing, "subagent %q is settling; its report was not accepted", key.id)
-	}
-	act.inflight++
-	return act, nil
+	var act *activation
+	err := notResident(key.id)
+	m.children.Peek(key, func(c *child) {
+		switch a := c.act; {
+		case a == nil || (inc != nil && inc.act != a):
+		case a.closing:
+			err = Errorf(EActivationClosing, "subagent %q is settling; its report was not accepted", key.id)
+		default:
+			a.inflight++
+			act, err = a, nil
+		}
+	})
+	return act, err
 }
 
 func notResident(id string) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/subagentd/subagentd/internal/agent"
@@ -28,10 +27,10 @@ func TestReport_R110_SettlementWaitsForAReportBeingDelivered(t *testing.T) {
 			<-releaseReport
 		}
 	}
-	var probe *runningProbe
+	agents := make(chan ChildAgent, 1)
 	e.mat.setWrap(func(a ChildAgent) ChildAgent {
-		probe = &runningProbe{ChildAgent: a, idle: make(chan struct{})}
-		return probe
+		agents <- a
+		return a
 	})
 	res := e.start(t, e.req(t, "go"))
 	<-reached
@@ -44,12 +43,11 @@ func TestReport_R110_SettlementWaitsForAReportBeingDelivered(t *testing.T) {
 	}()
 	<-inReport
 	close(gate)
-	// The watcher decides under the child's lock, right after it saw the
-	// agent idle; once the lock is free again, the decision is taken.
-	<-probe.idle
-	c := e.m.lock(childKey{store.DefaultTenant, res.ChildID})
-	settling := c.act == nil || c.act.closing
-	e.m.unlock(c)
+	// The turn has ended; the report in flight must keep the activation
+	// from settling.
+	<-(<-agents).Idle()
+	var settling bool
+	e.m.do(childKey{store.DefaultTenant, res.ChildID}, func(c *child) { settling = c.act == nil || c.act.closing })
 	if settling {
 		t.Error("the activation began to settle while a report was still being delivered")
 	}
@@ -69,23 +67,6 @@ func TestReport_R110_SettlementWaitsForAReportBeingDelivered(t *testing.T) {
 	if ns[1].quiet {
 		t.Error("the settlement notice did not wake the parent")
 	}
-}
-
-// runningProbe closes idle at its first Running answer of false: the
-// settlement watcher asks it, under the child's lock, once the agent is
-// idle.
-type runningProbe struct {
-	ChildAgent
-	once sync.Once
-	idle chan struct{}
-}
-
-func (p *runningProbe) Running() bool {
-	running := p.ChildAgent.Running()
-	if !running {
-		p.once.Do(func() { close(p.idle) })
-	}
-	return running
 }
 
 // TestReport_R108_QuietReportParksInAContinuableParent: a quiet report to

@@ -299,7 +299,7 @@ func TestContinuable_R38_DepthFromParentHeader(t *testing.T) {
 }
 
 // TestStart_ListenerMayCallTheManagerForTheSameChild: lifecycle listeners
-// run outside the child's lock, so one that interrupts the child it just
+// run outside the child's loop, so one that interrupts the child it just
 // saw start neither deadlocks nor sees its end before its start.
 func TestStart_ListenerMayCallTheManagerForTheSameChild(t *testing.T) {
 	t.Parallel()

@@ -518,13 +518,18 @@ func (r *resident) Running() bool {
 	return r.running
 }
 
-// WaitIdle returns once no turn runs, or ctx's error.
-func (r *resident) WaitIdle(ctx context.Context) error {
+// Idle returns a channel closed once no turn runs; the next turn gets a
+// new one.
+func (r *resident) Idle() <-chan struct{} {
 	r.mu.Lock()
-	idle := r.idle
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	return r.idle
+}
+
+// waitIdle returns once no turn runs, or ctx's error.
+func (r *resident) waitIdle(ctx context.Context) error {
 	select {
-	case <-idle:
+	case <-r.Idle():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -543,7 +548,7 @@ func (r *resident) Events() []store.Event {
 // it). Returns ctx's error when the turn outlasts it.
 func (r *resident) Close(ctx context.Context) error {
 	r.Cancel(agent.CauseDisposed, false)
-	if err := r.WaitIdle(ctx); err != nil {
+	if err := r.waitIdle(ctx); err != nil {
 		return fmt.Errorf("close ACP child %s: %w", r.key.id, err)
 	}
 	r.mu.Lock()
