@@ -306,6 +306,10 @@ type child struct {
 	waiters map[string]chan<- answer
 	// wake: a cold resume is owed once the live activation has settled.
 	wake bool
+	// slot, when set, releases the live-run slot (Service.reserveLive) held
+	// for the cold resume a command is about to start; coldResume hands it
+	// to the activation.
+	slot func()
 	// outbox holds the lifecycle dispatches a command decided, in order;
 	// do runs them once the command returned.
 	outbox []func()
@@ -470,6 +474,18 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 	case !errors.Is(err, store.ErrNotFound):
 		return ContinuableStarted{}, fmt.Errorf("start continuable child %s: %w", childID, err)
 	}
+	// The live-run slot is taken before anything is written; the activation
+	// holds it from begin on, and rollback or settle gives it back.
+	release, err := m.svc.reserveLive(key.tenant, false)
+	if err != nil {
+		return ContinuableStarted{}, err
+	}
+	var act *activation
+	defer func() {
+		if act == nil {
+			release()
+		}
+	}()
 	parent := req.Parent.Session
 	header := store.Session{
 		ID: childID, ParentID: parent.ID, Origin: OriginSubagent, DelegationDepth: depth,
@@ -494,8 +510,9 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 		m.closeAgent(base, childID, ag)
 		return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
 	}
-	act, err := m.begin(base, c, ag, header, desc, inc)
+	act, err = m.begin(base, c, ag, header, desc, inc, release)
 	if err != nil {
+		act = nil
 		m.closeAgent(base, childID, ag)
 		return ContinuableStarted{}, err
 	}
@@ -633,6 +650,14 @@ func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string,
 			err = followupAborted(ctx)
 			return
 		}
+		// A followup that will start an activation needs a live-run slot,
+		// before anything is written; one for a live activation does not.
+		if c.act == nil {
+			if c.slot, err = m.svc.reserveLive(key.tenant, false); err != nil {
+				return
+			}
+		}
+		defer m.releaseSlot(c)
 		if err = m.store.Enqueue(ctx, row); err != nil {
 			err = fmt.Errorf("accept followup for %s: %w", childID, err)
 			return
