@@ -388,7 +388,9 @@ func (m *Manager) admitting() error {
 // continuable descriptor snapshot (EInvalidRequest); the provider
 // (ENoProvider) and its PrepareContinuable (EUnsupportedCapability, R55);
 // ctx (EAborted); then, in the child's loop, live and persisted ids again
-// (EDuplicateChild, R62) and the materializer's checks. Capability flags are
+// (EDuplicateChild, R62), a free live-run slot of the tenant (ERateLimited,
+// Config.MaxLiveRuns; the activation holds it until it settles) and the
+// materializer's checks. Capability flags are
 // not consulted (R63) and the provider's Start is never called (R54).
 //
 // ctx is the caller's cancellation until acceptance (R61). A failure before
@@ -605,7 +607,9 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 // ESessionNotFound for an unknown child; EUnauthorized when parentSessionID
 // is not the child's durable parent (src grants nothing, R84); ENotResumable
 // for a one-shot child or one without a supported continuable descriptor in
-// its own suffix (R87); EAborted when ctx is already done (R91). After
+// its own suffix (R87); EAborted when ctx is already done (R91);
+// ERateLimited when the child has no live activation and the tenant no
+// free live-run slot (Config.MaxLiveRuns) for the one it would start. After
 // acceptance: a cold resume that fails returns
 // its error (a *Error unchanged, anything else as ENotResumable, R89) and
 // the message is withdrawn, so an error always means not delivered — except
