@@ -124,7 +124,7 @@ var settings = []setting{
 	{"SUBAGENTD_MEM_RETAIN_AGE", "mem-retain-age", "1h", "in-memory store: how long a disposed one-shot run is kept"},
 	{"SUBAGENTD_TOKENS", "tokens", "", "comma-separated tenant:token pairs; unset serves only loopback, as one tenant (prefer the environment: flags are visible to other users)"},
 	{"SUBAGENTD_CORS_ORIGINS", "cors-origins", "", "comma-separated origins (scheme://host:port) whose pages may call the API; unset turns CORS off"},
-	{"SUBAGENTD_MAX_LIVE_RUNS", "max-live-runs", "1000", "live one-shot runs per tenant; beyond it starts are 429 (0: no cap)"},
+	{"SUBAGENTD_MAX_LIVE_RUNS", "max-live-runs", "1000", "live runs and activations per tenant; beyond it starts, and followups that would start an activation, are 429 (0: no cap)"},
 	{"SUBAGENTD_MAX_STREAMS", "max-streams", "10000", "open event streams per tenant; beyond it streams are 429 (0: no cap)"},
 	{"SUBAGENTD_RATE_LIMIT", "rate-limit", "2000", "requests per second per tenant, bursts of twice that; beyond it 429 (0: no limit)"},
 	{"SUBAGENTD_REPLICA_ID", "replica-id", "", "stable, unique name of this replica (unset: host:pid); lets a restart close the runs its previous process left open at once (else they close when their lease lapses)"},

@@ -111,13 +111,21 @@ func setup(t *testing.T, opts ...func(*Config)) *testBundle {
 // config's collaborators and adds their stops.
 func start(t *testing.T, wire func(b *testBundle, cfg *Config), opts ...func(*Config)) *testBundle {
 	t.Helper()
+	return startSeam(t, subagent.Config{}, wire, opts...)
+}
+
+// startSeam is start with seam's settings (MaxLiveRuns, say) for the
+// service; its store, logger and owner are the bundle's.
+func startSeam(t *testing.T, seam subagent.Config, wire func(b *testBundle, cfg *Config), opts ...func(*Config)) *testBundle {
+	t.Helper()
 	log, logs := testLogger(t)
 	cfg := Config{Logger: log, Version: "test", Registry: NewRegistry(), Store: memstore.New()}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	st := InstrumentStore(cfg.Store, cfg.Registry)
-	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: "test"})
+	seam.Store, seam.Logger, seam.Owner = st, log, "test"
+	svc := subagent.NewService(seam)
 	cfg.Store, cfg.Service = st, svc
 	b := &testBundle{st: st, svc: svc, log: log, logs: logs}
 	if wire != nil {

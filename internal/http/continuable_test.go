@@ -39,8 +39,15 @@ func setupWorld(t *testing.T, routes ...model.Route) *world {
 // setupWorldWith is setupWorld with opts adjusting the server's config.
 func setupWorldWith(t *testing.T, opts []func(*Config), routes ...model.Route) *world {
 	t.Helper()
+	return setupWorldSeam(t, subagent.Config{}, opts, routes...)
+}
+
+// setupWorldSeam is setupWorldWith with seam's settings for the service
+// (see startSeam).
+func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), routes ...model.Route) *world {
+	t.Helper()
 	w := &world{}
-	w.testBundle = start(t, func(b *testBundle, cfg *Config) {
+	w.testBundle = startSeam(t, seam, func(b *testBundle, cfg *Config) {
 		var table *model.Routes
 		if len(routes) > 0 {
 			var err error
@@ -693,4 +700,31 @@ func TestSubagents_ForkChildKnowsTheConversation(t *testing.T) {
 	if !slices.Equal(texts, []string{"context", "re: context", "fork task"}) {
 		t.Fatalf("the fork child's first request %q", texts)
 	}
+}
+
+// TestSubagents_MaxLiveRunsCountsActivations: SUBAGENTD_MAX_LIVE_RUNS caps
+// live activations too — a continuable start and a followup that would
+// start an activation beyond it are 429 RATE_LIMITED with Retry-After, and
+// a settled activation frees its slot.
+func TestSubagents_MaxLiveRunsCountsActivations(t *testing.T) {
+	gates := map[string]gate{"hold a": newGate(), "hold b": newGate()}
+	w := setupWorldSeam(t, subagent.Config{MaxLiveRuns: 1}, nil, scriptedRoute("main", replying(gates)))
+	parent := w.rootSession(t)
+	a := w.startChild(t, parent, "hold a", nil)
+	body := map[string]any{"provider": spawn.Name, "parentSessionId": parent, "label": "second", "prompt": textPrompt("b"), "childId": "b"}
+	r := w.want(t, http.StatusTooManyRequests, call{method: http.MethodPost, path: "/v1/subagents", body: body})
+	if p := r.problem(t); p.Code != subagent.ERateLimited || r.header.Get("Retry-After") == "" {
+		t.Fatalf("refused start: %s, Retry-After %q", r.body, r.header.Get("Retry-After"))
+	}
+	w.wantProblem(t, http.StatusNotFound, subagent.ESessionNotFound, call{method: http.MethodGet, path: "/v1/sessions/b"})
+	close(gates["hold a"].open)
+	w.settledTask(t, a.TaskID)
+
+	b := w.startChild(t, parent, "hold b", nil)
+	r = w.want(t, http.StatusTooManyRequests, followup(a.ChildID, parent, "again"))
+	if p := r.problem(t); p.Code != subagent.ERateLimited || r.header.Get("Retry-After") == "" {
+		t.Fatalf("refused followup: %s, Retry-After %q", r.body, r.header.Get("Retry-After"))
+	}
+	close(gates["hold b"].open)
+	w.settledTask(t, b.TaskID)
 }

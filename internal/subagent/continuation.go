@@ -306,6 +306,10 @@ type child struct {
 	waiters map[string]chan<- answer
 	// wake: a cold resume is owed once the live activation has settled.
 	wake bool
+	// slot, when set, releases the live-run slot (Service.reserveLive) held
+	// for the cold resume a command is about to start; coldResume hands it
+	// to the activation.
+	slot func()
 	// outbox holds the lifecycle dispatches a command decided, in order;
 	// do runs them once the command returned.
 	outbox []func()
@@ -384,7 +388,9 @@ func (m *Manager) admitting() error {
 // continuable descriptor snapshot (EInvalidRequest); the provider
 // (ENoProvider) and its PrepareContinuable (EUnsupportedCapability, R55);
 // ctx (EAborted); then, in the child's loop, live and persisted ids again
-// (EDuplicateChild, R62) and the materializer's checks. Capability flags are
+// (EDuplicateChild, R62), a free live-run slot of the tenant (ERateLimited,
+// Config.MaxLiveRuns; the activation holds it until it settles) and the
+// materializer's checks. Capability flags are
 // not consulted (R63) and the provider's Start is never called (R54).
 //
 // ctx is the caller's cancellation until acceptance (R61). A failure before
@@ -470,6 +476,18 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 	case !errors.Is(err, store.ErrNotFound):
 		return ContinuableStarted{}, fmt.Errorf("start continuable child %s: %w", childID, err)
 	}
+	// The live-run slot is taken before anything is written; the activation
+	// holds it from begin on, and rollback or settle gives it back.
+	release, err := m.svc.reserveLive(key.tenant, false)
+	if err != nil {
+		return ContinuableStarted{}, err
+	}
+	var act *activation
+	defer func() {
+		if act == nil {
+			release()
+		}
+	}()
 	parent := req.Parent.Session
 	header := store.Session{
 		ID: childID, ParentID: parent.ID, Origin: OriginSubagent, DelegationDepth: depth,
@@ -494,8 +512,9 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 		m.closeAgent(base, childID, ag)
 		return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
 	}
-	act, err := m.begin(base, c, ag, header, desc, inc)
+	act, err = m.begin(base, c, ag, header, desc, inc, release)
 	if err != nil {
+		act = nil
 		m.closeAgent(base, childID, ag)
 		return ContinuableStarted{}, err
 	}
@@ -588,7 +607,9 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 // ESessionNotFound for an unknown child; EUnauthorized when parentSessionID
 // is not the child's durable parent (src grants nothing, R84); ENotResumable
 // for a one-shot child or one without a supported continuable descriptor in
-// its own suffix (R87); EAborted when ctx is already done (R91). After
+// its own suffix (R87); EAborted when ctx is already done (R91);
+// ERateLimited when the child has no live activation and the tenant no
+// free live-run slot (Config.MaxLiveRuns) for the one it would start. After
 // acceptance: a cold resume that fails returns
 // its error (a *Error unchanged, anything else as ENotResumable, R89) and
 // the message is withdrawn, so an error always means not delivered — except
@@ -633,6 +654,14 @@ func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string,
 			err = followupAborted(ctx)
 			return
 		}
+		// A followup that will start an activation needs a live-run slot,
+		// before anything is written; one for a live activation does not.
+		if c.act == nil {
+			if c.slot, err = m.svc.reserveLive(key.tenant, false); err != nil {
+				return
+			}
+		}
+		defer m.releaseSlot(c)
 		if err = m.store.Enqueue(ctx, row); err != nil {
 			err = fmt.Errorf("accept followup for %s: %w", childID, err)
 			return

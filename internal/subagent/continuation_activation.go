@@ -38,6 +38,10 @@ type activation struct {
 	interrupted bool // Interrupt cancelled the turn: rejected steers park
 	closing     bool // the settlement began: nothing more is delivered
 	queued      bool // started with several turns: nothing is steered into it
+	// release gives back the activation's live-run slot
+	// (Service.reserveLive) when it settles, unless settle hands the slot
+	// on to the cold resume it owes (then nil).
+	release func()
 
 	done chan struct{} // closed once the activation settled and was removed
 	// started is closed once subagent/start was dispatched, which its end
@@ -59,11 +63,13 @@ type incarnation struct{ act *activation }
 
 // begin publishes an activation over ag, the agent materialized with inc:
 // it records the run row of kind activation with a fresh run id and task
-// id, and puts the dispatch of subagent/start (R71) in c's outbox. It runs
-// in c's loop.
-func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store.Session, desc Descriptor, inc *incarnation) (*activation, error) {
+// id, and puts the dispatch of subagent/start (R71) in c's outbox. The
+// activation holds the live-run slot release gives back; on error the
+// caller still holds it. It runs in c's loop.
+func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store.Session, desc Descriptor, inc *incarnation,
+	release func()) (*activation, error) {
 	act := &activation{
-		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(),
+		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(), release: release,
 		provider: desc.Provider, local: true, parentID: sess.ParentID, boundary: len(ag.Events()),
 		done: make(chan struct{}), started: make(chan struct{}),
 	}
@@ -121,6 +127,7 @@ func (m *Manager) open(act *activation, row store.InboxMessage) error {
 func (m *Manager) rollback(act *activation) {
 	m.closeAgent(act.base, act.c.key.id, act.agent)
 	act.c.outbox = append(act.c.outbox, m.end(act, StopAborted, []model.Block{}))
+	act.release()
 	close(act.done)
 }
 
@@ -194,6 +201,15 @@ func (m *Manager) track(act *activation, id string, settled <-chan error, waking
 			}
 		})
 	}()
+}
+
+// releaseSlot gives back the live-run slot c holds for a cold resume that
+// did not take it. It runs in c's loop.
+func (m *Manager) releaseSlot(c *child) {
+	if c.slot != nil {
+		c.slot()
+		c.slot = nil
+	}
 }
 
 // release ends one unit of act's inflight work; the last one lets act
@@ -290,8 +306,16 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 		m.closeAgent(ctx, id, ag)
 		return nil
 	}
-	act, err := m.begin(ctx, c, ag, sess, desc, inc)
+	// The slot a followup reserved for this resume, else one that counts
+	// but is never refused: the messages are accepted already.
+	release := c.slot
+	c.slot = nil
+	if release == nil {
+		release, _ = m.svc.reserveLive(c.key.tenant, true)
+	}
+	act, err := m.begin(ctx, c, ag, sess, desc, inc, release)
 	if err != nil {
+		release()
 		m.closeAgent(ctx, id, ag)
 		return err
 	}
@@ -403,11 +427,16 @@ func (m *Manager) settle(act *activation) {
 		delete(m.runs, act.runID)
 		m.mu.Unlock()
 		close(act.done)
-		if c.wake && !m.isDraining() {
-			if err := m.resume(ctx, c); err != nil {
-				m.log.ErrorContext(ctx, "cold resume after settlement", slog.String("child_id", c.key.id), slog.Any("error", err))
-			}
+		if !c.wake || m.isDraining() {
+			act.release()
+			return
 		}
+		// The owed cold resume takes over act's live-run slot.
+		c.slot, act.release = act.release, nil
+		if err := m.resume(ctx, c); err != nil {
+			m.log.ErrorContext(ctx, "cold resume after settlement", slog.String("child_id", c.key.id), slog.Any("error", err))
+		}
+		m.releaseSlot(c)
 	})
 }
 

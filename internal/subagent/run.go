@@ -41,6 +41,9 @@ type RunHandle struct {
 	// expiry disposes of the run RetainSettled after it settled; written
 	// before done is closed.
 	expiry *time.Timer
+	// release gives back the run's live-run slot (Service.reserveLive)
+	// before done is closed.
+	release func()
 
 	disposeOnce sync.Once
 	disposed    chan struct{}
@@ -143,6 +146,7 @@ func (h *RunHandle) abandon() {
 	if err := h.run.Dispose(h.ctx); err != nil {
 		h.log.ErrorContext(h.ctx, "release unpublished run", slog.Any("error", err))
 	}
+	h.release()
 	close(h.done)
 }
 
@@ -169,6 +173,7 @@ func (h *RunHandle) watch() {
 	}
 	h.result, h.resultErr = res, resErr
 	h.expiry = time.AfterFunc(h.svc.retain, h.expire)
+	h.release()
 	close(h.done)
 }
 

@@ -38,8 +38,9 @@ type Config struct {
 	// not make the process grow. The durable run row stays readable. Zero
 	// means DefaultRetainSettled.
 	RetainSettled time.Duration
-	// MaxLiveRuns caps the unsettled one-shot runs of one tenant: a start
-	// beyond it is ERateLimited. Zero means no cap.
+	// MaxLiveRuns caps the live runs of one tenant — unsettled one-shot
+	// runs and continuable activations together: a start beyond it is
+	// ERateLimited. Zero means no cap.
 	MaxLiveRuns int
 }
 
@@ -66,9 +67,9 @@ type Service struct {
 	mu        sync.Mutex
 	providers []Provider // registration order
 	runs      map[string]*RunHandle
-	// starting counts, per tenant, the starts holding a live-run slot
-	// (reserveLive) whose run is not published yet.
-	starting map[string]int
+	// live counts, per tenant, the live-run slots held (reserveLive): by
+	// starts in progress, unsettled one-shot runs and live activations.
+	live     map[string]int
 	draining bool
 }
 
@@ -83,15 +84,15 @@ func NewService(cfg Config) *Service {
 		retain = DefaultRetainSettled
 	}
 	return &Service{
-		store:    cfg.Store,
-		log:      cfg.Logger,
-		owner:    cfg.Owner,
-		lease:    lease,
-		retain:   retain,
-		maxLive:  cfg.MaxLiveRuns,
-		bus:      bus{log: cfg.Logger},
-		runs:     map[string]*RunHandle{},
-		starting: map[string]int{},
+		store:   cfg.Store,
+		log:     cfg.Logger,
+		owner:   cfg.Owner,
+		lease:   lease,
+		retain:  retain,
+		maxLive: cfg.MaxLiveRuns,
+		bus:     bus{log: cfg.Logger},
+		runs:    map[string]*RunHandle{},
+		live:    map[string]int{},
 	}
 }
 
@@ -241,19 +242,19 @@ func (s *Service) Start(ctx context.Context, provider string, req Request) (*Run
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Code: EAborted, Message: "subagent request was aborted before child publication", Err: err}
 	}
-	release, err := s.reserveLive(store.Tenant(ctx))
+	release, err := s.reserveLive(store.Tenant(ctx), false)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
 	run, err := p.Start(ctx, resolved)
+	if err == nil && run == nil {
+		err = errors.New("provider returned no run")
+	}
 	if err != nil {
+		release()
 		return nil, fmt.Errorf("start %s child: %w", provider, err)
 	}
-	if run == nil {
-		return nil, fmt.Errorf("start %s child: provider returned no run", provider)
-	}
-	return s.publish(ctx, provider, req.Parent.Session.ID, run)
+	return s.publish(ctx, provider, req.Parent.Session.ID, run, release)
 }
 
 // admit runs the checks of Start that precede the provider call and builds
@@ -363,7 +364,10 @@ func clonePtr[T any](p *T) *T {
 // and starts the watcher that ends it. When the run cannot be recorded (or
 // the service began draining meanwhile) the run is disposed and nothing is
 // dispatched.
-func (s *Service) publish(ctx context.Context, provider, parentID string, run Run) (*RunHandle, error) {
+//
+// release gives back the run's live-run slot; the handle calls it when the
+// run settles (or is abandoned), before done is closed.
+func (s *Service) publish(ctx context.Context, provider, parentID string, run Run, release func()) (*RunHandle, error) {
 	now := time.Now()
 	h := &RunHandle{
 		svc:      s,
@@ -377,6 +381,7 @@ func (s *Service) publish(ctx context.Context, provider, parentID string, run Ru
 		run:      run,
 		done:     make(chan struct{}),
 		disposed: make(chan struct{}),
+		release:  release,
 	}
 	h.log = s.log.With(slog.String("run_id", h.id), slog.String("provider", provider))
 	s.mu.Lock()
@@ -429,42 +434,32 @@ func (s *Service) Run(ctx context.Context, runID string) (*RunHandle, bool) {
 	return h, true
 }
 
-// reserveLive takes one of tenant's MaxLiveRuns slots for a start until
-// release is called (by then the published run counts itself). Returns
-// ERateLimited when every slot is taken.
-func (s *Service) reserveLive(tenant string) (release func(), err error) {
+// reserveLive takes one of tenant's MaxLiveRuns slots — for a one-shot run
+// or a continuable activation — until release is called, at the latest
+// when that run or activation settles. release is idempotent. Returns
+// ERateLimited when every slot is taken, unless force is set: force is for
+// an activation that must start to deliver a message already accepted (a
+// notice, a recovered inbox row), which counts but is never refused.
+func (s *Service) reserveLive(tenant string, force bool) (release func(), err error) {
 	if s.maxLive <= 0 {
 		return func() {}, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.liveRuns(tenant)+s.starting[tenant] >= s.maxLive {
-		return nil, Errorf(ERateLimited, "this tenant already has %d live runs, the most allowed (SUBAGENTD_MAX_LIVE_RUNS)", s.maxLive)
+	if !force && s.live[tenant] >= s.maxLive {
+		return nil, Errorf(ERateLimited, "this tenant already has %d live runs and activations, the most allowed (SUBAGENTD_MAX_LIVE_RUNS)", s.maxLive)
 	}
-	s.starting[tenant]++
+	s.live[tenant]++
+	var once sync.Once
 	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.starting[tenant]--; s.starting[tenant] == 0 {
-			delete(s.starting, tenant)
-		}
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.live[tenant]--; s.live[tenant] == 0 {
+				delete(s.live, tenant)
+			}
+		})
 	}, nil
-}
-
-// liveRuns counts the unsettled runs of tenant; s.mu must be held.
-func (s *Service) liveRuns(tenant string) int {
-	n := 0
-	for _, h := range s.runs {
-		if h.tenant != tenant {
-			continue
-		}
-		select {
-		case <-h.done:
-		default:
-			n++
-		}
-	}
-	return n
 }
 
 // Shutdown stops admitting starts (EDraining), cancels every live run and
