@@ -20,7 +20,7 @@ var ErrUnavailable = errors.New("store unavailable")
 // the caller's context ended is the caller's error, unchanged.
 func Bounded(st Store, d time.Duration) Store { return &bounded{Store: st, d: d} }
 
-// bounded.s methods are one pattern, call or do: bound the call, check its error.
+// bounded's methods are one pattern, call or do: bound the call, check its error.
 type bounded struct {
 	Store
 	d time.Duration
