@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
@@ -26,12 +25,9 @@ import (
 // mgrProcess is one process: a service, its manager and the subagent/end
 // events it dispatched, by task id.
 type mgrProcess struct {
-	h  *inprocesstest.Harness
-	m  *subagent.Manager
-	mu sync.Mutex
-	// ends holds the ends seen; ended is closed and replaced on each.
-	ends  map[string]subagent.Event
-	ended chan struct{}
+	h    *inprocesstest.Harness
+	m    *subagent.Manager
+	ends *inprocesstest.Ends
 }
 
 // newProcess starts a process over the database at url whose children
@@ -47,17 +43,7 @@ func newProcess(t *testing.T, url string) *mgrProcess {
 		return scripted.Step{Text: "re: " + model.Text(req.Messages[len(req.Messages)-1].Content)}
 	})
 	h := inprocesstest.New(t, inprocesstest.Config{Routes: []model.Route{inprocesstest.Route("script", mdl)}, Store: st})
-	p := &mgrProcess{h: h, ends: map[string]subagent.Event{}, ended: make(chan struct{})}
-	h.Service.Subscribe("", func(_ context.Context, e subagent.Event) error {
-		if e.Type == subagent.EventEnd {
-			p.mu.Lock()
-			p.ends[e.TaskID] = e
-			close(p.ended)
-			p.ended = make(chan struct{})
-			p.mu.Unlock()
-		}
-		return nil
-	})
+	p := &mgrProcess{h: h, ends: inprocesstest.WatchEnds(h.Service)}
 	p.m = subagent.NewManager(h.Service, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(h.Deps), Logger: h.Logger})
 	t.Cleanup(func() {
 		if err := p.m.Shutdown(context.Background()); err != nil {
@@ -85,26 +71,7 @@ func (p *mgrProcess) start(t *testing.T, parent subagent.Parent, prompt string) 
 // is empty.
 func (p *mgrProcess) end(t *testing.T, taskID string) subagent.Event {
 	t.Helper()
-	timeout := time.After(inprocesstest.Timeout)
-	for {
-		p.mu.Lock()
-		e, ok := p.ends[taskID]
-		if taskID == "" {
-			for _, e = range p.ends {
-				ok = true
-			}
-		}
-		ended := p.ended
-		p.mu.Unlock()
-		if ok {
-			return e
-		}
-		select {
-		case <-ended:
-		case <-timeout:
-			t.Fatalf("task %q did not end", taskID)
-		}
-	}
+	return p.ends.Wait(t, taskID)
 }
 
 // userTexts returns the texts of the user/messages of session id.

@@ -63,19 +63,17 @@ func (s *acceptOrder) accepted() []string {
 // contWorld is a Service with continuable spawn and fork providers and a
 // Manager over the real in-process Materializer.
 type contWorld struct {
-	h     *inprocesstest.Harness
-	st    *acceptOrder
-	svc   *subagent.Service
-	m     *subagent.Manager
-	mu    sync.Mutex
-	ends  map[string]subagent.Event // by task id
-	ended chan struct{}             // closed and replaced on every end
+	h    *inprocesstest.Harness
+	st   *acceptOrder
+	svc  *subagent.Service
+	m    *subagent.Manager
+	ends *inprocesstest.Ends
 }
 
 func newContWorld(t *testing.T, routes ...model.Route) *contWorld {
 	t.Helper()
 	h := inprocesstest.New(t, inprocesstest.Config{Routes: routes})
-	w := &contWorld{h: h, st: &acceptOrder{Store: h.Store}, ends: map[string]subagent.Event{}, ended: make(chan struct{})}
+	w := &contWorld{h: h, st: &acceptOrder{Store: h.Store}}
 	w.svc = subagent.NewService(subagent.Config{Store: w.st, Logger: h.Logger, Owner: "test"})
 	forkSeed := func(ctx context.Context, parent store.Session) ([]store.Event, error) {
 		return fork.Prefix(h.Log(t, parent.ID)), nil
@@ -85,16 +83,7 @@ func newContWorld(t *testing.T, routes ...model.Route) *contWorld {
 			t.Fatal(err)
 		}
 	}
-	w.svc.Subscribe("", func(_ context.Context, e subagent.Event) error {
-		if e.Type == subagent.EventEnd {
-			w.mu.Lock()
-			w.ends[e.TaskID] = e
-			close(w.ended)
-			w.ended = make(chan struct{})
-			w.mu.Unlock()
-		}
-		return nil
-	})
+	w.ends = inprocesstest.WatchEnds(w.svc)
 	w.m = subagent.NewManager(w.svc, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(h.Deps), Logger: h.Logger})
 	t.Cleanup(func() {
 		if err := w.m.Shutdown(context.Background()); err != nil {
@@ -123,21 +112,7 @@ func (w *contWorld) start(t *testing.T, req subagent.ContinuableRequest) subagen
 // end waits for the subagent/end of taskID.
 func (w *contWorld) end(t *testing.T, taskID string) subagent.Event {
 	t.Helper()
-	timeout := time.After(inprocesstest.Timeout)
-	for {
-		w.mu.Lock()
-		e, ok := w.ends[taskID]
-		ended := w.ended
-		w.mu.Unlock()
-		if ok {
-			return e
-		}
-		select {
-		case <-ended:
-		case <-timeout:
-			t.Fatalf("task %s did not end", taskID)
-		}
-	}
+	return w.ends.Wait(t, taskID)
 }
 
 // inactive waits until childID has no live activation.
