@@ -63,14 +63,19 @@ func (s *Store) ReleaseIdempotency(ctx context.Context, key string) error {
 func (s *Store) SweepIdempotency(_ context.Context, before time.Time) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return sweep(s.idem, func(rec store.Idempotency) bool { return rec.CreatedAt.Before(before) }), nil
+}
+
+// sweep deletes the entries of m that old reports and returns how many.
+func sweep[K comparable, V any](m map[K]V, old func(V) bool) int64 {
 	var n int64
-	for k, rec := range s.idem {
-		if rec.CreatedAt.Before(before) {
-			delete(s.idem, k)
+	for k, v := range m {
+		if old(v) {
+			delete(m, k)
 			n++
 		}
 	}
-	return n, nil
+	return n
 }
 
 func cloneIdem(r store.Idempotency) store.Idempotency {

@@ -86,12 +86,5 @@ func (s *Store) SweepSignins(_ context.Context, before time.Time) (int64, error)
 	t := &s.signins
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var n int64
-	for k, v := range t.byID {
-		if v.Expires.Before(before) {
-			delete(t.byID, k)
-			n++
-		}
-	}
-	return n, nil
+	return sweep(t.byID, func(v store.Signin) bool { return v.Expires.Before(before) }), nil
 }
