@@ -86,7 +86,11 @@ func (m *Manager) handle() {
 		return nil, m.deliverRow(ctx, a.Row, a.Waking)
 	})
 	for op, dispose := range map[string]bool{opCancelRun: false, opDisposeRun: true, opCancelActivity: false, opDisposeActivity: true} {
-		ctl.Handle(op, func(ctx context.Context, runID string, _ json.RawMessage) (any, error) {
+		ctl.Handle(op, func(ctx context.Context, _ string, raw json.RawMessage) (any, error) {
+			var runID string
+			if err := json.Unmarshal(raw, &runID); err != nil {
+				return nil, err
+			}
 			return nil, m.controlRun(ctx, runID, dispose)
 		})
 	}
@@ -166,11 +170,11 @@ func (m *Manager) routeRun(ctx context.Context, runID string, dispose bool) erro
 	}
 	if run.Kind == store.KindActivation {
 		op := map[bool]string{false: opCancelActivity, true: opDisposeActivity}[dispose]
-		_, err = Route(ctx, m.svc.ctl, run.ChildID, op, nil, local)
+		_, err = Route(ctx, m.svc.ctl, run.ChildID, op, runID, local)
 		return err
 	}
 	op := map[bool]string{false: opCancelRun, true: opDisposeRun}[dispose]
-	_, err = RouteRun(ctx, m.svc.ctl, run, op, nil, local)
+	_, err = RouteRun(ctx, m.svc.ctl, run, op, runID, local)
 	return err
 }
 
