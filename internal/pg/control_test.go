@@ -377,3 +377,40 @@ func must[T any](v T, err error) func(*testing.T) T {
 		return v
 	}
 }
+
+// A request B took for a child of A that stops renewing (and serving) is
+// carried out by B itself once A's lease lapsed: B claims the child and
+// resumes it.
+func TestControl_ARequestWaitingForALostOwnerIsCarriedOutByTheRequester(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	const lease = 900 * time.Millisecond
+	g := newGate()
+	defer g.open()
+	a := newReplica(t, url, "replica-a", lease, g.model())
+	res := a.start(t, a.h.Parent, "one")
+	<-g.reached
+	a.stop()
+	<-a.kept
+	open := newGate()
+	open.open()
+	b := newReplica(t, url, "replica-b", lease, open.model())
+
+	asked := time.Now()
+	f, err := b.m.Followup(inprocesstest.Ctx(t), a.h.Parent.Session.ID, res.ChildID, inprocesstest.Text("two"), agent.Source{})
+	if err != nil || f.Route != subagent.RouteStarted {
+		t.Fatalf("followup through B for a lost owner: %+v, %v; want started", f, err)
+	}
+	t.Logf("B resumed the child %v after it was asked (lease %v)", time.Since(asked), lease)
+	if owner := taskOwner(t, b.h.Store, f.TaskID); owner != "replica-b" {
+		t.Fatalf("the resumed task is driven by %q, want replica-b", owner)
+	}
+	b.end(t, f.TaskID)
+	evs := waitLog(t, b.h.Store, res.ChildID, "the followup", hasText(t, "two"))
+	if n := countUser(t, evs, "two"); n != 1 {
+		t.Fatalf("the followup is %d times in the log, want once", n)
+	}
+	if end := b.end(t, res.TaskID); end.StopReason != subagent.StopError {
+		t.Fatalf("A's activation closed by B: %+v, want error", end)
+	}
+}
