@@ -414,3 +414,34 @@ func TestControl_ARequestWaitingForALostOwnerIsCarriedOutByTheRequester(t *testi
 		t.Fatalf("A's activation closed by B: %+v, want error", end)
 	}
 }
+
+// The round trip of a control request — B writes it, A is woken, carries
+// it out and answers, B reads the answer — measured with an interrupt that
+// A refuses (wrong parent): it is routed to A while A drives the child,
+// and answered with A's FORBIDDEN, as a local call would be.
+func TestControl_RoundTripLatency(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	g := newGate()
+	defer g.open()
+	a := newReplica(t, url, "replica-a", 0, g.model())
+	b := newReplica(t, url, "replica-b", 0, newGate().model())
+	res := a.start(t, a.h.Parent, "one")
+	<-g.reached
+	if r := must(b.h.Store.GetResident(inprocesstest.Ctx(t), res.ChildID))(t); r.Owner != "replica-a" || !r.LeaseUntil.After(time.Now()) {
+		t.Fatalf("the child's lease: %+v; want replica-a's, live", r)
+	}
+	const n = 40
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		began := time.Now()
+		err := b.m.Interrupt(inprocesstest.Ctx(t), "not-the-parent", res.ChildID)
+		lat = append(lat, time.Since(began))
+		if subagent.ErrorCode(err) != subagent.EUnauthorized {
+			t.Fatalf("interrupt through B with the wrong parent: %v, want %s", err, subagent.EUnauthorized)
+		}
+	}
+	slices.Sort(lat)
+	t.Logf("control round trip through another replica, %d requests: p50 %v, p99 %v, max %v",
+		n, lat[n/2], lat[n*99/100], lat[n-1])
+}
