@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -283,9 +284,7 @@ type Manager struct {
 	log      *slog.Logger
 	children *resident.Group[childKey, child, struct{}]
 
-	mu       sync.Mutex
-	runs     map[string]*activation // live activations by run id
-	draining bool
+	draining atomic.Bool
 	wg       sync.WaitGroup // settlements and steer receipts
 }
 
@@ -300,12 +299,13 @@ type child struct {
 	// descriptor (the first descriptor of the own suffix never changes).
 	sess *store.Session
 	desc *Descriptor
-	act  *activation
+	// state says whether act is a live activation and whether a cold
+	// resume is owed after it (see state.go); act is nil while idle.
+	state childState
+	act   *activation
 	// waiters are the followup callers waiting for their message's route,
 	// by message id.
 	waiters map[string]chan<- answer
-	// wake: a cold resume is owed once the live activation has settled.
-	wake bool
 	// slot, when set, releases the live-run slot (Service.reserveLive) held
 	// for the cold resume a command is about to start; coldResume hands it
 	// to the activation.
@@ -330,12 +330,11 @@ func NewManager(svc *Service, cfg ManagerConfig) *Manager {
 		notices:  cfg.Notices,
 		delivery: cfg.ReportDelivery,
 		log:      cfg.Logger,
-		runs:     map[string]*activation{},
 	}
 	m.children = resident.NewGroup(resident.Policy[childKey, child, struct{}]{
 		New: func(key childKey) *child { return &child{key: key, waiters: map[string]chan<- answer{}} },
 		// A loop ends once nothing is live or owed.
-		Idle:  func(c *child) bool { return c.act == nil && len(c.waiters) == 0 && !c.wake },
+		Idle:  func(c *child) bool { return c.state == childIdle && len(c.waiters) == 0 },
 		Watch: m.turnEnd,
 	})
 	return m
@@ -364,11 +363,8 @@ func (m *Manager) liveActivation(key childKey) *activation {
 // admitting returns EDraining once the Manager or its Service began to shut
 // down (R81, R113).
 func (m *Manager) admitting() error {
-	m.mu.Lock()
-	draining := m.draining
-	m.mu.Unlock()
 	m.svc.mu.Lock()
-	draining = draining || m.svc.draining
+	draining := m.draining.Load() || m.svc.draining
 	m.svc.mu.Unlock()
 	if draining {
 		return Errorf(EDraining, "the service is shutting down")
@@ -537,7 +533,7 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 		return ContinuableStarted{}, err
 	}
 	c.sess, c.desc = &header, &desc
-	m.activate(c, act)
+	c.activate(act, actSteering)
 	return ContinuableStarted{ChildID: childID, TaskID: act.taskID, MessageID: row.ID}, nil
 }
 
@@ -774,10 +770,9 @@ func (m *Manager) interrupt(ctx context.Context, c *child, parentSessionID strin
 		// it, where this interrupt would silently stop nothing.
 		return m.ownedElsewhere(ctx, childID)
 	}
-	if act.closing || act.interrupted {
-		return nil
+	if !act.to(actInterrupted) {
+		return nil // interrupted or settling already (R104)
 	}
-	act.interrupted = true
 	act.agent.Cancel(agent.CauseUser, true)
 	return nil
 }
@@ -843,9 +838,7 @@ func (m *Manager) recoverChild(ctx context.Context, childID string) error {
 // them return EAborted; durable sessions are untouched. Returns ctx's error
 // when it ends first.
 func (m *Manager) Shutdown(ctx context.Context) error {
-	m.mu.Lock()
-	m.draining = true
-	m.mu.Unlock()
+	m.draining.Store(true)
 	var acts []*activation
 	m.children.Each(func(c *child) {
 		if act := c.act; act != nil {

@@ -34,10 +34,8 @@ type activation struct {
 	boundary int
 
 	// Owned by c's loop.
-	inflight    int  // submitted steers and reports not yet settled
-	interrupted bool // Interrupt cancelled the turn: rejected steers park
-	closing     bool // the settlement began: nothing more is delivered
-	queued      bool // started with several turns: nothing is steered into it
+	state    actState // see state.go
+	inflight int      // submitted steers and reports not yet settled
 	// release gives back the activation's live-run slot
 	// (Service.reserveLive) when it settles, unless settle hands the slot
 	// on to the cold resume it owes (then nil).
@@ -98,15 +96,6 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 	return act, nil
 }
 
-// activate makes act the live activation of c, whose loop then watches
-// its turn's end (turnEnd). It runs in c's loop.
-func (m *Manager) activate(c *child, act *activation) {
-	c.act = act
-	m.mu.Lock()
-	m.runs[act.runID] = act
-	m.mu.Unlock()
-}
-
 // open delivers row as the message that opens act's turn: on the idle
 // agent it is logged as user/message at once, so the row is acknowledged.
 func (m *Manager) open(act *activation, row store.InboxMessage) error {
@@ -123,18 +112,19 @@ func (m *Manager) open(act *activation, row store.InboxMessage) error {
 
 // rollback undoes an activation whose first message was not accepted: its
 // agent is closed and its start edge ended aborted, without a notice (R59,
-// R60, R75). It runs in c's loop and act was never activated.
+// R60, R75). It runs in c's loop and act is starting.
 func (m *Manager) rollback(act *activation) {
+	act.mustTo(actSettled)
 	m.closeAgent(act.base, act.c.key.id, act.agent)
 	act.c.outbox = append(act.c.outbox, m.end(act, StopAborted, []model.Block{}))
 	act.release()
 	close(act.done)
 }
 
-// route hands the accepted row to child c, in its loop. A running,
-// uninterrupted Queuer (an ACP agent) gets it as its next turn, answered
-// RouteQueued at once; any other running, uninterrupted activation with a
-// single turn gets it as a steer, answered once admitted.
+// route hands the accepted row to child c, in its loop. A running Queuer
+// (an ACP agent) that takes turns gets it as its next turn, answered
+// RouteQueued at once; any other running activation that is steering gets
+// it as a steer, answered once admitted.
 // Otherwise the row is owed to the next activation, in acceptance order
 // behind every pending row: when c has none and waking is set, a cold
 // resume starts it now; when one is live, its settlement cold-resumes c
@@ -149,7 +139,7 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 		}
 		return nil
 	}
-	if _, ok := act.agent.(Queuer); ok && !act.closing && !act.interrupted && act.agent.Running() {
+	if _, ok := act.agent.(Queuer); ok && act.takesTurns() && act.agent.Running() {
 		if msg, err := RowMessage(row); err == nil {
 			if _, err := act.agent.FollowupMessage(ctx, msg); err == nil {
 				m.answer(c, row.ID, answer{res: FollowupResult{Route: RouteQueued, TaskID: act.taskID, MessageID: row.ID}})
@@ -157,7 +147,7 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 			}
 		}
 	}
-	if !act.closing && !act.interrupted && !act.queued && act.agent.Running() {
+	if act.state == actSteering && act.agent.Running() {
 		if msg, err := RowMessage(row); err == nil {
 			if settled, err := act.agent.SubmitSteer(ctx, msg); err == nil {
 				m.track(act, row.ID, settled, waking)
@@ -167,7 +157,7 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 		// Rejected at once: the turn is ending, and so is the activation.
 	}
 	if waking {
-		c.wake = true
+		c.owe()
 	}
 	return nil
 }
@@ -193,11 +183,12 @@ func (m *Manager) track(act *activation, id string, settled <-chan error, waking
 				m.answer(c, id, answer{res: FollowupResult{Route: RouteSteered, TaskID: act.taskID, MessageID: id}})
 				return
 			}
+			// act cannot be settling: this receipt is in flight.
 			switch {
-			case act.interrupted:
+			case act.state == actInterrupted:
 				m.answer(c, id, answer{res: FollowupResult{Route: RouteParked, MessageID: id}})
 			case waking && !m.isDraining():
-				c.wake = true
+				c.owe()
 			}
 		})
 	}()
@@ -233,7 +224,6 @@ func (m *Manager) answer(c *child, id string, a answer) {
 // error means not delivered; rows nobody waits for stay pending. It runs in
 // c's loop and c has no live activation.
 func (m *Manager) resume(ctx context.Context, c *child) error {
-	c.wake = false
 	if m.isDraining() {
 		return nil // the rows stay pending for Recover after the restart
 	}
@@ -319,6 +309,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 		m.closeAgent(ctx, id, ag)
 		return err
 	}
+	owed := false
 	for i, d := range todo {
 		if _, err := ag.FollowupMessage(ctx, d.msg); err != nil {
 			if i == 0 {
@@ -327,7 +318,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 			}
 			// The rest waits, in order, for the next activation.
 			m.log.ErrorContext(ctx, "deliver inbox message", slog.String("child_id", id), slog.Any("error", err))
-			c.wake = true
+			owed = true
 			break
 		}
 		if i == 0 {
@@ -337,8 +328,14 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	}
 	// Queued turns run first: a later delivery waits for the next
 	// activation rather than overtaking them as a steer.
-	act.queued = len(todo) > 1
-	m.activate(c, act)
+	live := actSteering
+	if len(todo) > 1 {
+		live = actQueued
+	}
+	c.activate(act, live)
+	if owed {
+		c.owe()
+	}
 	return nil
 }
 
@@ -366,7 +363,7 @@ func (m *Manager) decode(ctx context.Context, c *child, rows []store.InboxMessag
 // release decides instead.
 func (m *Manager) turnEnd(c *child) (<-chan struct{}, func(context.Context, *child, struct{})) {
 	act := c.act
-	if act == nil || act.closing || act.inflight > 0 {
+	if act == nil || act.state == actSettling || act.inflight > 0 {
 		return nil, nil
 	}
 	return act.agent.Idle(), func(_ context.Context, c *child, _ struct{}) { m.settleIfDone(c, act) }
@@ -379,12 +376,12 @@ func (m *Manager) turnEnd(c *child) (<-chan struct{}, func(context.Context, *chi
 // cold-resumes (R65, R90). It runs in c's loop.
 func (m *Manager) settleIfDone(c *child, act *activation) {
 	switch {
-	case c.act != act || act.closing:
+	case c.act != act || act.state == actSettling:
 		return
 	case act.agent.Running(), act.inflight > 0:
 		return // the next turn end, or the last release, brings act back
 	}
-	act.closing = true
+	act.mustTo(actSettling)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -422,12 +419,9 @@ func (m *Manager) settle(act *activation) {
 	m.end(act, reason, output)()
 
 	m.do(c.key, func(c *child) {
-		c.act = nil
-		m.mu.Lock()
-		delete(m.runs, act.runID)
-		m.mu.Unlock()
+		owed := c.settled()
 		close(act.done)
-		if !c.wake || m.isDraining() {
+		if !owed || m.isDraining() {
 			act.release()
 			return
 		}

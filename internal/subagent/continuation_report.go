@@ -94,7 +94,7 @@ func (m *Manager) admitReport(ctx context.Context, key childKey, inc *incarnatio
 	m.children.Peek(key, func(c *child) {
 		switch a := c.act; {
 		case a == nil || (inc != nil && inc.act != a):
-		case a.closing:
+		case a.state == actSettling:
 			err = Errorf(EActivationClosing, "subagent %q is settling; its report was not accepted", key.id)
 		default:
 			a.inflight++
@@ -106,6 +106,32 @@ func (m *Manager) admitReport(ctx context.Context, key childKey, inc *incarnatio
 
 func notResident(id string) error {
 	return Errorf(EUnauthorized, "%q is not a live continuable subagent of this service; only one can report to its parent", id)
+}
+
+// liveRun returns the live activation of this process whose run id is
+// runID, found through its run row, in ctx's tenant. Returns ERunNotFound,
+// or the store's error.
+func (m *Manager) liveRun(ctx context.Context, runID string) (*activation, error) {
+	notFound := Errorf(ERunNotFound, "run %s is no live activation of this server", runID)
+	run, err := m.store.GetRun(ctx, runID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, notFound
+	case err != nil:
+		return nil, fmt.Errorf("look up run %s: %w", runID, err)
+	case run.Kind != store.KindActivation:
+		return nil, notFound
+	}
+	var act *activation
+	m.children.Peek(childKey{store.Tenant(ctx), run.ChildID}, func(c *child) {
+		if c.act != nil && c.act.runID == runID {
+			act = c.act
+		}
+	})
+	if act == nil {
+		return nil, notFound
+	}
+	return act, nil
 }
 
 // quietDelivery reports whether delivery is DeliveryQuiet. Returns
@@ -128,16 +154,15 @@ func quietDelivery(delivery string) (bool, error) {
 // turn, never a cold resume — and separate from Followup.
 //
 // Returns ERunNotFound when runID is no live activation of this process
-// (in ctx's tenant); EInvalidRequest for empty content; ESteerRejected when
+// (in ctx's tenant; its run row names the child whose loop is asked) or
+// the store's error reading that row; EInvalidRequest for empty content; ESteerRejected when
 // the activation runs no turn, was interrupted, is settling, or its turn
 // ended before admitting content; ctx's error when ctx ended first (the
 // content withdrawn).
 func (m *Manager) SteerActivation(ctx context.Context, runID string, content []model.Block) (string, error) {
-	m.mu.Lock()
-	act := m.runs[runID]
-	m.mu.Unlock()
-	if act == nil || act.c.key.tenant != store.Tenant(ctx) {
-		return "", Errorf(ERunNotFound, "run %s is no live activation of this server", runID)
+	act, err := m.liveRun(ctx, runID)
+	if err != nil {
+		return "", err
 	}
 	if len(content) == 0 {
 		return "", &Error{Code: EInvalidRequest, Message: "content is required", Fields: map[string]string{"content": "required"}}

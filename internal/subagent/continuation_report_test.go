@@ -47,7 +47,7 @@ func TestReport_R110_SettlementWaitsForAReportBeingDelivered(t *testing.T) {
 	// from settling.
 	<-(<-agents).Idle()
 	var settling bool
-	e.m.do(childKey{store.DefaultTenant, res.ChildID}, func(c *child) { settling = c.act == nil || c.act.closing })
+	e.m.do(childKey{store.DefaultTenant, res.ChildID}, func(c *child) { settling = c.act == nil || c.act.state == actSettling })
 	if settling {
 		t.Error("the activation began to settle while a report was still being delivered")
 	}
