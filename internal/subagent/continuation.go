@@ -798,7 +798,9 @@ func (m *Manager) ownedElsewhere(ctx context.Context, childID string) error {
 // Recover cold-resumes, at start-up, every child that has undelivered
 // messages in the durable inbox — accepted before the previous process
 // stopped — and delivers them in acceptance order; a message the child had
-// already logged is acknowledged, not delivered twice. Root sessions are
+// already logged is acknowledged, not delivered twice. A child whose
+// pending messages are all quiet is not resumed: they wait for the next
+// activation something else starts (see coldResume). Root sessions are
 // left to Roots. Failures are logged per child and returned joined; the
 // other children are still recovered.
 func (m *Manager) Recover(ctx context.Context) error {

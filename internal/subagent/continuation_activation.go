@@ -241,18 +241,28 @@ func (m *Manager) resume(ctx context.Context, c *child) error {
 	return err
 }
 
-// delivery is a pending row ready to deliver.
+// delivery is a pending row ready to deliver; quiet as the row.
 type delivery struct {
-	id  string
-	msg agent.UserMessage
+	id    string
+	msg   agent.UserMessage
+	quiet bool
+}
+
+// wakes reports whether some of ds is not quiet: only such a delivery
+// starts an activation (R108, R118).
+func wakes(ds []delivery) bool {
+	return slices.ContainsFunc(ds, func(d delivery) bool { return !d.quiet })
 }
 
 // coldResume starts a new activation of c over its persisted log (R86–R89)
 // and delivers its pending rows in acceptance order, each as its own turn
 // (R83, R103), answering their callers RouteStarted. Rows the log already
 // holds as user/messages (a crash between delivery and acknowledgement) are
-// acknowledged instead. With nothing to deliver no activation starts. It
-// runs in c's loop; c.act is nil and c.sess, c.desc are verified.
+// acknowledged instead. With nothing to deliver that wakes no activation
+// starts: quiet rows (a quiet report, a notice during shutdown — R108,
+// R118), also those a crash left, wait for an activation something else
+// starts, and run in it in their place. It runs in c's loop; c.act is nil
+// and c.sess, c.desc are verified.
 func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	id := c.key.id
 	pending, err := m.store.Pending(ctx, id)
@@ -260,7 +270,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 		return fmt.Errorf("resume %s: read inbox: %w", id, err)
 	}
 	todo := m.decode(ctx, c, pending)
-	if len(todo) == 0 {
+	if !wakes(todo) {
 		return nil
 	}
 	sess, desc := *c.sess, *c.desc
@@ -292,7 +302,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	if len(seen) > 0 {
 		m.ack(ctx, id, seen...)
 	}
-	if len(todo) == 0 {
+	if !wakes(todo) {
 		m.closeAgent(ctx, id, ag)
 		return nil
 	}
@@ -352,7 +362,7 @@ func (m *Manager) decode(ctx context.Context, c *child, rows []store.InboxMessag
 			m.answer(c, r.ID, answer{err: fmt.Errorf("deliver message %s: %w", r.ID, err)})
 			continue
 		}
-		out = append(out, delivery{id: r.ID, msg: msg})
+		out = append(out, delivery{id: r.ID, msg: msg, quiet: r.Quiet})
 	}
 	return out
 }
@@ -512,6 +522,7 @@ func (m *Manager) deliverInbox(ctx context.Context, parentID string, content []m
 	if err != nil {
 		return "", err
 	}
+	row.Quiet = !waking
 	m.do(childKey{store.Tenant(ctx), parentID}, func(c *child) {
 		var sess store.Session
 		if sess, err = m.header(ctx, c); err != nil {
