@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+
+	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
@@ -108,32 +111,6 @@ func notResident(id string) error {
 	return Errorf(EUnauthorized, "%q is not a live continuable subagent of this service; only one can report to its parent", id)
 }
 
-// liveRun returns the live activation of this process whose run id is
-// runID, found through its run row, in ctx's tenant. Returns ERunNotFound,
-// or the store's error.
-func (m *Manager) liveRun(ctx context.Context, runID string) (*activation, error) {
-	notFound := Errorf(ERunNotFound, "run %s is no live activation of this server", runID)
-	run, err := m.store.GetRun(ctx, runID)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return nil, notFound
-	case err != nil:
-		return nil, fmt.Errorf("look up run %s: %w", runID, err)
-	case run.Kind != store.KindActivation:
-		return nil, notFound
-	}
-	var act *activation
-	m.children.Peek(childKey{store.Tenant(ctx), run.ChildID}, func(c *child) {
-		if c.act != nil && c.act.runID == runID {
-			act = c.act
-		}
-	})
-	if act == nil {
-		return nil, notFound
-	}
-	return act, nil
-}
-
 // quietDelivery reports whether delivery is DeliveryQuiet. Returns
 // EInvalidRequest for anything but the two deliveries or "".
 func quietDelivery(delivery string) (bool, error) {
@@ -147,35 +124,67 @@ func quietDelivery(delivery string) (bool, error) {
 		Message: fmt.Sprintf("report delivery %q is not supported: use %q or %q", delivery, DeliveryNextStep, DeliveryQuiet)}
 }
 
-// SteerActivation is confirmed steering of a live activation (seam-spec
-// R96, POST /v1/runs/{runId}/steer): content joins the running turn of
-// the activation whose run id is runID and the call returns the message id
-// once a model step admitted it. It is strict — never queued for a later
-// turn, never a cold resume — and separate from Followup.
-//
-// Returns ERunNotFound when runID is no live activation of this process
-// (in ctx's tenant; its run row names the child whose loop is asked) or
-// the store's error reading that row; EInvalidRequest for empty content; ESteerRejected when
-// the activation runs no turn, was interrupted, is settling, or its turn
-// ended before admitting content; ctx's error when ctx ended first (the
-// content withdrawn).
-func (m *Manager) SteerActivation(ctx context.Context, runID string, content []model.Block) (string, error) {
-	act, err := m.liveRun(ctx, runID)
+// errNoSink: a message for a root parent, and no NoticeSink.
+var errNoSink = errors.New("no notice sink for root parents is configured")
+
+// send delivers a runtime message — a settlement notice or a report — to
+// durable parent parentID and returns its message id. Every notice and
+// report to one parent takes this one path, in the order the calls are
+// made (R110): a continuable parent through its durable inbox like a
+// followup (deliverInbox), any other parent through the NoticeSink. quiet
+// stores the message for the parent's next turn without waking it (R108).
+// Returns the store's error for a parent that cannot be read (wrapping
+// store.ErrNotFound when it is gone), errNoSink, or the delivery's error.
+func (m *Manager) send(ctx context.Context, parentID string, content []model.Block, src agent.Source, quiet bool) (string, error) {
+	parent, err := m.store.GetSession(ctx, parentID)
+	if err != nil {
+		return "", fmt.Errorf("read parent %s: %w", parentID, err)
+	}
+	if parent.ParentID != "" && parent.Mode == ModeContinuable {
+		return m.deliverInbox(ctx, parentID, content, src, !quiet)
+	}
+	if m.notices == nil {
+		return "", errNoSink
+	}
+	msg := agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: content, Source: src}
+	if err := m.notices.Notify(ctx, parentID, msg, quiet); err != nil {
+		return "", err
+	}
+	return msg.ID, nil
+}
+
+// deliverInbox accepts a message into continuable parent parentID's
+// durable inbox and routes it like a followup, without waiting for its
+// route: steered into a running turn, else — when waking — owed to the
+// next activation, which starts now if none is live; a message that does
+// not wake stays parked until something else wakes the parent. It returns
+// the message id.
+func (m *Manager) deliverInbox(ctx context.Context, parentID string, content []model.Block, src agent.Source, waking bool) (string, error) {
+	row, err := newRow(parentID, content, src)
 	if err != nil {
 		return "", err
 	}
-	if len(content) == 0 {
-		return "", &Error{Code: EInvalidRequest, Message: "content is required", Fields: map[string]string{"content": "required"}}
-	}
-	// The agent's own checks suffice: a settling activation's agent is idle
-	// or closed, an interrupted one's turn is cancelled.
-	id, err := act.agent.Steer(ctx, content, agent.Source{Kind: SourceUser})
-	if errors.Is(err, agent.ErrSteerRejected) {
-		return "", &Error{Code: ESteerRejected, Err: err, Message: "the subagent did not admit the message: it is not running a turn, " +
-			"was interrupted, is settling, or its turn ended first; send it a followup instead"}
-	}
+	row.Quiet = !waking
+	m.do(childKey{store.Tenant(ctx), parentID}, func(c *child) {
+		var sess store.Session
+		if sess, err = m.header(ctx, c); err != nil {
+			return
+		}
+		if err = m.resumable(ctx, c, sess.ParentID); err != nil {
+			return
+		}
+		if err = m.store.Enqueue(ctx, row); err != nil {
+			err = fmt.Errorf("accept message for %s: %w", parentID, err)
+			return
+		}
+		// Accepted: a failed cold resume leaves the row pending for the
+		// next wake (nobody waits for its route).
+		if err := m.route(ctx, c, row, waking); err != nil {
+			m.log.ErrorContext(ctx, "wake parent", slog.String("parent_id", parentID), slog.Any("error", err))
+		}
+	})
 	if err != nil {
-		return "", fmt.Errorf("steer activation %s of %s: %w", runID, act.c.key.id, err)
+		return "", err
 	}
-	return id, nil
+	return row.ID, nil
 }
