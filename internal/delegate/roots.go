@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -219,17 +220,24 @@ func (r *Roots) prompt(ctx context.Context, row store.InboxMessage) error {
 	})
 }
 
-// Recover loads, at start-up, the agent of every root session with rows in
-// the durable inbox — messages accepted before the previous process
-// stopped — which delivers them (see do). Continuable children are left
-// to subagent.Manager.Recover. Failures are logged per session and
-// returned joined; the other sessions are still recovered.
+// Recover delivers, at start-up, the rows in the durable inbox of every
+// root session — messages accepted before the previous process stopped:
+// quiet ones at the head go to the log without waking the session (R108,
+// R118), and when anything else is pending its agent is loaded, which
+// delivers the rest (see load). Continuable children are left to
+// subagent.Manager.Recover. Failures are logged per session and returned
+// joined; the other sessions are still recovered.
 func (r *Roots) Recover(ctx context.Context) error {
 	return subagent.RecoverInboxes(ctx, r.cfg.Store, r.log, func(ctx context.Context, sess store.Session) error {
 		if sess.ParentID != "" {
 			return nil // a child: its manager recovers it
 		}
-		return r.do(ctx, sess.ID, true, func(*root) error { return nil })
+		return r.do(ctx, sess.ID, false, func(s *root) error {
+			if s.agent != nil || s.closed {
+				return nil // loaded meanwhile, or shutting down: the rows wait
+			}
+			return r.open(ctx, s, false)
+		})
 	})
 }
 
@@ -289,20 +297,101 @@ func (r *Roots) load(ctx context.Context, s *root, create bool, f func(s *root) 
 		return subagent.Errorf(subagent.EDraining, "the service is shutting down")
 	}
 	if s.agent == nil && create {
-		a, err := r.build(ctx, s.key.id)
-		if err != nil {
-			return err
-		}
-		s.agent = a
-		if err := r.resume(ctx, s.key.id, s); err != nil {
-			if cerr := r.closeAgent(ctx, s.key.id, s); cerr != nil {
-				r.log.ErrorContext(ctx, "close root agent", slog.String("session_id", s.key.id), slog.Any("error", cerr))
-			}
+		if err := r.open(ctx, s, true); err != nil {
 			return err
 		}
 	}
 	s.lastUsed = time.Now()
 	return f(s)
+}
+
+// open loads s's agent and gives it the inbox rows its log lacks (resume).
+// Quiet rows at the head of the inbox are appended to the log first, so
+// that the agent loads with them and the next turn reads them (foldQuiet);
+// when nothing else is pending and always is unset, no agent is loaded
+// and nothing wakes. It runs in s's loop and s has no agent.
+func (r *Roots) open(ctx context.Context, s *root, always bool) error {
+	id := s.key.id
+	rows, err := r.foldQuiet(ctx, id)
+	if err != nil {
+		return err
+	}
+	if len(rows) == 0 && !always {
+		return nil
+	}
+	a, err := r.build(ctx, id)
+	if err != nil {
+		return err
+	}
+	s.agent = a
+	if err := r.resume(ctx, id, s, rows); err != nil {
+		if cerr := r.closeAgent(ctx, id, s); cerr != nil {
+			r.log.ErrorContext(ctx, "close root agent", slog.String("session_id", id), slog.Any("error", cerr))
+		}
+		return err
+	}
+	return nil
+}
+
+// foldQuiet appends the quiet rows at the head of root session id's
+// durable inbox to its log, as a quiet Notify to a root without an agent
+// does, acknowledges them, and returns the rows after them. A row the log
+// holds already (a crash between append and acknowledgement) is only
+// acknowledged. The log is read only when such a row is pending.
+func (r *Roots) foldQuiet(ctx context.Context, id string) ([]store.InboxMessage, error) {
+	rows, err := r.cfg.Store.Pending(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("root agent %s: read inbox: %w", id, err)
+	}
+	n := slices.IndexFunc(rows, func(row store.InboxMessage) bool { return !row.Quiet })
+	if n < 0 {
+		n = len(rows)
+	}
+	if n == 0 {
+		return rows, nil
+	}
+	if err := r.isRoot(ctx, id); err != nil {
+		return nil, err
+	}
+	logged, err := r.logged(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var msgs []agent.UserMessage
+	var ids []string
+	for _, row := range rows[:n] {
+		ids = append(ids, row.ID)
+		if logged[row.ID] {
+			continue
+		}
+		msg, err := subagent.RowMessage(row)
+		if err != nil {
+			r.log.ErrorContext(ctx, "dropping an undecodable inbox message", slog.String("session_id", id), slog.Any("error", err))
+			continue
+		}
+		msgs = append(msgs, msg)
+	}
+	if err := r.appendMessages(ctx, id, msgs...); err != nil {
+		return nil, err
+	}
+	r.ack(ctx, id, ids...)
+	return rows[n:], nil
+}
+
+// logged returns the ids of the user/messages root session id's log holds.
+func (r *Roots) logged(ctx context.Context, id string) (map[string]bool, error) {
+	ids := map[string]bool{}
+	for after := int64(-1); ; {
+		page, err := r.cfg.Store.Events(ctx, id, after, 1000)
+		if err != nil {
+			return nil, fmt.Errorf("root agent %s: read log: %w", id, err)
+		}
+		if len(page) == 0 {
+			return ids, nil
+		}
+		maps.Copy(ids, subagent.LoggedMessages(page))
+		after = page[len(page)-1].Seq
+	}
 }
 
 // build builds the agent of root session id from its header and log.
@@ -349,18 +438,15 @@ func (r *Roots) build(ctx context.Context, id string) (*agent.Agent, error) {
 	return a, nil
 }
 
-// resume delivers the rows the durable inbox holds for s's freshly loaded
-// agent, in acceptance order, each as its own turn: what a crash, a
-// shutdown or a closed agent left undelivered. The inbox is the authority:
-// what the log left queued in the agent's own inbox is discarded first, and
-// rows the log already holds are acknowledged, so that nothing runs twice.
-func (r *Roots) resume(ctx context.Context, id string, s *root) error {
+// resume delivers rows, what the durable inbox holds for s's freshly
+// loaded agent after its quiet head (foldQuiet), in acceptance order, each
+// as its own turn: what a crash, a shutdown or a closed agent left
+// undelivered. The inbox is the authority: what the log left queued in the
+// agent's own inbox is discarded first, and rows the log already holds are
+// acknowledged, so that nothing runs twice.
+func (r *Roots) resume(ctx context.Context, id string, s *root, rows []store.InboxMessage) error {
 	a := s.agent
 	a.Cancel(agent.CauseDisposed, false)
-	rows, err := r.cfg.Store.Pending(ctx, id)
-	if err != nil {
-		return fmt.Errorf("root agent %s: read inbox: %w", id, err)
-	}
 	if len(rows) == 0 {
 		return nil
 	}
@@ -460,6 +546,7 @@ func (r *Roots) Notify(ctx context.Context, parentID string, msg agent.UserMessa
 	if err != nil {
 		return fmt.Errorf("notify %s: %w", parentID, err)
 	}
+	row.Quiet = quiet
 	msg.ID = row.ID
 	n := &delivery{msg: msg, quiet: quiet}
 	return r.route(ctx, parentID, opNotify, notifyArgs{msg, quiet}, func() error {
@@ -545,26 +632,50 @@ func (r *Roots) deliver(ctx context.Context, parentID string, s *root, n *delive
 }
 
 // appendNotice writes a notice to the log of a root session without a live
-// agent. Callers run in its loop, so no agent loads meanwhile.
+// agent. Callers run in its loop, so no agent loads meanwhile. Returns
+// ESessionNotFound, EInvalidRequest for a session that is not a root, and
+// store errors.
 func (r *Roots) appendNotice(ctx context.Context, parentID string, msg agent.UserMessage) error {
-	hdr, err := r.cfg.Store.GetSession(ctx, parentID)
+	if err := r.isRoot(ctx, parentID); err != nil {
+		return err
+	}
+	return r.appendMessages(ctx, parentID, msg)
+}
+
+// isRoot returns ESessionNotFound unless id is a session, EInvalidRequest
+// unless it is a root session, or the store's error.
+func (r *Roots) isRoot(ctx context.Context, id string) error {
+	hdr, err := r.cfg.Store.GetSession(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return subagent.Errorf(subagent.ESessionNotFound, "session %q not found", parentID)
+		return subagent.Errorf(subagent.ESessionNotFound, "session %q not found", id)
 	}
 	if err != nil {
-		return fmt.Errorf("notify %s: %w", parentID, err)
+		return fmt.Errorf("read session %s: %w", id, err)
 	}
 	if hdr.ParentID != "" {
-		return subagent.Errorf(subagent.EInvalidRequest, "session %q is not a root session", parentID)
+		return subagent.Errorf(subagent.EInvalidRequest, "session %q is not a root session", id)
 	}
-	if msg.Content == nil {
-		msg.Content = []model.Block{}
+	return nil
+}
+
+// appendMessages appends msgs, in order, to root session parentID's log as
+// user/messages; none is a no-op.
+func (r *Roots) appendMessages(ctx context.Context, parentID string, msgs ...agent.UserMessage) error {
+	if len(msgs) == 0 {
+		return nil
 	}
-	data, err := json.Marshal(msg)
-	if err != nil {
-		return fmt.Errorf("notify %s: %w", parentID, err)
+	evs := make([]store.NewEvent, len(msgs))
+	for i, msg := range msgs {
+		if msg.Content == nil {
+			msg.Content = []model.Block{}
+		}
+		data, err := json.Marshal(msg)
+		if err != nil {
+			return fmt.Errorf("notify %s: %w", parentID, err)
+		}
+		evs[i] = store.NewEvent{Type: agent.EventUserMessage, Data: data}
 	}
-	if _, err := r.cfg.Store.AppendEvents(r.fenced(ctx), parentID, store.NewEvent{Type: agent.EventUserMessage, Data: data}); err != nil {
+	if _, err := r.cfg.Store.AppendEvents(r.fenced(ctx), parentID, evs...); err != nil {
 		return fmt.Errorf("notify %s: %w", parentID, err)
 	}
 	return nil

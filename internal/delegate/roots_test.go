@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -405,5 +406,33 @@ func TestRoots_MailboxPromptsQueuedAtCloseRunOnceAfterRecover(t *testing.T) {
 	}
 	if strings.Join(texts, ",") != "hold,a,b" || count[ids[0]] != 1 || count[ids[1]] != 1 {
 		t.Fatalf("root log user messages %v (by id %v), want hold, a, b once each", texts, count)
+	}
+}
+
+// TestRoots_R108_AQuietNoticeAwaitingAdmissionIsAQuietRow: a quiet notice
+// steered into a busy root's turn waits for admission as a quiet inbox row
+// — what a crash then leaves recovery delivers without waking the root —
+// and a waking one as a waking row.
+func TestRoots_R108_AQuietNoticeAwaitingAdmissionIsAQuietRow(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{}) // never closed: the turn runs until Close
+	w := newWorld(t, scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "never", Gate: hold} }))
+	ctx, root := w.busyRoot(t, "hold")
+	for _, quiet := range []bool{true, false} {
+		msg := agent.UserMessage{Content: inprocesstest.Text(strconv.FormatBool(quiet)), Source: reportSource("k")}
+		if err := w.roots.Notify(ctx, root, msg, quiet); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := w.Store.Pending(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []bool
+	for _, r := range rows {
+		got = append(got, r.Quiet)
+	}
+	if !slices.Equal(got, []bool{true, false}) {
+		t.Errorf("inbox rows quiet %v, want the quiet notice's row quiet, the other not", got)
 	}
 }

@@ -15,6 +15,7 @@ type inboxRow struct {
 	TaskID    string    `db:"task_id"`
 	Content   []byte    `db:"content"`
 	Source    []byte    `db:"source"`
+	Quiet     bool      `db:"quiet"`
 	CreatedAt time.Time `db:"created_at"`
 }
 
@@ -22,9 +23,9 @@ type inboxRow struct {
 // store.ErrConflict if the id exists, in any tenant.
 func (s *Store) Enqueue(ctx context.Context, m store.InboxMessage) (err error) {
 	defer wrap(&err, "enqueue %q for %q", m.ID, m.ChildID)
-	_, err = s.pool.Exec(ctx, `INSERT INTO inbox (tenant, id, child_id, task_id, content, source, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		store.Tenant(ctx), m.ID, m.ChildID, m.TaskID, nullJSON(m.Content), nullJSON(m.Source), now(m.CreatedAt))
+	_, err = s.pool.Exec(ctx, `INSERT INTO inbox (tenant, id, child_id, task_id, content, source, quiet, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		store.Tenant(ctx), m.ID, m.ChildID, m.TaskID, nullJSON(m.Content), nullJSON(m.Source), m.Quiet, now(m.CreatedAt))
 	return err
 }
 
@@ -32,7 +33,7 @@ func (s *Store) Enqueue(ctx context.Context, m store.InboxMessage) (err error) {
 // most 1000.
 func (s *Store) Pending(ctx context.Context, childID string) (_ []store.InboxMessage, err error) {
 	defer wrap(&err, "read inbox of %q", childID)
-	rows, _ := s.pool.Query(ctx, `SELECT id, child_id, task_id, content, source, created_at FROM inbox
+	rows, _ := s.pool.Query(ctx, `SELECT id, child_id, task_id, content, source, quiet, created_at FROM inbox
 		WHERE tenant = $1 AND child_id = $2 ORDER BY pos LIMIT $3`, store.Tenant(ctx), childID, maxLimit)
 	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[inboxRow])
 	if err != nil {
@@ -40,7 +41,8 @@ func (s *Store) Pending(ctx context.Context, childID string) (_ []store.InboxMes
 	}
 	out := make([]store.InboxMessage, len(list))
 	for i, r := range list {
-		out[i] = store.InboxMessage{ID: r.ID, ChildID: r.ChildID, TaskID: r.TaskID, Content: r.Content, Source: r.Source, CreatedAt: r.CreatedAt.UTC()}
+		out[i] = store.InboxMessage{ID: r.ID, ChildID: r.ChildID, TaskID: r.TaskID, Content: r.Content, Source: r.Source,
+			Quiet: r.Quiet, CreatedAt: r.CreatedAt.UTC()}
 	}
 	return out, nil
 }

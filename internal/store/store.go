@@ -178,14 +178,18 @@ type LifecycleFilter struct {
 	Types    []string
 }
 
-// InboxMessage is a followup accepted for a continuable child and not yet
-// delivered into its log.
+// InboxMessage is a message accepted for a resident agent (a root session
+// or a continuable child) and not yet delivered into its log.
 type InboxMessage struct {
-	ID        string
-	ChildID   string
-	TaskID    string
-	Content   json.RawMessage
-	Source    json.RawMessage
+	ID      string
+	ChildID string
+	TaskID  string
+	Content json.RawMessage
+	Source  json.RawMessage
+	// Quiet marks a message delivered without waking its recipient (a
+	// quiet report, a notice during shutdown): it joins the recipient's
+	// next turn and never starts one itself, also after a crash.
+	Quiet     bool
 	CreatedAt time.Time
 }
 

@@ -187,13 +187,13 @@ func (m *Manager) controlRun(ctx context.Context, runID string, dispose bool) er
 		}
 		return h.Dispose(ctx)
 	}
-	m.mu.Lock()
-	act := m.runs[runID]
-	m.mu.Unlock()
-	if act != nil && act.c.key.tenant == store.Tenant(ctx) {
+	act, err := m.liveRun(ctx, runID)
+	if err != nil && ErrorCode(err) != ERunNotFound {
+		return err
+	}
+	if act != nil {
 		m.do(act.c.key, func(c *child) {
-			if c.act == act && !act.closing && !act.interrupted {
-				act.interrupted = true
+			if c.act == act && act.to(actInterrupted) {
 				act.agent.Cancel(agent.CauseUser, true)
 			}
 		})
@@ -209,7 +209,7 @@ func (m *Manager) controlRun(ctx context.Context, runID string, dispose bool) er
 	if !dispose {
 		return nil // settled, or lost with its owner: the reaper closes it
 	}
-	err := m.store.DisposeRun(ctx, runID)
+	err = m.store.DisposeRun(ctx, runID)
 	if errors.Is(err, store.ErrConflict) {
 		return Errorf(ERunNotFound, "run %s is running but no live replica drives it; it is closed once its lease lapses", runID)
 	}
@@ -261,7 +261,7 @@ func (m *Manager) TakeOver(ctx context.Context, sess store.Session) (bool, error
 // they had not admitted stay in the durable inbox for the next owner.
 func (m *Manager) Fence(context.Context) {
 	m.children.Each(func(c *child) {
-		if act := c.act; act != nil && !act.closing {
+		if act := c.act; act != nil && act.state < actSettling {
 			act.agent.Cancel(agent.CauseDisposed, true)
 		}
 	})

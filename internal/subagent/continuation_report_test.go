@@ -47,7 +47,7 @@ func TestReport_R110_SettlementWaitsForAReportBeingDelivered(t *testing.T) {
 	// from settling.
 	<-(<-agents).Idle()
 	var settling bool
-	e.m.do(childKey{store.DefaultTenant, res.ChildID}, func(c *child) { settling = c.act == nil || c.act.closing })
+	e.m.do(childKey{store.DefaultTenant, res.ChildID}, func(c *child) { settling = c.act == nil || c.act.state == actSettling })
 	if settling {
 		t.Error("the activation began to settle while a report was still being delivered")
 	}
@@ -70,8 +70,9 @@ func TestReport_R110_SettlementWaitsForAReportBeingDelivered(t *testing.T) {
 }
 
 // TestReport_R108_QuietReportParksInAContinuableParent: a quiet report to
-// a continuable parent that is not live is accepted into its durable inbox
-// without starting it; the next waking message delivers it first. A report
+// a continuable parent that is not live is accepted into its durable inbox,
+// as a quiet row, without starting it; the next waking message delivers it
+// first. A report
 // after Shutdown is refused (R106, DRAINING).
 func TestReport_R108_QuietReportParksInAContinuableParent(t *testing.T) {
 	t.Parallel()
@@ -94,6 +95,10 @@ func TestReport_R108_QuietReportParksInAContinuableParent(t *testing.T) {
 	}
 	if e.m.liveActivation(childKey{store.DefaultTenant, parent.ChildID}) != nil {
 		t.Error("a quiet report started the parent")
+	}
+	// Quiet in the inbox too, so that a restart does not wake the parent.
+	if rows, err := e.st.Pending(t.Context(), parent.ChildID); err != nil || len(rows) != 1 || !rows[0].Quiet {
+		t.Errorf("parent inbox %+v, %v: want the report as one quiet row", rows, err)
 	}
 	close(hold)
 	evs := e.waitLog(t, parent.ChildID, "the kid's notice", func(evs []store.Event) bool {

@@ -116,3 +116,12 @@ func RecoverInboxes(ctx context.Context, st store.Store, log *slog.Logger, recov
 		}
 	}
 }
+
+// ack removes delivered (or withdrawn) rows from the durable inbox. A
+// failure is logged: a delivered row left behind is recognised from the log
+// at the next cold resume.
+func (m *Manager) ack(ctx context.Context, childID string, ids ...string) {
+	if err := m.store.Ack(ctx, childID, ids...); err != nil {
+		m.log.ErrorContext(ctx, "remove delivered or withdrawn inbox messages", slog.String("child_id", childID), slog.Any("error", err))
+	}
+}

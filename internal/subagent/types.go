@@ -1,8 +1,3 @@
-// Package subagent is the subagent seam (seam-spec §0–§2): the provider
-// registry, the validation order of a one-shot start, runs and their exactly-
-// once settlement, the lifecycle event bus, delegation depth, descriptors and
-// the output-schema subset. It has no HTTP and no SQL: persistence goes
-// through store.Store, transports through Provider.
 package subagent
 
 import (

@@ -178,8 +178,11 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext('subagentd pgtest template'))")
 
 	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil || exists {
-		return name, err
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return "", fmt.Errorf("pgtest: look up template: %w", err)
+	}
+	if exists {
+		return name, markUsed(ctx, conn, name)
 	}
 	// Build under another name and rename, so a process killed half-way
 	// leaves no template that looks finished.
@@ -199,15 +202,35 @@ func ensureTemplate(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("pgtest: build template: %w", err)
 		}
 	}
+	if err := markUsed(ctx, conn, name); err != nil {
+		return "", err
+	}
 	dropOldTemplates(ctx, conn, name)
 	return name, nil
 }
 
-// dropOldTemplates drops templates of earlier migrations, so editing them
-// does not pile up databases. A test process still on old migrations would
-// fail to clone; that only happens while migrations are being edited.
+// templateUnused is how long a template of other migrations must have gone
+// unused before dropOldTemplates drops it: another checkout on other
+// migrations (a branch) may be testing against the same server right now.
+const templateUnused = time.Hour
+
+// markUsed records in name's comment that a test process uses it now.
+func markUsed(ctx context.Context, conn *pgxpool.Conn, name string) error {
+	_, err := conn.Exec(ctx, fmt.Sprintf("COMMENT ON DATABASE %s IS 'pgtest used %d'", name, time.Now().Unix()))
+	if err != nil {
+		return fmt.Errorf("pgtest: mark template used: %w", err)
+	}
+	return nil
+}
+
+// dropOldTemplates drops templates of other migrations that no test process
+// used for templateUnused (markUsed), so editing migrations does not pile
+// up databases while checkouts on other migrations keep theirs.
 func dropOldTemplates(ctx context.Context, conn *pgxpool.Conn, keep string) {
-	rows, _ := conn.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, $1) AND datname <> $2", templatePrefix, keep)
+	rows, _ := conn.Query(ctx, `SELECT datname FROM pg_database d
+		WHERE starts_with(datname, $1) AND datname <> $2
+		  AND COALESCE(substring(shobj_description(d.oid, 'pg_database') FROM '^pgtest used ([0-9]+)$')::bigint, 0) < $3`,
+		templatePrefix, keep, time.Now().Add(-templateUnused).Unix())
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return

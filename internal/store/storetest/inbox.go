@@ -74,6 +74,14 @@ var inboxTests = []test{
 			t.Fatalf("PendingChildren after acking c = %v, want %v", got, want)
 		}
 	}},
+	{"Pending_KeepsQuiet", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		loud, quiet := followup("m1", "c"), followup("m2", "c")
+		quiet.Quiet = true
+		ok(t, s.Enqueue(ctx, loud))
+		ok(t, s.Enqueue(ctx, quiet))
+		sameList(t, "Pending(c)", must(s.Pending(ctx, "c"))(t), []store.InboxMessage{loud, quiet}, canonInbox)
+	}},
 	{"Pending_UnknownChildIsEmpty", func(t *testing.T, s store.Store) {
 		if got := must(s.Pending(t.Context(), "nope"))(t); len(got) != 0 {
 			t.Fatalf("Pending(nope) = %s, want empty", show(got))

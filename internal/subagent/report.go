@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+
+	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
@@ -94,7 +97,7 @@ func (m *Manager) admitReport(ctx context.Context, key childKey, inc *incarnatio
 	m.children.Peek(key, func(c *child) {
 		switch a := c.act; {
 		case a == nil || (inc != nil && inc.act != a):
-		case a.closing:
+		case a.state == actSettling:
 			err = Errorf(EActivationClosing, "subagent %q is settling; its report was not accepted", key.id)
 		default:
 			a.inflight++
@@ -121,37 +124,81 @@ func quietDelivery(delivery string) (bool, error) {
 		Message: fmt.Sprintf("report delivery %q is not supported: use %q or %q", delivery, DeliveryNextStep, DeliveryQuiet)}
 }
 
-// SteerActivation is confirmed steering of a live activation (seam-spec
-// R96, POST /v1/runs/{runId}/steer): content joins the running turn of
-// the activation whose run id is runID and the call returns the message id
-// once a model step admitted it. It is strict — never queued for a later
-// turn, never a cold resume — and separate from Followup.
-//
-// An activation another replica drives is steered there (Control).
-// Returns ERunNotFound when runID is no live activation of any replica
-// (in ctx's tenant); EInvalidRequest for empty content; ESteerRejected when
-// the activation runs no turn, was interrupted, is settling, or its turn
-// ended before admitting content; ctx's error when ctx ended first (the
-// content withdrawn).
-func (m *Manager) SteerActivation(ctx context.Context, runID string, content []model.Block) (string, error) {
-	m.mu.Lock()
-	act := m.runs[runID]
-	m.mu.Unlock()
-	if act == nil || act.c.key.tenant != store.Tenant(ctx) {
-		return m.routeSteer(ctx, runID, content)
-	}
-	if len(content) == 0 {
-		return "", &Error{Code: EInvalidRequest, Message: "content is required", Fields: map[string]string{"content": "required"}}
-	}
-	// The agent's own checks suffice: a settling activation's agent is idle
-	// or closed, an interrupted one's turn is cancelled.
-	id, err := act.agent.Steer(ctx, content, agent.Source{Kind: SourceUser})
-	if errors.Is(err, agent.ErrSteerRejected) {
-		return "", &Error{Code: ESteerRejected, Err: err, Message: "the subagent did not admit the message: it is not running a turn, " +
-			"was interrupted, is settling, or its turn ended first; send it a followup instead"}
-	}
+// errNoSink: a message for a root parent, and no NoticeSink.
+var errNoSink = errors.New("no notice sink for root parents is configured")
+
+// send delivers a runtime message — a settlement notice or a report — to
+// durable parent parentID and returns its message id. Every notice and
+// report to one parent takes this one path, in the order the calls are
+// made (R110): a continuable parent through its durable inbox like a
+// followup (deliverInbox), any other parent through the NoticeSink. quiet
+// stores the message for the parent's next turn without waking it (R108).
+// Returns the store's error for a parent that cannot be read (wrapping
+// store.ErrNotFound when it is gone), errNoSink, or the delivery's error.
+func (m *Manager) send(ctx context.Context, parentID string, content []model.Block, src agent.Source, quiet bool) (string, error) {
+	// The parent's writes are fenced by the parent's own lease, not by
+	// the sender's.
+	ctx = store.WithOwner(ctx, "")
+	parent, err := m.store.GetSession(ctx, parentID)
 	if err != nil {
-		return "", fmt.Errorf("steer activation %s of %s: %w", runID, act.c.key.id, err)
+		return "", fmt.Errorf("read parent %s: %w", parentID, err)
 	}
-	return id, nil
+	if parent.ParentID != "" && parent.Mode == ModeContinuable {
+		return m.deliverInbox(ctx, parentID, content, src, !quiet)
+	}
+	if m.notices == nil {
+		return "", errNoSink
+	}
+	msg := agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: content, Source: src}
+	if err := m.notices.Notify(ctx, parentID, msg, quiet); err != nil {
+		return "", err
+	}
+	return msg.ID, nil
+}
+
+// deliverInbox accepts a message into continuable parent parentID's
+// durable inbox and routes it like a followup, without waiting for its
+// route: steered into a running turn, else — when waking — owed to the
+// next activation, which starts now if none is live; a message that does
+// not wake stays parked until something else wakes the parent. It returns
+// the message id.
+func (m *Manager) deliverInbox(ctx context.Context, parentID string, content []model.Block, src agent.Source, waking bool) (string, error) {
+	row, err := newRow(parentID, content, src)
+	if err != nil {
+		return "", err
+	}
+	row.Quiet = !waking
+	if err := m.deliverRow(ctx, row, waking); err != nil {
+		return "", err
+	}
+	return row.ID, nil
+}
+
+// deliver is deliverInbox of row on this replica. A row stored already (a
+// request retried after the replica it was sent to was lost) is taken as
+// accepted.
+func (m *Manager) deliver(ctx context.Context, row store.InboxMessage, waking bool) error {
+	parentID := row.ChildID
+	var err error
+	m.do(childKey{store.Tenant(ctx), parentID}, func(c *child) {
+		var sess store.Session
+		if sess, err = m.header(ctx, c); err != nil {
+			return
+		}
+		if err = m.resumable(ctx, c, sess.ParentID); err != nil {
+			return
+		}
+		if err = m.store.Enqueue(ctx, row); err != nil && !errors.Is(err, store.ErrConflict) {
+			err = fmt.Errorf("accept message for %s: %w", parentID, err)
+			return
+		}
+		err = nil
+		// Accepted: a failed cold resume leaves the row pending for the
+		// next wake (nobody waits for its route) — also when another
+		// replica took the parent since: its next activation delivers it.
+		if err := m.route(ctx, c, row, waking); err != nil {
+			m.log.ErrorContext(ctx, "wake parent", slog.String("parent_id", parentID), slog.Any("error", err))
+		}
+	})
+	return err
 }

@@ -1,0 +1,287 @@
+package subagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// activation is one residency epoch of a continuable child (R64, R71): a
+// live agent, a run row of kind activation with its task id, and one
+// subagent/start … subagent/end pair.
+type activation struct {
+	c        *child
+	base     context.Context // the child's tenant, without cancellation
+	agent    ChildAgent
+	runID    string
+	taskID   string
+	provider string // the descriptor's, registered or not (R7, R71)
+	local    bool   // the provider's Local; true for an unregistered one (in-process resume)
+	parentID string
+	// boundary is the log length at the start edge: the epoch's facts
+	// come only from the events after it (R69, §8.7).
+	boundary int
+
+	// Owned by c's loop.
+	state    actState // see state.go
+	inflight int      // submitted steers and reports not yet settled
+	// release gives back the activation's live-run slot
+	// (Service.reserveLive) when it settles, unless settle hands the slot
+	// on to the cold resume it owes (then nil).
+	release func()
+
+	done chan struct{} // closed once the activation settled and was removed
+	// started is closed once subagent/start was dispatched, which its end
+	// must follow.
+	started chan struct{}
+}
+
+// event returns the lifecycle event of type typ for act.
+func (a *activation) event(typ string) Event {
+	return Event{Type: typ, RunID: a.runID, Provider: a.provider, ID: a.c.key.id, Local: a.local,
+		ParentID: a.parentID, TaskID: a.taskID}
+}
+
+// incarnation identifies the activation a materialization became, so that
+// the report tool of an agent is honoured only while that activation is
+// resident (R106: never for a stale same-id object). act is set in the
+// child's loop once the activation is published.
+type incarnation struct{ act *activation }
+
+// begin publishes an activation over ag, the agent materialized with inc:
+// it records the run row of kind activation with a fresh run id and task
+// id, and puts the dispatch of subagent/start (R71) in c's outbox. The
+// activation holds the live-run slot release gives back; on error the
+// caller still holds it. It runs in c's loop.
+func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store.Session, desc Descriptor, inc *incarnation,
+	release func()) (*activation, error) {
+	act := &activation{
+		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(), release: release,
+		provider: desc.Provider, local: true, parentID: sess.ParentID, boundary: len(ag.Events()),
+		done: make(chan struct{}), started: make(chan struct{}),
+	}
+	if p, ok := m.svc.Provider(desc.Provider); ok {
+		act.local = p.Capabilities().Local
+	}
+	now := time.Now()
+	start := act.event(EventStart)
+	row, err := lifecycleRow(start, now)
+	if err == nil {
+		row, err = m.store.StartRun(ctx, store.Run{
+			ID: act.runID, Kind: store.KindActivation, Provider: act.provider, ChildID: c.key.id,
+			ParentID: act.parentID, TaskID: act.taskID, Local: act.local, State: store.StateRunning,
+			StartedAt: now, Owner: m.svc.owner, LeaseUntil: now.Add(m.svc.lease),
+		}, row)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("record start of activation of %s: %w", c.key.id, err)
+	}
+	start.Seq = row.ID
+	inc.act = act
+	c.outbox = append(c.outbox, func() {
+		m.svc.bus.dispatch(ctx, start)
+		close(act.started)
+	})
+	return act, nil
+}
+
+// open delivers row as the message that opens act's turn: on the idle
+// agent it is logged as user/message at once, so the row is acknowledged.
+func (m *Manager) open(act *activation, row store.InboxMessage) error {
+	msg, err := RowMessage(row)
+	if err == nil {
+		_, err = act.agent.FollowupMessage(act.base, msg)
+	}
+	if err != nil {
+		return fmt.Errorf("deliver message %s to %s: %w", row.ID, act.c.key.id, err)
+	}
+	m.ack(act.base, act.c.key.id, row.ID)
+	return nil
+}
+
+// rollback undoes an activation whose first message was not accepted: its
+// agent is closed and its start edge ended aborted, without a notice (R59,
+// R60, R75). It runs in c's loop and act is starting.
+func (m *Manager) rollback(act *activation) {
+	act.mustTo(actSettled)
+	m.closeAgent(act.base, act.c.key.id, act.agent)
+	act.c.outbox = append(act.c.outbox, m.end(act, StopAborted, []model.Block{}))
+	act.release()
+	close(act.done)
+}
+
+// releaseSlot gives back the live-run slot c holds for a cold resume that
+// did not take it. It runs in c's loop.
+func (m *Manager) releaseSlot(c *child) {
+	if c.slot != nil {
+		c.slot()
+		c.slot = nil
+	}
+}
+
+// release ends one unit of act's inflight work; the last one lets act
+// settle once its turn has ended. It runs in c's loop.
+func (m *Manager) release(c *child, act *activation) {
+	act.inflight--
+	m.settleIfDone(c, act)
+}
+
+// resume cold-resumes c and delivers its pending rows. On failure every
+// waiting caller gets the error and its message is withdrawn, so that an
+// error means not delivered; rows nobody waits for stay pending. It runs in
+// c's loop and c has no live activation.
+func (m *Manager) resume(ctx context.Context, c *child) error {
+	if m.isDraining() {
+		return nil // the rows stay pending for Recover after the restart
+	}
+	err := m.coldResume(ctx, c)
+	if err != nil {
+		for id, w := range c.waiters {
+			w <- answer{err: err}
+			delete(c.waiters, id)
+			m.ack(ctx, c.key.id, id)
+		}
+	}
+	return err
+}
+
+// delivery is a pending row ready to deliver; quiet as the row.
+type delivery struct {
+	id    string
+	msg   agent.UserMessage
+	quiet bool
+}
+
+// wakes reports whether some of ds is not quiet: only such a delivery
+// starts an activation (R108, R118).
+func wakes(ds []delivery) bool {
+	return slices.ContainsFunc(ds, func(d delivery) bool { return !d.quiet })
+}
+
+// coldResume starts a new activation of c over its persisted log (R86–R89)
+// and delivers its pending rows in acceptance order, each as its own turn
+// (R83, R103), answering their callers RouteStarted. Rows the log already
+// holds as user/messages (a crash between delivery and acknowledgement) are
+// acknowledged instead. With nothing to deliver that wakes no activation
+// starts: quiet rows (a quiet report, a notice during shutdown — R108,
+// R118), also those a crash left, wait for an activation something else
+// starts, and run in it in their place. It runs in c's loop; c.act is nil
+// and c.sess, c.desc are verified.
+func (m *Manager) coldResume(ctx context.Context, c *child) error {
+	id := c.key.id
+	pending, err := m.store.Pending(ctx, id)
+	if err != nil {
+		return fmt.Errorf("resume %s: read inbox: %w", id, err)
+	}
+	todo := m.decode(ctx, c, pending)
+	if !wakes(todo) {
+		return nil
+	}
+	sess, desc := *c.sess, *c.desc
+	// This replica drives the child from here: its lease first, and its
+	// writes fenced by it.
+	if err := m.hold(ctx, c); err != nil {
+		return err
+	}
+	ctx = m.svc.ctl.Fenced(ctx)
+	// Only the descriptor's route: never the original budget, never the
+	// parent's current route (§1.8, R88).
+	inc := &incarnation{}
+	ag, err := m.materializer(desc.Provider).Materialize(ctx, MaterializeRequest{Session: sess, Descriptor: desc,
+		Options: AgentOptions{Provider: desc.AgentProvider, Model: desc.AgentModel}, Report: m.reporter(c.key, inc)})
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return err // R89
+		}
+		return &Error{Code: ENotResumable, Message: fmt.Sprintf("subagent %q could not be resumed", id), Err: err}
+	}
+	// The durable inbox is the authority for undelivered messages: what a
+	// crash left queued in the agent's own log-sourced inbox is dropped, so
+	// that nothing runs twice.
+	ag.Cancel(agent.CauseDisposed, false)
+	logged := LoggedMessages(ag.Events())
+	var seen []string
+	todo = slices.DeleteFunc(todo, func(d delivery) bool {
+		if logged[d.id] {
+			seen = append(seen, d.id)
+			return true
+		}
+		return false
+	})
+	if len(seen) > 0 {
+		m.ack(ctx, id, seen...)
+	}
+	if !wakes(todo) {
+		m.closeAgent(ctx, id, ag)
+		return nil
+	}
+	// The slot a followup reserved for this resume, else one that counts
+	// but is never refused: the messages are accepted already.
+	release := c.slot
+	c.slot = nil
+	if release == nil {
+		release, _ = m.svc.reserveLive(c.key.tenant, true)
+	}
+	act, err := m.begin(ctx, c, ag, sess, desc, inc, release)
+	if err != nil {
+		release()
+		m.closeAgent(ctx, id, ag)
+		return err
+	}
+	owed := false
+	for i, d := range todo {
+		if _, err := ag.FollowupMessage(ctx, d.msg); err != nil {
+			if i == 0 {
+				m.rollback(act)
+				return fmt.Errorf("resume %s: deliver message %s: %w", id, d.id, err)
+			}
+			// The rest waits, in order, for the next activation.
+			m.log.ErrorContext(ctx, "deliver inbox message", slog.String("child_id", id), slog.Any("error", err))
+			owed = true
+			break
+		}
+		if i == 0 {
+			m.ack(ctx, id, d.id) // logged at once: it opened the turn
+		}
+		m.answer(c, d.id, answer{res: FollowupResult{Route: RouteStarted, TaskID: act.taskID, MessageID: d.id}})
+	}
+	// Queued turns run first: a later delivery waits for the next
+	// activation rather than overtaking them as a steer.
+	live := actSteering
+	if len(todo) > 1 {
+		live = actQueued
+	}
+	c.activate(act, live)
+	if owed {
+		c.owe()
+	}
+	return nil
+}
+
+// decode turns pending rows into deliveries. A row that does not decode is
+// dropped: it is logged, withdrawn and its caller told. It runs in c's
+// loop.
+func (m *Manager) decode(ctx context.Context, c *child, rows []store.InboxMessage) []delivery {
+	out := make([]delivery, 0, len(rows))
+	for _, r := range rows {
+		msg, err := RowMessage(r)
+		if err != nil {
+			m.log.ErrorContext(ctx, "dropping an undecodable inbox message", slog.String("child_id", c.key.id), slog.Any("error", err))
+			m.ack(ctx, c.key.id, r.ID)
+			m.answer(c, r.ID, answer{err: fmt.Errorf("deliver message %s: %w", r.ID, err)})
+			continue
+		}
+		out = append(out, delivery{id: r.ID, msg: msg, quiet: r.Quiet})
+	}
+	return out
+}

@@ -1,0 +1,322 @@
+package subagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// Followup delivers content to continuable child childID on behalf of its
+// durable direct parent (seam-spec §2.11, DESIGN §1). The message is stored
+// in the durable inbox before anything else happens, then: a running child
+// gets it steered into its open turn and the call answers RouteSteered once
+// a model step admitted it; otherwise — the child is not live, its turn is
+// ending, or it was interrupted — the call answers RouteStarted once a new
+// activation that cold-resumed the child took it, behind every message
+// accepted before it (R90, R103). Cold resume rebuilds the agent from the
+// descriptor alone and never re-appends descriptor or policy (R86–R88).
+//
+// Returns, before anything is stored or appended: EDraining;
+// EInvalidRequest for an empty parent id, or content that is empty or not
+// JSON;
+// ESessionNotFound for an unknown child; EUnauthorized when parentSessionID
+// is not the child's durable parent (src grants nothing, R84); ENotResumable
+// for a one-shot child or one without a supported continuable descriptor in
+// its own suffix (R87); EAborted when ctx is already done (R91);
+// ERateLimited when the child has no live activation and the tenant no
+// free live-run slot (Config.MaxLiveRuns) for the one it would start. After
+// acceptance: a cold resume that fails returns
+// its error (a *Error unchanged, anything else as ENotResumable, R89) and
+// the message is withdrawn, so an error always means not delivered — except
+// EAborted: when ctx ends, or the manager shuts down, while the message
+// waits for its route (a message parked by an interrupt waits for the next
+// followup), the message stays accepted and will still be delivered (R91).
+//
+// A child another replica drives gets the followup there (see Control),
+// and this call answers what that replica answered.
+func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src agent.Source) (FollowupResult, error) {
+	if err := m.admitting(); err != nil {
+		return FollowupResult{}, err
+	}
+	if parentSessionID == "" {
+		return FollowupResult{}, &Error{Code: EInvalidRequest, Message: "parentSessionId is required",
+			Fields: map[string]string{"parentSessionId": "required"}}
+	}
+	if src.Kind == "" {
+		src.Kind = SourceUser
+	}
+	if len(content) == 0 {
+		return FollowupResult{}, &Error{Code: EInvalidRequest, Message: "content is required",
+			Fields: map[string]string{"content": "required"}}
+	}
+	row, err := newRow(childID, content, src)
+	if err != nil {
+		return FollowupResult{}, &Error{Code: EInvalidRequest, Message: "content is not valid JSON",
+			Fields: map[string]string{"content": "not valid JSON"}, Err: err}
+	}
+	if ctx.Err() != nil {
+		return FollowupResult{}, followupAborted(ctx)
+	}
+	return m.followupRow(ctx, parentSessionID, row)
+}
+
+// followup is Followup of row on this replica, which drives the child or
+// is about to. A row stored already (a request retried after the replica
+// it was sent to was lost) is taken as accepted.
+func (m *Manager) followup(ctx context.Context, parentSessionID string, row store.InboxMessage) (FollowupResult, error) {
+	childID := row.ChildID
+	key := childKey{store.Tenant(ctx), childID}
+	w := make(chan answer, 1)
+	var err error
+	m.do(key, func(c *child) {
+		// Admission again in the child's loop: a Shutdown that began since
+		// must not find a new activation it never cancels (R113, R117).
+		if err = m.admitting(); err != nil {
+			return
+		}
+		if err = m.resumable(ctx, c, parentSessionID); err != nil {
+			return
+		}
+		if ctx.Err() != nil {
+			err = followupAborted(ctx)
+			return
+		}
+		// A followup that will start an activation needs a live-run slot,
+		// before anything is written; one for a live activation does not.
+		if c.act == nil {
+			if c.slot, err = m.svc.reserveLive(key.tenant, false); err != nil {
+				return
+			}
+		}
+		defer m.releaseSlot(c)
+		if err = m.store.Enqueue(ctx, row); err != nil && !errors.Is(err, store.ErrConflict) {
+			err = fmt.Errorf("accept followup for %s: %w", childID, err)
+			return
+		}
+		err = nil
+		c.waiters[row.ID] = w
+		// A cold resume that finds the child held by another replica
+		// withdraws the row and answers ErrHeldElsewhere: Route sends the
+		// followup there.
+		m.route(context.WithoutCancel(ctx), c, row, true)
+	})
+	if err != nil {
+		return FollowupResult{}, err
+	}
+
+	select {
+	case a := <-w:
+		return a.res, a.err
+	case <-ctx.Done():
+	}
+	m.do(key, func(c *child) { delete(c.waiters, row.ID) })
+	select {
+	case a := <-w: // answered before we unregistered
+		return a.res, a.err
+	default:
+		return FollowupResult{}, &Error{Code: EAborted, Err: context.Cause(ctx),
+			Message: "stopped waiting for the followup's delivery; the message was accepted and will still be delivered"}
+	}
+}
+
+// resumable checks, for a followup, that c exists, belongs to parentID and
+// can be resumed, caching what it read. It runs in c's loop. Returns
+// ESessionNotFound, EUnauthorized or ENotResumable.
+func (m *Manager) resumable(ctx context.Context, c *child, parentID string) error {
+	sess, err := m.header(ctx, c)
+	if err != nil {
+		return err
+	}
+	if sess.ParentID != parentID {
+		return Errorf(EUnauthorized, "subagent %q belongs to another parent session", c.key.id)
+	}
+	if c.desc != nil {
+		return nil
+	}
+	notResumable := func(err error) error {
+		return &Error{Code: ENotResumable, Err: err, Message: fmt.Sprintf(
+			"subagent %q has no supported continuation state; do not retry sending it messages", c.key.id)}
+	}
+	if sess.Mode == ModeOneShot {
+		return notResumable(nil)
+	}
+	d, found, err := ResumeDescriptor(ctx, m.store, sess)
+	if err != nil {
+		return notResumable(err)
+	}
+	if !found || d.Mode != ModeContinuable {
+		return notResumable(nil)
+	}
+	c.desc = &d
+	return nil
+}
+
+// header returns c's durable header, cached. It runs in c's loop. Returns
+// ESessionNotFound.
+func (m *Manager) header(ctx context.Context, c *child) (store.Session, error) {
+	if c.sess != nil {
+		return *c.sess, nil
+	}
+	sess, err := m.store.GetSession(ctx, c.key.id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Session{}, Errorf(ESessionNotFound, "subagent %q not found", c.key.id)
+	}
+	if err != nil {
+		return store.Session{}, fmt.Errorf("read subagent %s: %w", c.key.id, err)
+	}
+	c.sess = &sess
+	return sess, nil
+}
+
+func followupAborted(ctx context.Context) error {
+	return &Error{Code: EAborted, Message: "the followup was aborted before it was accepted", Err: context.Cause(ctx)}
+}
+
+// route hands the accepted row to child c, in its loop. A running Queuer
+// (an ACP agent) that takes turns gets it as its next turn, answered
+// RouteQueued at once; any other running activation that is steering gets
+// it as a steer, answered once admitted.
+// Otherwise the row is owed to the next activation, in acceptance order
+// behind every pending row: when c has none and waking is set, a cold
+// resume starts it now; when one is live, its settlement cold-resumes c
+// (R90). A non-waking row — a notice while draining, a steer an interrupt
+// rejected — stays parked until a waking one arrives (R102–R103). The error
+// is that of a cold resume started here; it was also given to every waiter.
+func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, waking bool) error {
+	act := c.act
+	if act == nil {
+		if waking {
+			return m.resume(ctx, c)
+		}
+		return nil
+	}
+	if _, ok := act.agent.(Queuer); ok && act.takesTurns() && act.agent.Running() {
+		if msg, err := RowMessage(row); err == nil {
+			if _, err := act.agent.FollowupMessage(ctx, msg); err == nil {
+				m.answer(c, row.ID, answer{res: FollowupResult{Route: RouteQueued, TaskID: act.taskID, MessageID: row.ID}})
+				return nil
+			}
+		}
+	}
+	if act.state == actSteering && act.agent.Running() {
+		if msg, err := RowMessage(row); err == nil {
+			if settled, err := act.agent.SubmitSteer(ctx, msg); err == nil {
+				m.track(act, row.ID, settled, waking)
+				return nil
+			}
+		}
+		// Rejected at once: the turn is ending, and so is the activation.
+	}
+	if waking {
+		c.owe()
+	}
+	return nil
+}
+
+// track waits, off the loop, for a submitted steer of act to settle and
+// hands the outcome to the loop: an admitted message is acknowledged and
+// its caller answered RouteSteered; a rejected one is owed to the next
+// activation — waking it unless it is not a waking message or an interrupt
+// or a drain parked it. A caller whose message an interrupt parked is
+// answered RouteParked at once: nothing may wake the child for a while,
+// and the caller (a parent's tool call among them) must not wait for that.
+// It runs in act's loop.
+func (m *Manager) track(act *activation, id string, settled <-chan error, waking bool) {
+	act.inflight++
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		err := <-settled
+		m.do(act.c.key, func(c *child) {
+			defer m.release(c, act)
+			if err == nil {
+				m.ack(act.base, c.key.id, id)
+				m.answer(c, id, answer{res: FollowupResult{Route: RouteSteered, TaskID: act.taskID, MessageID: id}})
+				return
+			}
+			// act cannot be settling: this receipt is in flight.
+			switch {
+			case act.state == actInterrupted:
+				m.answer(c, id, answer{res: FollowupResult{Route: RouteParked, MessageID: id}})
+			case waking && !m.isDraining():
+				c.owe()
+			}
+		})
+	}()
+}
+
+// answer hands a to the caller waiting for message id, if any. It runs in
+// c's loop.
+func (m *Manager) answer(c *child, id string, a answer) {
+	if w, ok := c.waiters[id]; ok {
+		w <- a
+		delete(c.waiters, id)
+	}
+}
+
+// SteerActivation is confirmed steering of a live activation (seam-spec
+// R96, POST /v1/runs/{runId}/steer): content joins the running turn of
+// the activation whose run id is runID and the call returns the message id
+// once a model step admitted it. It is strict — never queued for a later
+// turn, never a cold resume — and separate from Followup.
+//
+// An activation another replica drives is steered there (Control).
+// Returns ERunNotFound when runID is no live activation of any replica
+// (in ctx's tenant; its run row names the child whose loop is asked) or
+// the store's error reading that row; EInvalidRequest for empty content; ESteerRejected when
+// the activation runs no turn, was interrupted, is settling, or its turn
+// ended before admitting content; ctx's error when ctx ended first (the
+// content withdrawn).
+func (m *Manager) SteerActivation(ctx context.Context, runID string, content []model.Block) (string, error) {
+	act, err := m.liveRun(ctx, runID)
+	if ErrorCode(err) == ERunNotFound {
+		return m.routeSteer(ctx, runID, content)
+	}
+	if err != nil {
+		return "", err
+	}
+	if len(content) == 0 {
+		return "", &Error{Code: EInvalidRequest, Message: "content is required", Fields: map[string]string{"content": "required"}}
+	}
+	// The agent's own checks suffice: a settling activation's agent is idle
+	// or closed, an interrupted one's turn is cancelled.
+	id, err := act.agent.Steer(ctx, content, agent.Source{Kind: SourceUser})
+	if errors.Is(err, agent.ErrSteerRejected) {
+		return "", &Error{Code: ESteerRejected, Err: err, Message: "the subagent did not admit the message: it is not running a turn, " +
+			"was interrupted, is settling, or its turn ended first; send it a followup instead"}
+	}
+	if err != nil {
+		return "", fmt.Errorf("steer activation %s of %s: %w", runID, act.c.key.id, err)
+	}
+	return id, nil
+}
+
+// liveRun returns the live activation of this process whose run id is
+// runID, found through its run row, in ctx's tenant. Returns ERunNotFound,
+// or the store's error.
+func (m *Manager) liveRun(ctx context.Context, runID string) (*activation, error) {
+	notFound := Errorf(ERunNotFound, "run %s is no live activation of this server", runID)
+	run, err := m.store.GetRun(ctx, runID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, notFound
+	case err != nil:
+		return nil, fmt.Errorf("look up run %s: %w", runID, err)
+	case run.Kind != store.KindActivation:
+		return nil, notFound
+	}
+	var act *activation
+	m.children.Peek(childKey{store.Tenant(ctx), run.ChildID}, func(c *child) {
+		if c.act != nil && c.act.runID == runID {
+			act = c.act
+		}
+	})
+	if act == nil {
+		return nil, notFound
+	}
+	return act, nil
+}

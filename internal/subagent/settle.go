@@ -1,0 +1,198 @@
+package subagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"unicode/utf8"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// turnEnd is the child loop's watch (resident.Policy.Watch): while c's
+// activation has nothing in flight and is not settling, the loop receives
+// its agent's turn end and decides settlement (settleIfDone). In flight, a
+// release decides instead.
+func (m *Manager) turnEnd(c *child) (<-chan struct{}, func(context.Context, *child, struct{})) {
+	act := c.act
+	if act == nil || act.state == actSettling || act.inflight > 0 {
+		return nil, nil
+	}
+	return act.agent.Idle(), func(_ context.Context, c *child, _ struct{}) { m.settleIfDone(c, act) }
+}
+
+// settleIfDone begins act's settlement once it has nothing left to run —
+// its turn ended and no submitted steer or report is unsettled. Deciding it
+// in the child's loop means a concurrent delivery either got into the turn
+// first or finds the activation closing, waits for the settlement and
+// cold-resumes (R65, R90). It runs in c's loop.
+func (m *Manager) settleIfDone(c *child, act *activation) {
+	switch {
+	case c.act != act || act.state == actSettling:
+		return
+	case act.agent.Running(), act.inflight > 0:
+		return // the next turn end, or the last release, brings act back
+	}
+	act.mustTo(actSettling)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.settle(act)
+	}()
+}
+
+// settle ends act (R67–R71): the epoch's facts are read from its own events
+// before the agent is closed; a failed close makes it error without output
+// (R70); the parent gets its notice (R74), then subagent/end is recorded and
+// dispatched; finally the activation is removed and, when a delivery is
+// owed, the child cold-resumes.
+func (m *Manager) settle(act *activation) {
+	c := act.c
+	ctx := act.base
+	events := act.agent.Events()
+	events = events[min(act.boundary, len(events)):]
+	output := SelectOutput(events)
+	reason := EpochStopReason(events)
+	if err := act.agent.Close(ctx); err != nil {
+		m.log.ErrorContext(ctx, "close continuable child agent", slog.String("child_id", c.key.id), slog.Any("error", err))
+		reason, output = StopError, []model.Block{}
+	}
+	// Every message the epoch logged is delivered; most were acknowledged
+	// on admission already.
+	if claimed := LoggedMessages(events); len(claimed) > 0 {
+		ids := make([]string, 0, len(claimed))
+		for id := range claimed {
+			ids = append(ids, id)
+		}
+		m.ack(ctx, c.key.id, ids...)
+	}
+	<-act.started // dispatched by whoever began act, once its command returned
+	m.notify(act, reason, output)
+	m.end(act, reason, output)()
+
+	m.do(c.key, func(c *child) {
+		owed := c.settled()
+		close(act.done)
+		if !owed || m.isDraining() {
+			act.release()
+			return
+		}
+		// The owed cold resume takes over act's live-run slot.
+		c.slot, act.release = act.release, nil
+		if err := m.resume(ctx, c); err != nil {
+			m.log.ErrorContext(ctx, "cold resume after settlement", slog.String("child_id", c.key.id), slog.Any("error", err))
+		}
+		m.releaseSlot(c)
+	})
+}
+
+// end records act's subagent/end with reason and output, exactly once (see
+// Service.recordEnd), and returns the func that dispatches it (R71).
+func (m *Manager) end(act *activation, reason string, output []model.Block) (dispatch func()) {
+	e := act.event(EventEnd)
+	e.StopReason = reason
+	if len(output) > 0 {
+		e.LastAssistantMessage = output
+	}
+	log := m.log.With(slog.String("run_id", act.runID))
+	out, err := json.Marshal(output)
+	if err != nil {
+		log.ErrorContext(act.base, "encode activation output", slog.Any("error", err))
+	}
+	e, recorded := m.svc.recordEnd(act.base, log, e, store.RunResult{StopReason: reason, Output: out})
+	return func() {
+		if recorded {
+			m.svc.bus.dispatch(act.base, e)
+		}
+	}
+}
+
+// notify sends act's settlement notice to its durable parent (R74–R79) on
+// the path reports take too (send), waking the parent unless the manager
+// is draining (R118). A failure is logged and never blocks the settlement
+// (R79).
+func (m *Manager) notify(act *activation, reason string, output []model.Block) {
+	ctx := act.base
+	content, src := settlementNotice(act.c.key.id, reason, output)
+	_, err := m.send(ctx, act.parentID, content, src, m.isDraining())
+	switch {
+	case errors.Is(err, errNoSink):
+		m.log.DebugContext(ctx, "no notice sink: settlement notice dropped", slog.String("parent_id", act.parentID))
+	case err != nil:
+		m.log.WarnContext(ctx, "settlement notice was not delivered", slog.String("child_id", act.c.key.id),
+			slog.String("parent_id", act.parentID), slog.Any("error", err))
+	}
+}
+
+// EpochStopReason is the stop reason of a continuable activation, read from
+// the events it appended (seam-spec R69, §3.5, §8.6): the consumed-work
+// fold's accounting turn maps max-tokens to max-tokens, aborted and
+// interrupted to aborted, error to error, blocked to refusal and any
+// unknown kind to error; a completed turn, or none, is aborted when
+// accepted work was dropped unrun after it, else completed. A recorded
+// failure outranks a later cancellation.
+func EpochStopReason(events []store.Event) string {
+	end, dropped := FoldConsumedWork(events)
+	kind := agent.ReasonCompleted
+	if end != nil {
+		kind = end.Reason.Kind
+	}
+	switch kind {
+	case agent.ReasonCompleted:
+		if dropped {
+			return StopAborted
+		}
+		return StopCompleted
+	case agent.ReasonMaxTokens:
+		return StopMaxTokens
+	case agent.ReasonAborted, agent.ReasonInterrupted:
+		return StopAborted
+	case agent.ReasonBlocked:
+		return StopRefusal
+	}
+	return StopError
+}
+
+// maxSummary bounds a notice's summary (seam-spec R77, §8.15).
+const maxSummary = 120
+
+// settlementNotice is the message a parent gets when child settles with
+// reason and output (seam-spec R77): the summary sentence, then the closing
+// message or the statement that there is none.
+func settlementNotice(child, reason string, output []model.Block) ([]model.Block, agent.Source) {
+	var summary string
+	switch reason {
+	case StopCompleted:
+		summary = fmt.Sprintf("Background subagent %s finished and will do no further work unless you send it more.", child)
+	case StopAborted:
+		summary = fmt.Sprintf("Background subagent %s was stopped before it finished.", child)
+	case StopMaxTokens:
+		summary = fmt.Sprintf("Background subagent %s ran out of room before it finished.", child)
+	case StopRefusal:
+		summary = fmt.Sprintf("Background subagent %s declined the task.", child)
+	case StopError:
+		summary = fmt.Sprintf("Background subagent %s failed before it finished.", child)
+	default:
+		summary = fmt.Sprintf("Background subagent %s ended abnormally (%s) before it finished.", child, reason)
+	}
+	content := []model.Block{model.TextBlock(summary)}
+	if len(output) == 0 {
+		content = append(content, model.TextBlock("It left no closing message."))
+	} else {
+		content = append(append(content, model.TextBlock("Its closing message:")), output...)
+	}
+	return content, agent.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: boundSummary(summary), SenderSessionID: child}
+}
+
+// boundSummary cuts s to maxSummary characters, ending a cut one with "…".
+func boundSummary(s string) string {
+	if utf8.RuneCountInString(s) <= maxSummary {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:maxSummary-1]) + "…"
+}

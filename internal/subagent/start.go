@@ -1,0 +1,243 @@
+package subagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// StartContinuable creates a continuable child and accepts its prompt
+// (seam-spec §2.8). It answers once the prompt is durably accepted into the
+// child's inbox and handed to its first activation — before any model
+// request (R57).
+//
+// The checks, in order (R53): admission (EDraining); maxDepth domain
+// (EInvalidMaxDepth); the child id — the caller's or a fresh UUID — is not
+// live (EDuplicateChild); child depth and cap (EInvalidMaxDepth,
+// EDepthExceeded); label, prompt and maxTokens (EInvalidRequest); the
+// continuable descriptor snapshot (EInvalidRequest); the provider
+// (ENoProvider) and its PrepareContinuable (EUnsupportedCapability, R55);
+// ctx (EAborted); then, in the child's loop, live and persisted ids again
+// (EDuplicateChild, R62), a free live-run slot of the tenant (ERateLimited,
+// Config.MaxLiveRuns; the activation holds it until it settles) and the
+// materializer's checks. Capability flags are
+// not consulted (R63) and the provider's Start is never called (R54).
+//
+// ctx is the caller's cancellation until acceptance (R61). A failure before
+// acceptance leaves no live agent, no accepted message and no notice
+// (R59); when it comes after the activation's start edge, that edge gets
+// its end (R60). The durable log is append-only: a failure after the child
+// session was written leaves it in the store without a turn.
+func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) (ContinuableStarted, error) {
+	if err := m.admitting(); err != nil {
+		return ContinuableStarted{}, err
+	}
+	if err := checkMaxDepth(req.MaxDepth); err != nil {
+		return ContinuableStarted{}, err
+	}
+	childID := req.ChildID
+	if childID == "" {
+		childID = uuid.NewString()
+	}
+	key := childKey{store.Tenant(ctx), childID}
+	if m.liveActivation(key) != nil {
+		return ContinuableStarted{}, duplicateChild(childID)
+	}
+	depth, err := ChildDepth(req.Parent, req.MaxDepth)
+	if err != nil {
+		return ContinuableStarted{}, err
+	}
+	opts, err := continuableRoute(req)
+	if err != nil {
+		return ContinuableStarted{}, err
+	}
+	desc := Descriptor{Mode: ModeContinuable, Provider: req.Provider, Label: req.Label,
+		AgentProvider: opts.Provider, AgentModel: opts.Model, Persona: clonePtr(req.Persona)}
+	if f := req.ToolFilter; f != nil {
+		desc.ToolFilter = &ToolFilter{Allow: slices.Clone(f.Allow), Deny: slices.Clone(f.Deny)}
+	}
+	raw, err := SnapshotDescriptor(desc)
+	if err != nil {
+		return ContinuableStarted{}, err
+	}
+	p, ok := m.svc.Provider(req.Provider)
+	if !ok {
+		return ContinuableStarted{}, Errorf(ENoProvider, "no subagent provider named %q", req.Provider)
+	}
+	cp, ok := p.(ContinuableProvider)
+	if !ok {
+		return ContinuableStarted{}, Errorf(EUnsupportedCapability, "provider %q does not support continuable children", req.Provider)
+	}
+	spec, err := cp.PrepareContinuable(ctx, ContinuableCreateRequest{SessionID: childID, Parent: req.Parent})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
+		}
+		return ContinuableStarted{}, fmt.Errorf("prepare continuable %s child: %w", req.Provider, err)
+	}
+	for i, e := range spec.Seed {
+		if e.Seq != int64(i) {
+			return ContinuableStarted{}, fmt.Errorf("prepare continuable %s child: seed event %d has seq %d, want contiguous from 0", req.Provider, i, e.Seq)
+		}
+	}
+	if ctx.Err() != nil {
+		return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
+	}
+
+	var res ContinuableStarted
+	m.do(key, func(c *child) { res, err = m.startIn(ctx, c, req, desc, raw, spec, depth, opts) })
+	return res, err
+}
+
+// startIn is StartContinuable from the admission check on, run in the
+// child's loop.
+func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest, desc Descriptor, raw json.RawMessage,
+	spec ContinuableSpec, depth int, opts AgentOptions) (ContinuableStarted, error) {
+	key, childID := c.key, c.key.id
+	if err := m.admitting(); err != nil {
+		return ContinuableStarted{}, err
+	}
+	if c.act != nil {
+		return ContinuableStarted{}, duplicateChild(childID)
+	}
+	switch _, err := m.store.GetSession(ctx, childID); {
+	case err == nil:
+		return ContinuableStarted{}, duplicateChild(childID)
+	case !errors.Is(err, store.ErrNotFound):
+		return ContinuableStarted{}, fmt.Errorf("start continuable child %s: %w", childID, err)
+	}
+	// The live-run slot is taken before anything is written; the activation
+	// holds it from begin on, and rollback or settle gives it back.
+	release, err := m.svc.reserveLive(key.tenant, false)
+	if err != nil {
+		return ContinuableStarted{}, err
+	}
+	var act *activation
+	defer func() {
+		if act == nil {
+			release()
+		}
+	}()
+	parent := req.Parent.Session
+	header := store.Session{
+		ID: childID, ParentID: parent.ID, Origin: OriginSubagent, DelegationDepth: depth,
+		SeedLength: len(spec.Seed), Cwd: parent.Cwd, Label: req.Label, Provider: req.Provider,
+		Mode: ModeContinuable, AgentProvider: opts.Provider, AgentModel: opts.Model,
+		MaxTokens: opts.MaxTokens, Persona: clonePtr(req.Persona), CreatedAt: time.Now(),
+	}
+	// This replica drives the child from here: its lease first.
+	if err := m.hold(ctx, c); err != nil {
+		return ContinuableStarted{}, duplicateChild(childID)
+	}
+	// Store writes must not be cut half-way by the caller's cancellation;
+	// ctx is checked between the steps instead. The child's writes are
+	// fenced by its lease.
+	base := m.svc.ctl.Fenced(context.WithoutCancel(ctx))
+	inc := &incarnation{}
+	ag, err := m.materializer(req.Provider).Materialize(base, MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
+		Create: func(ctx context.Context) error { return m.create(ctx, header, spec.Seed, raw) },
+		Report: m.reporter(key, inc)})
+	if errors.Is(err, store.ErrConflict) {
+		return ContinuableStarted{}, duplicateChild(childID)
+	}
+	if err != nil {
+		return ContinuableStarted{}, fmt.Errorf("start continuable child %s: %w", childID, err)
+	}
+	if ctx.Err() != nil {
+		m.closeAgent(base, childID, ag)
+		return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
+	}
+	act, err = m.begin(base, c, ag, header, desc, inc, release)
+	if err != nil {
+		act = nil
+		m.closeAgent(base, childID, ag)
+		return ContinuableStarted{}, err
+	}
+	if ctx.Err() != nil {
+		m.rollback(act)
+		return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
+	}
+	row, err := newRow(childID, req.Prompt, agent.Source{Kind: SourceUser})
+	if err == nil {
+		err = m.store.Enqueue(base, row)
+	}
+	if err != nil {
+		m.rollback(act)
+		return ContinuableStarted{}, fmt.Errorf("accept prompt of continuable child %s: %w", childID, err)
+	}
+	// Accepted: from here the caller's cancellation changes nothing (R61).
+	if err := m.open(act, row); err != nil {
+		m.ack(base, childID, row.ID) // withdrawn: the caller sees the error (R73)
+		m.rollback(act)
+		return ContinuableStarted{}, err
+	}
+	c.sess, c.desc = &header, &desc
+	c.activate(act, actSteering)
+	return ContinuableStarted{ChildID: childID, TaskID: act.taskID, MessageID: row.ID}, nil
+}
+
+// OriginSubagent is the header origin of every child session.
+const OriginSubagent = "subagent"
+
+// continuableRoute is the child's route for its first activation: the
+// parent's provider, model and maxTokens, overridden field-wise by the
+// request's (R45, R56). Returns EInvalidRequest for an empty label or
+// prompt, content that is not JSON, or a negative maxTokens.
+func continuableRoute(req ContinuableRequest) (AgentOptions, error) {
+	switch {
+	case req.Label == "":
+		return AgentOptions{}, &Error{Code: EInvalidRequest, Message: "a continuable child needs a label",
+			Fields: map[string]string{"label": "required"}}
+	case len(req.Prompt) == 0:
+		return AgentOptions{}, &Error{Code: EInvalidRequest, Message: "a continuable child needs a prompt",
+			Fields: map[string]string{"prompt": "required"}}
+	}
+	if _, err := json.Marshal(req.Prompt); err != nil {
+		return AgentOptions{}, &Error{Code: EInvalidRequest, Message: "prompt content is not valid JSON",
+			Fields: map[string]string{"prompt": "not valid JSON"}, Err: err}
+	}
+	return ChildOptions(req.Parent.Options, req.AgentOptions)
+}
+
+// create writes a continuable child's header and creation log (seam-spec
+// §3.4): the seed verbatim, session/end-seed after it, the descriptor,
+// session/end-seed, and the delegation approval pin (R49) — all before the
+// first turn, so the descriptor is in the own suffix (seq >= seedLength)
+// and never reaches the model.
+func (m *Manager) create(ctx context.Context, header store.Session, seed []store.Event, descriptor json.RawMessage) error {
+	if err := m.store.CreateSession(ctx, header); err != nil {
+		return fmt.Errorf("create child session: %w", err)
+	}
+	endSeed := store.NewEvent{Type: agent.EventEndSeed, Data: json.RawMessage(`{}`)}
+	var evs []store.NewEvent
+	for _, e := range seed {
+		evs = append(evs, store.NewEvent{Type: e.Type, Time: e.Time, Data: e.Data})
+	}
+	if n := len(seed); n > 0 && seed[n-1].Type != agent.EventEndSeed {
+		evs = append(evs, endSeed)
+	}
+	evs = append(evs,
+		store.NewEvent{Type: EventDescriptor, Data: descriptor},
+		endSeed,
+		store.NewEvent{Type: agent.EventApprovalPolicy, Data: json.RawMessage(`{"policy":"never","source":"delegation"}`)})
+	if _, err := m.store.AppendEvents(ctx, header.ID, evs...); err != nil {
+		return fmt.Errorf("write child creation log: %w", err)
+	}
+	return nil
+}
+
+func duplicateChild(id string) error {
+	return Errorf(EDuplicateChild, "subagent %q already exists", id)
+}
+
+func abortedBeforeAcceptance(ctx context.Context) error {
+	return &Error{Code: EAborted, Message: "subagent request was aborted before its prompt was accepted", Err: context.Cause(ctx)}
+}
