@@ -104,10 +104,11 @@ type Agent struct {
 
 	mu     sync.Mutex
 	events []store.Event
-	// history is the model-history fold of events[:folded], caught up at
-	// each step so that a step decodes only the events logged since.
-	history  sessionlog.History
-	folded   int
+	// history is the model-history fold of events, fed as they are
+	// loaded and appended: a step reads it without going back to the log.
+	history sessionlog.History
+	// outcome, once Track started it, folds what the agent appends.
+	outcome  *sessionlog.OutcomeFold
 	turn     int                      // highest turn number in the log
 	queue    []sessionlog.UserMessage // next-turn inbox: one turn per message, FIFO
 	received map[string]bool          // ids in the next-turn inbox or claimed from it
@@ -215,6 +216,27 @@ func (a *Agent) EventsFrom(i int) []store.Event {
 	return slices.Clone(a.events[max(i, 0):])
 }
 
+// Track starts the outcome fold of the events the agent appends from now
+// on, replacing one started earlier: the facts of a run or an activation
+// are those of its own events. Outcome reads the fold, so settlement never
+// goes back to the log.
+func (a *Agent) Track() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.outcome = &sessionlog.OutcomeFold{}
+}
+
+// Outcome returns the outcome of the events appended since Track (none
+// before Track was called).
+func (a *Agent) Outcome() sessionlog.Outcome {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.outcome == nil {
+		return (&sessionlog.OutcomeFold{}).Outcome()
+	}
+	return a.outcome.Outcome()
+}
+
 // Running reports whether a turn is running or about to run.
 func (a *Agent) Running() bool {
 	a.mu.Lock()
@@ -259,33 +281,42 @@ func (a *Agent) Close(ctx context.Context) error {
 // appendLocked appends evs to the store and the mirror; no events is no
 // store call. a.mu must be held, so that the log order matches the order
 // of in-memory state changes.
-func (a *Agent) appendLocked(evs ...store.NewEvent) error {
+func (a *Agent) appendLocked(evs ...sessionlog.Entry) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	stored, err := a.store.AppendEvents(a.base, a.id, evs...)
+	batch := make([]store.NewEvent, len(evs))
+	for i, e := range evs {
+		batch[i] = e.NewEvent
+	}
+	stored, err := a.store.AppendEvents(a.base, a.id, batch...)
 	if err != nil {
 		return fmt.Errorf("agent %s: append %s: %w", a.id, evs[0].Type, err)
 	}
 	a.events = append(a.events, stored...)
+	for i, e := range stored {
+		a.history.Fold(e, evs[i].Payload)
+		if a.outcome != nil {
+			a.outcome.Fold(e, evs[i].Payload)
+		}
+	}
 	return nil
 }
 
 // append is appendLocked for callers not holding a.mu.
-func (a *Agent) append(evs ...store.NewEvent) error {
+func (a *Agent) append(evs ...sessionlog.Entry) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.appendLocked(evs...)
 }
 
-// event builds a NewEvent; data is one of the payload types of events.go,
-// which always marshal.
-func event(typ string, data any) store.NewEvent {
-	raw, err := json.Marshal(data)
+// event builds the entry of a sessionlog payload, which always marshals.
+func event(typ string, data any) sessionlog.Entry {
+	e, err := sessionlog.Encode(typ, data)
 	if err != nil {
-		panic(fmt.Sprintf("agent: marshal %s payload: %v", typ, err))
+		panic(fmt.Sprintf("agent: %v", err))
 	}
-	return store.NewEvent{Type: typ, Data: raw, Marshaled: true}
+	return e
 }
 
 // load reads the whole log and replays it.
@@ -308,6 +339,7 @@ func (a *Agent) load(ctx context.Context, seedLength int) error {
 // numbering, the inbox (from seedLength), a committed capture, and repairs
 // a crashed turn.
 func (a *Agent) replay(seedLength int) error {
+	a.history.Add(a.events...)
 	openTurn := 0 // a turn without turn/end
 	var openStep *sessionlog.StepData
 	var steerQueue []sessionlog.UserMessage
@@ -364,7 +396,7 @@ func (a *Agent) replay(seedLength int) error {
 		}
 	}
 	a.parked = len(a.queue) > 0
-	var repair []store.NewEvent
+	var repair []sessionlog.Entry
 	if openStep != nil {
 		repair = append(repair, event(sessionlog.EventStepEnd, *openStep))
 	}
@@ -401,7 +433,7 @@ func spliceRange(q []sessionlog.UserMessage, d sessionlog.InboxSplicedData) (sta
 }
 
 // cancelSplice discards n messages of target from start on.
-func cancelSplice(target string, start, n int) store.NewEvent {
+func cancelSplice(target string, start, n int) sessionlog.Entry {
 	return event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: target, Start: start, RemovedCount: n,
 		Inserted: []sessionlog.UserMessage{}, Outcome: sessionlog.OutcomeCanceled})
 }

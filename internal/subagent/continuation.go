@@ -134,6 +134,11 @@ type ChildAgent interface {
 	Idle() <-chan struct{}
 	// Events returns the session log as the agent wrote and loaded it.
 	Events() []store.Event
+	// Track starts the outcome fold of the events the agent appends from
+	// now on: the activation's own (R69).
+	Track()
+	// Outcome returns the outcome of the events appended since Track.
+	Outcome() sessionlog.Outcome
 	// Close cancels with cause disposed, discards the inbox and waits for
 	// the agent to stop.
 	Close(ctx context.Context) error

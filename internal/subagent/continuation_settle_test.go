@@ -45,7 +45,7 @@ func TestActivation_R69_EpochStopReason(t *testing.T) {
 		{"work dropped unrun, no turn", []store.Event{dropped}, StopAborted},
 		{"a failure outranks a later cancellation", append(turn("error"), dropped), StopError},
 	} {
-		if got := EpochStopReason(tc.events); got != tc.want {
+		if got := EpochStopReason(sessionlog.OutcomeOf(tc.events)); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}

@@ -112,8 +112,9 @@ type resident struct {
 	mu      sync.Mutex
 	live    *live // nil once closed
 	session sdk.SessionId
-	events  []store.Event // the child log as loaded and written
-	turn    int           // the last turn number in the log
+	events  []store.Event           // the child log as loaded and written
+	fold    *sessionlog.OutcomeFold // of the events written since Track
+	turn    int                     // the last turn number in the log
 	queue   []sessionlog.UserMessage
 	running bool          // a turn runs or is about to
 	idle    chan struct{} // closed while no turn runs
@@ -255,7 +256,7 @@ func resumable(caps sdk.AgentCapabilities) bool {
 // appendLocked writes evs to the child log and to r.events; call it with
 // mu held, or before r is shared.
 func (r *resident) appendLocked(evs ...typed) error {
-	batch, err := encode(evs...)
+	batch, entries, err := encode(evs...)
 	if err != nil {
 		return err
 	}
@@ -264,6 +265,11 @@ func (r *resident) appendLocked(evs ...typed) error {
 		return fmt.Errorf("write log of ACP child %s: %w", r.key.id, err)
 	}
 	r.events = append(r.events, stored...)
+	if r.fold != nil {
+		for i, e := range stored {
+			r.fold.Fold(e, entries[i].Payload)
+		}
+	}
 	return nil
 }
 
@@ -542,6 +548,24 @@ func (r *resident) Events() []store.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.events)
+}
+
+// Track starts the outcome fold of the events written from now on,
+// replacing one started earlier.
+func (r *resident) Track() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fold = &sessionlog.OutcomeFold{}
+}
+
+// Outcome returns the outcome of the events written since Track.
+func (r *resident) Outcome() sessionlog.Outcome {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fold == nil {
+		return (&sessionlog.OutcomeFold{}).Outcome()
+	}
+	return r.fold.Outcome()
 }
 
 // Close cancels the running turn, waits for it to end and leaves the

@@ -1,8 +1,6 @@
 package acp
 
 import (
-	"encoding/json"
-	"fmt"
 
 	sdk "github.com/coder/acp-go-sdk"
 
@@ -129,17 +127,18 @@ type typed struct {
 	data any
 }
 
-// encode marshals events for store.AppendEvents.
-func encode(evs ...typed) ([]store.NewEvent, error) {
-	batch := make([]store.NewEvent, len(evs))
+// encode marshals events for store.AppendEvents; entries keeps each
+// event's payload, for the folds fed as events are written.
+func encode(evs ...typed) (batch []store.NewEvent, entries []sessionlog.Entry, err error) {
+	batch = make([]store.NewEvent, len(evs))
+	entries = make([]sessionlog.Entry, len(evs))
 	for i, e := range evs {
-		data, err := json.Marshal(e.data)
-		if err != nil {
-			return nil, fmt.Errorf("encode %s: %w", e.typ, err)
+		if entries[i], err = sessionlog.Encode(e.typ, e.data); err != nil {
+			return nil, nil, err
 		}
-		batch[i] = store.NewEvent{Type: e.typ, Data: data}
+		batch[i] = entries[i].NewEvent
 	}
-	return batch, nil
+	return batch, entries, nil
 }
 
 // turnClose is the events that end turn (with its one step) as o says:

@@ -102,7 +102,7 @@ func TestStart_R12_PublishesAfterHandshakeAndStreamsIntoChildLog(t *testing.T) {
 			t.Errorf("event %d (%s) = %s\nwant %s", i, evs[i].Type, got, want)
 		}
 	}
-	if got := subagent.SelectOutput(evs); len(got) != 1 || model.Text(got) != model.Text(res.Output) {
+	if got := sessionlog.OutcomeOf(evs).Output; len(got) != 1 || model.Text(got) != model.Text(res.Output) {
 		t.Errorf("the log selects output %+v, the result holds %+v", got, res.Output)
 	}
 }
