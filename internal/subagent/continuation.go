@@ -588,7 +588,7 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 		evs = append(evs, endSeed)
 	}
 	evs = append(evs,
-		store.NewEvent{Type: EventDescriptor, Data: descriptor},
+		store.NewEvent{Type: sessionlog.EventDescriptor, Data: descriptor},
 		endSeed,
 		store.NewEvent{Type: sessionlog.EventApprovalPolicy, Data: json.RawMessage(`{"policy":"never","source":"delegation"}`)})
 	if _, err := m.store.AppendEvents(ctx, header.ID, evs...); err != nil {
@@ -715,7 +715,7 @@ func (m *Manager) resumable(ctx context.Context, c *child, parentID string) erro
 	if sess.Mode == ModeOneShot {
 		return notResumable(nil)
 	}
-	d, found, err := ResumeDescriptor(ctx, m.store, sess)
+	d, found, err := sessionlog.ResumeDescriptor(ctx, m.store, sess)
 	if err != nil {
 		return notResumable(err)
 	}

@@ -215,7 +215,7 @@ func TestRecover_R130_AcceptedMessageIsDeliveredAfterARestart(t *testing.T) {
 	if got := userTexts(t, evs); !slices.Equal(got, []string{"one", "accepted before the crash", "three"}) {
 		t.Errorf("user messages %v", got)
 	}
-	if n := countType(evs, EventDescriptor); n != 1 {
+	if n := countType(evs, sessionlog.EventDescriptor); n != 1 {
 		t.Errorf("%d descriptors", n)
 	}
 }

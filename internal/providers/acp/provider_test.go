@@ -77,7 +77,7 @@ func TestStart_R12_PublishesAfterHandshakeAndStreamsIntoChildLog(t *testing.T) {
 		types = append(types, e.Type)
 	}
 	wantTypes := []string{
-		sessionlog.EventTurnStart, sessionlog.EventUserMessage, subagent.EventDescriptor, sessionlog.EventStepStart,
+		sessionlog.EventTurnStart, sessionlog.EventUserMessage, sessionlog.EventDescriptor, sessionlog.EventStepStart,
 		sessionlog.EventAssistantChunk, // the thought, as reasoning
 		EventToolCall, EventToolCallUpdate, EventPlan,
 		sessionlog.EventAssistantChunk, sessionlog.EventAssistantChunk,

@@ -225,7 +225,7 @@ func (d *Driver) compose(req subagent.ResolvedRequest) (child, error) {
 		// The one-shot descriptor goes inside the first turn, right before
 		// the first model step (seam-spec §3.4).
 		BeforeFirstStep: func() []store.NewEvent {
-			return []store.NewEvent{{Type: subagent.EventDescriptor, Data: descriptor}}
+			return []store.NewEvent{{Type: sessionlog.EventDescriptor, Data: descriptor}}
 		},
 	}
 	return c, nil
