@@ -290,7 +290,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	// crash left queued in the agent's own log-sourced inbox is dropped, so
 	// that nothing runs twice.
 	ag.Cancel(sessionlog.CauseDisposed, false)
-	logged := LoggedMessages(ag.Events())
+	logged := sessionlog.LoggedMessages(ag.Events())
 	var seen []string
 	todo = slices.DeleteFunc(todo, func(d delivery) bool {
 		if logged[d.id] {

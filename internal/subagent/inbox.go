@@ -62,19 +62,6 @@ func RowMessage(row store.InboxMessage) (sessionlog.UserMessage, error) {
 	return msg, nil
 }
 
-// LoggedMessages returns the ids of the user/messages in events: the
-// messages a log holds, whose inbox rows are delivered.
-func LoggedMessages(events []store.Event) map[string]bool {
-	ids := map[string]bool{}
-	for _, e := range events {
-		var msg sessionlog.UserMessage
-		if e.Type == sessionlog.EventUserMessage && json.Unmarshal(e.Data, &msg) == nil && msg.ID != "" {
-			ids[msg.ID] = true
-		}
-	}
-	return ids
-}
-
 // RecoverInboxes calls recover, at start-up, for the header of every
 // session of any tenant that has undelivered inbox rows, oldest message
 // first, with ctx scoped to the session's tenant and without cancellation.

@@ -326,7 +326,7 @@ func (r *resident) drive() {
 func (r *resident) runTurn() bool {
 	r.mu.Lock()
 	t, l, session := r.cur, r.live, r.session
-	content := lastUserMessage(r.events)
+	content := sessionlog.LastTask(r.events)
 	t.prompting = true
 	r.mu.Unlock()
 	o := r.prompt(l, session, t, content)
@@ -355,18 +355,6 @@ func (r *resident) runTurn() bool {
 	r.running = false
 	close(r.idle)
 	return false
-}
-
-// lastUserMessage is the content of the last user/message in evs: the
-// prompt of the turn just opened.
-func lastUserMessage(evs []store.Event) []model.Block {
-	for i := len(evs) - 1; i >= 0; i-- {
-		var m sessionlog.UserMessage
-		if evs[i].Type == sessionlog.EventUserMessage && json.Unmarshal(evs[i].Data, &m) == nil {
-			return m.Content
-		}
-	}
-	return nil
 }
 
 // prompt runs turn t's prompt and says how the turn ended. A cancelled turn
