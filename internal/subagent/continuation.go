@@ -590,7 +590,7 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 	evs = append(evs,
 		store.NewEvent{Type: sessionlog.EventDescriptor, Data: descriptor},
 		endSeed,
-		store.NewEvent{Type: sessionlog.EventApprovalPolicy, Data: json.RawMessage(`{"policy":"never","source":"delegation"}`)})
+		sessionlog.DelegationPin())
 	if _, err := m.store.AppendEvents(ctx, header.ID, evs...); err != nil {
 		return fmt.Errorf("write child creation log: %w", err)
 	}

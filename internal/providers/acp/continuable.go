@@ -158,7 +158,7 @@ func (r *resident) create(ctx context.Context, createChild func(context.Context)
 		err = r.load(ctx)
 	}
 	if err == nil {
-		err = r.appendLocked(typed{EventSession, SessionData{SessionID: string(session)}})
+		err = r.appendLocked(typed{sessionlog.EventACPSession, sessionlog.ACPSessionData{SessionID: string(session)}})
 	}
 	if err != nil {
 		l.discard()
@@ -187,8 +187,8 @@ func (r *resident) load(ctx context.Context) error {
 	open := 0
 	for _, e := range evs {
 		switch e.Type {
-		case EventSession:
-			var d SessionData
+		case sessionlog.EventACPSession:
+			var d sessionlog.ACPSessionData
 			if json.Unmarshal(e.Data, &d) == nil {
 				r.session = sdk.SessionId(d.SessionID)
 			}
@@ -466,8 +466,8 @@ func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.Reque
 	}
 	resp, d := r.p.decide(req, cancelled, n)
 	if t != nil {
-		if err := r.appendLocked(typed{EventPermission, d}); err != nil {
-			r.log.Warn("cannot write the ACP child log", slog.String("event", EventPermission), slog.Any("error", err))
+		if err := r.appendLocked(typed{sessionlog.EventACPPermission, d}); err != nil {
+			r.log.Warn("cannot write the ACP child log", slog.String("event", sessionlog.EventACPPermission), slog.Any("error", err))
 		}
 	}
 	return resp

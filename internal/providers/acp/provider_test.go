@@ -79,7 +79,7 @@ func TestStart_R12_PublishesAfterHandshakeAndStreamsIntoChildLog(t *testing.T) {
 	wantTypes := []string{
 		sessionlog.EventTurnStart, sessionlog.EventUserMessage, sessionlog.EventDescriptor, sessionlog.EventStepStart,
 		sessionlog.EventAssistantChunk, // the thought, as reasoning
-		EventToolCall, EventToolCallUpdate, EventPlan,
+		sessionlog.EventACPToolCall, sessionlog.EventACPToolCallUpdate, sessionlog.EventACPPlan,
 		sessionlog.EventAssistantChunk, sessionlog.EventAssistantChunk,
 		sessionlog.EventAssistantMessage, sessionlog.EventStepEnd, sessionlog.EventTurnEnd,
 	}
@@ -334,7 +334,7 @@ func TestRun_PermissionPolicy(t *testing.T) {
 			}
 			var got []string
 			for _, e := range events(t, b.store, r.ChildID()) {
-				if e.Type == EventPermission {
+				if e.Type == sessionlog.EventACPPermission {
 					got = append(got, compact(t, e.Data))
 				}
 			}
