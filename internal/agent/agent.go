@@ -5,8 +5,9 @@
 //
 // Every state change is an event appended through store.Store and mirrored
 // in memory; the model history is the log's history fold
-// (sessionlog.History), caught up at each step, so an agent constructed over
-// an existing log (cold resume, fork seed) continues where the log ends.
+// (sessionlog.History), fed each event as it is loaded or appended, so an
+// agent constructed over an existing log (cold resume, fork seed) continues
+// where the log ends and a step never re-reads the log.
 package agent
 
 import (
@@ -226,8 +227,8 @@ func (a *Agent) Track() {
 	a.outcome = &sessionlog.OutcomeFold{}
 }
 
-// Outcome returns the outcome of the events appended since Track (none
-// before Track was called).
+// Outcome returns the outcome of the events appended since Track; before
+// Track, that of no events.
 func (a *Agent) Outcome() sessionlog.Outcome {
 	a.mu.Lock()
 	defer a.mu.Unlock()
