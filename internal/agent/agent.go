@@ -4,9 +4,10 @@
 // It knows nothing of providers.
 //
 // Every state change is an event appended through store.Store and mirrored
-// in memory; the model history is rebuilt from the log at each step, so an
+// in memory; the model history is the log's history fold
+// (sessionlog.History), fed each event as it is loaded or appended, so an
 // agent constructed over an existing log (cold resume, fork seed) continues
-// where the log ends.
+// where the log ends and a step never re-reads the log.
 package agent
 
 import (
@@ -21,6 +22,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/schema"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -101,13 +103,18 @@ type Agent struct {
 	// log writes must succeed even while a turn is being cancelled.
 	base context.Context
 
-	mu       sync.Mutex
-	events   []store.Event
-	turn     int             // highest turn number in the log
-	queue    []UserMessage   // next-turn inbox: one turn per message, FIFO
-	received map[string]bool // ids in the next-turn inbox or claimed from it
-	steers   []*steer        // next-step inbox: pending confirmed steers
-	parked   bool            // queued messages wait for the next Followup
+	mu     sync.Mutex
+	events []store.Event
+	// history is the model-history fold of events, fed as they are
+	// loaded and appended: a step reads it without going back to the log.
+	history sessionlog.History
+	// outcome, once Track started it, folds what the agent appends.
+	outcome  *sessionlog.OutcomeFold
+	turn     int                      // highest turn number in the log
+	queue    []sessionlog.UserMessage // next-turn inbox: one turn per message, FIFO
+	received map[string]bool          // ids in the next-turn inbox or claimed from it
+	steers   []*steer                 // next-step inbox: pending confirmed steers
+	parked   bool                     // queued messages wait for the next Followup
 	closed   bool
 	driving  bool          // the driver goroutine is running
 	idle     chan struct{} // closed when driving becomes false
@@ -210,6 +217,27 @@ func (a *Agent) EventsFrom(i int) []store.Event {
 	return slices.Clone(a.events[max(i, 0):])
 }
 
+// Track starts the outcome fold of the events the agent appends from now
+// on, replacing one started earlier: the facts of a run or an activation
+// are those of its own events. Outcome reads the fold, so settlement never
+// goes back to the log.
+func (a *Agent) Track() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.outcome = &sessionlog.OutcomeFold{}
+}
+
+// Outcome returns the outcome of the events appended since Track; before
+// Track, that of no events.
+func (a *Agent) Outcome() sessionlog.Outcome {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.outcome == nil {
+		return (&sessionlog.OutcomeFold{}).Outcome()
+	}
+	return a.outcome.Outcome()
+}
+
 // Running reports whether a turn is running or about to run.
 func (a *Agent) Running() bool {
 	a.mu.Lock()
@@ -243,7 +271,7 @@ func (a *Agent) Close(ctx context.Context) error {
 	a.mu.Lock()
 	a.closed = true
 	a.mu.Unlock()
-	a.Cancel(CauseDisposed, false)
+	a.Cancel(sessionlog.CauseDisposed, false)
 	if err := a.WaitIdle(ctx); err != nil {
 		return fmt.Errorf("close agent %s: %w", a.id, err)
 	}
@@ -254,33 +282,42 @@ func (a *Agent) Close(ctx context.Context) error {
 // appendLocked appends evs to the store and the mirror; no events is no
 // store call. a.mu must be held, so that the log order matches the order
 // of in-memory state changes.
-func (a *Agent) appendLocked(evs ...store.NewEvent) error {
+func (a *Agent) appendLocked(evs ...sessionlog.Entry) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	stored, err := a.store.AppendEvents(a.base, a.id, evs...)
+	batch := make([]store.NewEvent, len(evs))
+	for i, e := range evs {
+		batch[i] = e.NewEvent
+	}
+	stored, err := a.store.AppendEvents(a.base, a.id, batch...)
 	if err != nil {
 		return fmt.Errorf("agent %s: append %s: %w", a.id, evs[0].Type, err)
 	}
 	a.events = append(a.events, stored...)
+	for i, e := range stored {
+		a.history.Fold(e, evs[i].Payload)
+		if a.outcome != nil {
+			a.outcome.Fold(e, evs[i].Payload)
+		}
+	}
 	return nil
 }
 
 // append is appendLocked for callers not holding a.mu.
-func (a *Agent) append(evs ...store.NewEvent) error {
+func (a *Agent) append(evs ...sessionlog.Entry) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.appendLocked(evs...)
 }
 
-// event builds a NewEvent; data is one of the payload types of events.go,
-// which always marshal.
-func event(typ string, data any) store.NewEvent {
-	raw, err := json.Marshal(data)
+// event builds the entry of a sessionlog payload, which always marshals.
+func event(typ string, data any) sessionlog.Entry {
+	e, err := sessionlog.Encode(typ, data)
 	if err != nil {
-		panic(fmt.Sprintf("agent: marshal %s payload: %v", typ, err))
+		panic(fmt.Sprintf("agent: %v", err))
 	}
-	return store.NewEvent{Type: typ, Data: raw, Marshaled: true}
+	return e
 }
 
 // load reads the whole log and replays it.
@@ -303,37 +340,38 @@ func (a *Agent) load(ctx context.Context, seedLength int) error {
 // numbering, the inbox (from seedLength), a committed capture, and repairs
 // a crashed turn.
 func (a *Agent) replay(seedLength int) error {
+	a.history.Add(a.events...)
 	openTurn := 0 // a turn without turn/end
-	var openStep *StepData
-	var steerQueue []UserMessage
+	var openStep *sessionlog.StepData
+	var steerQueue []sessionlog.UserMessage
 	calls := map[string]string{} // structured_output call id → arguments
 	for i, ev := range a.events {
 		switch ev.Type {
-		case EventTurnStart:
-			var d TurnData
+		case sessionlog.EventTurnStart:
+			var d sessionlog.TurnData
 			if json.Unmarshal(ev.Data, &d) == nil {
 				a.turn = max(a.turn, d.Turn)
 				openTurn = d.Turn
 			}
-		case EventTurnEnd:
+		case sessionlog.EventTurnEnd:
 			openTurn, openStep = 0, nil
-		case EventStepStart:
-			var d StepData
+		case sessionlog.EventStepStart:
+			var d sessionlog.StepData
 			if json.Unmarshal(ev.Data, &d) == nil {
 				openStep = &d
 			}
-		case EventStepEnd:
+		case sessionlog.EventStepEnd:
 			openStep = nil
-		case EventInboxSpliced:
-			var d InboxSplicedData
+		case sessionlog.EventInboxSpliced:
+			var d sessionlog.InboxSplicedData
 			if i < seedLength || json.Unmarshal(ev.Data, &d) != nil {
 				continue
 			}
-			if d.Target == TargetNextStep {
+			if d.Target == sessionlog.TargetNextStep {
 				steerQueue = splice(steerQueue, d)
 				continue
 			}
-			if d.Outcome == OutcomeCanceled {
+			if d.Outcome == sessionlog.OutcomeCanceled {
 				for _, m := range spliced(a.queue, d) {
 					delete(a.received, m.ID)
 				}
@@ -342,13 +380,13 @@ func (a *Agent) replay(seedLength int) error {
 			for _, m := range d.Inserted {
 				a.received[m.ID] = true
 			}
-		case EventToolCall:
-			var d ToolCallData
+		case sessionlog.EventToolCall:
+			var d sessionlog.ToolCallData
 			if json.Unmarshal(ev.Data, &d) == nil && d.Name == StructuredOutputTool {
 				calls[d.CallID] = d.Arguments
 			}
-		case EventToolResult:
-			var d ToolResultData
+		case sessionlog.EventToolResult:
+			var d sessionlog.ToolResultData
 			// Only the agent's own suffix counts: a fork seed may hold the
 			// parent's capture, which is not this agent's answer.
 			if i >= seedLength && json.Unmarshal(ev.Data, &d) == nil && d.Name == StructuredOutputTool && !d.IsError && a.cfg.OutputSchema != nil {
@@ -359,15 +397,15 @@ func (a *Agent) replay(seedLength int) error {
 		}
 	}
 	a.parked = len(a.queue) > 0
-	var repair []store.NewEvent
+	var repair []sessionlog.Entry
 	if openStep != nil {
-		repair = append(repair, event(EventStepEnd, *openStep))
+		repair = append(repair, event(sessionlog.EventStepEnd, *openStep))
 	}
 	if openTurn != 0 {
-		repair = append(repair, event(EventTurnEnd, TurnEndData{Turn: openTurn, Reason: TurnReason{Kind: ReasonInterrupted}}))
+		repair = append(repair, event(sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: openTurn, Reason: sessionlog.TurnReason{Kind: sessionlog.ReasonInterrupted}}))
 	}
 	if len(steerQueue) > 0 {
-		repair = append(repair, cancelSplice(TargetNextStep, 0, len(steerQueue)))
+		repair = append(repair, cancelSplice(sessionlog.TargetNextStep, 0, len(steerQueue)))
 	}
 	if len(repair) == 0 {
 		return nil
@@ -378,25 +416,25 @@ func (a *Agent) replay(seedLength int) error {
 }
 
 // splice applies one inbox splice to q.
-func splice(q []UserMessage, d InboxSplicedData) []UserMessage {
+func splice(q []sessionlog.UserMessage, d sessionlog.InboxSplicedData) []sessionlog.UserMessage {
 	start, end := spliceRange(q, d)
 	return slices.Concat(q[:start], d.Inserted, q[end:])
 }
 
 // spliced returns the messages of q that splice d removes.
-func spliced(q []UserMessage, d InboxSplicedData) []UserMessage {
+func spliced(q []sessionlog.UserMessage, d sessionlog.InboxSplicedData) []sessionlog.UserMessage {
 	start, end := spliceRange(q, d)
 	return q[start:end]
 }
 
 // spliceRange is the range of q that splice d removes, clamped to q.
-func spliceRange(q []UserMessage, d InboxSplicedData) (start, end int) {
+func spliceRange(q []sessionlog.UserMessage, d sessionlog.InboxSplicedData) (start, end int) {
 	start = min(max(d.Start, 0), len(q))
 	return start, min(start+d.RemovedCount, len(q))
 }
 
 // cancelSplice discards n messages of target from start on.
-func cancelSplice(target string, start, n int) store.NewEvent {
-	return event(EventInboxSpliced, InboxSplicedData{Target: target, Start: start, RemovedCount: n,
-		Inserted: []UserMessage{}, Outcome: OutcomeCanceled})
+func cancelSplice(target string, start, n int) sessionlog.Entry {
+	return event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: target, Start: start, RemovedCount: n,
+		Inserted: []sessionlog.UserMessage{}, Outcome: sessionlog.OutcomeCanceled})
 }

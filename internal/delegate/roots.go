@@ -14,6 +14,7 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/resident"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -104,7 +105,7 @@ type root struct {
 // turn. mayTurn is set when msg was queued behind a running turn, and when
 // notices are steered: they may belong to a turn that already ended, and
 // must not be joined by later notices in the turn this followup opens.
-func (s *root) followup(ctx context.Context, msg agent.UserMessage) error {
+func (s *root) followup(ctx context.Context, msg sessionlog.UserMessage) error {
 	a := s.agent
 	running := a.Running()
 	if _, err := a.FollowupMessage(ctx, msg); err != nil {
@@ -130,7 +131,7 @@ func (s *root) handed(id string) {
 // a child report. steered is set while it waits for a model step's
 // admission.
 type delivery struct {
-	msg     agent.UserMessage
+	msg     sessionlog.UserMessage
 	quiet   bool
 	steered <-chan error
 }
@@ -182,7 +183,7 @@ func NewRoots(cfg RootsConfig) *Roots {
 // that is not JSON and for an unknown model route in the header, EDraining
 // after Close, and store errors; an error means nothing was accepted.
 func (r *Roots) Prompt(ctx context.Context, sessionID string, content []model.Block) (string, error) {
-	msg := agent.UserMessage{Content: content, Source: agent.Source{Kind: subagent.SourceUser}}
+	msg := sessionlog.UserMessage{Content: content, Source: sessionlog.Source{Kind: subagent.SourceUser}}
 	row, err := subagent.InboxRow(sessionID, msg)
 	if err != nil {
 		return "", &subagent.Error{Code: subagent.EInvalidRequest, Message: "content is not valid JSON",
@@ -357,7 +358,7 @@ func (r *Roots) foldQuiet(ctx context.Context, id string) ([]store.InboxMessage,
 	if err != nil {
 		return nil, err
 	}
-	var msgs []agent.UserMessage
+	var msgs []sessionlog.UserMessage
 	var ids []string
 	for _, row := range rows[:n] {
 		ids = append(ids, row.ID)
@@ -389,7 +390,7 @@ func (r *Roots) logged(ctx context.Context, id string) (map[string]bool, error) 
 		if len(page) == 0 {
 			return ids, nil
 		}
-		maps.Copy(ids, subagent.LoggedMessages(page))
+		maps.Copy(ids, sessionlog.LoggedMessages(page))
 		after = page[len(page)-1].Seq
 	}
 }
@@ -446,11 +447,11 @@ func (r *Roots) build(ctx context.Context, id string) (*agent.Agent, error) {
 // acknowledged, so that nothing runs twice.
 func (r *Roots) resume(ctx context.Context, id string, s *root, rows []store.InboxMessage) error {
 	a := s.agent
-	a.Cancel(agent.CauseDisposed, false)
+	a.Cancel(sessionlog.CauseDisposed, false)
 	if len(rows) == 0 {
 		return nil
 	}
-	logged := subagent.LoggedMessages(a.Events())
+	logged := sessionlog.LoggedMessages(a.Events())
 	var done []string
 	defer func() { r.ack(ctx, id, done...) }()
 	for _, row := range rows {
@@ -480,7 +481,7 @@ func (r *Roots) sweep(ctx context.Context, id string, s *root) {
 	evs := s.agent.EventsFrom(s.scanned)
 	s.scanned += len(evs)
 	var ids []string
-	for mid := range subagent.LoggedMessages(evs) {
+	for mid := range sessionlog.LoggedMessages(evs) {
 		if s.unacked[mid] {
 			ids = append(ids, mid)
 			delete(s.unacked, mid)
@@ -541,7 +542,7 @@ func (r *Roots) closeAgent(ctx context.Context, id string, s *root) error {
 // is not a root session (its own driver delivers to it), and store errors
 // — only for a message delivered at once, which is then withdrawn; a later
 // failure is logged and leaves the row for the next load.
-func (r *Roots) Notify(ctx context.Context, parentID string, msg agent.UserMessage, quiet bool) error {
+func (r *Roots) Notify(ctx context.Context, parentID string, msg sessionlog.UserMessage, quiet bool) error {
 	row, err := subagent.InboxRow(parentID, msg)
 	if err != nil {
 		return fmt.Errorf("notify %s: %w", parentID, err)
@@ -635,7 +636,7 @@ func (r *Roots) deliver(ctx context.Context, parentID string, s *root, n *delive
 // agent. Callers run in its loop, so no agent loads meanwhile. Returns
 // ESessionNotFound, EInvalidRequest for a session that is not a root, and
 // store errors.
-func (r *Roots) appendNotice(ctx context.Context, parentID string, msg agent.UserMessage) error {
+func (r *Roots) appendNotice(ctx context.Context, parentID string, msg sessionlog.UserMessage) error {
 	if err := r.isRoot(ctx, parentID); err != nil {
 		return err
 	}
@@ -660,7 +661,7 @@ func (r *Roots) isRoot(ctx context.Context, id string) error {
 
 // appendMessages appends msgs, in order, to root session parentID's log as
 // user/messages; none is a no-op.
-func (r *Roots) appendMessages(ctx context.Context, parentID string, msgs ...agent.UserMessage) error {
+func (r *Roots) appendMessages(ctx context.Context, parentID string, msgs ...sessionlog.UserMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -673,7 +674,7 @@ func (r *Roots) appendMessages(ctx context.Context, parentID string, msgs ...age
 		if err != nil {
 			return fmt.Errorf("notify %s: %w", parentID, err)
 		}
-		evs[i] = store.NewEvent{Type: agent.EventUserMessage, Data: data}
+		evs[i] = store.NewEvent{Type: sessionlog.EventUserMessage, Data: data}
 	}
 	if _, err := r.cfg.Store.AppendEvents(r.fenced(ctx), parentID, evs...); err != nil {
 		return fmt.Errorf("notify %s: %w", parentID, err)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -18,8 +18,8 @@ const (
 )
 
 type notifyArgs struct {
-	Msg   agent.UserMessage `json:"msg"`
-	Quiet bool              `json:"quiet"`
+	Msg   sessionlog.UserMessage `json:"msg"`
+	Quiet bool                   `json:"quiet"`
 }
 
 var _ subagent.ResidentKind = (*Roots)(nil)

@@ -18,6 +18,7 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -136,8 +137,8 @@ func hasText(t *testing.T, s string) func([]store.Event) bool {
 // countUser counts the user/messages of evs whose text is s.
 func countUser(t *testing.T, evs []store.Event, s string) int {
 	n := 0
-	for _, e := range inprocesstest.OfType(evs, agent.EventUserMessage) {
-		if model.Text(inprocesstest.Decode[agent.UserMessage](t, e).Content) == s {
+	for _, e := range inprocesstest.OfType(evs, sessionlog.EventUserMessage) {
+		if model.Text(inprocesstest.Decode[sessionlog.UserMessage](t, e).Content) == s {
 			n++
 		}
 	}
@@ -170,14 +171,14 @@ func TestControl_FollowupThroughBIsSteeredIntoAsRunningChild(t *testing.T) {
 	}
 	out := make(chan outcome, 1)
 	go func() {
-		f, err := b.m.Followup(inprocesstest.Ctx(t), a.h.Parent.Session.ID, res.ChildID, inprocesstest.Text("two"), agent.Source{})
+		f, err := b.m.Followup(inprocesstest.Ctx(t), a.h.Parent.Session.ID, res.ChildID, inprocesstest.Text("two"), sessionlog.Source{})
 		out <- outcome{f, err}
 	}()
 	// A steered it into its running turn: the next-step inbox holds it.
 	waitLog(t, a.h.Store, res.ChildID, "the steer of B's followup", func(evs []store.Event) bool {
-		return slices.ContainsFunc(inprocesstest.OfType(evs, agent.EventInboxSpliced), func(e store.Event) bool {
-			d := inprocesstest.Decode[agent.InboxSplicedData](t, e)
-			return d.Target == agent.TargetNextStep && len(d.Inserted) > 0
+		return slices.ContainsFunc(inprocesstest.OfType(evs, sessionlog.EventInboxSpliced), func(e store.Event) bool {
+			d := inprocesstest.Decode[sessionlog.InboxSplicedData](t, e)
+			return d.Target == sessionlog.TargetNextStep && len(d.Inserted) > 0
 		})
 	})
 	g.open()
@@ -218,7 +219,7 @@ func TestControl_InterruptCancelAndDisposeThroughBStopAsWork(t *testing.T) {
 		t.Fatalf("A's activation after B's interrupt: %+v, want aborted", end)
 	}
 
-	f, err := a.m.Followup(inprocesstest.Ctx(t), parentID, res.ChildID, inprocesstest.Text("two"), agent.Source{})
+	f, err := a.m.Followup(inprocesstest.Ctx(t), parentID, res.ChildID, inprocesstest.Text("two"), sessionlog.Source{})
 	if err != nil || f.Route != subagent.RouteStarted {
 		t.Fatalf("followup on A: %+v, %v", f, err)
 	}
@@ -278,7 +279,7 @@ func TestControl_PromptThroughBRunsOnTheReplicaDrivingTheRoot(t *testing.T) {
 		t.Fatalf("prompt through B: %q, %v", id, err)
 	}
 	evs := waitLog(t, a.h.Store, rootID, "the answer to B's prompt", func(evs []store.Event) bool {
-		return slices.ContainsFunc(inprocesstest.OfType(evs, agent.EventAssistantMessage), func(e store.Event) bool {
+		return slices.ContainsFunc(inprocesstest.OfType(evs, sessionlog.EventAssistantMessage), func(e store.Event) bool {
 			return strings.Contains(string(e.Data), "re: via b")
 		})
 	})
@@ -305,7 +306,7 @@ func TestControl_ALostLeaseIsTakenOverByBAndAIsFenced(t *testing.T) {
 	}
 	// A accepted a message and stops renewing before delivering it (a
 	// long pause, or a crash).
-	row, err := subagent.InboxRow(res.ChildID, agent.UserMessage{Content: inprocesstest.Text("two"), Source: agent.Source{Kind: subagent.SourceUser}})
+	row, err := subagent.InboxRow(res.ChildID, sessionlog.UserMessage{Content: inprocesstest.Text("two"), Source: sessionlog.Source{Kind: subagent.SourceUser}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +398,7 @@ func TestControl_ARequestWaitingForALostOwnerIsCarriedOutByTheRequester(t *testi
 	b := newReplica(t, url, "replica-b", lease, open.model())
 
 	asked := time.Now()
-	f, err := b.m.Followup(inprocesstest.Ctx(t), a.h.Parent.Session.ID, res.ChildID, inprocesstest.Text("two"), agent.Source{})
+	f, err := b.m.Followup(inprocesstest.Ctx(t), a.h.Parent.Session.ID, res.ChildID, inprocesstest.Text("two"), sessionlog.Source{})
 	if err != nil || f.Route != subagent.RouteStarted {
 		t.Fatalf("followup through B for a lost owner: %+v, %v; want started", f, err)
 	}

@@ -6,13 +6,13 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/delegate"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/pg"
 	"github.com/subagentd/subagentd/internal/pg/pgtest"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -26,8 +26,8 @@ import (
 // recipient, as a crash leaves it: accepted, not yet in the log.
 func quietReport(t *testing.T, recipient string) store.InboxMessage {
 	t.Helper()
-	row, err := subagent.InboxRow(recipient, agent.UserMessage{Content: inprocesstest.Text("Background subagent k reported: found it"),
-		Source: agent.Source{Kind: subagent.SourceSubagentReport, Form: "relay", SenderSessionID: "k"}})
+	row, err := subagent.InboxRow(recipient, sessionlog.UserMessage{Content: inprocesstest.Text("Background subagent k reported: found it"),
+		Source: sessionlog.Source{Kind: subagent.SourceSubagentReport, Form: "relay", SenderSessionID: "k"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,18 +89,18 @@ func TestRoots_R108_QuietReportLeftByACrashWakesNothingAfterRestart(t *testing.T
 		t.Errorf("inbox after recovery %v, want the report delivered", got)
 	}
 	evs := second.Log(t, root)
-	if msgs := inprocesstest.OfType(evs, agent.EventUserMessage); len(msgs) != 1 ||
-		inprocesstest.Decode[agent.UserMessage](t, msgs[0]).ID != report.ID {
+	if msgs := inprocesstest.OfType(evs, sessionlog.EventUserMessage); len(msgs) != 1 ||
+		inprocesstest.Decode[sessionlog.UserMessage](t, msgs[0]).ID != report.ID {
 		t.Errorf("root log after recovery: %v, want the report as its one user message", inprocesstest.Types(evs))
 	}
-	if n := len(inprocesstest.OfType(evs, agent.EventTurnStart)); n != 0 {
+	if n := len(inprocesstest.OfType(evs, sessionlog.EventTurnStart)); n != 0 {
 		t.Errorf("%d turns after recovering a quiet report", n)
 	}
 
 	if _, err := next.Prompt(ctx, root, inprocesstest.Text("question")); err != nil {
 		t.Fatal(err)
 	}
-	second.WaitEvent(t, root, inprocesstest.Type(agent.EventTurnEnd))
+	second.WaitEvent(t, root, inprocesstest.Type(sessionlog.EventTurnEnd))
 	reqs := mdl.Requests()
 	if len(reqs) != 1 {
 		t.Fatalf("%d model requests, want the prompt's one turn", len(reqs))
@@ -144,7 +144,7 @@ func TestManager_R108_QuietReportLeftByACrashWaitsForTheNextFollowup(t *testing.
 		t.Errorf("inbox after recovery %v, want the report still waiting", got)
 	}
 
-	f, err := second.m.Followup(ctx, parent.Session.ID, res.ChildID, inprocesstest.Text("two"), agent.Source{})
+	f, err := second.m.Followup(ctx, parent.Session.ID, res.ChildID, inprocesstest.Text("two"), sessionlog.Source{})
 	if err != nil || f.Route != subagent.RouteStarted {
 		t.Fatalf("followup %+v, %v", f, err)
 	}

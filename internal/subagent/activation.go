@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -27,9 +27,6 @@ type activation struct {
 	provider string // the descriptor's, registered or not (R7, R71)
 	local    bool   // the provider's Local; true for an unregistered one (in-process resume)
 	parentID string
-	// boundary is the log length at the start edge: the epoch's facts
-	// come only from the events after it (R69, §8.7).
-	boundary int
 
 	// Owned by c's loop.
 	state    actState // see state.go
@@ -66,9 +63,12 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 	release func()) (*activation, error) {
 	act := &activation{
 		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(), release: release,
-		provider: desc.Provider, local: true, parentID: sess.ParentID, boundary: len(ag.Events()),
+		provider: desc.Provider, local: true, parentID: sess.ParentID,
 		done: make(chan struct{}), started: make(chan struct{}),
 	}
+	// The epoch's facts come only from the events after the start edge
+	// (R69, §8.7): the agent folds them as it appends them.
+	ag.Track()
 	if p, ok := m.svc.Provider(desc.Provider); ok {
 		act.local = p.Capabilities().Local
 	}
@@ -157,7 +157,7 @@ func (m *Manager) resume(ctx context.Context, c *child) error {
 // delivery is a pending row ready to deliver; quiet as the row.
 type delivery struct {
 	id    string
-	msg   agent.UserMessage
+	msg   sessionlog.UserMessage
 	quiet bool
 }
 
@@ -208,8 +208,8 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	// The durable inbox is the authority for undelivered messages: what a
 	// crash left queued in the agent's own log-sourced inbox is dropped, so
 	// that nothing runs twice.
-	ag.Cancel(agent.CauseDisposed, false)
-	logged := LoggedMessages(ag.Events())
+	ag.Cancel(sessionlog.CauseDisposed, false)
+	logged := sessionlog.LoggedMessages(ag.Events())
 	var seen []string
 	todo = slices.DeleteFunc(todo, func(d delivery) bool {
 		if logged[d.id] {

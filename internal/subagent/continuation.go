@@ -9,6 +9,7 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/resident"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -105,17 +106,17 @@ type ChildAgent interface {
 	// FollowupMessage inserts msg, whose id the manager issued (the durable
 	// inbox row id), as the next turn; on an idle agent it opens that turn
 	// (logging msg as user/message) before returning.
-	FollowupMessage(ctx context.Context, msg agent.UserMessage) (string, error)
+	FollowupMessage(ctx context.Context, msg sessionlog.UserMessage) (string, error)
 	// SubmitSteer inserts msg into the running turn's next-step inbox and
 	// returns at once, or fails matching agent.ErrSteerRejected; the
 	// channel then receives nil once a step admitted msg, else the
 	// rejection.
-	SubmitSteer(ctx context.Context, msg agent.UserMessage) (<-chan error, error)
+	SubmitSteer(ctx context.Context, msg sessionlog.UserMessage) (<-chan error, error)
 	// Steer is confirmed steering (R96): it returns the message id once a
 	// model step of the running turn admitted content, an error matching
 	// agent.ErrSteerRejected when it was not, or ctx's error (the content
 	// withdrawn).
-	Steer(ctx context.Context, content []model.Block, src agent.Source) (string, error)
+	Steer(ctx context.Context, content []model.Block, src sessionlog.Source) (string, error)
 	// Cancel aborts the running turn with cause; keepInbox parks queued
 	// messages instead of discarding them.
 	Cancel(cause string, keepInbox bool)
@@ -127,6 +128,11 @@ type ChildAgent interface {
 	Idle() <-chan struct{}
 	// Events returns the session log as the agent wrote and loaded it.
 	Events() []store.Event
+	// Track starts the outcome fold of the events the agent appends from
+	// now on: the activation's own (R69).
+	Track()
+	// Outcome returns the outcome of the events appended since Track.
+	Outcome() sessionlog.Outcome
 	// Close cancels with cause disposed, discards the inbox and waits for
 	// the agent to stop.
 	Close(ctx context.Context) error
@@ -201,7 +207,7 @@ type NoticeSink interface {
 	// them (R110). Without quiet the parent is woken: msg joins its
 	// running turn at the next step, or opens a turn; quiet stores it for
 	// the parent's next turn without waking it (R108, R118).
-	Notify(ctx context.Context, parentID string, msg agent.UserMessage, quiet bool) error
+	Notify(ctx context.Context, parentID string, msg sessionlog.UserMessage, quiet bool) error
 }
 
 // ManagerConfig configures a Manager.

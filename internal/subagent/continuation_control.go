@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -194,7 +194,7 @@ func (m *Manager) controlRun(ctx context.Context, runID string, dispose bool) er
 	if act != nil {
 		m.do(act.c.key, func(c *child) {
 			if c.act == act && act.to(actInterrupted) {
-				act.agent.Cancel(agent.CauseUser, true)
+				act.agent.Cancel(sessionlog.CauseUser, true)
 			}
 		})
 		if !dispose {
@@ -262,7 +262,7 @@ func (m *Manager) TakeOver(ctx context.Context, sess store.Session) (bool, error
 func (m *Manager) Fence(context.Context) {
 	m.children.Each(func(c *child) {
 		if act := c.act; act != nil && act.state < actSettling {
-			act.agent.Cancel(agent.CauseDisposed, true)
+			act.agent.Cancel(sessionlog.CauseDisposed, true)
 		}
 	})
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -23,7 +23,7 @@ func addChild(t *testing.T, e *contEnv, id, parent, origin string, min int, hdr 
 		t.Fatal(err)
 	}
 	for _, d := range descriptors {
-		if _, err := e.st.AppendEvents(t.Context(), id, store.NewEvent{Type: EventDescriptor, Data: json.RawMessage(d)}); err != nil {
+		if _, err := e.st.AppendEvents(t.Context(), id, store.NewEvent{Type: sessionlog.EventDescriptor, Data: json.RawMessage(d)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -171,7 +171,7 @@ func TestChild_InfoAndTask(t *testing.T) {
 	_, err = e.m.Task(t.Context(), "no-task")
 	wantCode(t, err, ETaskNotFound)
 	// A followup makes the new task the child's current one.
-	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("more"), agent.Source{})
+	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("more"), sessionlog.Source{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 )
 
 // replicaB builds a second replica over a's store: its own Service and
@@ -59,7 +59,7 @@ func TestReplicas_FollowupAndInterruptThroughAnotherReplicaReachTheOwner(t *test
 
 	out := make(chan followupOutcome, 1)
 	go func() {
-		res, err := mgrB.Followup(t.Context(), "p1", started.ChildID, txt("second"), agent.Source{Kind: SourceUser})
+		res, err := mgrB.Followup(t.Context(), "p1", started.ChildID, txt("second"), sessionlog.Source{Kind: SourceUser})
 		out <- followupOutcome{res, err}
 	}()
 	a.waitLog(t, started.ChildID, "the steer B routed to A", steersSubmitted(1))
@@ -77,7 +77,7 @@ func TestReplicas_FollowupAndInterruptThroughAnotherReplicaReachTheOwner(t *test
 	gate2, reached2 := make(chan struct{}), make(chan struct{})
 	a.mat.model = gatedModel(gate2, reached2, "again")
 	defer close(gate2)
-	res, err := a.m.Followup(t.Context(), "p1", started.ChildID, txt("third"), agent.Source{Kind: SourceUser})
+	res, err := a.m.Followup(t.Context(), "p1", started.ChildID, txt("third"), sessionlog.Source{Kind: SourceUser})
 	if err != nil || res.Route != RouteStarted {
 		t.Fatalf("followup on A: %+v, %v; want started", res, err)
 	}

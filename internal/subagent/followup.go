@@ -7,6 +7,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -38,7 +39,7 @@ import (
 //
 // A child another replica drives gets the followup there (see Control),
 // and this call answers what that replica answered.
-func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src agent.Source) (FollowupResult, error) {
+func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src sessionlog.Source) (FollowupResult, error) {
 	if err := m.admitting(); err != nil {
 		return FollowupResult{}, err
 	}
@@ -144,7 +145,7 @@ func (m *Manager) resumable(ctx context.Context, c *child, parentID string) erro
 	if sess.Mode == ModeOneShot {
 		return notResumable(nil)
 	}
-	d, found, err := ResumeDescriptor(ctx, m.store, sess)
+	d, found, err := sessionlog.ResumeDescriptor(ctx, m.store, sess)
 	if err != nil {
 		return notResumable(err)
 	}
@@ -284,7 +285,7 @@ func (m *Manager) SteerActivation(ctx context.Context, runID string, content []m
 	}
 	// The agent's own checks suffice: a settling activation's agent is idle
 	// or closed, an interrupted one's turn is cancelled.
-	id, err := act.agent.Steer(ctx, content, agent.Source{Kind: SourceUser})
+	id, err := act.agent.Steer(ctx, content, sessionlog.Source{Kind: SourceUser})
 	if errors.Is(err, agent.ErrSteerRejected) {
 		return "", &Error{Code: ESteerRejected, Err: err, Message: "the subagent did not admit the message: it is not running a turn, " +
 			"was interrupted, is settling, or its turn ended first; send it a followup instead"}

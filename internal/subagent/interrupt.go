@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -50,7 +50,7 @@ func (m *Manager) interrupt(ctx context.Context, c *child, parentSessionID strin
 	if !act.to(actInterrupted) {
 		return nil // interrupted or settling already (R104)
 	}
-	act.agent.Cancel(agent.CauseUser, true)
+	act.agent.Cancel(sessionlog.CauseUser, true)
 	return nil
 }
 
@@ -66,7 +66,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	var acts []*activation
 	m.children.Each(func(c *child) {
 		if act := c.act; act != nil {
-			act.agent.Cancel(agent.CauseDisposed, true)
+			act.agent.Cancel(sessionlog.CauseDisposed, true)
 			acts = append(acts, act)
 		}
 	})

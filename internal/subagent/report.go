@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -64,7 +64,7 @@ func (m *Manager) report(ctx context.Context, key childKey, inc *incarnation, co
 			Fields: map[string]string{"content": "not valid JSON"}, Err: err}
 	}
 	msg := append([]model.Block{model.TextBlock(fmt.Sprintf("Background subagent %s reported:", key.id))}, content...)
-	src := agent.Source{Kind: SourceSubagentReport, Form: "relay", SenderSessionID: key.id}
+	src := sessionlog.Source{Kind: SourceSubagentReport, Form: "relay", SenderSessionID: key.id}
 
 	act, err := m.admitReport(ctx, key, inc)
 	if err != nil {
@@ -135,7 +135,7 @@ var errNoSink = errors.New("no notice sink for root parents is configured")
 // stores the message for the parent's next turn without waking it (R108).
 // Returns the store's error for a parent that cannot be read (wrapping
 // store.ErrNotFound when it is gone), errNoSink, or the delivery's error.
-func (m *Manager) send(ctx context.Context, parentID string, content []model.Block, src agent.Source, quiet bool) (string, error) {
+func (m *Manager) send(ctx context.Context, parentID string, content []model.Block, src sessionlog.Source, quiet bool) (string, error) {
 	// The parent's writes are fenced by the parent's own lease, not by
 	// the sender's.
 	ctx = store.WithOwner(ctx, "")
@@ -149,7 +149,7 @@ func (m *Manager) send(ctx context.Context, parentID string, content []model.Blo
 	if m.notices == nil {
 		return "", errNoSink
 	}
-	msg := agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: content, Source: src}
+	msg := sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: content, Source: src}
 	if err := m.notices.Notify(ctx, parentID, msg, quiet); err != nil {
 		return "", err
 	}
@@ -162,7 +162,7 @@ func (m *Manager) send(ctx context.Context, parentID string, content []model.Blo
 // next activation, which starts now if none is live; a message that does
 // not wake stays parked until something else wakes the parent. It returns
 // the message id.
-func (m *Manager) deliverInbox(ctx context.Context, parentID string, content []model.Block, src agent.Source, waking bool) (string, error) {
+func (m *Manager) deliverInbox(ctx context.Context, parentID string, content []model.Block, src sessionlog.Source, waking bool) (string, error) {
 	row, err := newRow(parentID, content, src)
 	if err != nil {
 		return "", err

@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"unicode/utf8"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -45,30 +45,24 @@ func (m *Manager) settleIfDone(c *child, act *activation) {
 	}()
 }
 
-// settle ends act (R67–R71): the epoch's facts are read from its own events
-// before the agent is closed; a failed close makes it error without output
+// settle ends act (R67–R71): the epoch's facts are the outcome of its own
+// events, read before the agent is closed; a failed close makes it error without output
 // (R70); the parent gets its notice (R74), then subagent/end is recorded and
 // dispatched; finally the activation is removed and, when a delivery is
 // owed, the child cold-resumes.
 func (m *Manager) settle(act *activation) {
 	c := act.c
 	ctx := act.base
-	events := act.agent.Events()
-	events = events[min(act.boundary, len(events)):]
-	output := SelectOutput(events)
-	reason := EpochStopReason(events)
+	outcome := act.agent.Outcome()
+	output, reason := outcome.Output, EpochStopReason(outcome)
 	if err := act.agent.Close(ctx); err != nil {
 		m.log.ErrorContext(ctx, "close continuable child agent", slog.String("child_id", c.key.id), slog.Any("error", err))
 		reason, output = StopError, []model.Block{}
 	}
 	// Every message the epoch logged is delivered; most were acknowledged
 	// on admission already.
-	if claimed := LoggedMessages(events); len(claimed) > 0 {
-		ids := make([]string, 0, len(claimed))
-		for id := range claimed {
-			ids = append(ids, id)
-		}
-		m.ack(ctx, c.key.id, ids...)
+	if len(outcome.Messages) > 0 {
+		m.ack(ctx, c.key.id, outcome.Messages...)
 	}
 	<-act.started // dispatched by whoever began act, once its command returned
 	m.notify(act, reason, output)
@@ -128,30 +122,29 @@ func (m *Manager) notify(act *activation, reason string, output []model.Block) {
 	}
 }
 
-// EpochStopReason is the stop reason of a continuable activation, read from
-// the events it appended (seam-spec R69, §3.5, §8.6): the consumed-work
-// fold's accounting turn maps max-tokens to max-tokens, aborted and
+// EpochStopReason is the stop reason of a continuable activation, from the
+// outcome of the events it appended (seam-spec R69, §3.5, §8.6): the
+// consumed-work fold's accounting turn maps max-tokens to max-tokens, aborted and
 // interrupted to aborted, error to error, blocked to refusal and any
 // unknown kind to error; a completed turn, or none, is aborted when
 // accepted work was dropped unrun after it, else completed. A recorded
 // failure outranks a later cancellation.
-func EpochStopReason(events []store.Event) string {
-	end, dropped := FoldConsumedWork(events)
-	kind := agent.ReasonCompleted
-	if end != nil {
-		kind = end.Reason.Kind
+func EpochStopReason(o sessionlog.Outcome) string {
+	kind := sessionlog.ReasonCompleted
+	if o.End != nil {
+		kind = o.End.Reason.Kind
 	}
 	switch kind {
-	case agent.ReasonCompleted:
-		if dropped {
+	case sessionlog.ReasonCompleted:
+		if o.DroppedUnrun {
 			return StopAborted
 		}
 		return StopCompleted
-	case agent.ReasonMaxTokens:
+	case sessionlog.ReasonMaxTokens:
 		return StopMaxTokens
-	case agent.ReasonAborted, agent.ReasonInterrupted:
+	case sessionlog.ReasonAborted, sessionlog.ReasonInterrupted:
 		return StopAborted
-	case agent.ReasonBlocked:
+	case sessionlog.ReasonBlocked:
 		return StopRefusal
 	}
 	return StopError
@@ -163,7 +156,7 @@ const maxSummary = 120
 // settlementNotice is the message a parent gets when child settles with
 // reason and output (seam-spec R77): the summary sentence, then the closing
 // message or the statement that there is none.
-func settlementNotice(child, reason string, output []model.Block) ([]model.Block, agent.Source) {
+func settlementNotice(child, reason string, output []model.Block) ([]model.Block, sessionlog.Source) {
 	var summary string
 	switch reason {
 	case StopCompleted:
@@ -185,7 +178,7 @@ func settlementNotice(child, reason string, output []model.Block) ([]model.Block
 	} else {
 		content = append(append(content, model.TextBlock("Its closing message:")), output...)
 	}
-	return content, agent.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: boundSummary(summary), SenderSessionID: child}
+	return content, sessionlog.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: boundSummary(summary), SenderSessionID: child}
 }
 
 // boundSummary cuts s to maxSummary characters, ending a cut one with "…".

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -165,7 +165,7 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 		m.rollback(act)
 		return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
 	}
-	row, err := newRow(childID, req.Prompt, agent.Source{Kind: SourceUser})
+	row, err := newRow(childID, req.Prompt, sessionlog.Source{Kind: SourceUser})
 	if err == nil {
 		err = m.store.Enqueue(base, row)
 	}
@@ -216,18 +216,18 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 	if err := m.store.CreateSession(ctx, header); err != nil {
 		return fmt.Errorf("create child session: %w", err)
 	}
-	endSeed := store.NewEvent{Type: agent.EventEndSeed, Data: json.RawMessage(`{}`)}
+	endSeed := store.NewEvent{Type: sessionlog.EventEndSeed, Data: json.RawMessage(`{}`)}
 	var evs []store.NewEvent
 	for _, e := range seed {
 		evs = append(evs, store.NewEvent{Type: e.Type, Time: e.Time, Data: e.Data})
 	}
-	if n := len(seed); n > 0 && seed[n-1].Type != agent.EventEndSeed {
+	if n := len(seed); n > 0 && seed[n-1].Type != sessionlog.EventEndSeed {
 		evs = append(evs, endSeed)
 	}
 	evs = append(evs,
-		store.NewEvent{Type: EventDescriptor, Data: descriptor},
+		store.NewEvent{Type: sessionlog.EventDescriptor, Data: descriptor},
 		endSeed,
-		store.NewEvent{Type: agent.EventApprovalPolicy, Data: json.RawMessage(`{"policy":"never","source":"delegation"}`)})
+		sessionlog.DelegationPin())
 	if _, err := m.store.AppendEvents(ctx, header.ID, evs...); err != nil {
 		return fmt.Errorf("write child creation log: %w", err)
 	}

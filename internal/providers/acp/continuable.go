@@ -15,6 +15,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -111,9 +112,10 @@ type resident struct {
 	mu      sync.Mutex
 	live    *live // nil once closed
 	session sdk.SessionId
-	events  []store.Event // the child log as loaded and written
-	turn    int           // the last turn number in the log
-	queue   []agent.UserMessage
+	events  []store.Event           // the child log as loaded and written
+	fold    *sessionlog.OutcomeFold // of the events written since Track
+	turn    int                     // the last turn number in the log
+	queue   []sessionlog.UserMessage
 	running bool          // a turn runs or is about to
 	idle    chan struct{} // closed while no turn runs
 	cur     *acpTurn      // the running turn
@@ -156,7 +158,7 @@ func (r *resident) create(ctx context.Context, createChild func(context.Context)
 		err = r.load(ctx)
 	}
 	if err == nil {
-		err = r.appendLocked(typed{EventSession, SessionData{SessionID: string(session)}})
+		err = r.appendLocked(typed{sessionlog.EventACPSession, sessionlog.ACPSessionData{SessionID: string(session)}})
 	}
 	if err != nil {
 		l.discard()
@@ -185,17 +187,17 @@ func (r *resident) load(ctx context.Context) error {
 	open := 0
 	for _, e := range evs {
 		switch e.Type {
-		case EventSession:
-			var d SessionData
+		case sessionlog.EventACPSession:
+			var d sessionlog.ACPSessionData
 			if json.Unmarshal(e.Data, &d) == nil {
 				r.session = sdk.SessionId(d.SessionID)
 			}
-		case agent.EventTurnStart:
-			var d agent.TurnData
+		case sessionlog.EventTurnStart:
+			var d sessionlog.TurnData
 			if json.Unmarshal(e.Data, &d) == nil {
 				r.turn, open = max(r.turn, d.Turn), d.Turn
 			}
-		case agent.EventTurnEnd:
+		case sessionlog.EventTurnEnd:
 			open = 0
 		}
 	}
@@ -254,7 +256,7 @@ func resumable(caps sdk.AgentCapabilities) bool {
 // appendLocked writes evs to the child log and to r.events; call it with
 // mu held, or before r is shared.
 func (r *resident) appendLocked(evs ...typed) error {
-	batch, err := encode(evs...)
+	batch, entries, err := encode(evs...)
 	if err != nil {
 		return err
 	}
@@ -263,6 +265,11 @@ func (r *resident) appendLocked(evs ...typed) error {
 		return fmt.Errorf("write log of ACP child %s: %w", r.key.id, err)
 	}
 	r.events = append(r.events, stored...)
+	if r.fold != nil {
+		for i, e := range stored {
+			r.fold.Fold(e, entries[i].Payload)
+		}
+	}
 	return nil
 }
 
@@ -270,7 +277,7 @@ func (r *resident) appendLocked(evs ...typed) error {
 // opens (msg logged as user/message) before this returns; during a turn it
 // is queued behind it. Returns an error when the agent was closed or the
 // log cannot be written.
-func (r *resident) FollowupMessage(_ context.Context, msg agent.UserMessage) (string, error) {
+func (r *resident) FollowupMessage(_ context.Context, msg sessionlog.UserMessage) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -293,18 +300,18 @@ func (r *resident) FollowupMessage(_ context.Context, msg agent.UserMessage) (st
 func (r *resident) QueuesFollowups() {}
 
 // openLocked opens the turn of msg. mu is held.
-func (r *resident) openLocked(msg agent.UserMessage) error {
+func (r *resident) openLocked(msg sessionlog.UserMessage) error {
 	n := r.turn + 1
 	if err := r.appendLocked(
-		typed{agent.EventTurnStart, agent.TurnData{Turn: n}},
-		typed{agent.EventUserMessage, msg},
-		typed{agent.EventStepStart, agent.StepData{Turn: n, Step: 1}},
+		typed{sessionlog.EventTurnStart, sessionlog.TurnData{Turn: n}},
+		typed{sessionlog.EventUserMessage, msg},
+		typed{sessionlog.EventStepStart, sessionlog.StepData{Turn: n, Step: 1}},
 	); err != nil {
 		return err
 	}
 	r.turn = n
 	r.cur = &acpTurn{n: n, stop: make(chan struct{})}
-	r.queue = slices.DeleteFunc(r.queue, func(m agent.UserMessage) bool { return m.ID == msg.ID })
+	r.queue = slices.DeleteFunc(r.queue, func(m sessionlog.UserMessage) bool { return m.ID == msg.ID })
 	return nil
 }
 
@@ -319,7 +326,7 @@ func (r *resident) drive() {
 func (r *resident) runTurn() bool {
 	r.mu.Lock()
 	t, l, session := r.cur, r.live, r.session
-	content := lastUserMessage(r.events)
+	content := sessionlog.LastTask(r.events)
 	t.prompting = true
 	r.mu.Unlock()
 	o := r.prompt(l, session, t, content)
@@ -348,18 +355,6 @@ func (r *resident) runTurn() bool {
 	r.running = false
 	close(r.idle)
 	return false
-}
-
-// lastUserMessage is the content of the last user/message in evs: the
-// prompt of the turn just opened.
-func lastUserMessage(evs []store.Event) []model.Block {
-	for i := len(evs) - 1; i >= 0; i-- {
-		var m agent.UserMessage
-		if evs[i].Type == agent.EventUserMessage && json.Unmarshal(evs[i].Data, &m) == nil {
-			return m.Content
-		}
-	}
-	return nil
 }
 
 // prompt runs turn t's prompt and says how the turn ended. A cancelled turn
@@ -417,7 +412,7 @@ func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []
 	}
 	o := stopOutcome(resp.StopReason)
 	if u := resp.Usage; u != nil {
-		o.usage = &agent.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
+		o.usage = &sessionlog.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
 	}
 	return o
 }
@@ -471,20 +466,20 @@ func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.Reque
 	}
 	resp, d := r.p.decide(req, cancelled, n)
 	if t != nil {
-		if err := r.appendLocked(typed{EventPermission, d}); err != nil {
-			r.log.Warn("cannot write the ACP child log", slog.String("event", EventPermission), slog.Any("error", err))
+		if err := r.appendLocked(typed{sessionlog.EventACPPermission, d}); err != nil {
+			r.log.Warn("cannot write the ACP child log", slog.String("event", sessionlog.EventACPPermission), slog.Any("error", err))
 		}
 	}
 	return resp
 }
 
 // SubmitSteer is always rejected: ACP has no mid-turn injection.
-func (r *resident) SubmitSteer(context.Context, agent.UserMessage) (<-chan error, error) {
+func (r *resident) SubmitSteer(context.Context, sessionlog.UserMessage) (<-chan error, error) {
 	return nil, fmt.Errorf("ACP child %s: %w: ACP agents take no content mid-turn", r.key.id, agent.ErrSteerRejected)
 }
 
 // Steer is always rejected: ACP has no mid-turn injection.
-func (r *resident) Steer(context.Context, []model.Block, agent.Source) (string, error) {
+func (r *resident) Steer(context.Context, []model.Block, sessionlog.Source) (string, error) {
 	return "", fmt.Errorf("ACP child %s: %w: ACP agents take no content mid-turn", r.key.id, agent.ErrSteerRejected)
 }
 
@@ -543,11 +538,29 @@ func (r *resident) Events() []store.Event {
 	return slices.Clone(r.events)
 }
 
+// Track starts the outcome fold of the events written from now on,
+// replacing one started earlier.
+func (r *resident) Track() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fold = &sessionlog.OutcomeFold{}
+}
+
+// Outcome returns the outcome of the events written since Track.
+func (r *resident) Outcome() sessionlog.Outcome {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fold == nil {
+		return (&sessionlog.OutcomeFold{}).Outcome()
+	}
+	return r.fold.Outcome()
+}
+
 // Close cancels the running turn, waits for it to end and leaves the
 // agent idle for the next activation (the provider's idle timeout stops
 // it). Returns ctx's error when the turn outlasts it.
 func (r *resident) Close(ctx context.Context) error {
-	r.Cancel(agent.CauseDisposed, false)
+	r.Cancel(sessionlog.CauseDisposed, false)
 	if err := r.waitIdle(ctx); err != nil {
 		return fmt.Errorf("close ACP child %s: %w", r.key.id, err)
 	}

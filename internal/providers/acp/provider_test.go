@@ -24,9 +24,9 @@ import (
 
 	sdk "github.com/coder/acp-go-sdk"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -77,11 +77,11 @@ func TestStart_R12_PublishesAfterHandshakeAndStreamsIntoChildLog(t *testing.T) {
 		types = append(types, e.Type)
 	}
 	wantTypes := []string{
-		agent.EventTurnStart, agent.EventUserMessage, subagent.EventDescriptor, agent.EventStepStart,
-		agent.EventAssistantChunk, // the thought, as reasoning
-		EventToolCall, EventToolCallUpdate, EventPlan,
-		agent.EventAssistantChunk, agent.EventAssistantChunk,
-		agent.EventAssistantMessage, agent.EventStepEnd, agent.EventTurnEnd,
+		sessionlog.EventTurnStart, sessionlog.EventUserMessage, sessionlog.EventDescriptor, sessionlog.EventStepStart,
+		sessionlog.EventAssistantChunk, // the thought, as reasoning
+		sessionlog.EventACPToolCall, sessionlog.EventACPToolCallUpdate, sessionlog.EventACPPlan,
+		sessionlog.EventAssistantChunk, sessionlog.EventAssistantChunk,
+		sessionlog.EventAssistantMessage, sessionlog.EventStepEnd, sessionlog.EventTurnEnd,
 	}
 	if !reflect.DeepEqual(types, wantTypes) {
 		t.Fatalf("child log types =\n%v\nwant\n%v", types, wantTypes)
@@ -102,13 +102,13 @@ func TestStart_R12_PublishesAfterHandshakeAndStreamsIntoChildLog(t *testing.T) {
 			t.Errorf("event %d (%s) = %s\nwant %s", i, evs[i].Type, got, want)
 		}
 	}
-	if got := subagent.SelectOutput(evs); len(got) != 1 || model.Text(got) != model.Text(res.Output) {
+	if got := sessionlog.OutcomeOf(evs).Output; len(got) != 1 || model.Text(got) != model.Text(res.Output) {
 		t.Errorf("the log selects output %+v, the result holds %+v", got, res.Output)
 	}
 }
 
 func userMessageID(t *testing.T, e store.Event) string {
-	var m agent.UserMessage
+	var m sessionlog.UserMessage
 	if err := json.Unmarshal(e.Data, &m); err != nil || m.ID == "" {
 		t.Fatalf("user/message %s: %v", e.Data, err)
 	}
@@ -334,7 +334,7 @@ func TestRun_PermissionPolicy(t *testing.T) {
 			}
 			var got []string
 			for _, e := range events(t, b.store, r.ChildID()) {
-				if e.Type == EventPermission {
+				if e.Type == sessionlog.EventACPPermission {
 					got = append(got, compact(t, e.Data))
 				}
 			}
