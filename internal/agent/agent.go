@@ -4,9 +4,9 @@
 // It knows nothing of providers.
 //
 // Every state change is an event appended through store.Store and mirrored
-// in memory; the model history is rebuilt from the log at each step, so an
-// agent constructed over an existing log (cold resume, fork seed) continues
-// where the log ends.
+// in memory; the model history is the log's history fold
+// (sessionlog.History), caught up at each step, so an agent constructed over
+// an existing log (cold resume, fork seed) continues where the log ends.
 package agent
 
 import (
@@ -21,6 +21,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/schema"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -101,13 +102,17 @@ type Agent struct {
 	// log writes must succeed even while a turn is being cancelled.
 	base context.Context
 
-	mu       sync.Mutex
-	events   []store.Event
-	turn     int             // highest turn number in the log
-	queue    []UserMessage   // next-turn inbox: one turn per message, FIFO
-	received map[string]bool // ids in the next-turn inbox or claimed from it
-	steers   []*steer        // next-step inbox: pending confirmed steers
-	parked   bool            // queued messages wait for the next Followup
+	mu     sync.Mutex
+	events []store.Event
+	// history is the model-history fold of events[:folded], caught up at
+	// each step so that a step decodes only the events logged since.
+	history  sessionlog.History
+	folded   int
+	turn     int                      // highest turn number in the log
+	queue    []sessionlog.UserMessage // next-turn inbox: one turn per message, FIFO
+	received map[string]bool          // ids in the next-turn inbox or claimed from it
+	steers   []*steer                 // next-step inbox: pending confirmed steers
+	parked   bool                     // queued messages wait for the next Followup
 	closed   bool
 	driving  bool          // the driver goroutine is running
 	idle     chan struct{} // closed when driving becomes false
@@ -243,7 +248,7 @@ func (a *Agent) Close(ctx context.Context) error {
 	a.mu.Lock()
 	a.closed = true
 	a.mu.Unlock()
-	a.Cancel(CauseDisposed, false)
+	a.Cancel(sessionlog.CauseDisposed, false)
 	if err := a.WaitIdle(ctx); err != nil {
 		return fmt.Errorf("close agent %s: %w", a.id, err)
 	}
@@ -304,36 +309,36 @@ func (a *Agent) load(ctx context.Context, seedLength int) error {
 // a crashed turn.
 func (a *Agent) replay(seedLength int) error {
 	openTurn := 0 // a turn without turn/end
-	var openStep *StepData
-	var steerQueue []UserMessage
+	var openStep *sessionlog.StepData
+	var steerQueue []sessionlog.UserMessage
 	calls := map[string]string{} // structured_output call id → arguments
 	for i, ev := range a.events {
 		switch ev.Type {
-		case EventTurnStart:
-			var d TurnData
+		case sessionlog.EventTurnStart:
+			var d sessionlog.TurnData
 			if json.Unmarshal(ev.Data, &d) == nil {
 				a.turn = max(a.turn, d.Turn)
 				openTurn = d.Turn
 			}
-		case EventTurnEnd:
+		case sessionlog.EventTurnEnd:
 			openTurn, openStep = 0, nil
-		case EventStepStart:
-			var d StepData
+		case sessionlog.EventStepStart:
+			var d sessionlog.StepData
 			if json.Unmarshal(ev.Data, &d) == nil {
 				openStep = &d
 			}
-		case EventStepEnd:
+		case sessionlog.EventStepEnd:
 			openStep = nil
-		case EventInboxSpliced:
-			var d InboxSplicedData
+		case sessionlog.EventInboxSpliced:
+			var d sessionlog.InboxSplicedData
 			if i < seedLength || json.Unmarshal(ev.Data, &d) != nil {
 				continue
 			}
-			if d.Target == TargetNextStep {
+			if d.Target == sessionlog.TargetNextStep {
 				steerQueue = splice(steerQueue, d)
 				continue
 			}
-			if d.Outcome == OutcomeCanceled {
+			if d.Outcome == sessionlog.OutcomeCanceled {
 				for _, m := range spliced(a.queue, d) {
 					delete(a.received, m.ID)
 				}
@@ -342,13 +347,13 @@ func (a *Agent) replay(seedLength int) error {
 			for _, m := range d.Inserted {
 				a.received[m.ID] = true
 			}
-		case EventToolCall:
-			var d ToolCallData
+		case sessionlog.EventToolCall:
+			var d sessionlog.ToolCallData
 			if json.Unmarshal(ev.Data, &d) == nil && d.Name == StructuredOutputTool {
 				calls[d.CallID] = d.Arguments
 			}
-		case EventToolResult:
-			var d ToolResultData
+		case sessionlog.EventToolResult:
+			var d sessionlog.ToolResultData
 			// Only the agent's own suffix counts: a fork seed may hold the
 			// parent's capture, which is not this agent's answer.
 			if i >= seedLength && json.Unmarshal(ev.Data, &d) == nil && d.Name == StructuredOutputTool && !d.IsError && a.cfg.OutputSchema != nil {
@@ -361,13 +366,13 @@ func (a *Agent) replay(seedLength int) error {
 	a.parked = len(a.queue) > 0
 	var repair []store.NewEvent
 	if openStep != nil {
-		repair = append(repair, event(EventStepEnd, *openStep))
+		repair = append(repair, event(sessionlog.EventStepEnd, *openStep))
 	}
 	if openTurn != 0 {
-		repair = append(repair, event(EventTurnEnd, TurnEndData{Turn: openTurn, Reason: TurnReason{Kind: ReasonInterrupted}}))
+		repair = append(repair, event(sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: openTurn, Reason: sessionlog.TurnReason{Kind: sessionlog.ReasonInterrupted}}))
 	}
 	if len(steerQueue) > 0 {
-		repair = append(repair, cancelSplice(TargetNextStep, 0, len(steerQueue)))
+		repair = append(repair, cancelSplice(sessionlog.TargetNextStep, 0, len(steerQueue)))
 	}
 	if len(repair) == 0 {
 		return nil
@@ -378,25 +383,25 @@ func (a *Agent) replay(seedLength int) error {
 }
 
 // splice applies one inbox splice to q.
-func splice(q []UserMessage, d InboxSplicedData) []UserMessage {
+func splice(q []sessionlog.UserMessage, d sessionlog.InboxSplicedData) []sessionlog.UserMessage {
 	start, end := spliceRange(q, d)
 	return slices.Concat(q[:start], d.Inserted, q[end:])
 }
 
 // spliced returns the messages of q that splice d removes.
-func spliced(q []UserMessage, d InboxSplicedData) []UserMessage {
+func spliced(q []sessionlog.UserMessage, d sessionlog.InboxSplicedData) []sessionlog.UserMessage {
 	start, end := spliceRange(q, d)
 	return q[start:end]
 }
 
 // spliceRange is the range of q that splice d removes, clamped to q.
-func spliceRange(q []UserMessage, d InboxSplicedData) (start, end int) {
+func spliceRange(q []sessionlog.UserMessage, d sessionlog.InboxSplicedData) (start, end int) {
 	start = min(max(d.Start, 0), len(q))
 	return start, min(start+d.RemovedCount, len(q))
 }
 
 // cancelSplice discards n messages of target from start on.
 func cancelSplice(target string, start, n int) store.NewEvent {
-	return event(EventInboxSpliced, InboxSplicedData{Target: target, Start: start, RemovedCount: n,
-		Inserted: []UserMessage{}, Outcome: OutcomeCanceled})
+	return event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: target, Start: start, RemovedCount: n,
+		Inserted: []sessionlog.UserMessage{}, Outcome: sessionlog.OutcomeCanceled})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/echo"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -29,31 +30,31 @@ func TestTurn_S3_2_EventOrderAndPayloads(t *testing.T) {
 	}
 	checkSeqs(t, evs)
 	want := []string{
-		EventInboxSpliced, EventTurnStart, EventInboxSpliced, EventUserMessage, EventStepStart,
-		EventAssistantChunk, EventAssistantChunk, EventAssistantChunk, EventAssistantChunk, EventAssistantChunk, EventAssistantChunk,
-		EventAssistantMessage, EventStepEnd, EventTurnEnd,
+		sessionlog.EventInboxSpliced, sessionlog.EventTurnStart, sessionlog.EventInboxSpliced, sessionlog.EventUserMessage, sessionlog.EventStepStart,
+		sessionlog.EventAssistantChunk, sessionlog.EventAssistantChunk, sessionlog.EventAssistantChunk, sessionlog.EventAssistantChunk, sessionlog.EventAssistantChunk, sessionlog.EventAssistantChunk,
+		sessionlog.EventAssistantMessage, sessionlog.EventStepEnd, sessionlog.EventTurnEnd,
 	}
 	if got := types(evs); !slices.Equal(got, want) {
 		t.Fatalf("event types\n got %v\nwant %v", got, want)
 	}
-	splices := ofType[InboxSplicedData](t, evs, EventInboxSpliced)
-	if ins := splices[0]; ins.Target != TargetNextTurn || ins.Start != 0 || len(ins.Inserted) != 1 || ins.Inserted[0].ID != id {
+	splices := ofType[sessionlog.InboxSplicedData](t, evs, sessionlog.EventInboxSpliced)
+	if ins := splices[0]; ins.Target != sessionlog.TargetNextTurn || ins.Start != 0 || len(ins.Inserted) != 1 || ins.Inserted[0].ID != id {
 		t.Errorf("insert splice %+v", ins)
 	}
-	if claim := splices[1]; claim.Target != TargetNextTurn || claim.RemovedCount != 1 || len(claim.Inserted) != 0 || claim.Outcome != "" {
+	if claim := splices[1]; claim.Target != sessionlog.TargetNextTurn || claim.RemovedCount != 1 || len(claim.Inserted) != 0 || claim.Outcome != "" {
 		t.Errorf("claim splice %+v", claim)
 	}
 	if !json.Valid(evs[2].Data) || string(evs[2].Data) != `{"target":"next-turn","start":0,"removedCount":1,"inserted":[]}` {
 		t.Errorf("claim splice JSON %s", evs[2].Data)
 	}
-	um := ofType[UserMessage](t, evs, EventUserMessage)[0]
+	um := ofType[sessionlog.UserMessage](t, evs, sessionlog.EventUserMessage)[0]
 	if um.ID != id || um.Role != "user" || model.Text(um.Content) != "hi" || um.Source.Kind != "user" {
 		t.Errorf("user/message %+v", um)
 	}
-	if ts := ofType[TurnData](t, evs, EventTurnStart)[0]; ts.Turn != 1 {
+	if ts := ofType[sessionlog.TurnData](t, evs, sessionlog.EventTurnStart)[0]; ts.Turn != 1 {
 		t.Errorf("turn/start %+v", ts)
 	}
-	chunks := ofType[ChunkData](t, evs, EventAssistantChunk)
+	chunks := ofType[sessionlog.ChunkData](t, evs, sessionlog.EventAssistantChunk)
 	var streamed string
 	for _, c := range chunks {
 		if c.Turn != 1 || c.Step != 1 {
@@ -67,16 +68,16 @@ func TestTurn_S3_2_EventOrderAndPayloads(t *testing.T) {
 		chunks[4].Chunk.Type != "usage" || chunks[4].Chunk.InputTokens != 7 || chunks[5].Chunk.FinishReason != "stop" {
 		t.Errorf("chunks %+v", chunks)
 	}
-	am := ofType[AssistantMessageData](t, evs, EventAssistantMessage)[0]
+	am := ofType[sessionlog.AssistantMessageData](t, evs, sessionlog.EventAssistantMessage)[0]
 	if am.Turn != 1 || am.Step != 1 || am.Message.Role != "assistant" || am.Interrupted ||
 		len(am.Message.Content) != 2 || am.Message.Content[0].Type != "reasoning" || model.Text(am.Message.Content) != "hello big world" ||
-		am.Usage == nil || *am.Usage != (UsageData{InputTokens: 7, OutputTokens: 3}) {
+		am.Usage == nil || *am.Usage != (sessionlog.UsageData{InputTokens: 7, OutputTokens: 3}) {
 		t.Errorf("assistant/message %+v", am)
 	}
-	if se := ofType[StepData](t, evs, EventStepEnd)[0]; se != (StepData{Turn: 1, Step: 1}) {
+	if se := ofType[sessionlog.StepData](t, evs, sessionlog.EventStepEnd)[0]; se != (sessionlog.StepData{Turn: 1, Step: 1}) {
 		t.Errorf("step/end %+v", se)
 	}
-	if te := ofType[TurnEndData](t, evs, EventTurnEnd)[0]; te.Turn != 1 || te.Reason.Kind != ReasonCompleted || te.Reason.Cause != nil {
+	if te := ofType[sessionlog.TurnEndData](t, evs, sessionlog.EventTurnEnd)[0]; te.Turn != 1 || te.Reason.Kind != sessionlog.ReasonCompleted || te.Reason.Cause != nil {
 		t.Errorf("turn/end %+v", te)
 	}
 	req := m.Requests()[0]
@@ -96,22 +97,22 @@ func TestTurn_ToolCallsRunAndFeedNextStep(t *testing.T) {
 	waitIdle(t, a)
 	evs := a.Events()
 
-	want := []string{EventAssistantMessage, EventToolCall, EventToolResult, EventToolCall, EventToolResult, EventStepEnd, EventStepStart}
-	got := slices.DeleteFunc(types(evs), func(s string) bool { return s == EventAssistantChunk })
-	i := slices.Index(got, EventAssistantMessage)
+	want := []string{sessionlog.EventAssistantMessage, sessionlog.EventToolCall, sessionlog.EventToolResult, sessionlog.EventToolCall, sessionlog.EventToolResult, sessionlog.EventStepEnd, sessionlog.EventStepStart}
+	got := slices.DeleteFunc(types(evs), func(s string) bool { return s == sessionlog.EventAssistantChunk })
+	i := slices.Index(got, sessionlog.EventAssistantMessage)
 	if i < 0 || !slices.Equal(got[i:i+len(want)], want) {
 		t.Fatalf("event types %v", got)
 	}
-	am := ofType[AssistantMessageData](t, evs, EventAssistantMessage)[0]
+	am := ofType[sessionlog.AssistantMessageData](t, evs, sessionlog.EventAssistantMessage)[0]
 	raw, _ := json.Marshal(am.Message.Content)
 	if string(raw) != `[{"type":"text","text":"let me"},{"type":"tool-call","callId":"c1","name":"add","arguments":"{\"x\":1}"},{"type":"tool-call","callId":"c2","name":"nope","arguments":"{}"}]` {
 		t.Errorf("assistant content %s", raw)
 	}
-	calls := ofType[ToolCallData](t, evs, EventToolCall)
-	if calls[0] != (ToolCallData{Turn: 1, Step: 1, CallID: "c1", Name: "add", Arguments: `{"x":1}`}) || calls[1].Arguments != "{}" {
+	calls := ofType[sessionlog.ToolCallData](t, evs, sessionlog.EventToolCall)
+	if calls[0] != (sessionlog.ToolCallData{Turn: 1, Step: 1, CallID: "c1", Name: "add", Arguments: `{"x":1}`}) || calls[1].Arguments != "{}" {
 		t.Errorf("tool/call %+v", calls)
 	}
-	results := ofType[ToolResultData](t, evs, EventToolResult)
+	results := ofType[sessionlog.ToolResultData](t, evs, sessionlog.EventToolResult)
 	if results[0].IsError || model.Text(results[0].Content) != `add ran with {"x":1}` || results[0].Name != "add" {
 		t.Errorf("add result %+v", results[0])
 	}
@@ -127,7 +128,7 @@ func TestTurn_ToolCallsRunAndFeedNextStep(t *testing.T) {
 		h[2].Role != model.RoleTool || h[2].ToolCallID != "c1" || !h[3].IsError {
 		t.Errorf("second request history %+v", h)
 	}
-	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{ReasonCompleted}) {
+	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{sessionlog.ReasonCompleted}) {
 		t.Errorf("turn ends %v", ends)
 	}
 }
@@ -143,9 +144,9 @@ func TestTurn_S4_1_StopReasonsFromModel(t *testing.T) {
 		interrupted bool
 		toolCalls   int
 	}{
-		{"max-tokens drops truncated calls", scripted.Step{Text: "cut", ToolCalls: []model.ToolCall{{Name: "add"}}, Finish: model.FinishMaxTokens}, ReasonMaxTokens, "", false, 0},
-		{"refusal is blocked", scripted.Step{Text: "no", Finish: model.FinishRefusal}, ReasonBlocked, "", false, 0},
-		{"model error keeps partial text", scripted.Step{Text: "part", Err: boom}, ReasonError, boom.Error(), true, 0},
+		{"max-tokens drops truncated calls", scripted.Step{Text: "cut", ToolCalls: []model.ToolCall{{Name: "add"}}, Finish: model.FinishMaxTokens}, sessionlog.ReasonMaxTokens, "", false, 0},
+		{"refusal is blocked", scripted.Step{Text: "no", Finish: model.FinishRefusal}, sessionlog.ReasonBlocked, "", false, 0},
+		{"model error keeps partial text", scripted.Step{Text: "part", Err: boom}, sessionlog.ReasonError, boom.Error(), true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -153,18 +154,18 @@ func TestTurn_S4_1_StopReasonsFromModel(t *testing.T) {
 			followup(t, a, "go")
 			waitIdle(t, a)
 			evs := a.Events()
-			te := ofType[TurnEndData](t, evs, EventTurnEnd)
+			te := ofType[sessionlog.TurnEndData](t, evs, sessionlog.EventTurnEnd)
 			if len(te) != 1 || te[0].Reason.Kind != tc.reason || te[0].Reason.Message != tc.message {
 				t.Fatalf("turn/end %+v", te)
 			}
-			am := ofType[AssistantMessageData](t, evs, EventAssistantMessage)
+			am := ofType[sessionlog.AssistantMessageData](t, evs, sessionlog.EventAssistantMessage)
 			if len(am) != 1 || am[0].Interrupted != tc.interrupted || len(am[0].Message.Content) != 1 {
 				t.Errorf("assistant/message %+v", am)
 			}
-			if n := len(ofType[ToolCallData](t, evs, EventToolCall)); n != tc.toolCalls {
+			if n := len(ofType[sessionlog.ToolCallData](t, evs, sessionlog.EventToolCall)); n != tc.toolCalls {
 				t.Errorf("%d tool calls ran", n)
 			}
-			if n := len(ofType[StepData](t, evs, EventStepEnd)); n != 1 {
+			if n := len(ofType[sessionlog.StepData](t, evs, sessionlog.EventStepEnd)); n != 1 {
 				t.Errorf("%d step/end", n)
 			}
 		})
@@ -176,11 +177,11 @@ func TestTurn_R45_NoModelRouteEndsInError(t *testing.T) {
 	a := newAgent(t, nil, Config{})
 	followup(t, a, "hi")
 	waitIdle(t, a)
-	te := ofType[TurnEndData](t, a.Events(), EventTurnEnd)
-	if len(te) != 1 || te[0].Reason.Kind != ReasonError || te[0].Reason.Message == "" {
+	te := ofType[sessionlog.TurnEndData](t, a.Events(), sessionlog.EventTurnEnd)
+	if len(te) != 1 || te[0].Reason.Kind != sessionlog.ReasonError || te[0].Reason.Message == "" {
 		t.Fatalf("turn/end %+v", te)
 	}
-	if slices.Contains(types(a.Events()), EventStepStart) {
+	if slices.Contains(types(a.Events()), sessionlog.EventStepStart) {
 		t.Error("a step started without a model")
 	}
 }
@@ -199,8 +200,8 @@ func TestTurn_S3_4_BeforeFirstStepHookOnce(t *testing.T) {
 	waitIdle(t, a)
 	got := types(a.Events())
 	i := slices.Index(got, "subagent/descriptor")
-	if calls != 1 || i < slices.Index(got, EventUserMessage) || got[i+1] != EventStepStart ||
-		slices.Index(got, EventStepStart) != i+1 || slices.Index(got, EventTurnStart) > i {
+	if calls != 1 || i < slices.Index(got, sessionlog.EventUserMessage) || got[i+1] != sessionlog.EventStepStart ||
+		slices.Index(got, sessionlog.EventStepStart) != i+1 || slices.Index(got, sessionlog.EventTurnStart) > i {
 		t.Fatalf("hook calls %d, events %v", calls, got)
 	}
 }
@@ -225,7 +226,7 @@ func TestTurn_TurnsAreFIFOOneMessageEach_R83(t *testing.T) {
 		t.Errorf("user messages %v", got)
 	}
 	var turns []int
-	for _, d := range ofType[TurnData](t, evs, EventTurnStart) {
+	for _, d := range ofType[sessionlog.TurnData](t, evs, sessionlog.EventTurnStart) {
 		turns = append(turns, d.Turn)
 	}
 	if !slices.Equal(turns, []int{1, 2, 3}) || a.Running() {
@@ -253,7 +254,7 @@ func TestTurn_StoreFailureEndsTurnAndNothingAcceptedOnInsertFailure(t *testing.T
 	close(gate)
 	waitIdle(t, a)
 	st.setFail(false)
-	if got := types(a.Events()); got[len(got)-1] != EventStepStart {
+	if got := types(a.Events()); got[len(got)-1] != sessionlog.EventStepStart {
 		t.Errorf("events after failure %v", got)
 	}
 	// The agent recovers: the next followup runs a new turn.
@@ -278,11 +279,11 @@ func TestTurn_EchoModelDrivesToolsOffline(t *testing.T) {
 	followup(t, a, `/call add {"x":1}`)
 	waitIdle(t, a)
 	evs := a.Events()
-	am := ofType[AssistantMessageData](t, evs, EventAssistantMessage)
+	am := ofType[sessionlog.AssistantMessageData](t, evs, sessionlog.EventAssistantMessage)
 	if len(am) != 2 || model.Text(am[1].Message.Content) != `echo: add ran with {"x":1}` {
 		t.Errorf("assistant messages %+v", am)
 	}
-	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{ReasonCompleted}) {
+	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{sessionlog.ReasonCompleted}) {
 		t.Errorf("turn ends %v", ends)
 	}
 }
@@ -312,8 +313,8 @@ func TestTurn_StepBoundariesShareAppends(t *testing.T) {
 	waitIdle(t, a)
 	mu.Lock()
 	defer mu.Unlock()
-	first := fmt.Sprint([]string{"subagent/descriptor", EventStepStart})
-	last := fmt.Sprint([]string{EventAssistantMessage, EventStepEnd, EventTurnEnd})
+	first := fmt.Sprint([]string{"subagent/descriptor", sessionlog.EventStepStart})
+	last := fmt.Sprint([]string{sessionlog.EventAssistantMessage, sessionlog.EventStepEnd, sessionlog.EventTurnEnd})
 	if !slices.Contains(batches, first) || batches[len(batches)-1] != last {
 		t.Fatalf("append batches %v: want %s in one and %s last", batches, first, last)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -132,8 +133,8 @@ func (s *fakeStore) waitEvent(t *testing.T, id string, pred func(store.Event) bo
 // (removed == 0) or remove removed messages with outcome.
 func isSplice(target string, removed int, outcome string) func(store.Event) bool {
 	return func(e store.Event) bool {
-		var d InboxSplicedData
-		return e.Type == EventInboxSpliced && json.Unmarshal(e.Data, &d) == nil &&
+		var d sessionlog.InboxSplicedData
+		return e.Type == sessionlog.EventInboxSpliced && json.Unmarshal(e.Data, &d) == nil &&
 			d.Target == target && d.RemovedCount == removed && d.Outcome == outcome
 	}
 }
@@ -179,7 +180,7 @@ func testCtx(t *testing.T) context.Context {
 
 func text(s string) []model.Block { return []model.Block{model.TextBlock(s)} }
 
-var userSrc = Source{Kind: "user"}
+var userSrc = sessionlog.Source{Kind: "user"}
 
 func followup(t *testing.T, a *Agent, s string) string {
 	t.Helper()
@@ -226,7 +227,7 @@ func ofType[T any](t *testing.T, evs []store.Event, typ string) []T {
 func turnEnds(t *testing.T, evs []store.Event) []string {
 	t.Helper()
 	var out []string
-	for _, d := range ofType[TurnEndData](t, evs, EventTurnEnd) {
+	for _, d := range ofType[sessionlog.TurnEndData](t, evs, sessionlog.EventTurnEnd) {
 		out = append(out, d.Reason.Kind)
 	}
 	return out
@@ -236,7 +237,7 @@ func turnEnds(t *testing.T, evs []store.Event) []string {
 func userTexts(t *testing.T, evs []store.Event) []string {
 	t.Helper()
 	var out []string
-	for _, m := range ofType[UserMessage](t, evs, EventUserMessage) {
+	for _, m := range ofType[sessionlog.UserMessage](t, evs, sessionlog.EventUserMessage) {
 		out = append(out, model.Text(m.Content))
 	}
 	return out

@@ -9,26 +9,27 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
 // steer is a pending confirmed steer; done is closed once it was admitted
 // (err nil) or rejected.
 type steer struct {
-	msg  UserMessage
+	msg  sessionlog.UserMessage
 	done chan struct{}
 	err  error
 }
 
 // newMessage builds a user message with a fresh id. It returns an error if
 // a content block does not marshal (a Raw that is not JSON).
-func newMessage(content []model.Block, src Source) (UserMessage, error) {
-	return checkMessage(UserMessage{Content: content, Source: src})
+func newMessage(content []model.Block, src sessionlog.Source) (sessionlog.UserMessage, error) {
+	return checkMessage(sessionlog.UserMessage{Content: content, Source: src})
 }
 
 // checkMessage completes msg (fresh id when empty, role user, [] content)
 // and checks that its content marshals.
-func checkMessage(msg UserMessage) (UserMessage, error) {
+func checkMessage(msg sessionlog.UserMessage) (sessionlog.UserMessage, error) {
 	if msg.ID == "" {
 		msg.ID = uuid.NewString()
 	}
@@ -37,7 +38,7 @@ func checkMessage(msg UserMessage) (UserMessage, error) {
 		msg.Content = []model.Block{}
 	}
 	if _, err := json.Marshal(msg.Content); err != nil {
-		return UserMessage{}, fmt.Errorf("message content: %w", err)
+		return sessionlog.UserMessage{}, fmt.Errorf("message content: %w", err)
 	}
 	return msg, nil
 }
@@ -48,8 +49,8 @@ func checkMessage(msg UserMessage) (UserMessage, error) {
 // the agent is idle it opens that turn before returning — first for the
 // oldest queued message, so messages parked by Cancel(…, true) run first.
 // Returns ErrClosed after Close, or a store error (nothing was accepted).
-func (a *Agent) Followup(ctx context.Context, content []model.Block, src Source) (string, error) {
-	return a.FollowupMessage(ctx, UserMessage{Content: content, Source: src})
+func (a *Agent) Followup(ctx context.Context, content []model.Block, src sessionlog.Source) (string, error) {
+	return a.FollowupMessage(ctx, sessionlog.UserMessage{Content: content, Source: src})
 }
 
 // FollowupMessage is Followup for a message whose id the caller already
@@ -61,7 +62,7 @@ func (a *Agent) Followup(ctx context.Context, content []model.Block, src Source)
 // error. A message discarded unrun (Cancel with keepInbox false, Close) is
 // inserted again, so a caller that still holds it undelivered can redeliver
 // it.
-func (a *Agent) FollowupMessage(ctx context.Context, msg UserMessage) (string, error) {
+func (a *Agent) FollowupMessage(ctx context.Context, msg sessionlog.UserMessage) (string, error) {
 	msg, err := checkMessage(msg)
 	if err != nil {
 		return "", fmt.Errorf("followup %s: %w", a.id, err)
@@ -77,8 +78,8 @@ func (a *Agent) FollowupMessage(ctx context.Context, msg UserMessage) (string, e
 	if a.received[msg.ID] {
 		return msg.ID, nil
 	}
-	evs := []store.NewEvent{event(EventInboxSpliced, InboxSplicedData{
-		Target: TargetNextTurn, Start: len(a.queue), Inserted: []UserMessage{msg}})}
+	evs := []store.NewEvent{event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{
+		Target: sessionlog.TargetNextTurn, Start: len(a.queue), Inserted: []sessionlog.UserMessage{msg}})}
 	queue := append(slices.Clip(a.queue), msg)
 	start := !a.driving
 	if start {
@@ -106,7 +107,7 @@ func (a *Agent) FollowupMessage(ctx context.Context, msg UserMessage) (string, e
 // the turn ends before admitting the message; it never queues content for a
 // later turn. If ctx ends before admission the message is withdrawn and
 // ctx.Err() returned.
-func (a *Agent) Steer(ctx context.Context, content []model.Block, src Source) (string, error) {
+func (a *Agent) Steer(ctx context.Context, content []model.Block, src sessionlog.Source) (string, error) {
 	msg, err := newMessage(content, src)
 	if err != nil {
 		return "", fmt.Errorf("steer %s: %w", a.id, err)
@@ -121,7 +122,7 @@ func (a *Agent) Steer(ctx context.Context, content []model.Block, src Source) (s
 		a.mu.Lock()
 		if i := slices.Index(a.steers, s); i >= 0 {
 			a.steers = slices.Delete(a.steers, i, i+1)
-			if err := a.appendLocked(cancelSplice(TargetNextStep, i, 1)); err != nil {
+			if err := a.appendLocked(cancelSplice(sessionlog.TargetNextStep, i, 1)); err != nil {
 				a.log.Error("withdraw steer", "error", err)
 			}
 			a.mu.Unlock()
@@ -145,7 +146,7 @@ func (a *Agent) Steer(ctx context.Context, content []model.Block, src Source) (s
 // else an error matching ErrSteerRejected — so a caller can submit under
 // its own lock and wait outside it. ctx bounds only the submission: a
 // submitted steer is never withdrawn.
-func (a *Agent) SubmitSteer(ctx context.Context, msg UserMessage) (<-chan error, error) {
+func (a *Agent) SubmitSteer(ctx context.Context, msg sessionlog.UserMessage) (<-chan error, error) {
 	msg, err := checkMessage(msg)
 	if err != nil {
 		return nil, fmt.Errorf("steer %s: %w", a.id, err)
@@ -182,8 +183,8 @@ func (a *Agent) enqueueSteer(ctx context.Context, s *steer) error {
 	if why != "" {
 		return fmt.Errorf("steer %s: %w: %s", a.id, ErrSteerRejected, why)
 	}
-	err := a.appendLocked(event(EventInboxSpliced, InboxSplicedData{
-		Target: TargetNextStep, Start: len(a.steers), Inserted: []UserMessage{s.msg}}))
+	err := a.appendLocked(event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{
+		Target: sessionlog.TargetNextStep, Start: len(a.steers), Inserted: []sessionlog.UserMessage{s.msg}}))
 	if err != nil {
 		return fmt.Errorf("steer: %w", err)
 	}
@@ -197,7 +198,7 @@ func (a *Agent) rejectSteersLocked(why string) {
 	if len(a.steers) == 0 {
 		return
 	}
-	if err := a.appendLocked(cancelSplice(TargetNextStep, 0, len(a.steers))); err != nil {
+	if err := a.appendLocked(cancelSplice(sessionlog.TargetNextStep, 0, len(a.steers))); err != nil {
 		a.log.Error("cancel pending steers", "error", err)
 	}
 	for _, s := range a.steers {
@@ -231,7 +232,7 @@ func (a *Agent) Cancel(cause string, keepInbox bool) {
 	if len(a.queue) == 0 {
 		return
 	}
-	if err := a.appendLocked(cancelSplice(TargetNextTurn, 0, len(a.queue))); err != nil {
+	if err := a.appendLocked(cancelSplice(sessionlog.TargetNextTurn, 0, len(a.queue))); err != nil {
 		a.log.Error("discard inbox", "error", err)
 	}
 	for _, m := range a.queue {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -52,20 +53,20 @@ func TestCancel_R101_PartialTextLoggedInterrupted(t *testing.T) {
 	a := newAgent(t, nil, Config{Model: stallModel{text: "half an ans", stalled: stalled}})
 	followup(t, a, "hi")
 	<-stalled
-	a.Cancel(CauseParent, false)
+	a.Cancel(sessionlog.CauseParent, false)
 	waitIdle(t, a)
 	evs := a.Events()
-	am := ofType[AssistantMessageData](t, evs, EventAssistantMessage)
+	am := ofType[sessionlog.AssistantMessageData](t, evs, sessionlog.EventAssistantMessage)
 	if len(am) != 1 || !am[0].Interrupted || model.Text(am[0].Message.Content) != "half an ans" {
 		t.Errorf("assistant/message %+v", am)
 	}
 	got := types(evs)
-	if want := []string{EventAssistantMessage, EventStepEnd, EventTurnEnd}; !slices.Equal(got[len(got)-3:], want) {
+	if want := []string{sessionlog.EventAssistantMessage, sessionlog.EventStepEnd, sessionlog.EventTurnEnd}; !slices.Equal(got[len(got)-3:], want) {
 		t.Errorf("tail %v", got)
 	}
 	var raw json.RawMessage
 	for _, e := range evs {
-		if e.Type == EventTurnEnd {
+		if e.Type == sessionlog.EventTurnEnd {
 			raw = e.Data
 		}
 	}
@@ -89,18 +90,18 @@ func TestCancel_ToolSeesCancellation(t *testing.T) {
 	a := newAgent(t, nil, Config{Model: m, Global: global})
 	followup(t, a, "hi")
 	<-started
-	a.Cancel(CauseUser, false)
+	a.Cancel(sessionlog.CauseUser, false)
 	waitIdle(t, a)
 	evs := a.Events()
-	if n := len(ofType[ToolCallData](t, evs, EventToolCall)); n != 1 {
+	if n := len(ofType[sessionlog.ToolCallData](t, evs, sessionlog.EventToolCall)); n != 1 {
 		t.Errorf("%d tool calls started after cancel, want only the first", n)
 	}
-	res := ofType[ToolResultData](t, evs, EventToolResult)
+	res := ofType[sessionlog.ToolResultData](t, evs, sessionlog.EventToolResult)
 	if len(res) != 1 || !res[0].IsError {
 		t.Errorf("results %+v", res)
 	}
-	te := ofType[TurnEndData](t, evs, EventTurnEnd)
-	if len(te) != 1 || te[0].Reason.Kind != ReasonAborted || te[0].Reason.Cause.Kind != CauseUser {
+	te := ofType[sessionlog.TurnEndData](t, evs, sessionlog.EventTurnEnd)
+	if len(te) != 1 || te[0].Reason.Kind != sessionlog.ReasonAborted || te[0].Reason.Cause.Kind != sessionlog.CauseUser {
 		t.Errorf("turn/end %+v", te)
 	}
 	if len(m.Requests()) != 1 {
@@ -112,10 +113,10 @@ func TestCancel_R105_BeforeFirstStepEndsTurnAborted(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, nil, Config{Model: firstBlocks(make(chan struct{}))})
 	followup(t, a, "hi")
-	a.Cancel(CauseUser, false)
+	a.Cancel(sessionlog.CauseUser, false)
 	waitIdle(t, a)
 	evs := a.Events()
-	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{ReasonAborted}) {
+	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{sessionlog.ReasonAborted}) {
 		t.Errorf("turn ends %v", ends)
 	}
 	if got := userTexts(t, evs); !slices.Equal(got, []string{"hi"}) {
@@ -131,17 +132,17 @@ func TestCancel_R102_R103_ParkedInboxRunsFirstOnNextFollowup(t *testing.T) {
 	<-reached
 	followup(t, a, "b")
 	followup(t, a, "c")
-	a.Cancel(CauseUser, true)
+	a.Cancel(sessionlog.CauseUser, true)
 	waitIdle(t, a)
 	evs := a.Events()
-	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{ReasonAborted}) || a.Running() {
+	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{sessionlog.ReasonAborted}) || a.Running() {
 		t.Fatalf("after interrupt: turn ends %v running %v", ends, a.Running())
 	}
 	if got := userTexts(t, evs); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("parked messages ran: %v", got)
 	}
-	for _, d := range ofType[InboxSplicedData](t, evs, EventInboxSpliced) {
-		if d.Outcome == OutcomeCanceled {
+	for _, d := range ofType[sessionlog.InboxSplicedData](t, evs, sessionlog.EventInboxSpliced) {
+		if d.Outcome == sessionlog.OutcomeCanceled {
 			t.Errorf("interrupt discarded queued work: %+v", d)
 		}
 	}
@@ -152,7 +153,7 @@ func TestCancel_R102_R103_ParkedInboxRunsFirstOnNextFollowup(t *testing.T) {
 	if got := userTexts(t, evs); !slices.Equal(got, []string{"a", "b", "c", "d"}) {
 		t.Errorf("user messages %v", got)
 	}
-	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{ReasonAborted, ReasonCompleted, ReasonCompleted, ReasonCompleted}) {
+	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{sessionlog.ReasonAborted, sessionlog.ReasonCompleted, sessionlog.ReasonCompleted, sessionlog.ReasonCompleted}) {
 		t.Errorf("turn ends %v", ends)
 	}
 }
@@ -181,7 +182,7 @@ func TestCancel_R103_WakeDuringUnwindIsLatched(t *testing.T) {
 	followup(t, a, "a")
 	<-started
 	followup(t, a, "b")
-	a.Cancel(CauseUser, true)
+	a.Cancel(sessionlog.CauseUser, true)
 	followup(t, a, "c") // arrives while the aborted turn unwinds
 	close(release)
 	waitIdle(t, a)
@@ -189,7 +190,7 @@ func TestCancel_R103_WakeDuringUnwindIsLatched(t *testing.T) {
 	if got := userTexts(t, evs); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Errorf("user messages %v", got)
 	}
-	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{ReasonAborted, ReasonCompleted, ReasonCompleted}) {
+	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{sessionlog.ReasonAborted, sessionlog.ReasonCompleted, sessionlog.ReasonCompleted}) {
 		t.Errorf("turn ends %v", ends)
 	}
 }
@@ -202,15 +203,15 @@ func TestCancel_WithoutKeepInboxDiscardsQueue(t *testing.T) {
 	<-reached
 	followup(t, a, "b")
 	followup(t, a, "c")
-	a.Cancel(CauseUser, false)
+	a.Cancel(sessionlog.CauseUser, false)
 	waitIdle(t, a)
-	var canceled []InboxSplicedData
-	for _, d := range ofType[InboxSplicedData](t, a.Events(), EventInboxSpliced) {
-		if d.Outcome == OutcomeCanceled {
+	var canceled []sessionlog.InboxSplicedData
+	for _, d := range ofType[sessionlog.InboxSplicedData](t, a.Events(), sessionlog.EventInboxSpliced) {
+		if d.Outcome == sessionlog.OutcomeCanceled {
 			canceled = append(canceled, d)
 		}
 	}
-	if len(canceled) != 1 || canceled[0].Target != TargetNextTurn || canceled[0].Start != 0 || canceled[0].RemovedCount != 2 {
+	if len(canceled) != 1 || canceled[0].Target != sessionlog.TargetNextTurn || canceled[0].Start != 0 || canceled[0].RemovedCount != 2 {
 		t.Errorf("cancel splices %+v", canceled)
 	}
 	followup(t, a, "d")
@@ -240,7 +241,7 @@ func TestClose_NoGoroutineLeak(t *testing.T) {
 		_, err := a.Steer(context.Background(), text("s"), userSrc)
 		steerErr <- err
 	}()
-	st.waitEvent(t, "s", isSplice(TargetNextStep, 0, ""))
+	st.waitEvent(t, "s", isSplice(sessionlog.TargetNextStep, 0, ""))
 	if err := a.Close(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -253,8 +254,8 @@ func TestClose_NoGoroutineLeak(t *testing.T) {
 	if _, err := a.Followup(context.Background(), text("late"), userSrc); !errors.Is(err, ErrClosed) {
 		t.Errorf("Followup after Close: %v", err)
 	}
-	ends := ofType[TurnEndData](t, a.Events(), EventTurnEnd)
-	if len(ends) != 1 || ends[0].Reason.Cause == nil || ends[0].Reason.Cause.Kind != CauseDisposed {
+	ends := ofType[sessionlog.TurnEndData](t, a.Events(), sessionlog.EventTurnEnd)
+	if len(ends) != 1 || ends[0].Reason.Cause == nil || ends[0].Reason.Cause.Kind != sessionlog.CauseDisposed {
 		t.Errorf("turn ends %+v", ends)
 	}
 	// The driver has returned from Close's point of view; let the scheduler
@@ -282,10 +283,10 @@ func TestSteer_R96_AdmittedIntoOneMoreStep(t *testing.T) {
 	}
 	done := make(chan result)
 	go func() {
-		id, err := a.Steer(context.Background(), text("also this"), Source{Kind: "coordinator", Form: "relay"})
+		id, err := a.Steer(context.Background(), text("also this"), sessionlog.Source{Kind: "coordinator", Form: "relay"})
 		done <- result{id, err}
 	}()
-	st.waitEvent(t, "s", isSplice(TargetNextStep, 0, ""))
+	st.waitEvent(t, "s", isSplice(sessionlog.TargetNextStep, 0, ""))
 	close(gate)
 	r := <-done
 	if r.err != nil || r.id == "" {
@@ -294,22 +295,22 @@ func TestSteer_R96_AdmittedIntoOneMoreStep(t *testing.T) {
 	// Admission means the message is logged and its step started.
 	evs := a.Events()
 	i := slices.IndexFunc(evs, func(e store.Event) bool {
-		var m UserMessage
-		return e.Type == EventUserMessage && json.Unmarshal(e.Data, &m) == nil && m.ID == r.id
+		var m sessionlog.UserMessage
+		return e.Type == sessionlog.EventUserMessage && json.Unmarshal(e.Data, &m) == nil && m.ID == r.id
 	})
-	if i < 0 || !slices.ContainsFunc(evs[i:], func(e store.Event) bool { return e.Type == EventStepStart }) {
+	if i < 0 || !slices.ContainsFunc(evs[i:], func(e store.Event) bool { return e.Type == sessionlog.EventStepStart }) {
 		t.Fatalf("steer message not admitted into a started step: %v", types(evs))
 	}
-	if !isSplice(TargetNextStep, 1, "")(evs[i-1]) {
+	if !isSplice(sessionlog.TargetNextStep, 1, "")(evs[i-1]) {
 		t.Errorf("event before the steer message: %s %s", evs[i-1].Type, evs[i-1].Data)
 	}
 	waitIdle(t, a)
 	evs = a.Events()
-	steps := ofType[StepData](t, evs, EventStepStart)
-	if len(steps) != 2 || steps[1] != (StepData{Turn: 1, Step: 2}) {
+	steps := ofType[sessionlog.StepData](t, evs, sessionlog.EventStepStart)
+	if len(steps) != 2 || steps[1] != (sessionlog.StepData{Turn: 1, Step: 2}) {
 		t.Errorf("steps %+v", steps)
 	}
-	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{ReasonCompleted}) {
+	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{sessionlog.ReasonCompleted}) {
 		t.Errorf("turn ends %v", ends)
 	}
 	req := m.Requests()[1]
@@ -342,12 +343,12 @@ func TestSteer_R96_Rejections(t *testing.T) {
 			_, err := a.Steer(context.Background(), text("x"), userSrc)
 			errc <- err
 		}()
-		st.waitEvent(t, "s", isSplice(TargetNextStep, 0, ""))
-		a.Cancel(CauseUser, true)
+		st.waitEvent(t, "s", isSplice(sessionlog.TargetNextStep, 0, ""))
+		a.Cancel(sessionlog.CauseUser, true)
 		if err := <-errc; !errors.Is(err, ErrSteerRejected) {
 			t.Errorf("err %v", err)
 		}
-		st.waitEvent(t, "s", isSplice(TargetNextStep, 1, OutcomeCanceled))
+		st.waitEvent(t, "s", isSplice(sessionlog.TargetNextStep, 1, sessionlog.OutcomeCanceled))
 		if _, err := a.Steer(context.Background(), text("y"), userSrc); !errors.Is(err, ErrSteerRejected) {
 			t.Errorf("steer into a cancelled turn: %v", err)
 		}
@@ -365,13 +366,13 @@ func TestSteer_R96_Rejections(t *testing.T) {
 			_, err := a.Steer(context.Background(), text("x"), userSrc)
 			errc <- err
 		}()
-		st.waitEvent(t, "s", isSplice(TargetNextStep, 0, ""))
+		st.waitEvent(t, "s", isSplice(sessionlog.TargetNextStep, 0, ""))
 		close(gate)
 		if err := <-errc; !errors.Is(err, ErrSteerRejected) {
 			t.Errorf("err %v", err)
 		}
 		waitIdle(t, a)
-		if ends := turnEnds(t, a.Events()); !slices.Equal(ends, []string{ReasonMaxTokens}) || len(m.Requests()) != 1 {
+		if ends := turnEnds(t, a.Events()); !slices.Equal(ends, []string{sessionlog.ReasonMaxTokens}) || len(m.Requests()) != 1 {
 			t.Errorf("turn ends %v after %d requests", ends, len(m.Requests()))
 		}
 	})
@@ -409,7 +410,7 @@ func TestSteer_CallerCancelWithdrawsMessage(t *testing.T) {
 		_, err := a.Steer(ctx, text("x"), userSrc)
 		errc <- err
 	}()
-	st.waitEvent(t, "s", isSplice(TargetNextStep, 0, ""))
+	st.waitEvent(t, "s", isSplice(sessionlog.TargetNextStep, 0, ""))
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Errorf("err %v", err)
@@ -417,7 +418,7 @@ func TestSteer_CallerCancelWithdrawsMessage(t *testing.T) {
 	close(gate)
 	waitIdle(t, a)
 	evs := a.Events()
-	if !slices.ContainsFunc(evs, isSplice(TargetNextStep, 1, OutcomeCanceled)) {
+	if !slices.ContainsFunc(evs, isSplice(sessionlog.TargetNextStep, 1, sessionlog.OutcomeCanceled)) {
 		t.Errorf("no withdraw splice: %v", types(evs))
 	}
 	if got := userTexts(t, evs); !slices.Equal(got, []string{"go"}) || len(m.Requests()) != 1 {

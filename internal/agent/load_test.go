@@ -8,6 +8,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -21,12 +22,12 @@ func seed(t *testing.T, st *fakeStore, sess store.Session, evs ...store.NewEvent
 	}
 }
 
-func userMsg(id, s string) UserMessage {
-	return UserMessage{ID: id, Role: "user", Content: text(s), Source: userSrc}
+func userMsg(id, s string) sessionlog.UserMessage {
+	return sessionlog.UserMessage{ID: id, Role: "user", Content: text(s), Source: userSrc}
 }
 
-func insert(target string, start int, m UserMessage) store.NewEvent {
-	return event(EventInboxSpliced, InboxSplicedData{Target: target, Start: start, Inserted: []UserMessage{m}})
+func insert(target string, start int, m sessionlog.UserMessage) store.NewEvent {
+	return event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: target, Start: start, Inserted: []sessionlog.UserMessage{m}})
 }
 
 func TestLoad_S3_2_ColdResumeContinuesTurnsAndHistory(t *testing.T) {
@@ -47,7 +48,7 @@ func TestLoad_S3_2_ColdResumeContinuesTurnsAndHistory(t *testing.T) {
 	}
 	followup(t, second, "three")
 	waitIdle(t, second)
-	starts := ofType[TurnData](t, second.Events(), EventTurnStart)
+	starts := ofType[sessionlog.TurnData](t, second.Events(), sessionlog.EventTurnStart)
 	if len(starts) != 3 || starts[2].Turn != 3 {
 		t.Errorf("turn/start %+v", starts)
 	}
@@ -66,28 +67,28 @@ func TestLoad_CrashRepairParksQueueAndCancelsSteers(t *testing.T) {
 	st := newFakeStore()
 	m1, m2, s1 := userMsg("m1", "one"), userMsg("m2", "two"), userMsg("s1", "steer")
 	seed(t, st, store.Session{ID: "s"},
-		insert(TargetNextTurn, 0, m1),
-		event(EventTurnStart, TurnData{Turn: 1}),
-		event(EventInboxSpliced, InboxSplicedData{Target: TargetNextTurn, RemovedCount: 1, Inserted: []UserMessage{}}),
-		event(EventUserMessage, m1),
-		event(EventStepStart, StepData{Turn: 1, Step: 1}),
-		event(EventAssistantMessage, AssistantMessageData{Turn: 1, Step: 1, Message: AssistantMessage{Role: "assistant",
-			Content: []model.Block{newToolCallBlock(model.ToolCall{ID: "c1", Name: "read", Arguments: "{}"})}}}),
-		event(EventToolCall, ToolCallData{Turn: 1, Step: 1, CallID: "c1", Name: "read", Arguments: "{}"}),
-		insert(TargetNextTurn, 0, m2),
-		insert(TargetNextStep, 0, s1),
+		insert(sessionlog.TargetNextTurn, 0, m1),
+		event(sessionlog.EventTurnStart, sessionlog.TurnData{Turn: 1}),
+		event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, RemovedCount: 1, Inserted: []sessionlog.UserMessage{}}),
+		event(sessionlog.EventUserMessage, m1),
+		event(sessionlog.EventStepStart, sessionlog.StepData{Turn: 1, Step: 1}),
+		event(sessionlog.EventAssistantMessage, sessionlog.AssistantMessageData{Turn: 1, Step: 1, Message: sessionlog.AssistantMessage{Role: "assistant",
+			Content: []model.Block{sessionlog.ToolCallBlock(model.ToolCall{ID: "c1", Name: "read", Arguments: "{}"})}}}),
+		event(sessionlog.EventToolCall, sessionlog.ToolCallData{Turn: 1, Step: 1, CallID: "c1", Name: "read", Arguments: "{}"}),
+		insert(sessionlog.TargetNextTurn, 0, m2),
+		insert(sessionlog.TargetNextStep, 0, s1),
 	)
 	m := scripted.New(scripted.Step{Text: "a"}, scripted.Step{Text: "b"})
 	a := newAgent(t, st, Config{Model: m})
 	evs := a.Events()
 	tail := evs[len(evs)-3:]
-	if got := types(tail); !slices.Equal(got, []string{EventStepEnd, EventTurnEnd, EventInboxSpliced}) {
+	if got := types(tail); !slices.Equal(got, []string{sessionlog.EventStepEnd, sessionlog.EventTurnEnd, sessionlog.EventInboxSpliced}) {
 		t.Fatalf("repair events %v", got)
 	}
-	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{ReasonInterrupted}) {
+	if ends := turnEnds(t, evs); !slices.Equal(ends, []string{sessionlog.ReasonInterrupted}) {
 		t.Errorf("turn ends %v", ends)
 	}
-	if !isSplice(TargetNextStep, 1, OutcomeCanceled)(tail[2]) {
+	if !isSplice(sessionlog.TargetNextStep, 1, sessionlog.OutcomeCanceled)(tail[2]) {
 		t.Errorf("steer cancel splice %s", tail[2].Data)
 	}
 	// The queued message is parked: nothing runs until the next followup.
@@ -100,7 +101,7 @@ func TestLoad_CrashRepairParksQueueAndCancelsSteers(t *testing.T) {
 	if got := userTexts(t, evs); !slices.Equal(got, []string{"one", "two", "three"}) {
 		t.Errorf("user messages %v", got)
 	}
-	starts := ofType[TurnData](t, evs, EventTurnStart)
+	starts := ofType[sessionlog.TurnData](t, evs, sessionlog.EventTurnStart)
 	if len(starts) != 3 || starts[1].Turn != 2 || starts[2].Turn != 3 {
 		t.Errorf("turn/start %+v", starts)
 	}
@@ -117,18 +118,18 @@ func TestLoad_S3_3_ForkSeedContinuesNumberingAndIgnoresParentInbox(t *testing.T)
 	st := newFakeStore()
 	p1 := userMsg("p1", "parent question")
 	seedEvents := []store.NewEvent{
-		insert(TargetNextTurn, 0, p1),
-		event(EventTurnStart, TurnData{Turn: 1}),
-		event(EventInboxSpliced, InboxSplicedData{Target: TargetNextTurn, RemovedCount: 1, Inserted: []UserMessage{}}),
-		event(EventUserMessage, p1),
-		insert(TargetNextTurn, 0, userMsg("p2", "parent pending")), // pending in the parent, not the child's
-		event(EventStepStart, StepData{Turn: 1, Step: 1}),
-		event(EventAssistantMessage, AssistantMessageData{Turn: 1, Step: 1, Message: AssistantMessage{Role: "assistant", Content: text("parent answer")}}),
-		event(EventStepEnd, StepData{Turn: 1, Step: 1}),
-		event(EventTurnEnd, TurnEndData{Turn: 1, Reason: TurnReason{Kind: ReasonCompleted}}),
+		insert(sessionlog.TargetNextTurn, 0, p1),
+		event(sessionlog.EventTurnStart, sessionlog.TurnData{Turn: 1}),
+		event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, RemovedCount: 1, Inserted: []sessionlog.UserMessage{}}),
+		event(sessionlog.EventUserMessage, p1),
+		insert(sessionlog.TargetNextTurn, 0, userMsg("p2", "parent pending")), // pending in the parent, not the child's
+		event(sessionlog.EventStepStart, sessionlog.StepData{Turn: 1, Step: 1}),
+		event(sessionlog.EventAssistantMessage, sessionlog.AssistantMessageData{Turn: 1, Step: 1, Message: sessionlog.AssistantMessage{Role: "assistant", Content: text("parent answer")}}),
+		event(sessionlog.EventStepEnd, sessionlog.StepData{Turn: 1, Step: 1}),
+		event(sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: 1, Reason: sessionlog.TurnReason{Kind: sessionlog.ReasonCompleted}}),
 	}
 	seed(t, st, store.Session{ID: "child", SeedLength: len(seedEvents)},
-		append(seedEvents, store.NewEvent{Type: EventEndSeed, Data: []byte(`{}`)})...)
+		append(seedEvents, store.NewEvent{Type: sessionlog.EventEndSeed, Data: []byte(`{}`)})...)
 	m := scripted.New(scripted.Step{Text: "child answer"})
 	a := newAgent(t, st, Config{ID: "child", Model: m})
 	if a.Running() {
@@ -136,7 +137,7 @@ func TestLoad_S3_3_ForkSeedContinuesNumberingAndIgnoresParentInbox(t *testing.T)
 	}
 	followup(t, a, "task")
 	waitIdle(t, a)
-	starts := ofType[TurnData](t, a.Events(), EventTurnStart)
+	starts := ofType[sessionlog.TurnData](t, a.Events(), sessionlog.EventTurnStart)
 	if last := starts[len(starts)-1]; last.Turn != 2 {
 		t.Errorf("child's first own turn is %d, want 2", last.Turn)
 	}
@@ -169,7 +170,7 @@ func TestFollowupMessage_R94_CallerIDLoggedAndDeliveryIdempotent(t *testing.T) {
 	t.Parallel()
 	st := newFakeStore()
 	first := newAgent(t, st, Config{Model: scripted.New(scripted.Step{Text: "a"})})
-	msg := UserMessage{ID: "accepted-1", Content: text("hello"), Source: userSrc}
+	msg := sessionlog.UserMessage{ID: "accepted-1", Content: text("hello"), Source: userSrc}
 	for range 2 {
 		id, err := first.FollowupMessage(testCtx(t), msg)
 		if err != nil || id != "accepted-1" {
@@ -185,7 +186,7 @@ func TestFollowupMessage_R94_CallerIDLoggedAndDeliveryIdempotent(t *testing.T) {
 	if id, err := second.FollowupMessage(testCtx(t), msg); err != nil || id != "accepted-1" || second.Running() {
 		t.Fatalf("redelivery: %q, %v, running %v", id, err, second.Running())
 	}
-	um := ofType[UserMessage](t, second.Events(), EventUserMessage)
+	um := ofType[sessionlog.UserMessage](t, second.Events(), sessionlog.EventUserMessage)
 	if len(um) != 1 || um[0].ID != "accepted-1" {
 		t.Errorf("user messages %+v", um)
 	}
@@ -222,7 +223,7 @@ func TestNew_CreatedReplaysTheGivenLogWithoutReading(t *testing.T) {
 	t.Cleanup(func() { _ = second.Close(testCtx(t)) })
 	followup(t, second, "two")
 	waitIdle(t, second)
-	if starts := ofType[TurnData](t, second.Events(), EventTurnStart); len(starts) != 2 || starts[1].Turn != 2 {
+	if starts := ofType[sessionlog.TurnData](t, second.Events(), sessionlog.EventTurnStart); len(starts) != 2 || starts[1].Turn != 2 {
 		t.Errorf("turn/start %+v, want turn 2 after the given log's turn 1", starts)
 	}
 	if got := len(m.Requests()[0].Messages); got != 3 {

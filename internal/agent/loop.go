@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -19,11 +20,11 @@ const logFailed = "session log write failed"
 // openTurnEvents returns the events that open the next turn for msg, the
 // inbox head: turn/start, the claim of one next-turn message, and msg as
 // the turn's user/message. claimTurnLocked applies them once logged.
-func (a *Agent) openTurnEvents(msg UserMessage) []store.NewEvent {
+func (a *Agent) openTurnEvents(msg sessionlog.UserMessage) []store.NewEvent {
 	return []store.NewEvent{
-		event(EventTurnStart, TurnData{Turn: a.turn + 1}),
-		event(EventInboxSpliced, InboxSplicedData{Target: TargetNextTurn, Start: 0, RemovedCount: 1, Inserted: []UserMessage{}}),
-		event(EventUserMessage, msg),
+		event(sessionlog.EventTurnStart, sessionlog.TurnData{Turn: a.turn + 1}),
+		event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, Start: 0, RemovedCount: 1, Inserted: []sessionlog.UserMessage{}}),
+		event(sessionlog.EventUserMessage, msg),
 	}
 }
 
@@ -94,10 +95,10 @@ func (a *Agent) runTurn(t *turnRun) {
 // ended before the model was called), and ends turn t with reason in the
 // same append, unless the turn would end cleanly while steers are pending:
 // then it logs stepEnd alone and returns false, and they get one more step.
-func (a *Agent) conclude(t *turnRun, reason TurnReason, stepEnd []store.NewEvent) bool {
+func (a *Agent) conclude(t *turnRun, reason sessionlog.TurnReason, stepEnd []store.NewEvent) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if reason.Kind == ReasonCompleted && len(a.steers) > 0 && t.ctx.Err() == nil && !a.capture.staged {
+	if reason.Kind == sessionlog.ReasonCompleted && len(a.steers) > 0 && t.ctx.Err() == nil && !a.capture.staged {
 		err := a.appendLocked(stepEnd...)
 		if err == nil {
 			return false
@@ -105,13 +106,13 @@ func (a *Agent) conclude(t *turnRun, reason TurnReason, stepEnd []store.NewEvent
 		a.log.Error("end step", "error", err)
 		reason, stepEnd = failed(logFailed), nil
 	}
-	err := a.appendLocked(append(stepEnd, event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason}))...)
+	err := a.appendLocked(append(stepEnd, event(sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: t.n, Reason: reason}))...)
 	if err != nil && len(stepEnd) > 0 {
 		// What the step still had to log is lost: the turn fails, as on
 		// any lost write, if its end can still be logged.
 		a.log.Error("end step", "error", err)
 		reason = failed(logFailed)
-		err = a.appendLocked(event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason}))
+		err = a.appendLocked(event(sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: t.n, Reason: reason}))
 	}
 	if err != nil {
 		a.log.Error("end turn", "turn", t.n, "error", err)
@@ -119,27 +120,29 @@ func (a *Agent) conclude(t *turnRun, reason TurnReason, stepEnd []store.NewEvent
 	t.cancel()
 	a.cur = nil
 	a.rejectSteersLocked("turn ended")
-	if reason.Kind == ReasonError {
+	if reason.Kind == sessionlog.ReasonError {
 		a.log.Warn("turn failed", "turn", t.n, "message", reason.Message)
 	}
 	return true
 }
 
 // aborted is the turn/end reason of a cancelled turn.
-func (a *Agent) aborted(t *turnRun) TurnReason {
+func (a *Agent) aborted(t *turnRun) sessionlog.TurnReason {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return TurnReason{Kind: ReasonAborted, Cause: &Cause{Kind: t.cause}}
+	return sessionlog.TurnReason{Kind: sessionlog.ReasonAborted, Cause: &sessionlog.Cause{Kind: t.cause}}
 }
 
-func failed(msg string) TurnReason { return TurnReason{Kind: ReasonError, Message: msg} }
+func failed(msg string) sessionlog.TurnReason {
+	return sessionlog.TurnReason{Kind: sessionlog.ReasonError, Message: msg}
+}
 
 // runStep runs step n of turn t: pre-step hook, prompt assembly, admission
 // of pending steers, the model stream, and the tool calls. It returns the
 // turn's reason, whether another step must follow, and, once the model was
 // called, the step's last events still unlogged (see finishStep, then its
 // step/end), for the caller to log together with the turn's end.
-func (a *Agent) runStep(t *turnRun, n int) (TurnReason, bool, []store.NewEvent) {
+func (a *Agent) runStep(t *turnRun, n int) (sessionlog.TurnReason, bool, []store.NewEvent) {
 	if t.ctx.Err() != nil {
 		return a.aborted(t), false, nil
 	}
@@ -170,7 +173,7 @@ func (a *Agent) runStep(t *turnRun, n int) (TurnReason, bool, []store.NewEvent) 
 	req := model.Request{Model: a.cfg.ModelName, System: system, Messages: msgs, Tools: specs, MaxTokens: a.cfg.MaxTokens}
 	res := a.stream(t, n, req)
 	reason, more, pending := a.finishStep(t, n, res)
-	return reason, more, append(pending, event(EventStepEnd, StepData{Turn: t.n, Step: n}))
+	return reason, more, append(pending, event(sessionlog.EventStepEnd, sessionlog.StepData{Turn: t.n, Step: n}))
 }
 
 // takeHook returns the BeforeFirstStep events the first time a step is
@@ -203,13 +206,13 @@ func (a *Agent) enterStep(t *turnRun, n int, hook []store.NewEvent) ([]model.Mes
 	admitted := a.steers
 	evs := hook
 	if len(admitted) > 0 {
-		evs = append(evs, event(EventInboxSpliced, InboxSplicedData{Target: TargetNextStep, Start: 0,
-			RemovedCount: len(admitted), Inserted: []UserMessage{}}))
+		evs = append(evs, event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: sessionlog.TargetNextStep, Start: 0,
+			RemovedCount: len(admitted), Inserted: []sessionlog.UserMessage{}}))
 		for _, s := range admitted {
-			evs = append(evs, event(EventUserMessage, s.msg))
+			evs = append(evs, event(sessionlog.EventUserMessage, s.msg))
 		}
 	}
-	evs = append(evs, event(EventStepStart, StepData{Turn: t.n, Step: n}))
+	evs = append(evs, event(sessionlog.EventStepStart, sessionlog.StepData{Turn: t.n, Step: n}))
 	if err := a.appendLocked(evs...); err != nil {
 		return nil, err
 	}
@@ -217,14 +220,16 @@ func (a *Agent) enterStep(t *turnRun, n int, hook []store.NewEvent) ([]model.Mes
 	for _, s := range admitted {
 		close(s.done)
 	}
-	return history(a.events), nil
+	a.history.Add(a.events[a.folded:]...)
+	a.folded = len(a.events)
+	return a.history.Messages(), nil
 }
 
 // streamed is what one model stream produced.
 type streamed struct {
 	text, reasoning string
 	calls           []model.ToolCall
-	usage           *UsageData
+	usage           *sessionlog.UsageData
 	finish          model.FinishReason
 	err             error // the model's error
 	logErr          error // a chunk could not be logged
@@ -244,7 +249,7 @@ func (a *Agent) stream(t *turnRun, n int, req model.Request) (res streamed) {
 			res.err = err
 			break
 		}
-		logged := Chunk{Type: string(c.Kind)}
+		logged := sessionlog.Chunk{Type: string(c.Kind)}
 		switch c.Kind {
 		case model.ChunkText:
 			res.text += c.Text
@@ -270,7 +275,7 @@ func (a *Agent) stream(t *turnRun, n int, req model.Request) (res streamed) {
 				continue
 			}
 			if res.usage == nil {
-				res.usage = &UsageData{}
+				res.usage = &sessionlog.UsageData{}
 			}
 			res.usage.InputTokens += c.Usage.InputTokens
 			res.usage.OutputTokens += c.Usage.OutputTokens
@@ -281,7 +286,7 @@ func (a *Agent) stream(t *turnRun, n int, req model.Request) (res streamed) {
 		default:
 			logged.Text = c.Text
 		}
-		chunks.write(event(EventAssistantChunk, ChunkData{Turn: t.n, Step: n, Chunk: logged}))
+		chunks.write(event(sessionlog.EventAssistantChunk, sessionlog.ChunkData{Turn: t.n, Step: n, Chunk: logged}))
 	}
 	return res
 }
@@ -297,7 +302,7 @@ func (res streamed) content(calls []model.ToolCall) []model.Block {
 		out = append(out, model.TextBlock(res.text))
 	}
 	for _, c := range calls {
-		out = append(out, newToolCallBlock(c))
+		out = append(out, sessionlog.ToolCallBlock(c))
 	}
 	return out
 }
@@ -306,10 +311,10 @@ func (res streamed) content(calls []model.ToolCall) []model.Block {
 // then decides how the turn goes on. A step without tool calls ends the
 // turn: its message is returned unlogged, for the caller to log with the
 // step's and the turn's end.
-func (a *Agent) finishStep(t *turnRun, n int, res streamed) (TurnReason, bool, []store.NewEvent) {
+func (a *Agent) finishStep(t *turnRun, n int, res streamed) (sessionlog.TurnReason, bool, []store.NewEvent) {
 	msg := func(content []model.Block, interrupted bool) []store.NewEvent {
-		return []store.NewEvent{event(EventAssistantMessage, AssistantMessageData{Turn: t.n, Step: n,
-			Message: AssistantMessage{Role: "assistant", Content: content}, Usage: res.usage, Interrupted: interrupted})}
+		return []store.NewEvent{event(sessionlog.EventAssistantMessage, sessionlog.AssistantMessageData{Turn: t.n, Step: n,
+			Message: sessionlog.AssistantMessage{Role: "assistant", Content: content}, Usage: res.usage, Interrupted: interrupted})}
 	}
 	if res.logErr != nil {
 		a.log.Error("log chunk", "error", res.logErr)
@@ -358,18 +363,18 @@ func (a *Agent) finishStep(t *turnRun, n int, res streamed) (TurnReason, bool, [
 	if t.ctx.Err() != nil {
 		return a.aborted(t), false, nil
 	}
-	return TurnReason{Kind: ReasonCompleted}, !committed, nil
+	return sessionlog.TurnReason{Kind: sessionlog.ReasonCompleted}, !committed, nil
 }
 
 // finishReason is the turn's reason after a step without tool calls to run.
-func finishReason(res streamed) TurnReason {
+func finishReason(res streamed) sessionlog.TurnReason {
 	switch res.finish {
 	case model.FinishMaxTokens:
-		return TurnReason{Kind: ReasonMaxTokens}
+		return sessionlog.TurnReason{Kind: sessionlog.ReasonMaxTokens}
 	case model.FinishRefusal:
-		return TurnReason{Kind: ReasonBlocked}
+		return sessionlog.TurnReason{Kind: sessionlog.ReasonBlocked}
 	}
-	return TurnReason{Kind: ReasonCompleted}
+	return sessionlog.TurnReason{Kind: sessionlog.ReasonCompleted}
 }
 
 // concurrent reports whether the visible tool name may run alongside its
@@ -386,7 +391,7 @@ func (a *Agent) concurrent(name string) bool {
 func (a *Agent) runCalls(t *turnRun, n int, calls []model.ToolCall) (bool, error) {
 	evs := make([]store.NewEvent, len(calls))
 	for i, c := range calls {
-		evs[i] = event(EventToolCall, ToolCallData{Turn: t.n, Step: n, CallID: c.ID, Name: c.Name, Arguments: c.Arguments})
+		evs[i] = event(sessionlog.EventToolCall, sessionlog.ToolCallData{Turn: t.n, Step: n, CallID: c.ID, Name: c.Name, Arguments: c.Arguments})
 	}
 	if err := a.append(evs...); err != nil {
 		return false, err
@@ -419,7 +424,7 @@ func (a *Agent) runCalls(t *turnRun, n int, calls []model.ToolCall) (bool, error
 	var capture json.RawMessage
 	for i, c := range calls {
 		r := results[i]
-		evs[i] = event(EventToolResult, ToolResultData{Turn: t.n, Step: n, CallID: c.ID, Name: c.Name, Content: r.content, IsError: r.isError})
+		evs[i] = event(sessionlog.EventToolResult, sessionlog.ToolResultData{Turn: t.n, Step: n, CallID: c.ID, Name: c.Name, Content: r.content, IsError: r.isError})
 		if c.Name == StructuredOutputTool && a.cfg.OutputSchema != nil && !r.isError {
 			capture = json.RawMessage(c.Arguments)
 		}

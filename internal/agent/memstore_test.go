@@ -7,6 +7,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model/echo"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -46,7 +47,7 @@ func TestMemstore_TurnsAndColdResumeOnTheRealStore(t *testing.T) {
 	t.Cleanup(func() { _ = second.Close(context.Background()) })
 	followup(t, second, "two")
 	waitIdle(t, second)
-	starts := ofType[TurnData](t, second.Events(), EventTurnStart)
+	starts := ofType[sessionlog.TurnData](t, second.Events(), sessionlog.EventTurnStart)
 	if len(starts) != 2 || starts[1].Turn != 2 {
 		t.Errorf("turn/start %+v", starts)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 )
 
 func TestPersona_S1_7_Interpolation(t *testing.T) {
@@ -101,8 +102,8 @@ func TestPersona_S1_7_ErrorsSurfaceAtPromptAssembly(t *testing.T) {
 	a := newAgent(t, nil, Config{Model: m, Persona: ptr("hello {{ghost}}")})
 	followup(t, a, "hi")
 	waitIdle(t, a)
-	te := ofType[TurnEndData](t, a.Events(), EventTurnEnd)
-	if len(te) != 1 || te[0].Reason.Kind != ReasonError || !strings.Contains(te[0].Reason.Message, `unknown variable "ghost"`) {
+	te := ofType[sessionlog.TurnEndData](t, a.Events(), sessionlog.EventTurnEnd)
+	if len(te) != 1 || te[0].Reason.Kind != sessionlog.ReasonError || !strings.Contains(te[0].Reason.Message, `unknown variable "ghost"`) {
 		t.Fatalf("turn/end %+v", te)
 	}
 	if len(m.Requests()) != 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/echo"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -40,11 +41,11 @@ func TestStructured_S4_3_ValidCaptureEndsTurnWithoutAnotherStep(t *testing.T) {
 	if sys := reqs[0].System; !strings.HasPrefix(sys, "BASE\n\n") || !strings.Contains(sys, "`structured_output`") {
 		t.Errorf("system %q: base prompt kept, instruction appended", sys)
 	}
-	res := ofType[ToolResultData](t, a.Events(), EventToolResult)
+	res := ofType[sessionlog.ToolResultData](t, a.Events(), sessionlog.EventToolResult)
 	if len(res) != 1 || res[0].IsError || model.Text(res[0].Content) != StructuredRecorded {
 		t.Errorf("result %+v", res)
 	}
-	if ends := turnEnds(t, a.Events()); !slices.Equal(ends, []string{ReasonCompleted}) {
+	if ends := turnEnds(t, a.Events()); !slices.Equal(ends, []string{sessionlog.ReasonCompleted}) {
 		t.Errorf("turn ends %v", ends)
 	}
 }
@@ -58,7 +59,7 @@ func TestStructured_S4_3_InvalidArgsThenRetryInTurn(t *testing.T) {
 	a := newAgent(t, nil, Config{Model: m, OutputSchema: answerSchema})
 	followup(t, a, "q")
 	waitIdle(t, a)
-	res := ofType[ToolResultData](t, a.Events(), EventToolResult)
+	res := ofType[sessionlog.ToolResultData](t, a.Events(), sessionlog.EventToolResult)
 	if len(res) != 2 || !res[0].IsError || res[1].IsError {
 		t.Fatalf("results %+v", res)
 	}
@@ -84,7 +85,7 @@ func TestStructured_S4_3_GuardDeniesLaterCallsEarlierOnesRun(t *testing.T) {
 	a := newAgent(t, nil, Config{Model: m, OutputSchema: answerSchema, Global: registry(t, "read")})
 	followup(t, a, "q")
 	waitIdle(t, a)
-	res := ofType[ToolResultData](t, a.Events(), EventToolResult)
+	res := ofType[sessionlog.ToolResultData](t, a.Events(), sessionlog.EventToolResult)
 	if len(res) != 4 || res[0].IsError || res[1].IsError {
 		t.Fatalf("results %+v", res)
 	}
@@ -100,7 +101,7 @@ func TestStructured_S4_3_GuardDeniesLaterCallsEarlierOnesRun(t *testing.T) {
 	// The guard is monotonic: a later turn's calls are denied too.
 	followup(t, a, "more")
 	waitIdle(t, a)
-	res = ofType[ToolResultData](t, a.Events(), EventToolResult)
+	res = ofType[sessionlog.ToolResultData](t, a.Events(), sessionlog.EventToolResult)
 	if last := res[len(res)-1]; !last.IsError || !strings.Contains(model.Text(last.Content), "`read` is not executed") {
 		t.Errorf("later turn result %+v", last)
 	}
@@ -118,7 +119,7 @@ func TestStructured_R51_NoRePromptAfterCleanTurnWithoutCapture(t *testing.T) {
 	if n := len(m.Requests()); n != 1 {
 		t.Errorf("%d model requests, want exactly 1", n)
 	}
-	if ends := turnEnds(t, a.Events()); !slices.Equal(ends, []string{ReasonCompleted}) {
+	if ends := turnEnds(t, a.Events()); !slices.Equal(ends, []string{sessionlog.ReasonCompleted}) {
 		t.Errorf("turn ends %v", ends)
 	}
 }
@@ -129,7 +130,7 @@ func TestStructured_S4_3_InvisibleToAgentsWithoutSchema(t *testing.T) {
 	a := newAgent(t, nil, Config{Model: m})
 	followup(t, a, "q")
 	waitIdle(t, a)
-	res := ofType[ToolResultData](t, a.Events(), EventToolResult)
+	res := ofType[sessionlog.ToolResultData](t, a.Events(), sessionlog.EventToolResult)
 	if len(res) != 1 || !res[0].IsError || model.Text(res[0].Content) != "unknown tool structured_output" {
 		t.Errorf("result %+v", res)
 	}
@@ -158,7 +159,7 @@ func TestStructured_EchoModelSatisfiesSchemaOffline(t *testing.T) {
 	if v, ok := a.Structured(); !ok || string(v) != `{"answer":"echo"}` {
 		t.Errorf("Structured() = %s, %v", v, ok)
 	}
-	am := ofType[AssistantMessageData](t, a.Events(), EventAssistantMessage)
+	am := ofType[sessionlog.AssistantMessageData](t, a.Events(), sessionlog.EventAssistantMessage)
 	if len(am) != 1 || model.Text(am[0].Message.Content) != "echo: question" {
 		t.Errorf("assistant messages %+v", am)
 	}

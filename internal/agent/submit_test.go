@@ -8,6 +8,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 )
 
 func TestSubmitSteer_R96_CallerIDsAdmittedInSubmissionOrder(t *testing.T) {
@@ -20,7 +21,7 @@ func TestSubmitSteer_R96_CallerIDsAdmittedInSubmissionOrder(t *testing.T) {
 	<-reached
 	var settled []<-chan error
 	for _, id := range []string{"m1", "m2", "m3"} {
-		ch, err := a.SubmitSteer(testCtx(t), UserMessage{ID: id, Content: text(id), Source: userSrc})
+		ch, err := a.SubmitSteer(testCtx(t), sessionlog.UserMessage{ID: id, Content: text(id), Source: userSrc})
 		if err != nil {
 			t.Fatalf("SubmitSteer(%s): %v", id, err)
 		}
@@ -34,7 +35,7 @@ func TestSubmitSteer_R96_CallerIDsAdmittedInSubmissionOrder(t *testing.T) {
 	}
 	waitIdle(t, a)
 	var ids []string
-	for _, um := range ofType[UserMessage](t, a.Events(), EventUserMessage) {
+	for _, um := range ofType[sessionlog.UserMessage](t, a.Events(), sessionlog.EventUserMessage) {
 		ids = append(ids, um.ID)
 	}
 	if !slices.Equal(ids[1:], []string{"m1", "m2", "m3"}) {
@@ -54,16 +55,16 @@ func TestSubmitSteer_R96_RejectedOnIdleAndOnCancel(t *testing.T) {
 	t.Parallel()
 	reached := make(chan struct{})
 	a := newAgent(t, nil, Config{Model: firstBlocks(reached)})
-	if _, err := a.SubmitSteer(context.Background(), UserMessage{ID: "early", Content: text("x")}); !errors.Is(err, ErrSteerRejected) {
+	if _, err := a.SubmitSteer(context.Background(), sessionlog.UserMessage{ID: "early", Content: text("x")}); !errors.Is(err, ErrSteerRejected) {
 		t.Errorf("idle: %v", err)
 	}
 	followup(t, a, "go")
 	<-reached
-	ch, err := a.SubmitSteer(context.Background(), UserMessage{ID: "late", Content: text("y")})
+	ch, err := a.SubmitSteer(context.Background(), sessionlog.UserMessage{ID: "late", Content: text("y")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Cancel(CauseUser, true)
+	a.Cancel(sessionlog.CauseUser, true)
 	if err := <-ch; !errors.Is(err, ErrSteerRejected) {
 		t.Errorf("cancelled: %v", err)
 	}
@@ -76,7 +77,7 @@ func TestFollowupMessage_R103_DiscardedMessageIsRedelivered(t *testing.T) {
 	first := newAgent(t, st, Config{Model: firstBlocks(reached)})
 	followup(t, first, "a")
 	<-reached
-	if _, err := first.FollowupMessage(testCtx(t), UserMessage{ID: "parked", Content: text("b")}); err != nil {
+	if _, err := first.FollowupMessage(testCtx(t), sessionlog.UserMessage{ID: "parked", Content: text("b")}); err != nil {
 		t.Fatal(err)
 	}
 	// Close discards the queued message unrun; its owner still holds it.
@@ -84,7 +85,7 @@ func TestFollowupMessage_R103_DiscardedMessageIsRedelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := newAgent(t, st, Config{Model: scripted.New(scripted.Step{Text: "done"})})
-	if _, err := second.FollowupMessage(testCtx(t), UserMessage{ID: "parked", Content: text("b")}); err != nil {
+	if _, err := second.FollowupMessage(testCtx(t), sessionlog.UserMessage{ID: "parked", Content: text("b")}); err != nil {
 		t.Fatal(err)
 	}
 	waitIdle(t, second)
@@ -93,7 +94,7 @@ func TestFollowupMessage_R103_DiscardedMessageIsRedelivered(t *testing.T) {
 	}
 	// Once claimed, it is not delivered again.
 	third := newAgent(t, st, Config{Model: scripted.New(scripted.Step{Text: "again"})})
-	if _, err := third.FollowupMessage(testCtx(t), UserMessage{ID: "parked", Content: text("b")}); err != nil {
+	if _, err := third.FollowupMessage(testCtx(t), sessionlog.UserMessage{ID: "parked", Content: text("b")}); err != nil {
 		t.Fatal(err)
 	}
 	waitIdle(t, third)
@@ -108,11 +109,11 @@ func TestFollowupMessage_CancelWithoutKeepInboxAllowsRedelivery(t *testing.T) {
 	a := newAgent(t, nil, Config{Model: firstBlocks(reached)})
 	followup(t, a, "a")
 	<-reached
-	msg := UserMessage{ID: "m", Content: text("b")}
+	msg := sessionlog.UserMessage{ID: "m", Content: text("b")}
 	if _, err := a.FollowupMessage(testCtx(t), msg); err != nil {
 		t.Fatal(err)
 	}
-	a.Cancel(CauseUser, false)
+	a.Cancel(sessionlog.CauseUser, false)
 	waitIdle(t, a)
 	if _, err := a.FollowupMessage(testCtx(t), msg); err != nil {
 		t.Fatal(err)
@@ -120,7 +121,7 @@ func TestFollowupMessage_CancelWithoutKeepInboxAllowsRedelivery(t *testing.T) {
 	if !a.Running() {
 		t.Fatal("redelivered message did not open a turn")
 	}
-	a.Cancel(CauseUser, false)
+	a.Cancel(sessionlog.CauseUser, false)
 	waitIdle(t, a)
 	if got := userTexts(t, a.Events()); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("user messages %v", got)

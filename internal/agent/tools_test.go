@@ -11,6 +11,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -75,7 +76,7 @@ func TestFilter_S1_6_LocalToolsAddedAfterFilteringAndShadow(t *testing.T) {
 	if got := toolNames(tools); !slices.Equal(got, []string{"write", "report"}) || tools[0].Description != "local write" {
 		t.Errorf("tools %+v", tools)
 	}
-	if res := ofType[ToolResultData](t, a.Events(), EventToolResult); res[0].IsError {
+	if res := ofType[sessionlog.ToolResultData](t, a.Events(), sessionlog.EventToolResult); res[0].IsError {
 		t.Errorf("local tool result %+v", res[0])
 	}
 }
@@ -126,7 +127,7 @@ func TestFilter_S1_6_ForgedCallToFilteredToolIsUnknown(t *testing.T) {
 	a := newAgent(t, nil, Config{Model: m, Global: global, Filter: &Filter{Deny: []string{"secret"}}})
 	followup(t, a, "hi")
 	waitIdle(t, a)
-	res := ofType[ToolResultData](t, a.Events(), EventToolResult)
+	res := ofType[sessionlog.ToolResultData](t, a.Events(), sessionlog.EventToolResult)
 	if ran || len(res) != 1 || !res[0].IsError || model.Text(res[0].Content) != "unknown tool secret" {
 		t.Errorf("ran %v result %+v", ran, res)
 	}
@@ -180,7 +181,7 @@ func TestTool_PanicAndErrorBecomeErrorResults(t *testing.T) {
 	followup(t, a, "hi")
 	waitIdle(t, a)
 	var got []string
-	for _, r := range ofType[ToolResultData](t, a.Events(), EventToolResult) {
+	for _, r := range ofType[sessionlog.ToolResultData](t, a.Events(), sessionlog.EventToolResult) {
 		if !r.IsError {
 			t.Errorf("result %+v is not an error", r)
 		}
@@ -228,7 +229,7 @@ func TestTools_ConcurrentSiblingsRunInParallelResultsInOrder(t *testing.T) {
 	followup(t, a, "go")
 	waitIdle(t, a)
 	var ids, texts []string
-	for _, r := range ofType[ToolResultData](t, st.log("s"), EventToolResult) {
+	for _, r := range ofType[sessionlog.ToolResultData](t, st.log("s"), sessionlog.EventToolResult) {
 		ids, texts = append(ids, r.CallID), append(texts, model.Text(r.Content))
 	}
 	if want := []string{"c0", "c1", "c2", "p"}; !slices.Equal(ids, want) {
@@ -237,7 +238,7 @@ func TestTools_ConcurrentSiblingsRunInParallelResultsInOrder(t *testing.T) {
 	if want := []string{"done 0", "done 1", "done 2", `plain ran with "x"`}; !slices.Equal(texts, want) {
 		t.Fatalf("results %q, want %q", texts, want)
 	}
-	if got := turnEnds(t, st.log("s")); !slices.Equal(got, []string{ReasonCompleted}) {
+	if got := turnEnds(t, st.log("s")); !slices.Equal(got, []string{sessionlog.ReasonCompleted}) {
 		t.Fatalf("turn ends %v", got)
 	}
 }
@@ -272,7 +273,7 @@ func TestStream_DeltasAreGroupCommittedWhileTheStoreIsBusy(t *testing.T) {
 	var chunkAppends []int // size of each append that carries deltas
 	first := true
 	st.beforeAppend = func(evs []store.NewEvent) {
-		if evs[0].Type != EventAssistantChunk {
+		if evs[0].Type != sessionlog.EventAssistantChunk {
 			return
 		}
 		mu.Lock()
@@ -291,7 +292,7 @@ func TestStream_DeltasAreGroupCommittedWhileTheStoreIsBusy(t *testing.T) {
 	for i := range m.n {
 		want = append(want, fmt.Sprint(i, " "))
 	}
-	for _, c := range ofType[ChunkData](t, st.log("s"), EventAssistantChunk) {
+	for _, c := range ofType[sessionlog.ChunkData](t, st.log("s"), sessionlog.EventAssistantChunk) {
 		if c.Chunk.Type == string(model.ChunkText) {
 			texts = append(texts, c.Chunk.Text)
 		}

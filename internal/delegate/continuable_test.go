@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -78,7 +78,7 @@ func TestContinuable_5_1_5_2_BackgroundDelegationAndControlTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	rootID := w.Parent.Session.ID
-	result := func(callID string) agent.ToolResultData {
+	result := func(callID string) sessionlog.ToolResultData {
 		t.Helper()
 		r, ok := w.toolResults(t, rootID)[callID]
 		if !ok {
@@ -114,7 +114,7 @@ func TestContinuable_5_1_5_2_BackgroundDelegationAndControlTools(t *testing.T) {
 	}
 	msgs := userMessages(t, w.Log(t, childID))
 	if last := msgs[len(msgs)-1]; model.Text(last.Content) != "more" ||
-		last.Source != (agent.Source{Kind: SourceCoordinator, Form: "relay", SenderSessionID: rootID}) {
+		last.Source != (sessionlog.Source{Kind: SourceCoordinator, Form: "relay", SenderSessionID: rootID}) {
 		t.Errorf("relayed message = %+v", last)
 	}
 	gates.open("more")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -120,7 +121,7 @@ func (t *Tools) sendMessage(ctx context.Context, call agent.Call) ([]model.Block
 	}
 	caller := call.Agent.ID()
 	res, err := t.conts.Followup(ctx, caller, a.SubagentID, text(a.Message),
-		agent.Source{Kind: SourceCoordinator, Form: "relay", SenderSessionID: caller})
+		sessionlog.Source{Kind: SourceCoordinator, Form: "relay", SenderSessionID: caller})
 	if err != nil {
 		return nil, t.safe(ctx, "send_message", err)
 	}

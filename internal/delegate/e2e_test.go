@@ -6,13 +6,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/fork"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -172,8 +172,8 @@ func TestEndToEnd_R34_GrandchildrenWhileDepthAllows(t *testing.T) {
 			w := newWorld(t, chain(), func(c *ToolsConfig, _ *Roots, _ inprocess.Deps) { c.MaxDepth = tt.maxDepth })
 			w.prompt(t, "go", 1)
 			evs := w.Log(t, w.Parent.Session.ID)
-			msgs := inprocesstest.OfType(evs, agent.EventAssistantMessage)
-			last := inprocesstest.Decode[agent.AssistantMessageData](t, msgs[len(msgs)-1])
+			msgs := inprocesstest.OfType(evs, sessionlog.EventAssistantMessage)
+			last := inprocesstest.Decode[sessionlog.AssistantMessageData](t, msgs[len(msgs)-1])
 			if got := model.Text(last.Message.Content); got != tt.want {
 				t.Errorf("root answer = %q, want %q", got, tt.want)
 			}

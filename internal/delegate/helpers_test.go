@@ -7,10 +7,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -58,24 +58,24 @@ func (w *world) prompt(t *testing.T, text string, n int) {
 }
 
 // waitTurnEnd waits until session id's log holds the turn/end of turn n.
-func (w *world) waitTurnEnd(t *testing.T, id string, n int) agent.TurnEndData {
+func (w *world) waitTurnEnd(t *testing.T, id string, n int) sessionlog.TurnEndData {
 	t.Helper()
 	e := w.WaitEvent(t, id, func(e store.Event) bool {
-		if e.Type != agent.EventTurnEnd {
+		if e.Type != sessionlog.EventTurnEnd {
 			return false
 		}
-		var d agent.TurnEndData
+		var d sessionlog.TurnEndData
 		return json.Unmarshal(e.Data, &d) == nil && d.Turn == n
 	})
-	return inprocesstest.Decode[agent.TurnEndData](t, e)
+	return inprocesstest.Decode[sessionlog.TurnEndData](t, e)
 }
 
 // toolResults returns the tool/result payloads of session id by call id.
-func (w *world) toolResults(t *testing.T, id string) map[string]agent.ToolResultData {
+func (w *world) toolResults(t *testing.T, id string) map[string]sessionlog.ToolResultData {
 	t.Helper()
-	out := map[string]agent.ToolResultData{}
-	for _, e := range inprocesstest.OfType(w.Log(t, id), agent.EventToolResult) {
-		d := inprocesstest.Decode[agent.ToolResultData](t, e)
+	out := map[string]sessionlog.ToolResultData{}
+	for _, e := range inprocesstest.OfType(w.Log(t, id), sessionlog.EventToolResult) {
+		d := inprocesstest.Decode[sessionlog.ToolResultData](t, e)
 		out[d.CallID] = d
 	}
 	return out
@@ -162,6 +162,6 @@ func (w *world) busyRoot(t *testing.T, text string) (context.Context, string) {
 	if _, err := w.roots.Prompt(ctx, root, inprocesstest.Text(text)); err != nil {
 		t.Fatal(err)
 	}
-	w.WaitEvent(t, root, inprocesstest.Type(agent.EventStepStart))
+	w.WaitEvent(t, root, inprocesstest.Type(sessionlog.EventStepStart))
 	return ctx, root
 }

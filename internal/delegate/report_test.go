@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -133,12 +133,12 @@ func reportText(child, output string) string {
 }
 
 // reportSource is the source of a report from child (R107).
-func reportSource(child string) agent.Source {
-	return agent.Source{Kind: subagent.SourceSubagentReport, Form: "relay", SenderSessionID: child}
+func reportSource(child string) sessionlog.Source {
+	return sessionlog.Source{Kind: subagent.SourceSubagentReport, Form: "relay", SenderSessionID: child}
 }
 
 // texts lists the texts of msgs.
-func texts(msgs []agent.UserMessage) []string {
+func texts(msgs []sessionlog.UserMessage) []string {
 	out := make([]string, len(msgs))
 	for i, m := range msgs {
 		out[i] = model.Text(m.Content)
@@ -149,9 +149,9 @@ func texts(msgs []agent.UserMessage) []string {
 // nextStepInserts counts the messages steered into a next-step inbox.
 func nextStepInserts(evs []store.Event) int {
 	n := 0
-	for _, e := range inprocesstest.OfType(evs, agent.EventInboxSpliced) {
-		var d agent.InboxSplicedData
-		if json.Unmarshal(e.Data, &d) == nil && d.Target == agent.TargetNextStep {
+	for _, e := range inprocesstest.OfType(evs, sessionlog.EventInboxSpliced) {
+		var d sessionlog.InboxSplicedData
+		if json.Unmarshal(e.Data, &d) == nil && d.Target == sessionlog.TargetNextStep {
 			n += len(d.Inserted)
 		}
 	}
@@ -183,7 +183,7 @@ func TestReport_R107_R108_QuietWaitsForTheNextTurnNextStepWakes(t *testing.T) {
 	root := w.Parent.Session.ID
 	w.prompt(t, "hello", 1)
 	child := w.start(t, w.Parent, "", "investigate")
-	w.WaitEvent(t, child, inprocesstest.Type(agent.EventStepStart))
+	w.WaitEvent(t, child, inprocesstest.Type(sessionlog.EventStepStart))
 
 	quietID, err := w.mgr.ReportFrom(ctx, child, inprocesstest.Text("quiet finding"), subagent.DeliveryQuiet)
 	if err != nil {
@@ -196,7 +196,7 @@ func TestReport_R107_R108_QuietWaitsForTheNextTurnNextStepWakes(t *testing.T) {
 		got.Content[0].Text != "Background subagent "+child+" reported:" || got.Content[1].Text != "quiet finding" {
 		t.Errorf("quiet report logged as %+v, id %s", got, quietID)
 	}
-	if n := len(inprocesstest.OfType(evs, agent.EventTurnStart)); n != 1 {
+	if n := len(inprocesstest.OfType(evs, sessionlog.EventTurnStart)); n != 1 {
 		t.Errorf("%d root turns after a quiet report, want 1", n)
 	}
 	if live, _ := w.roots.Live(ctx, root); live {
@@ -221,7 +221,7 @@ func TestReport_R107_R108_QuietWaitsForTheNextTurnNextStepWakes(t *testing.T) {
 	}
 
 	// R109: the child's first turn is still open.
-	if ends := inprocesstest.OfType(w.Log(t, child), agent.EventTurnEnd); len(ends) != 0 {
+	if ends := inprocesstest.OfType(w.Log(t, child), sessionlog.EventTurnEnd); len(ends) != 0 {
 		t.Errorf("reporting ended the child's turn: %d turn ends", len(ends))
 	}
 	close(hold)
@@ -262,7 +262,7 @@ func TestReport_R109_R110_BusyRootReadsReportsBeforeTheNoticeInOneStep(t *testin
 		return nextStepInserts(evs) == 3
 	})
 	close(busy)
-	if end := w.waitTurnEnd(t, root, 1); end.Reason.Kind != agent.ReasonCompleted {
+	if end := w.waitTurnEnd(t, root, 1); end.Reason.Kind != sessionlog.ReasonCompleted {
 		t.Errorf("root turn end %+v", end)
 	}
 
@@ -272,7 +272,7 @@ func TestReport_R109_R110_BusyRootReadsReportsBeforeTheNoticeInOneStep(t *testin
 	if got := texts(msgs); !slices.Equal(got, want) {
 		t.Fatalf("root user messages %q, want %q", got, want)
 	}
-	if n := len(inprocesstest.OfType(evs, agent.EventTurnStart)); n != 1 {
+	if n := len(inprocesstest.OfType(evs, sessionlog.EventTurnStart)); n != 1 {
 		t.Errorf("%d root turns, want the reports and the notice inside the running one", n)
 	}
 	var rootReqs []model.Request
@@ -302,8 +302,8 @@ func TestReport_R109_R110_BusyRootReadsReportsBeforeTheNoticeInOneStep(t *testin
 		}
 	}
 	childEvs := w.Log(t, child)
-	if ends := inprocesstest.OfType(childEvs, agent.EventTurnEnd); len(ends) != 1 ||
-		inprocesstest.Decode[agent.TurnEndData](t, ends[0]).Reason.Kind != agent.ReasonCompleted {
+	if ends := inprocesstest.OfType(childEvs, sessionlog.EventTurnEnd); len(ends) != 1 ||
+		inprocesstest.Decode[sessionlog.TurnEndData](t, ends[0]).Reason.Kind != sessionlog.ReasonCompleted {
 		t.Errorf("child turns: %v", inprocesstest.Types(childEvs))
 	}
 }
@@ -329,7 +329,7 @@ func TestReport_R110_R111_QuietPolicyToAnOfflineRoot(t *testing.T) {
 	if got := texts(userMessages(t, evs)); !slices.Equal(got, want) {
 		t.Errorf("root log user messages %q, want %q", got, want)
 	}
-	if n := len(inprocesstest.OfType(evs, agent.EventTurnStart)); n != 0 {
+	if n := len(inprocesstest.OfType(evs, sessionlog.EventTurnStart)); n != 0 {
 		t.Errorf("%d root turns, want none", n)
 	}
 }
@@ -342,7 +342,7 @@ type blockingSink struct {
 	reached, release chan struct{}
 }
 
-func (s *blockingSink) Notify(ctx context.Context, parentID string, msg agent.UserMessage, quiet bool) error {
+func (s *blockingSink) Notify(ctx context.Context, parentID string, msg sessionlog.UserMessage, quiet bool) error {
 	if msg.Source.Kind == subagent.SourceSubagentSettled && msg.Source.SenderSessionID == s.id {
 		close(s.reached)
 		<-s.release
@@ -385,7 +385,7 @@ func TestReport_R106_WhoMayReport(t *testing.T) {
 		}
 	}
 	live := w.start(t, w.Parent, "live", "hold")
-	w.WaitEvent(t, live, inprocesstest.Type(agent.EventStepStart))
+	w.WaitEvent(t, live, inprocesstest.Type(sessionlog.EventStepStart))
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 
@@ -440,7 +440,7 @@ func TestReport_R106_WhoMayReport(t *testing.T) {
 
 	// A parent that does not exist.
 	ghost := w.start(t, subagent.Parent{Session: store.Session{ID: "ghost"}}, "", "hold")
-	w.WaitEvent(t, ghost, inprocesstest.Type(agent.EventStepStart))
+	w.WaitEvent(t, ghost, inprocesstest.Type(sessionlog.EventStepStart))
 	if _, err := w.mgr.ReportFrom(ctx, ghost, text, ""); subagent.ErrorCode(err) != subagent.EParentUnavailable ||
 		!errors.Is(err, store.ErrNotFound) || subagent.ErrorMessage(err) != "direct parent is not live; report was not delivered" {
 		t.Errorf("report to a missing parent: %v", err)
@@ -459,7 +459,7 @@ func TestReport_R106_WhoMayReport(t *testing.T) {
 // accepted.
 func (w *reportWorld) followup(t *testing.T, parent, child, text string) subagent.FollowupResult {
 	t.Helper()
-	res, err := w.mgr.Followup(inprocesstest.Ctx(t), parent, child, inprocesstest.Text(text), agent.Source{Kind: subagent.SourceUser})
+	res, err := w.mgr.Followup(inprocesstest.Ctx(t), parent, child, inprocesstest.Text(text), sessionlog.Source{Kind: subagent.SourceUser})
 	if err != nil {
 		t.Fatalf("followup %q: %v", text, err)
 	}
@@ -469,7 +469,9 @@ func (w *reportWorld) followup(t *testing.T, parent, child, text string) subagen
 // failingSink fails every delivery.
 type failingSink struct{ err error }
 
-func (s failingSink) Notify(context.Context, string, agent.UserMessage, bool) error { return s.err }
+func (s failingSink) Notify(context.Context, string, sessionlog.UserMessage, bool) error {
+	return s.err
+}
 
 // TestReport_R111_FailedParentSendIsParentUnavailable: a delivery the
 // parent side rejects is PARENT_UNAVAILABLE with the cause, the report
@@ -490,7 +492,7 @@ func TestReport_R111_FailedParentSendIsParentUnavailable(t *testing.T) {
 	if !r.IsError || model.Text(r.Content) != "direct parent is not live; report was not delivered" {
 		t.Errorf("report tool answered %+v", r)
 	}
-	if end := w.waitTurnEnd(t, child, 1); end.Reason.Kind != agent.ReasonCompleted {
+	if end := w.waitTurnEnd(t, child, 1); end.Reason.Kind != sessionlog.ReasonCompleted {
 		t.Errorf("child turn end %+v", end)
 	}
 
@@ -499,7 +501,7 @@ func TestReport_R111_FailedParentSendIsParentUnavailable(t *testing.T) {
 	m2 := scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "x", Gate: hold} })
 	w2 := newReportWorld(t, m2, func(c *subagent.ManagerConfig) { c.Notices = failingSink{gone} })
 	held := w2.start(t, w2.Parent, "", "hold")
-	w2.WaitEvent(t, held, inprocesstest.Type(agent.EventStepStart))
+	w2.WaitEvent(t, held, inprocesstest.Type(sessionlog.EventStepStart))
 	if _, err := w2.mgr.ReportFrom(inprocesstest.Ctx(t), held, inprocesstest.Text("lost"), ""); subagent.ErrorCode(err) != subagent.EParentUnavailable || !errors.Is(err, gone) {
 		t.Errorf("ReportFrom: %v, want PARENT_UNAVAILABLE caused by %v", err, gone)
 	}
@@ -528,7 +530,7 @@ func TestReport_R108_R110_R112_NestedReportsGoOneEdgeUp(t *testing.T) {
 	child := w.start(t, w.Parent, "", "parent task")
 	waitRunEnds(t, w.world, child, 1)
 	grand := w.start(t, w.asParent(t, child), "", "grand task")
-	w.WaitEvent(t, grand, inprocesstest.Type(agent.EventStepStart))
+	w.WaitEvent(t, grand, inprocesstest.Type(sessionlog.EventStepStart))
 
 	if _, err := w.mgr.ReportFrom(ctx, grand, inprocesstest.Text("parked note"), subagent.DeliveryQuiet); err != nil {
 		t.Fatalf("quiet report: %v", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/resident"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -94,7 +95,7 @@ type root struct {
 // turn. mayTurn is set when msg was queued behind a running turn, and when
 // notices are steered: they may belong to a turn that already ended, and
 // must not be joined by later notices in the turn this followup opens.
-func (s *root) followup(ctx context.Context, msg agent.UserMessage) error {
+func (s *root) followup(ctx context.Context, msg sessionlog.UserMessage) error {
 	a := s.agent
 	running := a.Running()
 	if _, err := a.FollowupMessage(ctx, msg); err != nil {
@@ -120,7 +121,7 @@ func (s *root) handed(id string) {
 // a child report. steered is set while it waits for a model step's
 // admission.
 type delivery struct {
-	msg     agent.UserMessage
+	msg     sessionlog.UserMessage
 	quiet   bool
 	steered <-chan error
 }
@@ -155,7 +156,7 @@ func NewRoots(cfg RootsConfig) *Roots {
 // that is not JSON and for an unknown model route in the header, EDraining
 // after Close, and store errors; an error means nothing was accepted.
 func (r *Roots) Prompt(ctx context.Context, sessionID string, content []model.Block) (string, error) {
-	msg := agent.UserMessage{Content: content, Source: agent.Source{Kind: subagent.SourceUser}}
+	msg := sessionlog.UserMessage{Content: content, Source: sessionlog.Source{Kind: subagent.SourceUser}}
 	row, err := subagent.InboxRow(sessionID, msg)
 	if err != nil {
 		return "", &subagent.Error{Code: subagent.EInvalidRequest, Message: "content is not valid JSON",
@@ -311,7 +312,7 @@ func (r *Roots) build(ctx context.Context, id string) (*agent.Agent, error) {
 // rows the log already holds are acknowledged, so that nothing runs twice.
 func (r *Roots) resume(ctx context.Context, id string, s *root) error {
 	a := s.agent
-	a.Cancel(agent.CauseDisposed, false)
+	a.Cancel(sessionlog.CauseDisposed, false)
 	rows, err := r.cfg.Store.Pending(ctx, id)
 	if err != nil {
 		return fmt.Errorf("root agent %s: read inbox: %w", id, err)
@@ -410,7 +411,7 @@ func (r *Roots) closeAgent(ctx context.Context, id string, s *root) error {
 // is not a root session (its own driver delivers to it), and store errors
 // — only for a message delivered at once, which is then withdrawn; a later
 // failure is logged and leaves the row for the next load.
-func (r *Roots) Notify(ctx context.Context, parentID string, msg agent.UserMessage, quiet bool) error {
+func (r *Roots) Notify(ctx context.Context, parentID string, msg sessionlog.UserMessage, quiet bool) error {
 	row, err := subagent.InboxRow(parentID, msg)
 	if err != nil {
 		return fmt.Errorf("notify %s: %w", parentID, err)
@@ -499,7 +500,7 @@ func (r *Roots) deliver(ctx context.Context, parentID string, s *root, n *delive
 
 // appendNotice writes a notice to the log of a root session without a live
 // agent. Callers run in its loop, so no agent loads meanwhile.
-func (r *Roots) appendNotice(ctx context.Context, parentID string, msg agent.UserMessage) error {
+func (r *Roots) appendNotice(ctx context.Context, parentID string, msg sessionlog.UserMessage) error {
 	hdr, err := r.cfg.Store.GetSession(ctx, parentID)
 	if errors.Is(err, store.ErrNotFound) {
 		return subagent.Errorf(subagent.ESessionNotFound, "session %q not found", parentID)
@@ -517,7 +518,7 @@ func (r *Roots) appendNotice(ctx context.Context, parentID string, msg agent.Use
 	if err != nil {
 		return fmt.Errorf("notify %s: %w", parentID, err)
 	}
-	if _, err := r.cfg.Store.AppendEvents(ctx, parentID, store.NewEvent{Type: agent.EventUserMessage, Data: data}); err != nil {
+	if _, err := r.cfg.Store.AppendEvents(ctx, parentID, store.NewEvent{Type: sessionlog.EventUserMessage, Data: data}); err != nil {
 		return fmt.Errorf("notify %s: %w", parentID, err)
 	}
 	return nil

@@ -10,10 +10,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -106,19 +106,19 @@ func TestRoots_PromptErrors(t *testing.T) {
 }
 
 // notice is a settlement notice as the continuation manager sends it.
-func notice(child string) agent.UserMessage {
+func notice(child string) sessionlog.UserMessage {
 	summary := "Background subagent " + child + " finished and will do no further work unless you send it more."
-	return agent.UserMessage{ID: uuid.NewString(), Role: "user",
+	return sessionlog.UserMessage{ID: uuid.NewString(), Role: "user",
 		Content: []model.Block{model.TextBlock(summary), model.TextBlock("It left no closing message.")},
-		Source:  agent.Source{Kind: "subagent-settled", Form: "notice", Summary: summary, SenderSessionID: child}}
+		Source:  sessionlog.Source{Kind: "subagent-settled", Form: "notice", Summary: summary, SenderSessionID: child}}
 }
 
 // userMessages returns the user/message payloads of a log.
-func userMessages(t *testing.T, evs []store.Event) []agent.UserMessage {
+func userMessages(t *testing.T, evs []store.Event) []sessionlog.UserMessage {
 	t.Helper()
-	var out []agent.UserMessage
-	for _, e := range inprocesstest.OfType(evs, agent.EventUserMessage) {
-		out = append(out, inprocesstest.Decode[agent.UserMessage](t, e))
+	var out []sessionlog.UserMessage
+	for _, e := range inprocesstest.OfType(evs, sessionlog.EventUserMessage) {
+		out = append(out, inprocesstest.Decode[sessionlog.UserMessage](t, e))
 	}
 	return out
 }
@@ -136,7 +136,7 @@ func TestRoots_R78_NoticeWithoutLiveAgentIsSeenAtNextTurn(t *testing.T) {
 	if live, _ := w.roots.Live(ctx, root); live {
 		t.Fatal("a notice loaded the agent")
 	}
-	if evs := w.Log(t, root); len(evs) != 1 || evs[0].Type != agent.EventUserMessage {
+	if evs := w.Log(t, root); len(evs) != 1 || evs[0].Type != sessionlog.EventUserMessage {
 		t.Fatalf("log = %v, want the notice alone", inprocesstest.Types(evs))
 	}
 	w.prompt(t, "next", 1)
@@ -191,19 +191,19 @@ func TestRoots_R78_NoticeToBusyAgentJoinsNextStep(t *testing.T) {
 	}
 	// The steer is in the next-step inbox before the step may end.
 	w.WaitEvent(t, root, func(e store.Event) bool {
-		if e.Type != agent.EventInboxSpliced {
+		if e.Type != sessionlog.EventInboxSpliced {
 			return false
 		}
-		var d agent.InboxSplicedData
-		return json.Unmarshal(e.Data, &d) == nil && d.Target == agent.TargetNextStep && len(d.Inserted) == 1
+		var d sessionlog.InboxSplicedData
+		return json.Unmarshal(e.Data, &d) == nil && d.Target == sessionlog.TargetNextStep && len(d.Inserted) == 1
 	})
 	close(gate)
 	end := w.waitTurnEnd(t, root, 1)
-	if end.Reason.Kind != agent.ReasonCompleted {
+	if end.Reason.Kind != sessionlog.ReasonCompleted {
 		t.Errorf("turn end = %+v", end)
 	}
 	evs := w.Log(t, root)
-	if n := len(inprocesstest.OfType(evs, agent.EventTurnStart)); n != 1 {
+	if n := len(inprocesstest.OfType(evs, sessionlog.EventTurnStart)); n != 1 {
 		t.Errorf("%d turns, want the notice inside the running turn", n)
 	}
 	msgs := userMessages(t, evs)
@@ -229,7 +229,7 @@ func TestRoots_CloseEndsRunningTurnAndKeepsNotices(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := w.waitTurnEnd(t, root, 1)
-	if end.Reason.Kind != agent.ReasonAborted || end.Reason.Cause == nil || end.Reason.Cause.Kind != agent.CauseDisposed {
+	if end.Reason.Kind != sessionlog.ReasonAborted || end.Reason.Cause == nil || end.Reason.Cause.Kind != sessionlog.CauseDisposed {
 		t.Errorf("turn end = %+v, want aborted by disposal", end)
 	}
 	// The steer was rejected by the close and the notice went to the log.
@@ -263,7 +263,7 @@ func TestRoots_R78_NoticeSteerRejectedBecomesTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(gate)
-	if end := w.waitTurnEnd(t, root, 1); end.Reason.Kind != agent.ReasonError {
+	if end := w.waitTurnEnd(t, root, 1); end.Reason.Kind != sessionlog.ReasonError {
 		t.Errorf("turn 1 end = %+v, want error", end)
 	}
 	w.waitTurnEnd(t, root, 2)
@@ -300,16 +300,16 @@ func TestRoots_R110_RejectedNoticesKeepTheirOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		w.WaitEvent(t, root, inprocesstest.Type(agent.EventStepStart))
+		w.WaitEvent(t, root, inprocesstest.Type(sessionlog.EventStepStart))
 		first, second := notice("kid-a"), notice("kid-b")
-		for _, n := range []agent.UserMessage{first, second} {
+		for _, n := range []sessionlog.UserMessage{first, second} {
 			if err := w.roots.Notify(ctx, root, n, false); err != nil {
 				t.Fatal(err)
 			}
 		}
 		steered := 0
-		for _, e := range inprocesstest.OfType(w.Log(t, root), agent.EventInboxSpliced) {
-			if d := inprocesstest.Decode[agent.InboxSplicedData](t, e); d.Target == agent.TargetNextStep {
+		for _, e := range inprocesstest.OfType(w.Log(t, root), sessionlog.EventInboxSpliced) {
+			if d := inprocesstest.Decode[sessionlog.InboxSplicedData](t, e); d.Target == sessionlog.TargetNextStep {
 				steered += len(d.Inserted)
 			}
 		}
@@ -318,7 +318,7 @@ func TestRoots_R110_RejectedNoticesKeepTheirOrder(t *testing.T) {
 		}
 		close(fail)
 		w.WaitEvent(t, root, func(e store.Event) bool {
-			return e.Type == agent.EventUserMessage && inprocesstest.Decode[agent.UserMessage](t, e).ID == second.ID
+			return e.Type == sessionlog.EventUserMessage && inprocesstest.Decode[sessionlog.UserMessage](t, e).ID == second.ID
 		})
 		var ids []string
 		for _, msg := range userMessages(t, w.Log(t, root)) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -49,7 +50,7 @@ type Continuations interface {
 	// StartContinuable creates a continuable child and accepts its prompt.
 	StartContinuable(ctx context.Context, req subagent.ContinuableRequest) (subagent.ContinuableStarted, error)
 	// Followup delivers content to a continuable child of parentSessionID.
-	Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src agent.Source) (subagent.FollowupResult, error)
+	Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src sessionlog.Source) (subagent.FollowupResult, error)
 	// Interrupt stops the current turn of a continuable child of
 	// parentSessionID.
 	Interrupt(ctx context.Context, parentSessionID, childID string) error

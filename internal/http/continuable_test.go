@@ -16,6 +16,7 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/fork"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -185,10 +186,10 @@ func userTexts(t *testing.T, log []store.Event) []string {
 	t.Helper()
 	var out []string
 	for _, e := range log {
-		if e.Type != agent.EventUserMessage {
+		if e.Type != sessionlog.EventUserMessage {
 			continue
 		}
-		var m agent.UserMessage
+		var m sessionlog.UserMessage
 		if err := json.Unmarshal(e.Data, &m); err != nil {
 			t.Fatal(err)
 		}
@@ -215,8 +216,8 @@ func untilEvent(t *testing.T, s *sseStream, typ string, match func(json.RawMessa
 // nextStepInsert matches the inbox splice that queues a steered message
 // for the running turn's next model step.
 func nextStepInsert(data json.RawMessage) bool {
-	var d agent.InboxSplicedData
-	return json.Unmarshal(data, &d) == nil && d.Target == agent.TargetNextStep && len(d.Inserted) > 0
+	var d sessionlog.InboxSplicedData
+	return json.Unmarshal(data, &d) == nil && d.Target == sessionlog.TargetNextStep && len(d.Inserted) > 0
 }
 
 // lifecycleJSON is the data of subagent/start and subagent/end frames.
@@ -279,7 +280,7 @@ func TestSubagents_R57_R96_SteeredThenStarted(t *testing.T) {
 
 	child := w.stream(t, "/v1/sessions/"+created.ChildID+"/stream", nil)
 	answer := w.async(t, followup(created.ChildID, parent, "also check the tests"))
-	untilEvent(t, child, agent.EventInboxSpliced, nextStepInsert)
+	untilEvent(t, child, sessionlog.EventInboxSpliced, nextStepInsert)
 	close(first.open)
 	r := answer()
 	var steered followupResponse
@@ -343,9 +344,9 @@ func TestSubagents_R103_InterruptThenFollowup(t *testing.T) {
 	await(t, stuck.reached, "the child's first model call")
 	child := w.stream(t, "/v1/sessions/"+created.ChildID+"/stream", nil)
 	parked1 := w.async(t, followup(created.ChildID, parent, "parked 1"))
-	untilEvent(t, child, agent.EventInboxSpliced, nextStepInsert)
+	untilEvent(t, child, sessionlog.EventInboxSpliced, nextStepInsert)
 	parked2 := w.async(t, followup(created.ChildID, parent, "parked 2"))
-	untilEvent(t, child, agent.EventInboxSpliced, nextStepInsert)
+	untilEvent(t, child, sessionlog.EventInboxSpliced, nextStepInsert)
 
 	var accepted acceptedJSON
 	w.want(t, http.StatusAccepted, interrupt(created.ChildID, parent)).decode(t, &accepted)
@@ -608,26 +609,26 @@ func TestSessions_PromptRunsTheRootAgent(t *testing.T) {
 		t.Fatalf("root session during its turn %+v", sess)
 	}
 	close(held.open)
-	user := untilEvent(t, stream, agent.EventUserMessage, nil)
-	var msg agent.UserMessage
+	user := untilEvent(t, stream, sessionlog.EventUserMessage, nil)
+	var msg sessionlog.UserMessage
 	if err := json.Unmarshal(user.Data, &msg); err != nil || msg.ID != accepted.MessageID || model.Text(msg.Content) != "hi root" {
 		t.Fatalf("user message %s (%v), accepted %+v", user.Data, err, accepted)
 	}
 	var text string
 	for text != "working on hi root" {
-		chunk := untilEvent(t, stream, agent.EventAssistantChunk, nil)
-		var data agent.ChunkData
+		chunk := untilEvent(t, stream, sessionlog.EventAssistantChunk, nil)
+		var data sessionlog.ChunkData
 		if err := json.Unmarshal(chunk.Data, &data); err != nil {
 			t.Fatal(err)
 		}
 		text += data.Chunk.Text
 	}
-	answer := untilEvent(t, stream, agent.EventAssistantMessage, nil)
-	var data agent.AssistantMessageData
+	answer := untilEvent(t, stream, sessionlog.EventAssistantMessage, nil)
+	var data sessionlog.AssistantMessageData
 	if err := json.Unmarshal(answer.Data, &data); err != nil || model.Text(data.Message.Content) != "working on hi root" {
 		t.Fatalf("assistant message %s (%v)", answer.Data, err)
 	}
-	untilEvent(t, stream, agent.EventTurnEnd, nil)
+	untilEvent(t, stream, sessionlog.EventTurnEnd, nil)
 
 	child := w.startChild(t, root, "x", nil)
 	w.wantProblem(t, http.StatusBadRequest, subagent.EInvalidRequest, call{method: http.MethodPost, path: "/v1/sessions/" + child.ChildID + "/messages",
@@ -688,7 +689,7 @@ func TestSubagents_ForkChildKnowsTheConversation(t *testing.T) {
 	stream := w.stream(t, "/v1/sessions/"+root+"/stream", nil)
 	w.want(t, http.StatusAccepted, call{method: http.MethodPost, path: "/v1/sessions/" + root + "/messages",
 		body: map[string]any{"content": textPrompt("context")}})
-	untilEvent(t, stream, agent.EventTurnEnd, nil)
+	untilEvent(t, stream, sessionlog.EventTurnEnd, nil)
 	created := w.startChild(t, root, "fork task", map[string]any{"provider": fork.Name})
 	if run := w.settledTask(t, created.TaskID); outputText(t, run) != "re: fork task" {
 		t.Fatalf("fork task %+v", run.Result)

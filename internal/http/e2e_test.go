@@ -6,12 +6,12 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/fork"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -67,10 +67,10 @@ func TestEndToEnd_SpawnWithScriptedModel(t *testing.T) {
 	var text string
 	for text != "streamed answer" {
 		f := live.next(t)
-		if f.event != agent.EventAssistantChunk {
+		if f.event != sessionlog.EventAssistantChunk {
 			continue
 		}
-		var env struct{ Data agent.ChunkData }
+		var env struct{ Data sessionlog.ChunkData }
 		if err := json.Unmarshal(f.data, &env); err != nil {
 			t.Fatal(err)
 		}

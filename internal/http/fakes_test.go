@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -80,13 +80,13 @@ func (p *fakeProvider) Start(ctx context.Context, req subagent.ResolvedRequest) 
 		if err != nil {
 			return nil, err
 		}
-		prompt, err := json.Marshal(agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: req.Prompt, Source: agent.Source{Kind: "user"}})
+		prompt, err := json.Marshal(sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: req.Prompt, Source: sessionlog.Source{Kind: "user"}})
 		if err != nil {
 			return nil, err
 		}
 		if _, err := p.st.AppendEvents(ctx, r.childID,
 			store.NewEvent{Type: subagent.EventDescriptor, Data: desc},
-			store.NewEvent{Type: agent.EventUserMessage, Data: prompt}); err != nil {
+			store.NewEvent{Type: sessionlog.EventUserMessage, Data: prompt}); err != nil {
 			return nil, err
 		}
 	}
@@ -176,8 +176,8 @@ func (r *fakeRun) complete(t *testing.T, text string) {
 	t.Helper()
 	out := []model.Block{model.TextBlock(text)}
 	if r.local {
-		r.logEvent(t, agent.EventAssistantMessage, agent.AssistantMessageData{
-			Turn: 1, Step: 1, Message: agent.AssistantMessage{Role: "assistant", Content: out},
+		r.logEvent(t, sessionlog.EventAssistantMessage, sessionlog.AssistantMessageData{
+			Turn: 1, Step: 1, Message: sessionlog.AssistantMessage{Role: "assistant", Content: out},
 		})
 	}
 	r.settle(subagent.Result{Output: out, StopReason: subagent.StopCompleted})

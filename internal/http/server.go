@@ -19,10 +19,10 @@ import (
 	"github.com/go-playground/validator/v10"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/delegate"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -56,7 +56,7 @@ type Continuations interface {
 	StartContinuable(ctx context.Context, req subagent.ContinuableRequest) (subagent.ContinuableStarted, error)
 	// Followup delivers content to a continuable child of parentSessionID,
 	// steered into its running turn or started as a new task.
-	Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src agent.Source) (subagent.FollowupResult, error)
+	Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src sessionlog.Source) (subagent.FollowupResult, error)
 	// Interrupt stops the current turn of a continuable child of
 	// parentSessionID.
 	Interrupt(ctx context.Context, parentSessionID, childID string) error

@@ -13,7 +13,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
-	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -187,10 +187,10 @@ func TestSessionStream_ReplayThenLive(t *testing.T) {
 	p := b.register(t, &fakeProvider{name: "spawn", caps: allCaps(), local: true})
 	run := b.startRun(t, "spawn", b.rootSession(t), nil)
 	fr := p.run(run.ChildSessionID)
-	fr.logEvent(t, agent.EventTurnStart, agent.TurnData{Turn: 1})
+	fr.logEvent(t, sessionlog.EventTurnStart, sessionlog.TurnData{Turn: 1})
 
 	s := b.stream(t, "/v1/sessions/"+run.ChildSessionID+"/stream", nil)
-	for i, want := range []string{subagent.EventDescriptor, agent.EventUserMessage, agent.EventTurnStart} {
+	for i, want := range []string{subagent.EventDescriptor, sessionlog.EventUserMessage, sessionlog.EventTurnStart} {
 		f := s.next(t)
 		var env sessionEventJSON
 		if err := json.Unmarshal(f.data, &env); err != nil {
@@ -200,15 +200,15 @@ func TestSessionStream_ReplayThenLive(t *testing.T) {
 			t.Fatalf("frame %d = %+v", i, f)
 		}
 	}
-	fr.logEvent(t, agent.EventAssistantChunk, agent.ChunkData{Turn: 1, Step: 1, Chunk: agent.Chunk{Type: "text-delta", Text: "hel"}})
-	if f := s.next(t); f.id != "3" || f.event != agent.EventAssistantChunk {
+	fr.logEvent(t, sessionlog.EventAssistantChunk, sessionlog.ChunkData{Turn: 1, Step: 1, Chunk: sessionlog.Chunk{Type: "text-delta", Text: "hel"}})
+	if f := s.next(t); f.id != "3" || f.event != sessionlog.EventAssistantChunk {
 		t.Fatalf("live frame %+v", f)
 	}
 	resumed := b.stream(t, "/v1/sessions/"+run.ChildSessionID+"/stream?after=0", map[string]string{"Last-Event-ID": "2"})
 	if f := resumed.next(t); f.id != "3" {
 		t.Fatalf("resumed at %+v", f)
 	}
-	fr.logEvent(t, agent.EventAssistantChunk, agent.ChunkData{Turn: 1, Step: 1, Chunk: agent.Chunk{Type: "text-delta", Text: "lo"}})
+	fr.logEvent(t, sessionlog.EventAssistantChunk, sessionlog.ChunkData{Turn: 1, Step: 1, Chunk: sessionlog.Chunk{Type: "text-delta", Text: "lo"}})
 	for _, st := range []*sseStream{s, resumed} {
 		if f := st.next(t); f.id != "4" {
 			t.Fatalf("frame %+v, want seq 4", f)
@@ -336,11 +336,11 @@ func TestRunStream_LogThenResult(t *testing.T) {
 	if f := s.next(t); f.id != "0" || f.event != subagent.EventDescriptor {
 		t.Fatalf("frame %+v", f)
 	}
-	if f := s.next(t); f.id != "1" || f.event != agent.EventUserMessage {
+	if f := s.next(t); f.id != "1" || f.event != sessionlog.EventUserMessage {
 		t.Fatalf("frame %+v", f)
 	}
 	fr.complete(t, "the answer")
-	if f := s.next(t); f.id != "2" || f.event != agent.EventAssistantMessage {
+	if f := s.next(t); f.id != "2" || f.event != sessionlog.EventAssistantMessage {
 		t.Fatalf("frame %+v", f)
 	}
 	res := s.next(t)

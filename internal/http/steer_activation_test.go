@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -36,7 +36,7 @@ func TestRunsSteer_R96_ActivationRun(t *testing.T) {
 	}
 	child := w.stream(t, "/v1/sessions/"+created.ChildID+"/stream", nil)
 	answer := w.async(t, steerCall(task.RunID, "focus on the tests"))
-	untilEvent(t, child, agent.EventInboxSpliced, nextStepInsert)
+	untilEvent(t, child, sessionlog.EventInboxSpliced, nextStepInsert)
 	close(first.open)
 	r := answer()
 	var steered steerResponse
@@ -49,7 +49,7 @@ func TestRunsSteer_R96_ActivationRun(t *testing.T) {
 	}
 	var ids []string
 	for _, e := range w.sessionLog(t, created.ChildID) {
-		if e.Type == agent.EventUserMessage {
+		if e.Type == sessionlog.EventUserMessage {
 			ids = append(ids, decodeUserMessage(t, e).ID)
 		}
 	}
@@ -85,9 +85,9 @@ func TestRunsSteer_R96_ActivationRun(t *testing.T) {
 	w.wantProblem(t, http.StatusNotFound, subagent.ERunNotFound, steerCall("no-such-run", "x"))
 }
 
-func decodeUserMessage(t *testing.T, e store.Event) agent.UserMessage {
+func decodeUserMessage(t *testing.T, e store.Event) sessionlog.UserMessage {
 	t.Helper()
-	var m agent.UserMessage
+	var m sessionlog.UserMessage
 	if err := json.Unmarshal(e.Data, &m); err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/delegate"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -394,11 +394,11 @@ type followupRequest struct {
 // source is the message source the child logs: user by default; a
 // coordinator message is a relay from the parent session, as send_message
 // writes it.
-func (f *followupRequest) source() agent.Source {
+func (f *followupRequest) source() sessionlog.Source {
 	if f.Source != nil && f.Source.Kind == delegate.SourceCoordinator {
-		return agent.Source{Kind: delegate.SourceCoordinator, Form: "relay", SenderSessionID: f.ParentSessionID}
+		return sessionlog.Source{Kind: delegate.SourceCoordinator, Form: "relay", SenderSessionID: f.ParentSessionID}
 	}
-	return agent.Source{Kind: subagent.SourceUser}
+	return sessionlog.Source{Kind: subagent.SourceUser}
 }
 
 type followupResponse struct {

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/pg"
@@ -15,6 +14,7 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -78,8 +78,8 @@ func (p *mgrProcess) end(t *testing.T, taskID string) subagent.Event {
 func (p *mgrProcess) userTexts(t *testing.T, id string) []string {
 	t.Helper()
 	var out []string
-	for _, e := range inprocesstest.OfType(p.h.Log(t, id), agent.EventUserMessage) {
-		out = append(out, model.Text(inprocesstest.Decode[agent.UserMessage](t, e).Content))
+	for _, e := range inprocesstest.OfType(p.h.Log(t, id), sessionlog.EventUserMessage) {
+		out = append(out, model.Text(inprocesstest.Decode[sessionlog.UserMessage](t, e).Content))
 	}
 	return out
 }
@@ -91,13 +91,13 @@ func TestManager_R82_R130_StartedFollowupAndRecoveryAfterRestart(t *testing.T) {
 	parent := first.h.Parent
 	res := first.start(t, parent, "one")
 	first.end(t, res.TaskID)
-	f, err := first.m.Followup(inprocesstest.Ctx(t), parent.Session.ID, res.ChildID, inprocesstest.Text("two"), agent.Source{})
+	f, err := first.m.Followup(inprocesstest.Ctx(t), parent.Session.ID, res.ChildID, inprocesstest.Text("two"), sessionlog.Source{})
 	if err != nil || f.Route != subagent.RouteStarted {
 		t.Fatalf("followup %+v, %v", f, err)
 	}
 	first.end(t, f.TaskID)
 	// Accepted, then the process died before delivering it.
-	row, err := subagent.InboxRow(res.ChildID, agent.UserMessage{Content: inprocesstest.Text("three"), Source: agent.Source{Kind: subagent.SourceUser}})
+	row, err := subagent.InboxRow(res.ChildID, sessionlog.UserMessage{Content: inprocesstest.Text("three"), Source: sessionlog.Source{Kind: subagent.SourceUser}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestManager_R82_R130_StartedFollowupAndRecoveryAfterRestart(t *testing.T) {
 	if end := second.end(t, ""); model.Text(end.LastAssistantMessage) != "re: three" {
 		t.Errorf("recovered epoch %+v", end)
 	}
-	g, err := second.m.Followup(inprocesstest.Ctx(t), parent.Session.ID, res.ChildID, inprocesstest.Text("four"), agent.Source{})
+	g, err := second.m.Followup(inprocesstest.Ctx(t), parent.Session.ID, res.ChildID, inprocesstest.Text("four"), sessionlog.Source{})
 	if err != nil || g.Route != subagent.RouteStarted {
 		t.Fatalf("followup after restart %+v, %v", g, err)
 	}
@@ -140,7 +140,7 @@ func TestManager_FiftyConcurrentFollowupsEachDeliveredOnce(t *testing.T) {
 	ids, tasks := make([]string, 50), make([]string, 50)
 	for i := range 50 {
 		wg.Go(func() {
-			f, err := p.m.Followup(inprocesstest.Ctx(t), parent.Session.ID, res.ChildID, inprocesstest.Text(fmt.Sprintf("f%02d", i)), agent.Source{})
+			f, err := p.m.Followup(inprocesstest.Ctx(t), parent.Session.ID, res.ChildID, inprocesstest.Text(fmt.Sprintf("f%02d", i)), sessionlog.Source{})
 			if err != nil {
 				t.Errorf("followup %d: %v", i, err)
 			}
@@ -153,8 +153,8 @@ func TestManager_FiftyConcurrentFollowupsEachDeliveredOnce(t *testing.T) {
 		p.end(t, task)
 	}
 	seen := map[string]int{}
-	for _, e := range inprocesstest.OfType(p.h.Log(t, res.ChildID), agent.EventUserMessage) {
-		seen[inprocesstest.Decode[agent.UserMessage](t, e).ID]++
+	for _, e := range inprocesstest.OfType(p.h.Log(t, res.ChildID), sessionlog.EventUserMessage) {
+		seen[inprocesstest.Decode[sessionlog.UserMessage](t, e).ID]++
 	}
 	for i, id := range ids {
 		if seen[id] != 1 {
@@ -174,10 +174,10 @@ func TestManager_BadInputAppendsNothing(t *testing.T) {
 	p.end(t, res.TaskID)
 	n := len(p.h.Log(t, res.ChildID))
 	ctx := inprocesstest.Ctx(t)
-	if _, err := p.m.Followup(ctx, parent.Session.ID, "nobody", inprocesstest.Text("x"), agent.Source{}); subagent.ErrorCode(err) != subagent.ESessionNotFound {
+	if _, err := p.m.Followup(ctx, parent.Session.ID, "nobody", inprocesstest.Text("x"), sessionlog.Source{}); subagent.ErrorCode(err) != subagent.ESessionNotFound {
 		t.Errorf("unknown child: %v", err)
 	}
-	if _, err := p.m.Followup(ctx, "someone", res.ChildID, inprocesstest.Text("x"), agent.Source{}); subagent.ErrorCode(err) != subagent.EUnauthorized {
+	if _, err := p.m.Followup(ctx, "someone", res.ChildID, inprocesstest.Text("x"), sessionlog.Source{}); subagent.ErrorCode(err) != subagent.EUnauthorized {
 		t.Errorf("wrong parent: %v", err)
 	}
 	if got := len(p.h.Log(t, res.ChildID)); got != n {

@@ -15,6 +15,7 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/resident"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -111,17 +112,17 @@ type ChildAgent interface {
 	// FollowupMessage inserts msg, whose id the manager issued (the durable
 	// inbox row id), as the next turn; on an idle agent it opens that turn
 	// (logging msg as user/message) before returning.
-	FollowupMessage(ctx context.Context, msg agent.UserMessage) (string, error)
+	FollowupMessage(ctx context.Context, msg sessionlog.UserMessage) (string, error)
 	// SubmitSteer inserts msg into the running turn's next-step inbox and
 	// returns at once, or fails matching agent.ErrSteerRejected; the
 	// channel then receives nil once a step admitted msg, else the
 	// rejection.
-	SubmitSteer(ctx context.Context, msg agent.UserMessage) (<-chan error, error)
+	SubmitSteer(ctx context.Context, msg sessionlog.UserMessage) (<-chan error, error)
 	// Steer is confirmed steering (R96): it returns the message id once a
 	// model step of the running turn admitted content, an error matching
 	// agent.ErrSteerRejected when it was not, or ctx's error (the content
 	// withdrawn).
-	Steer(ctx context.Context, content []model.Block, src agent.Source) (string, error)
+	Steer(ctx context.Context, content []model.Block, src sessionlog.Source) (string, error)
 	// Cancel aborts the running turn with cause; keepInbox parks queued
 	// messages instead of discarding them.
 	Cancel(cause string, keepInbox bool)
@@ -207,7 +208,7 @@ type NoticeSink interface {
 	// them (R110). Without quiet the parent is woken: msg joins its
 	// running turn at the next step, or opens a turn; quiet stores it for
 	// the parent's next turn without waking it (R108, R118).
-	Notify(ctx context.Context, parentID string, msg agent.UserMessage, quiet bool) error
+	Notify(ctx context.Context, parentID string, msg sessionlog.UserMessage, quiet bool) error
 }
 
 // ManagerConfig configures a Manager.
@@ -522,7 +523,7 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 		m.rollback(act)
 		return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
 	}
-	row, err := newRow(childID, req.Prompt, agent.Source{Kind: SourceUser})
+	row, err := newRow(childID, req.Prompt, sessionlog.Source{Kind: SourceUser})
 	if err == nil {
 		err = m.store.Enqueue(base, row)
 	}
@@ -573,18 +574,18 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 	if err := m.store.CreateSession(ctx, header); err != nil {
 		return fmt.Errorf("create child session: %w", err)
 	}
-	endSeed := store.NewEvent{Type: agent.EventEndSeed, Data: json.RawMessage(`{}`)}
+	endSeed := store.NewEvent{Type: sessionlog.EventEndSeed, Data: json.RawMessage(`{}`)}
 	var evs []store.NewEvent
 	for _, e := range seed {
 		evs = append(evs, store.NewEvent{Type: e.Type, Time: e.Time, Data: e.Data})
 	}
-	if n := len(seed); n > 0 && seed[n-1].Type != agent.EventEndSeed {
+	if n := len(seed); n > 0 && seed[n-1].Type != sessionlog.EventEndSeed {
 		evs = append(evs, endSeed)
 	}
 	evs = append(evs,
 		store.NewEvent{Type: EventDescriptor, Data: descriptor},
 		endSeed,
-		store.NewEvent{Type: agent.EventApprovalPolicy, Data: json.RawMessage(`{"policy":"never","source":"delegation"}`)})
+		store.NewEvent{Type: sessionlog.EventApprovalPolicy, Data: json.RawMessage(`{"policy":"never","source":"delegation"}`)})
 	if _, err := m.store.AppendEvents(ctx, header.ID, evs...); err != nil {
 		return fmt.Errorf("write child creation log: %w", err)
 	}
@@ -616,7 +617,7 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 // EAborted: when ctx ends, or the manager shuts down, while the message
 // waits for its route (a message parked by an interrupt waits for the next
 // followup), the message stays accepted and will still be delivered (R91).
-func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src agent.Source) (FollowupResult, error) {
+func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src sessionlog.Source) (FollowupResult, error) {
 	if err := m.admitting(); err != nil {
 		return FollowupResult{}, err
 	}
@@ -778,7 +779,7 @@ func (m *Manager) interrupt(ctx context.Context, c *child, parentSessionID strin
 		return nil
 	}
 	act.interrupted = true
-	act.agent.Cancel(agent.CauseUser, true)
+	act.agent.Cancel(sessionlog.CauseUser, true)
 	return nil
 }
 
@@ -849,7 +850,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	var acts []*activation
 	m.children.Each(func(c *child) {
 		if act := c.act; act != nil {
-			act.agent.Cancel(agent.CauseDisposed, true)
+			act.agent.Cancel(sessionlog.CauseDisposed, true)
 			acts = append(acts, act)
 		}
 	})

@@ -12,8 +12,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -254,7 +254,7 @@ func (m *Manager) resume(ctx context.Context, c *child) error {
 // delivery is a pending row ready to deliver.
 type delivery struct {
 	id  string
-	msg agent.UserMessage
+	msg sessionlog.UserMessage
 }
 
 // coldResume starts a new activation of c over its persisted log (R86–R89)
@@ -289,7 +289,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	// The durable inbox is the authority for undelivered messages: what a
 	// crash left queued in the agent's own log-sourced inbox is dropped, so
 	// that nothing runs twice.
-	ag.Cancel(agent.CauseDisposed, false)
+	ag.Cancel(sessionlog.CauseDisposed, false)
 	logged := LoggedMessages(ag.Events())
 	var seen []string
 	todo = slices.DeleteFunc(todo, func(d delivery) bool {
@@ -489,7 +489,7 @@ var errNoSink = errors.New("no notice sink for root parents is configured")
 // stores the message for the parent's next turn without waking it (R108).
 // Returns the store's error for a parent that cannot be read (wrapping
 // store.ErrNotFound when it is gone), errNoSink, or the delivery's error.
-func (m *Manager) send(ctx context.Context, parentID string, content []model.Block, src agent.Source, quiet bool) (string, error) {
+func (m *Manager) send(ctx context.Context, parentID string, content []model.Block, src sessionlog.Source, quiet bool) (string, error) {
 	parent, err := m.store.GetSession(ctx, parentID)
 	if err != nil {
 		return "", fmt.Errorf("read parent %s: %w", parentID, err)
@@ -500,7 +500,7 @@ func (m *Manager) send(ctx context.Context, parentID string, content []model.Blo
 	if m.notices == nil {
 		return "", errNoSink
 	}
-	msg := agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: content, Source: src}
+	msg := sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: content, Source: src}
 	if err := m.notices.Notify(ctx, parentID, msg, quiet); err != nil {
 		return "", err
 	}
@@ -513,7 +513,7 @@ func (m *Manager) send(ctx context.Context, parentID string, content []model.Blo
 // next activation, which starts now if none is live; a message that does
 // not wake stays parked until something else wakes the parent. It returns
 // the message id.
-func (m *Manager) deliverInbox(ctx context.Context, parentID string, content []model.Block, src agent.Source, waking bool) (string, error) {
+func (m *Manager) deliverInbox(ctx context.Context, parentID string, content []model.Block, src sessionlog.Source, waking bool) (string, error) {
 	row, err := newRow(parentID, content, src)
 	if err != nil {
 		return "", err
@@ -560,21 +560,21 @@ func (m *Manager) ack(ctx context.Context, childID string, ids ...string) {
 // failure outranks a later cancellation.
 func EpochStopReason(events []store.Event) string {
 	end, dropped := FoldConsumedWork(events)
-	kind := agent.ReasonCompleted
+	kind := sessionlog.ReasonCompleted
 	if end != nil {
 		kind = end.Reason.Kind
 	}
 	switch kind {
-	case agent.ReasonCompleted:
+	case sessionlog.ReasonCompleted:
 		if dropped {
 			return StopAborted
 		}
 		return StopCompleted
-	case agent.ReasonMaxTokens:
+	case sessionlog.ReasonMaxTokens:
 		return StopMaxTokens
-	case agent.ReasonAborted, agent.ReasonInterrupted:
+	case sessionlog.ReasonAborted, sessionlog.ReasonInterrupted:
 		return StopAborted
-	case agent.ReasonBlocked:
+	case sessionlog.ReasonBlocked:
 		return StopRefusal
 	}
 	return StopError
@@ -586,7 +586,7 @@ const maxSummary = 120
 // settlementNotice is the message a parent gets when child settles with
 // reason and output (seam-spec R77): the summary sentence, then the closing
 // message or the statement that there is none.
-func settlementNotice(child, reason string, output []model.Block) ([]model.Block, agent.Source) {
+func settlementNotice(child, reason string, output []model.Block) ([]model.Block, sessionlog.Source) {
 	var summary string
 	switch reason {
 	case StopCompleted:
@@ -608,7 +608,7 @@ func settlementNotice(child, reason string, output []model.Block) ([]model.Block
 	} else {
 		content = append(append(content, model.TextBlock("Its closing message:")), output...)
 	}
-	return content, agent.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: boundSummary(summary), SenderSessionID: child}
+	return content, sessionlog.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: boundSummary(summary), SenderSessionID: child}
 }
 
 // boundSummary cuts s to maxSummary characters, ending a cut one with "…".

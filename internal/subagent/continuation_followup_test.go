@@ -12,6 +12,7 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -60,7 +61,7 @@ func TestFollowup_R82_R88_StartedAfterSettlementKeepsTheLogAndOneDescriptor(t *t
 
 	tasks := []string{res.TaskID}
 	for i, text := range []string{"two", "three"} {
-		f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt(text), agent.Source{Kind: "coordinator", Form: "relay", SenderSessionID: "p1"})
+		f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt(text), sessionlog.Source{Kind: "coordinator", Form: "relay", SenderSessionID: "p1"})
 		if err != nil || f.Route != RouteStarted || slices.Contains(tasks, f.TaskID) {
 			t.Fatalf("followup %q: %+v, %v", text, f, err)
 		}
@@ -81,7 +82,7 @@ func TestFollowup_R82_R88_StartedAfterSettlementKeepsTheLogAndOneDescriptor(t *t
 	if n := countType(after, EventDescriptor); n != 1 {
 		t.Errorf("%d descriptors, want exactly 1 (R88)", n)
 	}
-	if n := countType(after, agent.EventApprovalPolicy); n != 1 {
+	if n := countType(after, sessionlog.EventApprovalPolicy); n != 1 {
 		t.Errorf("%d policy events, want 1 (R88)", n)
 	}
 	if got := userTexts(t, after); !slices.Equal(got, []string{"one", "two", "three"}) {
@@ -128,7 +129,7 @@ func TestFollowup_R7_ColdResumeAfterTheProviderWasRemoved(t *testing.T) {
 	e.ended(t, res.TaskID)
 	e.settled(t, res.ChildID)
 	e.svc.Unregister(t.Context(), "spawn")
-	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("two"), agent.Source{})
+	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("two"), sessionlog.Source{})
 	if err != nil || f.Route != RouteStarted {
 		t.Fatalf("followup %+v, %v", f, err)
 	}
@@ -207,7 +208,7 @@ func TestFollowup_R65_R72_R90_FiftyConcurrentAcrossSettlements(t *testing.T) {
 	routes := make([]string, 50)
 	for i := range 50 {
 		wg.Go(func() {
-			f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt(fmt.Sprintf("f%02d", i)), agent.Source{})
+			f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt(fmt.Sprintf("f%02d", i)), sessionlog.Source{})
 			if err != nil {
 				t.Errorf("followup %d: %v", i, err)
 			}
@@ -284,22 +285,22 @@ func TestFollowup_BadInputAppendsNothing(t *testing.T) {
 	edges := len(e.life.all())
 	for _, tc := range []struct {
 		name, parent, child string
-		src                 agent.Source
+		src                 sessionlog.Source
 		code                string
 	}{
-		{"unknown child", "p1", "nobody", agent.Source{}, ESessionNotFound},
-		{"wrong parent (R84)", "other-parent", res.ChildID, agent.Source{}, EUnauthorized},
-		{"source grants nothing (R84)", "other-parent", res.ChildID, agent.Source{Kind: "coordinator", SenderSessionID: "p1"}, EUnauthorized},
-		{"root session", "p1", "p1", agent.Source{}, EUnauthorized},
-		{"one-shot child (R87)", "p1", "oneshot", agent.Source{}, ENotResumable},
-		{"one-shot descriptor (R87)", "p1", "oneshot-unclassified", agent.Source{}, ENotResumable},
-		{"ancestor descriptor only in the seed (R87)", "p1", "seeded", agent.Source{}, ENotResumable},
-		{"corrupt descriptor (R87, wrapped)", "p1", "corrupt", agent.Source{}, ENotResumable},
-		{"unsupported descriptor version (R87)", "p1", "future", agent.Source{}, ENotResumable},
-		{"no descriptor (R87)", "p1", "bare", agent.Source{}, ENotResumable},
-		{"no parent", "", res.ChildID, agent.Source{}, EInvalidRequest},
-		{"no content", "p1", res.ChildID, agent.Source{}, EInvalidRequest},
-		{"aborted before acceptance (R91)", "p1", res.ChildID, agent.Source{}, EAborted},
+		{"unknown child", "p1", "nobody", sessionlog.Source{}, ESessionNotFound},
+		{"wrong parent (R84)", "other-parent", res.ChildID, sessionlog.Source{}, EUnauthorized},
+		{"source grants nothing (R84)", "other-parent", res.ChildID, sessionlog.Source{Kind: "coordinator", SenderSessionID: "p1"}, EUnauthorized},
+		{"root session", "p1", "p1", sessionlog.Source{}, EUnauthorized},
+		{"one-shot child (R87)", "p1", "oneshot", sessionlog.Source{}, ENotResumable},
+		{"one-shot descriptor (R87)", "p1", "oneshot-unclassified", sessionlog.Source{}, ENotResumable},
+		{"ancestor descriptor only in the seed (R87)", "p1", "seeded", sessionlog.Source{}, ENotResumable},
+		{"corrupt descriptor (R87, wrapped)", "p1", "corrupt", sessionlog.Source{}, ENotResumable},
+		{"unsupported descriptor version (R87)", "p1", "future", sessionlog.Source{}, ENotResumable},
+		{"no descriptor (R87)", "p1", "bare", sessionlog.Source{}, ENotResumable},
+		{"no parent", "", res.ChildID, sessionlog.Source{}, EInvalidRequest},
+		{"no content", "p1", res.ChildID, sessionlog.Source{}, EInvalidRequest},
+		{"aborted before acceptance (R91)", "p1", res.ChildID, sessionlog.Source{}, EAborted},
 	} {
 		ctx, content := t.Context(), txt("hi")
 		switch tc.name {
@@ -347,7 +348,7 @@ func TestFollowup_R89_ResumeFailuresWithdrawTheMessage(t *testing.T) {
 			e.mat.mu.Lock()
 			e.mat.err = tc.err
 			e.mat.mu.Unlock()
-			_, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("again"), agent.Source{})
+			_, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("again"), sessionlog.Source{})
 			wantCode(t, err, tc.code)
 			if p, _ := e.st.Pending(t.Context(), res.ChildID); len(p) != 0 {
 				t.Errorf("undelivered message still pending: %+v", p)
@@ -367,7 +368,7 @@ func TestFollowup_R81_DrainingRejects(t *testing.T) {
 	if err := e.svc.Shutdown(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("x"), agent.Source{})
+	_, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("x"), sessionlog.Source{})
 	wantCode(t, err, EDraining)
 }
 
@@ -403,7 +404,7 @@ func TestInterrupt_R101_R103_ParkedMessagesRunFirstThenTheNewOne(t *testing.T) {
 	if p, _ := e.st.Pending(t.Context(), res.ChildID); len(p) != 2 {
 		t.Errorf("%d pending, want the 2 parked", len(p))
 	}
-	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("new"), agent.Source{})
+	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("new"), sessionlog.Source{})
 	if err != nil || f.Route != RouteStarted {
 		t.Fatalf("followup %+v, %v", f, err)
 	}
@@ -412,17 +413,17 @@ func TestInterrupt_R101_R103_ParkedMessagesRunFirstThenTheNewOne(t *testing.T) {
 	if got := userTexts(t, evs); !slices.Equal(got, []string{"go", "parked 1", "parked 2", "new"}) {
 		t.Errorf("user messages %v", got)
 	}
-	if got := turnEndKinds(t, evs); !slices.Equal(got, []string{agent.ReasonAborted, agent.ReasonCompleted, agent.ReasonCompleted, agent.ReasonCompleted}) {
+	if got := turnEndKinds(t, evs); !slices.Equal(got, []string{sessionlog.ReasonAborted, sessionlog.ReasonCompleted, sessionlog.ReasonCompleted, sessionlog.ReasonCompleted}) {
 		t.Errorf("turn ends %v", got)
 	}
-	var first agent.TurnEndData
+	var first sessionlog.TurnEndData
 	for _, ev := range evs {
-		if ev.Type == agent.EventTurnEnd {
+		if ev.Type == sessionlog.EventTurnEnd {
 			_ = json.Unmarshal(ev.Data, &first)
 			break
 		}
 	}
-	if first.Reason.Cause == nil || first.Reason.Cause.Kind != agent.CauseUser {
+	if first.Reason.Cause == nil || first.Reason.Cause.Kind != sessionlog.CauseUser {
 		t.Errorf("R101: aborted turn cause %+v", first.Reason.Cause)
 	}
 	ns := e.notices.waitFor(t, "two notices", func(ns []notice) bool { return len(ns) == 2 })
@@ -450,7 +451,7 @@ func TestInterrupt_R91_CallerGivingUpKeepsTheParkedMessage(t *testing.T) {
 	if o := await(t, out); o.res.Route != RouteParked && ErrorCode(o.err) != EAborted {
 		t.Errorf("abandoned followup: %+v, %v", o.res, o.err)
 	}
-	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("new"), agent.Source{})
+	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("new"), sessionlog.Source{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +509,7 @@ func TestInterrupt_R105_BeforeAnyOutputEndsAborted(t *testing.T) {
 // gets in.
 type rejectingSteer struct{ ChildAgent }
 
-func (rejectingSteer) SubmitSteer(context.Context, agent.UserMessage) (<-chan error, error) {
+func (rejectingSteer) SubmitSteer(context.Context, sessionlog.UserMessage) (<-chan error, error) {
 	return nil, fmt.Errorf("steer: %w: turn ended", agent.ErrSteerRejected)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -63,7 +64,7 @@ func (f *feed[T]) waitFor(t *testing.T, what string, pred func([]T) bool) []T {
 type notice struct {
 	parentID string
 	content  []model.Block
-	src      agent.Source
+	src      sessionlog.Source
 	id       string
 	quiet    bool
 }
@@ -73,10 +74,10 @@ type notice struct {
 type noticeSink struct {
 	*feed[notice]
 	fail     error
-	onNotify func(agent.UserMessage)
+	onNotify func(sessionlog.UserMessage)
 }
 
-func (s *noticeSink) Notify(_ context.Context, parentID string, msg agent.UserMessage, quiet bool) error {
+func (s *noticeSink) Notify(_ context.Context, parentID string, msg sessionlog.UserMessage, quiet bool) error {
 	if s.onNotify != nil {
 		s.onNotify(msg)
 	}
@@ -349,9 +350,9 @@ func steersSubmitted(n int) func([]store.Event) bool {
 	return func(evs []store.Event) bool {
 		got := 0
 		for _, e := range evs {
-			var d agent.InboxSplicedData
-			if e.Type == agent.EventInboxSpliced && json.Unmarshal(e.Data, &d) == nil &&
-				d.Target == agent.TargetNextStep && len(d.Inserted) > 0 {
+			var d sessionlog.InboxSplicedData
+			if e.Type == sessionlog.EventInboxSpliced && json.Unmarshal(e.Data, &d) == nil &&
+				d.Target == sessionlog.TargetNextStep && len(d.Inserted) > 0 {
 				got++
 			}
 		}
@@ -362,14 +363,14 @@ func steersSubmitted(n int) func([]store.Event) bool {
 func txt(s string) []model.Block { return []model.Block{model.TextBlock(s)} }
 
 // userMessages returns the user/messages of evs.
-func userMessages(t *testing.T, evs []store.Event) []agent.UserMessage {
+func userMessages(t *testing.T, evs []store.Event) []sessionlog.UserMessage {
 	t.Helper()
-	var out []agent.UserMessage
+	var out []sessionlog.UserMessage
 	for _, e := range evs {
-		if e.Type != agent.EventUserMessage {
+		if e.Type != sessionlog.EventUserMessage {
 			continue
 		}
-		var m agent.UserMessage
+		var m sessionlog.UserMessage
 		if err := json.Unmarshal(e.Data, &m); err != nil {
 			t.Fatal(err)
 		}
@@ -402,10 +403,10 @@ func turnEndKinds(t *testing.T, evs []store.Event) []string {
 	t.Helper()
 	var out []string
 	for _, e := range evs {
-		if e.Type != agent.EventTurnEnd {
+		if e.Type != sessionlog.EventTurnEnd {
 			continue
 		}
-		var d agent.TurnEndData
+		var d sessionlog.TurnEndData
 		if err := json.Unmarshal(e.Data, &d); err != nil {
 			t.Fatal(err)
 		}
@@ -424,7 +425,7 @@ type followupOutcome struct {
 func (e *contEnv) followupAsync(ctx context.Context, childID, text string) <-chan followupOutcome {
 	out := make(chan followupOutcome, 1)
 	go func() {
-		res, err := e.m.Followup(ctx, "p1", childID, txt(text), agent.Source{})
+		res, err := e.m.Followup(ctx, "p1", childID, txt(text), sessionlog.Source{})
 		out <- followupOutcome{res, err}
 	}()
 	return out

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -171,7 +171,7 @@ func TestChild_InfoAndTask(t *testing.T) {
 	_, err = e.m.Task(t.Context(), "no-task")
 	wantCode(t, err, ETaskNotFound)
 	// A followup makes the new task the child's current one.
-	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("more"), agent.Source{})
+	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("more"), sessionlog.Source{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 )
 
 // While one replica drives a child's activation (its lease is live),
@@ -28,7 +28,7 @@ func TestReplicas_ALiveActivationIsOwnedElsewhere(t *testing.T) {
 	}
 	before := len(a.log(t, started.ChildID))
 
-	_, err := mgrB.Followup(t.Context(), "p1", started.ChildID, txt("second"), agent.Source{Kind: SourceUser})
+	_, err := mgrB.Followup(t.Context(), "p1", started.ChildID, txt("second"), sessionlog.Source{Kind: SourceUser})
 	wantCode(t, err, EOwnedElsewhere)
 	wantCode(t, mgrB.Interrupt(t.Context(), "p1", started.ChildID), EOwnedElsewhere)
 	if after := len(a.log(t, started.ChildID)); after != before {
@@ -41,7 +41,7 @@ func TestReplicas_ALiveActivationIsOwnedElsewhere(t *testing.T) {
 	close(gate)
 	a.ended(t, started.TaskID)
 	// Once the owner settled, the other replica may resume the child.
-	res, err := mgrB.Followup(t.Context(), "p1", started.ChildID, txt("third"), agent.Source{Kind: SourceUser})
+	res, err := mgrB.Followup(t.Context(), "p1", started.ChildID, txt("third"), sessionlog.Source{Kind: SourceUser})
 	if err != nil || res.Route != RouteStarted {
 		t.Fatalf("followup on the other replica after settlement: %+v, %v; want started", res, err)
 	}

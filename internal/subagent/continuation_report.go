@@ -8,6 +8,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -61,7 +62,7 @@ func (m *Manager) report(ctx context.Context, key childKey, inc *incarnation, co
 			Fields: map[string]string{"content": "not valid JSON"}, Err: err}
 	}
 	msg := append([]model.Block{model.TextBlock(fmt.Sprintf("Background subagent %s reported:", key.id))}, content...)
-	src := agent.Source{Kind: SourceSubagentReport, Form: "relay", SenderSessionID: key.id}
+	src := sessionlog.Source{Kind: SourceSubagentReport, Form: "relay", SenderSessionID: key.id}
 
 	act, err := m.admitReport(ctx, key, inc)
 	if err != nil {
@@ -144,7 +145,7 @@ func (m *Manager) SteerActivation(ctx context.Context, runID string, content []m
 	}
 	// The agent's own checks suffice: a settling activation's agent is idle
 	// or closed, an interrupted one's turn is cancelled.
-	id, err := act.agent.Steer(ctx, content, agent.Source{Kind: SourceUser})
+	id, err := act.agent.Steer(ctx, content, sessionlog.Source{Kind: SourceUser})
 	if errors.Is(err, agent.ErrSteerRejected) {
 		return "", &Error{Code: ESteerRejected, Err: err, Message: "the subagent did not admit the message: it is not running a turn, " +
 			"was interrupted, is settling, or its turn ended first; send it a followup instead"}

@@ -9,6 +9,7 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -21,7 +22,7 @@ func TestReport_R110_SettlementWaitsForAReportBeingDelivered(t *testing.T) {
 	gate, reached := make(chan struct{}), make(chan struct{})
 	e := newContEnv(t, gatedModel(gate, reached, "answer"))
 	inReport, releaseReport := make(chan struct{}), make(chan struct{})
-	e.notices.onNotify = func(msg agent.UserMessage) {
+	e.notices.onNotify = func(msg sessionlog.UserMessage) {
 		if msg.Source.Kind == SourceSubagentReport {
 			close(inReport)
 			<-releaseReport
@@ -97,7 +98,7 @@ func TestReport_R108_QuietReportParksInAContinuableParent(t *testing.T) {
 	}
 	close(hold)
 	evs := e.waitLog(t, parent.ChildID, "the kid's notice", func(evs []store.Event) bool {
-		return slices.ContainsFunc(userMessages(t, evs), func(m agent.UserMessage) bool { return m.Source.Kind == SourceSubagentSettled })
+		return slices.ContainsFunc(userMessages(t, evs), func(m sessionlog.UserMessage) bool { return m.Source.Kind == SourceSubagentSettled })
 	})
 	got := userTexts(t, evs)
 	if len(got) != 3 || got[1] != "Background subagent "+kid.ChildID+" reported:parked" {

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -22,12 +22,12 @@ func TestActivation_R69_EpochStopReason(t *testing.T) {
 	ev := func(typ, data string) store.Event { return store.Event{Type: typ, Data: json.RawMessage(data)} }
 	turn := func(reason string) []store.Event {
 		return []store.Event{
-			ev(agent.EventTurnStart, `{"turn":1}`),
-			ev(agent.EventStepStart, `{"turn":1,"step":1}`),
-			ev(agent.EventTurnEnd, `{"turn":1,"reason":{"kind":"`+reason+`"}}`),
+			ev(sessionlog.EventTurnStart, `{"turn":1}`),
+			ev(sessionlog.EventStepStart, `{"turn":1,"step":1}`),
+			ev(sessionlog.EventTurnEnd, `{"turn":1,"reason":{"kind":"`+reason+`"}}`),
 		}
 	}
-	dropped := ev(agent.EventInboxSpliced, `{"target":"next-turn","start":0,"removedCount":1,"inserted":[],"outcome":"canceled"}`)
+	dropped := ev(sessionlog.EventInboxSpliced, `{"target":"next-turn","start":0,"removedCount":1,"inserted":[],"outcome":"canceled"}`)
 	for _, tc := range []struct {
 		name   string
 		events []store.Event
@@ -78,7 +78,7 @@ func TestNotice_R67_R74_R77_RootParentGetsTheOutcomeThroughTheSink(t *testing.T)
 	t.Parallel()
 	e := newContEnv(t, scripted.New(scripted.Step{Text: "the result"}))
 	endsAtNotice := -1
-	e.notices.onNotify = func(agent.UserMessage) { endsAtNotice = countEnds(e.life.all()) }
+	e.notices.onNotify = func(sessionlog.UserMessage) { endsAtNotice = countEnds(e.life.all()) }
 	res := e.start(t, e.req(t, "go"))
 	ns := e.notices.waitFor(t, "the notice", func(ns []notice) bool { return len(ns) == 1 })
 	if endsAtNotice != 0 {
@@ -90,7 +90,7 @@ func TestNotice_R67_R74_R77_RootParentGetsTheOutcomeThroughTheSink(t *testing.T)
 		n.content[2].Text != "the result" {
 		t.Errorf("notice %+v", n)
 	}
-	if n.src != (agent.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: summary, SenderSessionID: res.ChildID}) {
+	if n.src != (sessionlog.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: summary, SenderSessionID: res.ChildID}) {
 		t.Errorf("source %+v", n.src)
 	}
 	e.ended(t, res.TaskID)
@@ -158,7 +158,7 @@ func TestNotice_R78_ContinuableParentIsWokenByItsChildsNotice(t *testing.T) {
 	e.ended(t, kid.TaskID)
 	// The parent starts a new activation that reads the notice.
 	evs := e.waitLog(t, parent.ChildID, "the notice turn", func(evs []store.Event) bool {
-		return slices.Equal(turnEndKinds(t, evs), []string{agent.ReasonCompleted, agent.ReasonCompleted})
+		return slices.Equal(turnEndKinds(t, evs), []string{sessionlog.ReasonCompleted, sessionlog.ReasonCompleted})
 	})
 	msgs := userMessages(t, evs)
 	if len(msgs) != 2 || msgs[1].Source.Kind != SourceSubagentSettled || msgs[1].Source.SenderSessionID != kid.ChildID {
@@ -188,7 +188,7 @@ func TestRecover_R130_AcceptedMessageIsDeliveredAfterARestart(t *testing.T) {
 	first.ended(t, res.TaskID)
 	first.settled(t, res.ChildID)
 	// The process accepted a followup and died before delivering it.
-	row, err := newRow(res.ChildID, txt("accepted before the crash"), agent.Source{Kind: SourceUser})
+	row, err := newRow(res.ChildID, txt("accepted before the crash"), sessionlog.Source{Kind: SourceUser})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestRecover_R130_AcceptedMessageIsDeliveredAfterARestart(t *testing.T) {
 		t.Errorf("recovered epoch %+v", end)
 	}
 	second.settled(t, res.ChildID)
-	f, err := second.m.Followup(t.Context(), "p1", res.ChildID, txt("three"), agent.Source{})
+	f, err := second.m.Followup(t.Context(), "p1", res.ChildID, txt("three"), sessionlog.Source{})
 	if err != nil || f.Route != RouteStarted {
 		t.Fatalf("followup after recovery: %+v, %v", f, err)
 	}
@@ -228,15 +228,15 @@ func TestRecover_R133_ClaimedButUnacknowledgedIsNotRedelivered(t *testing.T) {
 	first.settled(t, res.ChildID)
 	// Crash after the child logged the message (its turn still open) and
 	// before the inbox row was acknowledged.
-	row, _ := newRow(res.ChildID, txt("claimed"), agent.Source{Kind: SourceUser})
+	row, _ := newRow(res.ChildID, txt("claimed"), sessionlog.Source{Kind: SourceUser})
 	msg, _ := RowMessage(row)
 	data, _ := json.Marshal(msg)
 	if err := first.st.Enqueue(t.Context(), row); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := first.st.AppendEvents(t.Context(), res.ChildID,
-		store.NewEvent{Type: agent.EventTurnStart, Data: json.RawMessage(`{"turn":2}`)},
-		store.NewEvent{Type: agent.EventUserMessage, Data: data}); err != nil {
+		store.NewEvent{Type: sessionlog.EventTurnStart, Data: json.RawMessage(`{"turn":2}`)},
+		store.NewEvent{Type: sessionlog.EventUserMessage, Data: data}); err != nil {
 		t.Fatal(err)
 	}
 	second := newContEnvOver(t, first.st, scripted.New())
@@ -262,14 +262,14 @@ func TestRecover_R132_MessageLeftInTheAgentsOwnInboxRunsOnce(t *testing.T) {
 	first.settled(t, res.ChildID)
 	// Crash after the message reached the agent's log-sourced inbox, behind
 	// an open turn, before it ran.
-	row, _ := newRow(res.ChildID, txt("queued"), agent.Source{Kind: SourceUser})
+	row, _ := newRow(res.ChildID, txt("queued"), sessionlog.Source{Kind: SourceUser})
 	msg, _ := RowMessage(row)
-	splice, _ := json.Marshal(agent.InboxSplicedData{Target: agent.TargetNextTurn, Inserted: []agent.UserMessage{msg}})
+	splice, _ := json.Marshal(sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, Inserted: []sessionlog.UserMessage{msg}})
 	if err := first.st.Enqueue(t.Context(), row); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := first.st.AppendEvents(t.Context(), res.ChildID,
-		store.NewEvent{Type: agent.EventInboxSpliced, Data: splice}); err != nil {
+		store.NewEvent{Type: sessionlog.EventInboxSpliced, Data: splice}); err != nil {
 		t.Fatal(err)
 	}
 	second := newContEnvOver(t, first.st, scripted.New(scripted.Step{Text: "ran"}))
@@ -300,7 +300,7 @@ func TestShutdown_R113_StopsAdmissionAndKeepsAcceptedMessages(t *testing.T) {
 	}
 	_, err := e.m.StartContinuable(t.Context(), e.req(t, "more"))
 	wantCode(t, err, EDraining)
-	_, err = e.m.Followup(t.Context(), "p1", res.ChildID, txt("more"), agent.Source{})
+	_, err = e.m.Followup(t.Context(), "p1", res.ChildID, txt("more"), sessionlog.Source{})
 	wantCode(t, err, EDraining)
 	if o := await(t, out); ErrorCode(o.err) != EAborted {
 		t.Errorf("waiting followup: %+v, %v", o.res, o.err)
@@ -320,7 +320,7 @@ func TestShutdown_R113_StopsAdmissionAndKeepsAcceptedMessages(t *testing.T) {
 // failingFollowup is a ChildAgent whose inbox refuses messages.
 type failingFollowup struct{ ChildAgent }
 
-func (f failingFollowup) FollowupMessage(context.Context, agent.UserMessage) (string, error) {
+func (f failingFollowup) FollowupMessage(context.Context, sessionlog.UserMessage) (string, error) {
 	return "", errors.New("inbox write failed")
 }
 
@@ -349,7 +349,7 @@ func TestActivation_R73_DeliveryFailureWithdrawsTheMessage(t *testing.T) {
 	e.ended(t, res.TaskID)
 	e.settled(t, res.ChildID)
 	e.mat.setWrap(func(a ChildAgent) ChildAgent { return failingFollowup{a} })
-	if _, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("again"), agent.Source{}); err == nil {
+	if _, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("again"), sessionlog.Source{}); err == nil {
 		t.Fatal("followup succeeded though it was not delivered")
 	}
 	if p, _ := e.st.Pending(t.Context(), res.ChildID); len(p) != 0 {

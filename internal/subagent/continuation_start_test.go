@@ -7,9 +7,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -53,9 +53,9 @@ func TestContinuable_R56_CreationLogAndDescriptorBeforeFirstTurn(t *testing.T) {
 	t.Parallel()
 	e := newContEnv(t, scripted.New(scripted.Step{Text: "ok"}))
 	seed := []store.Event{
-		{Seq: 0, Type: agent.EventTurnStart, Data: json.RawMessage(`{"turn":1}`)},
-		{Seq: 1, Type: agent.EventUserMessage, Data: json.RawMessage(`{"id":"u0","role":"user","content":[{"type":"text","text":"earlier"}],"source":{"kind":"user"}}`)},
-		{Seq: 2, Type: agent.EventTurnEnd, Data: json.RawMessage(`{"turn":1,"reason":{"kind":"completed"}}`)},
+		{Seq: 0, Type: sessionlog.EventTurnStart, Data: json.RawMessage(`{"turn":1}`)},
+		{Seq: 1, Type: sessionlog.EventUserMessage, Data: json.RawMessage(`{"id":"u0","role":"user","content":[{"type":"text","text":"earlier"}],"source":{"kind":"user"}}`)},
+		{Seq: 2, Type: sessionlog.EventTurnEnd, Data: json.RawMessage(`{"turn":1,"reason":{"kind":"completed"}}`)},
 	}
 	e.prov.prepare = func(_ context.Context, req ContinuableCreateRequest) (ContinuableSpec, error) {
 		if req.SessionID != "kid" || req.Parent.Session.ID != "p1" {
@@ -72,8 +72,8 @@ func TestContinuable_R56_CreationLogAndDescriptorBeforeFirstTurn(t *testing.T) {
 	e.ended(t, res.TaskID)
 
 	evs := e.log(t, "kid")
-	want := []string{agent.EventTurnStart, agent.EventUserMessage, agent.EventTurnEnd, agent.EventEndSeed,
-		EventDescriptor, agent.EventEndSeed, agent.EventApprovalPolicy, agent.EventInboxSpliced, agent.EventTurnStart}
+	want := []string{sessionlog.EventTurnStart, sessionlog.EventUserMessage, sessionlog.EventTurnEnd, sessionlog.EventEndSeed,
+		EventDescriptor, sessionlog.EventEndSeed, sessionlog.EventApprovalPolicy, sessionlog.EventInboxSpliced, sessionlog.EventTurnStart}
 	var got []string
 	for _, ev := range evs[:len(want)] {
 		got = append(got, ev.Type)
@@ -84,7 +84,7 @@ func TestContinuable_R56_CreationLogAndDescriptorBeforeFirstTurn(t *testing.T) {
 	if string(evs[6].Data) != `{"policy":"never","source":"delegation"}` {
 		t.Errorf("policy %s", evs[6].Data)
 	}
-	var turn agent.TurnData
+	var turn sessionlog.TurnData
 	if err := json.Unmarshal(evs[8].Data, &turn); err != nil || turn.Turn != 2 {
 		t.Errorf("first own turn %s: numbering continues after the seed", evs[8].Data)
 	}
@@ -225,7 +225,7 @@ func TestContinuable_R60_FailureAfterStartEdgeClosesThePair(t *testing.T) {
 	if n := len(e.notices.all()); n != 0 {
 		t.Errorf("R75: %d notices for a child that never accepted a message", n)
 	}
-	if n := countType(e.log(t, "kid"), agent.EventTurnStart); n != 0 {
+	if n := countType(e.log(t, "kid"), sessionlog.EventTurnStart); n != 0 {
 		t.Errorf("%d turns", n)
 	}
 	if e.m.liveActivation(childKey{store.DefaultTenant, "kid"}) != nil {
@@ -345,7 +345,7 @@ func TestStart_ProviderWithItsOwnMaterializerBuildsItsChildren(t *testing.T) {
 	res := e.start(t, req)
 	e.ended(t, res.TaskID)
 	e.settled(t, res.ChildID)
-	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("again"), agent.Source{})
+	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("again"), sessionlog.Source{})
 	if err != nil || f.Route != RouteStarted {
 		t.Fatalf("followup %+v, %v", f, err)
 	}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -25,7 +25,7 @@ import (
 // InboxRow is the durable inbox row of msg for session sessionID; an empty
 // msg.ID gets a fresh one, which becomes the row's id. It returns an error
 // when the content or source does not marshal.
-func InboxRow(sessionID string, msg agent.UserMessage) (store.InboxMessage, error) {
+func InboxRow(sessionID string, msg sessionlog.UserMessage) (store.InboxMessage, error) {
 	content := msg.Content
 	if content == nil {
 		content = []model.Block{}
@@ -46,13 +46,13 @@ func InboxRow(sessionID string, msg agent.UserMessage) (store.InboxMessage, erro
 }
 
 // newRow is InboxRow for fresh content from src.
-func newRow(childID string, content []model.Block, src agent.Source) (store.InboxMessage, error) {
-	return InboxRow(childID, agent.UserMessage{Content: content, Source: src})
+func newRow(childID string, content []model.Block, src sessionlog.Source) (store.InboxMessage, error) {
+	return InboxRow(childID, sessionlog.UserMessage{Content: content, Source: src})
 }
 
 // RowMessage is the user message a row delivers, with the row's id.
-func RowMessage(row store.InboxMessage) (agent.UserMessage, error) {
-	msg := agent.UserMessage{ID: row.ID, Role: "user"}
+func RowMessage(row store.InboxMessage) (sessionlog.UserMessage, error) {
+	msg := sessionlog.UserMessage{ID: row.ID, Role: "user"}
 	if err := json.Unmarshal(row.Content, &msg.Content); err != nil {
 		return msg, fmt.Errorf("inbox message %s: content: %w", row.ID, err)
 	}
@@ -67,8 +67,8 @@ func RowMessage(row store.InboxMessage) (agent.UserMessage, error) {
 func LoggedMessages(events []store.Event) map[string]bool {
 	ids := map[string]bool{}
 	for _, e := range events {
-		var msg agent.UserMessage
-		if e.Type == agent.EventUserMessage && json.Unmarshal(e.Data, &msg) == nil && msg.ID != "" {
+		var msg sessionlog.UserMessage
+		if e.Type == sessionlog.EventUserMessage && json.Unmarshal(e.Data, &msg) == nil && msg.ID != "" {
 			ids[msg.ID] = true
 		}
 	}

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -135,7 +135,7 @@ func TestMaxLiveRuns_CountsActivations(t *testing.T) {
 	// The settled activation gave its slot back; b now holds it.
 	b := e.start(t, e.req(t, "hold-b"))
 	accepted := len(e.st.accepted())
-	_, err = e.m.Followup(t.Context(), "p1", a.ChildID, txt("again"), agent.Source{})
+	_, err = e.m.Followup(t.Context(), "p1", a.ChildID, txt("again"), sessionlog.Source{})
 	wantCode(t, err, ERateLimited)
 	if n := len(e.st.accepted()); n != accepted {
 		t.Fatalf("a refused followup was accepted into the inbox (%d rows, want %d)", n, accepted)
@@ -152,11 +152,11 @@ func TestMaxLiveRuns_CountsActivations(t *testing.T) {
 	if err != nil {
 		t.Fatalf("one-shot start with a free slot: %v", err)
 	}
-	_, err = e.m.Followup(t.Context(), "p1", a.ChildID, txt("again"), agent.Source{})
+	_, err = e.m.Followup(t.Context(), "p1", a.ChildID, txt("again"), sessionlog.Source{})
 	wantCode(t, err, ERateLimited)
 	h.run.(*fakeRun).settle(Result{StopReason: StopCompleted}, nil)
 	<-h.Done()
-	if o, err := e.m.Followup(t.Context(), "p1", a.ChildID, txt("again"), agent.Source{}); err != nil || o.Route != RouteStarted {
+	if o, err := e.m.Followup(t.Context(), "p1", a.ChildID, txt("again"), sessionlog.Source{}); err != nil || o.Route != RouteStarted {
 		t.Fatalf("followup with a free slot: %+v, %v", o, err)
 	}
 }

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -41,20 +41,20 @@ func SelectOutput(events []store.Event) []model.Block {
 	// The last message wins, so look for it from the end: the chunks
 	// before it need no decoding.
 	for i := len(events) - 1; i >= 0; i-- {
-		if events[i].Type != agent.EventAssistantMessage {
+		if events[i].Type != sessionlog.EventAssistantMessage {
 			continue
 		}
-		var d agent.AssistantMessageData
+		var d sessionlog.AssistantMessageData
 		if json.Unmarshal(events[i].Data, &d) == nil && len(d.Message.Content) > 0 {
 			return d.Message.Content
 		}
 	}
 	var streamed strings.Builder
 	for _, e := range events {
-		if e.Type != agent.EventAssistantChunk {
+		if e.Type != sessionlog.EventAssistantChunk {
 			continue
 		}
-		var d agent.ChunkData
+		var d sessionlog.ChunkData
 		if json.Unmarshal(e.Data, &d) == nil && d.Chunk.Type == string(model.ChunkText) {
 			streamed.WriteString(d.Chunk.Text)
 		}
@@ -69,7 +69,7 @@ func SelectOutput(events []store.Event) []model.Block {
 type TurnEnd struct {
 	Seq    int64
 	Turn   int
-	Reason agent.TurnReason
+	Reason sessionlog.TurnReason
 }
 
 // FoldConsumedWork is the consumed-work fold (seam-spec §3.5) over an event
@@ -82,17 +82,17 @@ func FoldConsumedWork(events []store.Event) (end *TurnEnd, droppedUnrun bool) {
 	claimed := map[int]bool{}
 	for _, e := range events {
 		switch e.Type {
-		case agent.EventTurnStart:
-			var d agent.TurnData
+		case sessionlog.EventTurnStart:
+			var d sessionlog.TurnData
 			if json.Unmarshal(e.Data, &d) == nil {
 				open = d.Turn
 			}
-		case agent.EventStepStart:
-			var d agent.StepData
+		case sessionlog.EventStepStart:
+			var d sessionlog.StepData
 			if json.Unmarshal(e.Data, &d) == nil {
 				stepped[d.Turn] = true
 			}
-		case agent.EventInboxSpliced:
+		case sessionlog.EventInboxSpliced:
 			// Only a claim (removedCount) or a cancel (outcome) counts;
 			// an insert, which carries the messages, has neither key and
 			// needs no decoding. The inserted messages stay undecoded.
@@ -108,19 +108,19 @@ func FoldConsumedWork(events []store.Event) (end *TurnEnd, droppedUnrun bool) {
 				continue
 			}
 			switch {
-			case d.Outcome == agent.OutcomeCanceled:
+			case d.Outcome == sessionlog.OutcomeCanceled:
 				if len(d.Inserted) == 0 {
 					droppedUnrun = true
 				}
 			case d.RemovedCount > 0 && open != 0:
 				claimed[open] = true
 			}
-		case agent.EventTurnEnd:
-			var d agent.TurnEndData
+		case sessionlog.EventTurnEnd:
+			var d sessionlog.TurnEndData
 			if json.Unmarshal(e.Data, &d) != nil {
 				continue
 			}
-			if stepped[d.Turn] || (claimed[d.Turn] && d.Reason.Kind != agent.ReasonCompleted) {
+			if stepped[d.Turn] || (claimed[d.Turn] && d.Reason.Kind != sessionlog.ReasonCompleted) {
 				end = &TurnEnd{Seq: e.Seq, Turn: d.Turn, Reason: d.Reason}
 				droppedUnrun = false
 			}
@@ -140,13 +140,13 @@ func OneShotStopReason(end *TurnEnd, cancelled bool) string {
 	reason := StopError
 	if end != nil {
 		switch end.Reason.Kind {
-		case agent.ReasonCompleted:
+		case sessionlog.ReasonCompleted:
 			reason = StopCompleted
-		case agent.ReasonMaxTokens:
+		case sessionlog.ReasonMaxTokens:
 			reason = StopMaxTokens
-		case agent.ReasonAborted:
+		case sessionlog.ReasonAborted:
 			reason = StopAborted
-		case agent.ReasonBlocked:
+		case sessionlog.ReasonBlocked:
 			reason = StopRefusal
 		}
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -25,12 +25,12 @@ func logOf(pairs ...any) []store.Event {
 	return out
 }
 
-func message(blocks ...model.Block) agent.AssistantMessageData {
-	return agent.AssistantMessageData{Turn: 1, Step: 1, Message: agent.AssistantMessage{Role: "assistant", Content: blocks}}
+func message(blocks ...model.Block) sessionlog.AssistantMessageData {
+	return sessionlog.AssistantMessageData{Turn: 1, Step: 1, Message: sessionlog.AssistantMessage{Role: "assistant", Content: blocks}}
 }
 
-func chunk(kind, text string) agent.ChunkData {
-	return agent.ChunkData{Turn: 1, Step: 1, Chunk: agent.Chunk{Type: kind, Text: text}}
+func chunk(kind, text string) sessionlog.ChunkData {
+	return sessionlog.ChunkData{Turn: 1, Step: 1, Chunk: sessionlog.Chunk{Type: kind, Text: text}}
 }
 
 var toolCall = model.Block{Type: "tool-call", Raw: json.RawMessage(`{"type":"tool-call","callId":"c","name":"read","arguments":"{}"}`)}
@@ -45,24 +45,24 @@ func TestSelectOutput(t *testing.T) {
 	}{
 		{"nothing", nil, `[]`},
 		{"last non-empty message wins",
-			logOf(agent.EventAssistantMessage, message(model.TextBlock("first")), agent.EventAssistantMessage, message(model.TextBlock("second"))),
+			logOf(sessionlog.EventAssistantMessage, message(model.TextBlock("first")), sessionlog.EventAssistantMessage, message(model.TextBlock("second"))),
 			`[{"type":"text","text":"second"}]`},
 		{"empty usage-only message is ignored (§8.3)",
-			logOf(agent.EventAssistantMessage, message(model.TextBlock("answer")), agent.EventAssistantMessage, message()),
+			logOf(sessionlog.EventAssistantMessage, message(model.TextBlock("answer")), sessionlog.EventAssistantMessage, message()),
 			`[{"type":"text","text":"answer"}]`},
 		{"textless message still counts",
-			logOf(agent.EventAssistantChunk, chunk(text, "streamed"), agent.EventAssistantMessage, message(toolCall)),
+			logOf(sessionlog.EventAssistantChunk, chunk(text, "streamed"), sessionlog.EventAssistantMessage, message(toolCall)),
 			`[{"type":"tool-call","callId":"c","name":"read","arguments":"{}"}]`},
 		{"message beats later streamed text",
-			logOf(agent.EventAssistantMessage, message(model.TextBlock("complete")), agent.EventAssistantChunk, chunk(text, "partial")),
+			logOf(sessionlog.EventAssistantMessage, message(model.TextBlock("complete")), sessionlog.EventAssistantChunk, chunk(text, "partial")),
 			`[{"type":"text","text":"complete"}]`},
 		{"text deltas joined when no message",
-			logOf(agent.EventAssistantChunk, chunk(text, "hel"), agent.EventAssistantChunk, chunk("reasoning-delta", "hmm"),
-				agent.EventToolResult, agent.ToolResultData{CallID: "c", Content: []model.Block{model.TextBlock("tool")}},
-				agent.EventAssistantChunk, chunk(text, "lo"), agent.EventAssistantMessage, message()),
+			logOf(sessionlog.EventAssistantChunk, chunk(text, "hel"), sessionlog.EventAssistantChunk, chunk("reasoning-delta", "hmm"),
+				sessionlog.EventToolResult, sessionlog.ToolResultData{CallID: "c", Content: []model.Block{model.TextBlock("tool")}},
+				sessionlog.EventAssistantChunk, chunk(text, "lo"), sessionlog.EventAssistantMessage, message()),
 			`[{"type":"text","text":"hello"}]`},
 		{"reasoning only streamed is no output",
-			logOf(agent.EventAssistantChunk, chunk("reasoning-delta", "hmm")),
+			logOf(sessionlog.EventAssistantChunk, chunk("reasoning-delta", "hmm")),
 			`[]`},
 	}
 	for _, tt := range tests {
@@ -73,16 +73,16 @@ func TestSelectOutput(t *testing.T) {
 	}
 }
 
-func turnStart(n int) agent.TurnData { return agent.TurnData{Turn: n} }
-func step(n int) agent.StepData      { return agent.StepData{Turn: n, Step: 1} }
-func turnEnd(n int, kind string) agent.TurnEndData {
-	return agent.TurnEndData{Turn: n, Reason: agent.TurnReason{Kind: kind}}
+func turnStart(n int) sessionlog.TurnData { return sessionlog.TurnData{Turn: n} }
+func step(n int) sessionlog.StepData      { return sessionlog.StepData{Turn: n, Step: 1} }
+func turnEnd(n int, kind string) sessionlog.TurnEndData {
+	return sessionlog.TurnEndData{Turn: n, Reason: sessionlog.TurnReason{Kind: kind}}
 }
 
 var (
-	claim       = agent.InboxSplicedData{Target: agent.TargetNextTurn, RemovedCount: 1, Inserted: []agent.UserMessage{}}
-	insert      = agent.InboxSplicedData{Target: agent.TargetNextTurn, Inserted: []agent.UserMessage{{ID: "m"}}}
-	cancelUnrun = agent.InboxSplicedData{Target: agent.TargetNextTurn, RemovedCount: 1, Inserted: []agent.UserMessage{}, Outcome: agent.OutcomeCanceled}
+	claim       = sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, RemovedCount: 1, Inserted: []sessionlog.UserMessage{}}
+	insert      = sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, Inserted: []sessionlog.UserMessage{{ID: "m"}}}
+	cancelUnrun = sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, RemovedCount: 1, Inserted: []sessionlog.UserMessage{}, Outcome: sessionlog.OutcomeCanceled}
 )
 
 func TestFoldConsumedWork(t *testing.T) {
@@ -96,30 +96,30 @@ func TestFoldConsumedWork(t *testing.T) {
 	}{
 		{"empty", nil, 0, "", false},
 		{"stepped turn accounts",
-			logOf(agent.EventTurnStart, turnStart(1), agent.EventStepStart, step(1), agent.EventTurnEnd, turnEnd(1, agent.ReasonCompleted)),
-			1, agent.ReasonCompleted, false},
+			logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventStepStart, step(1), sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonCompleted)),
+			1, sessionlog.ReasonCompleted, false},
 		{"completed no-step turn does not account",
-			logOf(agent.EventTurnStart, turnStart(1), agent.EventStepStart, step(1), agent.EventTurnEnd, turnEnd(1, agent.ReasonMaxTokens),
-				agent.EventTurnStart, turnStart(2), agent.EventInboxSpliced, claim, agent.EventTurnEnd, turnEnd(2, agent.ReasonCompleted)),
-			1, agent.ReasonMaxTokens, false},
+			logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventStepStart, step(1), sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonMaxTokens),
+				sessionlog.EventTurnStart, turnStart(2), sessionlog.EventInboxSpliced, claim, sessionlog.EventTurnEnd, turnEnd(2, sessionlog.ReasonCompleted)),
+			1, sessionlog.ReasonMaxTokens, false},
 		{"claimed blocked turn accounts",
-			logOf(agent.EventTurnStart, turnStart(1), agent.EventInboxSpliced, claim, agent.EventTurnEnd, turnEnd(1, agent.ReasonBlocked)),
-			1, agent.ReasonBlocked, false},
+			logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventInboxSpliced, claim, sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonBlocked)),
+			1, sessionlog.ReasonBlocked, false},
 		{"unclaimed aborted no-step turn does not account",
-			logOf(agent.EventTurnStart, turnStart(1), agent.EventTurnEnd, turnEnd(1, agent.ReasonAborted)),
+			logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonAborted)),
 			0, "", false},
 		{"canceled claim does not count as claimed",
-			logOf(agent.EventTurnStart, turnStart(1), agent.EventInboxSpliced, cancelUnrun, agent.EventTurnEnd, turnEnd(1, agent.ReasonAborted)),
+			logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventInboxSpliced, cancelUnrun, sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonAborted)),
 			0, "", true},
 		{"work dropped after the accounting turn",
-			logOf(agent.EventTurnStart, turnStart(1), agent.EventStepStart, step(1), agent.EventTurnEnd, turnEnd(1, agent.ReasonCompleted),
-				agent.EventInboxSpliced, insert, agent.EventInboxSpliced, cancelUnrun),
-			1, agent.ReasonCompleted, true},
+			logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventStepStart, step(1), sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonCompleted),
+				sessionlog.EventInboxSpliced, insert, sessionlog.EventInboxSpliced, cancelUnrun),
+			1, sessionlog.ReasonCompleted, true},
 		{"a later accounting turn resets dropped",
-			logOf(agent.EventInboxSpliced, cancelUnrun, agent.EventTurnStart, turnStart(1), agent.EventStepStart, step(1), agent.EventTurnEnd, turnEnd(1, agent.ReasonError)),
-			1, agent.ReasonError, false},
+			logOf(sessionlog.EventInboxSpliced, cancelUnrun, sessionlog.EventTurnStart, turnStart(1), sessionlog.EventStepStart, step(1), sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonError)),
+			1, sessionlog.ReasonError, false},
 		{"canceled with replacement is not dropped",
-			logOf(agent.EventInboxSpliced, agent.InboxSplicedData{Target: agent.TargetNextStep, Inserted: []agent.UserMessage{{ID: "x"}}, Outcome: agent.OutcomeCanceled}),
+			logOf(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: sessionlog.TargetNextStep, Inserted: []sessionlog.UserMessage{{ID: "x"}}, Outcome: sessionlog.OutcomeCanceled}),
 			0, "", false},
 	}
 	for _, tt := range tests {
@@ -138,23 +138,23 @@ func TestFoldConsumedWork(t *testing.T) {
 
 func TestOneShotStopReason(t *testing.T) {
 	t.Parallel()
-	end := func(kind string) *TurnEnd { return &TurnEnd{Reason: agent.TurnReason{Kind: kind}} }
+	end := func(kind string) *TurnEnd { return &TurnEnd{Reason: sessionlog.TurnReason{Kind: kind}} }
 	tests := []struct {
 		end       *TurnEnd
 		cancelled bool
 		want      string
 	}{
-		{end(agent.ReasonCompleted), false, StopCompleted},
-		{end(agent.ReasonMaxTokens), false, StopMaxTokens},
-		{end(agent.ReasonAborted), false, StopAborted},
-		{end(agent.ReasonBlocked), false, StopRefusal},
-		{end(agent.ReasonError), false, StopError},
-		{end(agent.ReasonInterrupted), false, StopError},
+		{end(sessionlog.ReasonCompleted), false, StopCompleted},
+		{end(sessionlog.ReasonMaxTokens), false, StopMaxTokens},
+		{end(sessionlog.ReasonAborted), false, StopAborted},
+		{end(sessionlog.ReasonBlocked), false, StopRefusal},
+		{end(sessionlog.ReasonError), false, StopError},
+		{end(sessionlog.ReasonInterrupted), false, StopError},
 		{end("novel"), false, StopError},
 		{nil, false, StopError},
 		{nil, true, StopAborted},
-		{end(agent.ReasonMaxTokens), true, StopAborted},
-		{end(agent.ReasonError), true, StopAborted},
+		{end(sessionlog.ReasonMaxTokens), true, StopAborted},
+		{end(sessionlog.ReasonError), true, StopAborted},
 	}
 	for _, tt := range tests {
 		if got := OneShotStopReason(tt.end, tt.cancelled); got != tt.want {
@@ -165,7 +165,7 @@ func TestOneShotStopReason(t *testing.T) {
 
 func TestOneShotStopReason_R25_CompletedStaysCompleted(t *testing.T) {
 	t.Parallel()
-	done := &TurnEnd{Reason: agent.TurnReason{Kind: agent.ReasonCompleted}}
+	done := &TurnEnd{Reason: sessionlog.TurnReason{Kind: sessionlog.ReasonCompleted}}
 	if got := OneShotStopReason(done, true); got != StopCompleted {
 		t.Errorf("a finished turn cancelled afterwards = %s, want completed", got)
 	}
@@ -173,10 +173,10 @@ func TestOneShotStopReason_R25_CompletedStaysCompleted(t *testing.T) {
 
 func TestOneShotResult(t *testing.T) {
 	t.Parallel()
-	completed := logOf(agent.EventTurnStart, turnStart(1), agent.EventStepStart, step(1),
-		agent.EventAssistantMessage, message(model.TextBlock("answer")), agent.EventTurnEnd, turnEnd(1, agent.ReasonCompleted))
-	failed := logOf(agent.EventTurnStart, turnStart(1), agent.EventStepStart, step(1), agent.EventAssistantChunk, chunk("text-delta", "par"),
-		agent.EventTurnEnd, agent.TurnEndData{Turn: 1, Reason: agent.TurnReason{Kind: agent.ReasonError, Message: "model unavailable"}})
+	completed := logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventStepStart, step(1),
+		sessionlog.EventAssistantMessage, message(model.TextBlock("answer")), sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonCompleted))
+	failed := logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventStepStart, step(1), sessionlog.EventAssistantChunk, chunk("text-delta", "par"),
+		sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: 1, Reason: sessionlog.TurnReason{Kind: sessionlog.ReasonError, Message: "model unavailable"}})
 	captured := json.RawMessage(`{"ok":true}`)
 	tests := []struct {
 		name            string

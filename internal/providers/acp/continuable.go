@@ -15,6 +15,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -113,7 +114,7 @@ type resident struct {
 	session sdk.SessionId
 	events  []store.Event // the child log as loaded and written
 	turn    int           // the last turn number in the log
-	queue   []agent.UserMessage
+	queue   []sessionlog.UserMessage
 	running bool          // a turn runs or is about to
 	idle    chan struct{} // closed while no turn runs
 	cur     *acpTurn      // the running turn
@@ -190,12 +191,12 @@ func (r *resident) load(ctx context.Context) error {
 			if json.Unmarshal(e.Data, &d) == nil {
 				r.session = sdk.SessionId(d.SessionID)
 			}
-		case agent.EventTurnStart:
-			var d agent.TurnData
+		case sessionlog.EventTurnStart:
+			var d sessionlog.TurnData
 			if json.Unmarshal(e.Data, &d) == nil {
 				r.turn, open = max(r.turn, d.Turn), d.Turn
 			}
-		case agent.EventTurnEnd:
+		case sessionlog.EventTurnEnd:
 			open = 0
 		}
 	}
@@ -270,7 +271,7 @@ func (r *resident) appendLocked(evs ...typed) error {
 // opens (msg logged as user/message) before this returns; during a turn it
 // is queued behind it. Returns an error when the agent was closed or the
 // log cannot be written.
-func (r *resident) FollowupMessage(_ context.Context, msg agent.UserMessage) (string, error) {
+func (r *resident) FollowupMessage(_ context.Context, msg sessionlog.UserMessage) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -293,18 +294,18 @@ func (r *resident) FollowupMessage(_ context.Context, msg agent.UserMessage) (st
 func (r *resident) QueuesFollowups() {}
 
 // openLocked opens the turn of msg. mu is held.
-func (r *resident) openLocked(msg agent.UserMessage) error {
+func (r *resident) openLocked(msg sessionlog.UserMessage) error {
 	n := r.turn + 1
 	if err := r.appendLocked(
-		typed{agent.EventTurnStart, agent.TurnData{Turn: n}},
-		typed{agent.EventUserMessage, msg},
-		typed{agent.EventStepStart, agent.StepData{Turn: n, Step: 1}},
+		typed{sessionlog.EventTurnStart, sessionlog.TurnData{Turn: n}},
+		typed{sessionlog.EventUserMessage, msg},
+		typed{sessionlog.EventStepStart, sessionlog.StepData{Turn: n, Step: 1}},
 	); err != nil {
 		return err
 	}
 	r.turn = n
 	r.cur = &acpTurn{n: n, stop: make(chan struct{})}
-	r.queue = slices.DeleteFunc(r.queue, func(m agent.UserMessage) bool { return m.ID == msg.ID })
+	r.queue = slices.DeleteFunc(r.queue, func(m sessionlog.UserMessage) bool { return m.ID == msg.ID })
 	return nil
 }
 
@@ -354,8 +355,8 @@ func (r *resident) runTurn() bool {
 // prompt of the turn just opened.
 func lastUserMessage(evs []store.Event) []model.Block {
 	for i := len(evs) - 1; i >= 0; i-- {
-		var m agent.UserMessage
-		if evs[i].Type == agent.EventUserMessage && json.Unmarshal(evs[i].Data, &m) == nil {
+		var m sessionlog.UserMessage
+		if evs[i].Type == sessionlog.EventUserMessage && json.Unmarshal(evs[i].Data, &m) == nil {
 			return m.Content
 		}
 	}
@@ -417,7 +418,7 @@ func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []
 	}
 	o := stopOutcome(resp.StopReason)
 	if u := resp.Usage; u != nil {
-		o.usage = &agent.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
+		o.usage = &sessionlog.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
 	}
 	return o
 }
@@ -479,12 +480,12 @@ func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.Reque
 }
 
 // SubmitSteer is always rejected: ACP has no mid-turn injection.
-func (r *resident) SubmitSteer(context.Context, agent.UserMessage) (<-chan error, error) {
+func (r *resident) SubmitSteer(context.Context, sessionlog.UserMessage) (<-chan error, error) {
 	return nil, fmt.Errorf("ACP child %s: %w: ACP agents take no content mid-turn", r.key.id, agent.ErrSteerRejected)
 }
 
 // Steer is always rejected: ACP has no mid-turn injection.
-func (r *resident) Steer(context.Context, []model.Block, agent.Source) (string, error) {
+func (r *resident) Steer(context.Context, []model.Block, sessionlog.Source) (string, error) {
 	return "", fmt.Errorf("ACP child %s: %w: ACP agents take no content mid-turn", r.key.id, agent.ErrSteerRejected)
 }
 
@@ -547,7 +548,7 @@ func (r *resident) Events() []store.Event {
 // agent idle for the next activation (the provider's idle timeout stops
 // it). Returns ctx's error when the turn outlasts it.
 func (r *resident) Close(ctx context.Context) error {
-	r.Cancel(agent.CauseDisposed, false)
+	r.Cancel(sessionlog.CauseDisposed, false)
 	if err := r.waitIdle(ctx); err != nil {
 		return fmt.Errorf("close ACP child %s: %w", r.key.id, err)
 	}

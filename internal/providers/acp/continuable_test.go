@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -98,7 +98,7 @@ func (w *contWorld) followup(t *testing.T, childID, content string) subagent.Fol
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	res, err := w.m.Followup(ctx, parentID, childID, textOutput(content), agent.Source{})
+	res, err := w.m.Followup(ctx, parentID, childID, textOutput(content), sessionlog.Source{})
 	if err != nil {
 		t.Fatalf("Followup: %v", err)
 	}
@@ -180,7 +180,7 @@ func TestContinuable_ResumesAfterARestart(t *testing.T) {
 					t.Fatalf("replayed history in the child log: %s %s", e.Type, e.Data)
 				}
 			}
-			if n := countType(events(t, b.store, started.ChildID), agent.EventUserMessage); n != 2 {
+			if n := countType(events(t, b.store, started.ChildID), sessionlog.EventUserMessage); n != 2 {
 				t.Fatalf("%d user messages in the log, want 2", n)
 			}
 		})
@@ -225,8 +225,8 @@ func TestContinuable_FollowupDuringATurnRunsAfterIt(t *testing.T) {
 	}
 	var msgs []string
 	for _, ev := range events(t, b.store, started.ChildID) {
-		var m agent.UserMessage
-		if ev.Type == agent.EventUserMessage && json.Unmarshal(ev.Data, &m) == nil {
+		var m sessionlog.UserMessage
+		if ev.Type == sessionlog.EventUserMessage && json.Unmarshal(ev.Data, &m) == nil {
 			msgs = append(msgs, model.Text(m.Content))
 		}
 	}
@@ -329,8 +329,8 @@ func TestContinuable_QueuedTurnAfterACrashResumesTheSession(t *testing.T) {
 	}
 	var reasons []string
 	for _, ev := range events(t, b.store, started.ChildID) {
-		var d agent.TurnEndData
-		if ev.Type == agent.EventTurnEnd && json.Unmarshal(ev.Data, &d) == nil {
+		var d sessionlog.TurnEndData
+		if ev.Type == sessionlog.EventTurnEnd && json.Unmarshal(ev.Data, &d) == nil {
 			reasons = append(reasons, d.Reason.Kind)
 		}
 	}

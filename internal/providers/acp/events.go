@@ -6,8 +6,8 @@ import (
 
 	sdk "github.com/coder/acp-go-sdk"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -71,13 +71,13 @@ func logUpdate(u sdk.SessionUpdate, turn, step int) (typ string, payload any, te
 	switch {
 	case u.AgentMessageChunk != nil:
 		if t := blockText(u.AgentMessageChunk.Content); t != "" {
-			return agent.EventAssistantChunk, agent.ChunkData{Turn: turn, Step: step,
-				Chunk: agent.Chunk{Type: string(model.ChunkText), Text: t}}, t, true
+			return sessionlog.EventAssistantChunk, sessionlog.ChunkData{Turn: turn, Step: step,
+				Chunk: sessionlog.Chunk{Type: string(model.ChunkText), Text: t}}, t, true
 		}
 	case u.AgentThoughtChunk != nil:
 		if t := blockText(u.AgentThoughtChunk.Content); t != "" {
-			return agent.EventAssistantChunk, agent.ChunkData{Turn: turn, Step: step,
-				Chunk: agent.Chunk{Type: string(model.ChunkReasoning), Text: t}}, "", true
+			return sessionlog.EventAssistantChunk, sessionlog.ChunkData{Turn: turn, Step: step,
+				Chunk: sessionlog.Chunk{Type: string(model.ChunkReasoning), Text: t}}, "", true
 		}
 	case u.ToolCall != nil:
 		tc := u.ToolCall
@@ -147,14 +147,14 @@ func encode(evs ...typed) ([]store.NewEvent, error) {
 func turnClose(turn, step int, output []model.Block, o outcome) []typed {
 	var evs []typed
 	if len(output) > 0 || o.usage != nil {
-		evs = append(evs, typed{agent.EventAssistantMessage, agent.AssistantMessageData{
+		evs = append(evs, typed{sessionlog.EventAssistantMessage, sessionlog.AssistantMessageData{
 			Turn: turn, Step: step,
-			Message:     agent.AssistantMessage{Role: "assistant", Content: output},
+			Message:     sessionlog.AssistantMessage{Role: "assistant", Content: output},
 			Usage:       o.usage,
 			Interrupted: o.reason == subagent.StopAborted,
 		}})
 	}
 	return append(evs,
-		typed{agent.EventStepEnd, agent.StepData{Turn: turn, Step: step}},
-		typed{agent.EventTurnEnd, agent.TurnEndData{Turn: turn, Reason: turnReason(o)}})
+		typed{sessionlog.EventStepEnd, sessionlog.StepData{Turn: turn, Step: step}},
+		typed{sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: turn, Reason: turnReason(o)}})
 }

@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -178,8 +178,8 @@ func waitForEvent(t *testing.T, st store.Store, sessionID string, match func(sto
 
 func isTextChunk(text string) func(store.Event) bool {
 	return func(e store.Event) bool {
-		var d agent.ChunkData
-		return e.Type == agent.EventAssistantChunk && json.Unmarshal(e.Data, &d) == nil &&
+		var d sessionlog.ChunkData
+		return e.Type == sessionlog.EventAssistantChunk && json.Unmarshal(e.Data, &d) == nil &&
 			d.Chunk.Type == string(model.ChunkText) && d.Chunk.Text == text
 	}
 }

@@ -26,9 +26,9 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 	"github.com/google/uuid"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -270,10 +270,10 @@ func (r *run) openLog(sess store.Session, prompt []model.Block, descriptor json.
 		return fmt.Errorf("create child session: %w", err)
 	}
 	batch, err := encode(
-		typed{agent.EventTurnStart, agent.TurnData{Turn: turn}},
-		typed{agent.EventUserMessage, agent.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: agent.Source{Kind: "user"}}},
+		typed{sessionlog.EventTurnStart, sessionlog.TurnData{Turn: turn}},
+		typed{sessionlog.EventUserMessage, sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: sessionlog.Source{Kind: "user"}}},
 		typed{subagent.EventDescriptor, descriptor},
-		typed{agent.EventStepStart, agent.StepData{Turn: turn, Step: step}},
+		typed{sessionlog.EventStepStart, sessionlog.StepData{Turn: turn, Step: step}},
 	)
 	if err != nil {
 		return err

@@ -24,9 +24,9 @@ import (
 
 	sdk "github.com/coder/acp-go-sdk"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -77,11 +77,11 @@ func TestStart_R12_PublishesAfterHandshakeAndStreamsIntoChildLog(t *testing.T) {
 		types = append(types, e.Type)
 	}
 	wantTypes := []string{
-		agent.EventTurnStart, agent.EventUserMessage, subagent.EventDescriptor, agent.EventStepStart,
-		agent.EventAssistantChunk, // the thought, as reasoning
+		sessionlog.EventTurnStart, sessionlog.EventUserMessage, subagent.EventDescriptor, sessionlog.EventStepStart,
+		sessionlog.EventAssistantChunk, // the thought, as reasoning
 		EventToolCall, EventToolCallUpdate, EventPlan,
-		agent.EventAssistantChunk, agent.EventAssistantChunk,
-		agent.EventAssistantMessage, agent.EventStepEnd, agent.EventTurnEnd,
+		sessionlog.EventAssistantChunk, sessionlog.EventAssistantChunk,
+		sessionlog.EventAssistantMessage, sessionlog.EventStepEnd, sessionlog.EventTurnEnd,
 	}
 	if !reflect.DeepEqual(types, wantTypes) {
 		t.Fatalf("child log types =\n%v\nwant\n%v", types, wantTypes)
@@ -108,7 +108,7 @@ func TestStart_R12_PublishesAfterHandshakeAndStreamsIntoChildLog(t *testing.T) {
 }
 
 func userMessageID(t *testing.T, e store.Event) string {
-	var m agent.UserMessage
+	var m sessionlog.UserMessage
 	if err := json.Unmarshal(e.Data, &m); err != nil || m.ID == "" {
 		t.Fatalf("user/message %s: %v", e.Data, err)
 	}

@@ -12,8 +12,8 @@ import (
 
 	sdk "github.com/coder/acp-go-sdk"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -89,7 +89,7 @@ func (r *run) Result() (subagent.Result, error) {
 
 // Cancel settles the run "aborted" at once, unless it already settled, and
 // sends session/cancel without waiting for the agent (R23, R26).
-func (r *run) Cancel() { r.cancel(agent.CauseParent) }
+func (r *run) Cancel() { r.cancel(sessionlog.CauseParent) }
 
 func (r *run) cancel(cause string) {
 	r.cancelOnce.Do(func() {
@@ -111,7 +111,7 @@ func (r *run) cancel(cause string) {
 // error only when the process group survived SIGKILL (R30).
 func (r *run) Dispose(ctx context.Context) error {
 	r.disposeOnce.Do(func() {
-		r.cancel(agent.CauseDisposed)
+		r.cancel(sessionlog.CauseDisposed)
 		go func() {
 			// session/cancel goes out before the EOF, unless the pipe is so
 			// full that writing it would outlast the EOF grace.
@@ -171,7 +171,7 @@ func (r *run) drive(prompt []model.Block) {
 	}
 	o := stopOutcome(resp.StopReason)
 	if u := resp.Usage; u != nil {
-		o.usage = &agent.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
+		o.usage = &sessionlog.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
 	}
 	r.settle(o)
 }
@@ -203,7 +203,7 @@ type outcome struct {
 	reason     string
 	diagnostic string
 	cause      string // who cancelled, for aborted turns
-	usage      *agent.UsageData
+	usage      *sessionlog.UsageData
 }
 
 // stopOutcome maps an ACP stop reason (seam-spec §4.8).
@@ -224,22 +224,22 @@ func stopOutcome(reason sdk.StopReason) outcome {
 
 // turnReason is the turn/end reason of a settled run. A refusal has no agent
 // kind; it is logged as "refusal" (the kinds are an open set).
-func turnReason(o outcome) agent.TurnReason {
+func turnReason(o outcome) sessionlog.TurnReason {
 	switch o.reason {
 	case subagent.StopCompleted:
-		return agent.TurnReason{Kind: agent.ReasonCompleted}
+		return sessionlog.TurnReason{Kind: sessionlog.ReasonCompleted}
 	case subagent.StopMaxTokens:
-		return agent.TurnReason{Kind: agent.ReasonMaxTokens}
+		return sessionlog.TurnReason{Kind: sessionlog.ReasonMaxTokens}
 	case subagent.StopAborted:
-		tr := agent.TurnReason{Kind: agent.ReasonAborted}
+		tr := sessionlog.TurnReason{Kind: sessionlog.ReasonAborted}
 		if o.cause != "" {
-			tr.Cause = &agent.Cause{Kind: o.cause}
+			tr.Cause = &sessionlog.Cause{Kind: o.cause}
 		}
 		return tr
 	case subagent.StopRefusal:
-		return agent.TurnReason{Kind: subagent.StopRefusal}
+		return sessionlog.TurnReason{Kind: subagent.StopRefusal}
 	default:
-		return agent.TurnReason{Kind: agent.ReasonError, Message: o.diagnostic}
+		return sessionlog.TurnReason{Kind: sessionlog.ReasonError, Message: o.diagnostic}
 	}
 }
 

@@ -9,8 +9,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -98,7 +98,7 @@ func (p *Provider) seed(ctx context.Context, parent store.Session) ([]store.Even
 // prefix is closed. It returns nil when the log has no turn/end.
 func Prefix(events []store.Event) []store.Event {
 	for k := len(events) - 1; k >= 0; k-- {
-		if events[k].Type == agent.EventTurnEnd {
+		if events[k].Type == sessionlog.EventTurnEnd {
 			return events[:k+1]
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/fork"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -40,7 +41,7 @@ func runParent(t *testing.T, h *inprocesstest.Harness, m model.Model, filter *ag
 		}
 	}()
 	for _, p := range prompts {
-		if _, err := a.Followup(ctx, inprocesstest.Text(p), agent.Source{Kind: "user"}); err != nil {
+		if _, err := a.Followup(ctx, inprocesstest.Text(p), sessionlog.Source{Kind: "user"}); err != nil {
 			t.Fatal(err)
 		}
 		if err := a.WaitIdle(ctx); err != nil {
@@ -61,7 +62,7 @@ func answers(texts ...string) *scripted.Model {
 // lastTurnEnd is the index of the last turn/end in evs, or -1.
 func lastTurnEnd(evs []store.Event) int {
 	for i := len(evs) - 1; i >= 0; i-- {
-		if evs[i].Type == agent.EventTurnEnd {
+		if evs[i].Type == sessionlog.EventTurnEnd {
 			return i
 		}
 	}
@@ -132,7 +133,7 @@ func TestFork_R39_SeedEndsAtLastTurnEnd(t *testing.T) {
 		t.Fatalf("seedLength %d, want %d (through the last turn/end)", hdr.SeedLength, k+1)
 	}
 	child := h.Log(t, run.ChildID())
-	if child[k].Type != agent.EventTurnEnd || child[k+1].Type != agent.EventEndSeed || child[k+2].Type != agent.EventApprovalPolicy {
+	if child[k].Type != sessionlog.EventTurnEnd || child[k+1].Type != sessionlog.EventEndSeed || child[k+2].Type != sessionlog.EventApprovalPolicy {
 		t.Errorf("child log around the seed end: %v", inprocesstest.Types(child[k:min(len(child), k+3)]))
 	}
 	if n := len(inprocesstest.OfType(child, "custom/note")); n != 0 {
@@ -153,7 +154,7 @@ func TestFork_R39_NoTurnEndMeansNoSeed(t *testing.T) {
 	}
 	hdr, _ := h.Store.GetSession(inprocesstest.Ctx(t), run.ChildID())
 	child := h.Log(t, run.ChildID())
-	if hdr.SeedLength != 0 || child[0].Type != agent.EventApprovalPolicy || len(inprocesstest.OfType(child, agent.EventEndSeed)) != 0 {
+	if hdr.SeedLength != 0 || child[0].Type != sessionlog.EventApprovalPolicy || len(inprocesstest.OfType(child, sessionlog.EventEndSeed)) != 0 {
 		t.Errorf("seedLength %d, log %v: want a spawn-like child", hdr.SeedLength, inprocesstest.Types(child))
 	}
 	if msgs := m.Requests()[0].Messages; len(msgs) != 1 || model.Text(msgs[0].Content) != "go" {
@@ -193,23 +194,23 @@ func TestFork_R40_OpenDelegatingTurnIsExcluded(t *testing.T) {
 	}
 	hdr, _ := h.Store.GetSession(inprocesstest.Ctx(t), d.run.ChildID())
 	seed := h.Log(t, d.run.ChildID())[:hdr.SeedLength]
-	if n := len(inprocesstest.OfType(seed, agent.EventTurnStart)); n != 1 || seed[len(seed)-1].Type != agent.EventTurnEnd {
+	if n := len(inprocesstest.OfType(seed, sessionlog.EventTurnStart)); n != 1 || seed[len(seed)-1].Type != sessionlog.EventTurnEnd {
 		t.Fatalf("seed %v: want exactly the completed first turn", inprocesstest.Types(seed))
 	}
 	open := 0
 	for _, e := range seed {
 		switch e.Type {
-		case agent.EventStepStart, agent.EventToolCall:
+		case sessionlog.EventStepStart, sessionlog.EventToolCall:
 			open++
-		case agent.EventStepEnd, agent.EventToolResult:
+		case sessionlog.EventStepEnd, sessionlog.EventToolResult:
 			open--
 		}
 	}
 	if open != 0 {
 		t.Errorf("seed has %d unclosed steps or tool calls", open)
 	}
-	for _, e := range inprocesstest.OfType(h.Log(t, d.run.ChildID()), agent.EventTurnEnd) {
-		if r := inprocesstest.Decode[agent.TurnEndData](t, e); r.Reason.Kind == agent.ReasonInterrupted {
+	for _, e := range inprocesstest.OfType(h.Log(t, d.run.ChildID()), sessionlog.EventTurnEnd) {
+		if r := inprocesstest.Decode[sessionlog.TurnEndData](t, e); r.Reason.Kind == sessionlog.ReasonInterrupted {
 			t.Errorf("child log needed crash repair: %+v", r)
 		}
 	}
@@ -240,8 +241,8 @@ func TestFork_R41_SeedCopiedVerbatimAndTurnsContinue(t *testing.T) {
 			t.Fatalf("child event %d = %+v, want the parent's %+v", i, c, p)
 		}
 	}
-	starts := inprocesstest.OfType(child[hdr.SeedLength:], agent.EventTurnStart)
-	if len(starts) != 1 || inprocesstest.Decode[agent.TurnData](t, starts[0]).Turn != 3 {
+	starts := inprocesstest.OfType(child[hdr.SeedLength:], sessionlog.EventTurnStart)
+	if len(starts) != 1 || inprocesstest.Decode[sessionlog.TurnData](t, starts[0]).Turn != 3 {
 		t.Errorf("child's own turns %v, want one turn numbered 3", starts)
 	}
 	if id, found, err := subagent.ResumeDescriptor(inprocesstest.Ctx(t), h.Store, hdr); err != nil || !found || id.Mode != subagent.ModeOneShot {
@@ -310,7 +311,7 @@ func TestFork_SeededParentCaptureDoesNotBlockTheChildsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := parent.Followup(ctx, inprocesstest.Text("decide"), agent.Source{Kind: "user"}); err != nil {
+	if _, err := parent.Followup(ctx, inprocesstest.Text("decide"), sessionlog.Source{Kind: "user"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := parent.WaitIdle(ctx); err != nil {
@@ -368,10 +369,10 @@ func TestFork_Prefix(t *testing.T) {
 		want int
 	}{
 		{nil, 0},
-		{[]store.Event{ev(agent.EventTurnStart), ev(agent.EventUserMessage)}, 0},
-		{[]store.Event{ev(agent.EventTurnStart), ev(agent.EventTurnEnd)}, 2},
-		{[]store.Event{ev(agent.EventTurnStart), ev(agent.EventTurnEnd), ev(agent.EventTurnStart), ev(agent.EventTurnEnd),
-			ev(agent.EventApprovalPolicy), ev(agent.EventTurnStart), ev(agent.EventStepStart)}, 4},
+		{[]store.Event{ev(sessionlog.EventTurnStart), ev(sessionlog.EventUserMessage)}, 0},
+		{[]store.Event{ev(sessionlog.EventTurnStart), ev(sessionlog.EventTurnEnd)}, 2},
+		{[]store.Event{ev(sessionlog.EventTurnStart), ev(sessionlog.EventTurnEnd), ev(sessionlog.EventTurnStart), ev(sessionlog.EventTurnEnd),
+			ev(sessionlog.EventApprovalPolicy), ev(sessionlog.EventTurnStart), ev(sessionlog.EventStepStart)}, 4},
 	}
 	for _, tc := range cases {
 		if got := fork.Prefix(tc.log); len(got) != tc.want || (tc.want == 0 && got != nil) {

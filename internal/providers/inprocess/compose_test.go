@@ -13,6 +13,7 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -183,7 +184,7 @@ func TestCompose_R48_ToolFilterScopesGlobalTools(t *testing.T) {
 	if got := toolNames(m.Requests()[0]); !slices.Equal(got, []string{"read"}) {
 		t.Errorf("child sees tools %v, want [read]", got)
 	}
-	res := inprocesstest.Decode[agent.ToolResultData](t, inprocesstest.OfType(h.Log(t, run.ChildID()), agent.EventToolResult)[0])
+	res := inprocesstest.Decode[sessionlog.ToolResultData](t, inprocesstest.OfType(h.Log(t, run.ChildID()), sessionlog.EventToolResult)[0])
 	if !res.IsError || !strings.Contains(model.Text(res.Content), "unknown tool write") {
 		t.Errorf("forged call to a filtered tool: %+v, want an unknown-tool error", res)
 	}
@@ -243,10 +244,10 @@ func TestCompose_R49_ApprovalPinnedBeforePublication(t *testing.T) {
 	run := h.Start(t, spawn.Name, h.Request("go"))
 	inprocesstest.Settle(t, run)
 	log := h.Log(t, run.ChildID())
-	if log[0].Type != agent.EventApprovalPolicy {
+	if log[0].Type != sessionlog.EventApprovalPolicy {
 		t.Fatalf("first child event %s, want approval/policy; log %v", log[0].Type, inprocesstest.Types(log))
 	}
-	if p := inprocesstest.Decode[agent.PolicyData](t, log[0]); p != (agent.PolicyData{Policy: "never", Source: "delegation"}) {
+	if p := inprocesstest.Decode[sessionlog.PolicyData](t, log[0]); p != (sessionlog.PolicyData{Policy: "never", Source: "delegation"}) {
 		t.Errorf("policy %+v", p)
 	}
 	if n := len(inprocesstest.OfType(log, "sandbox/mode")); n != 0 {
@@ -333,8 +334,8 @@ func TestCompose_DescriptorInsideFirstTurn(t *testing.T) {
 	inprocesstest.Settle(t, run)
 	log := h.Log(t, run.ChildID())
 	types := inprocesstest.Types(log)
-	want := []string{agent.EventApprovalPolicy, agent.EventInboxSpliced, agent.EventTurnStart, agent.EventInboxSpliced,
-		agent.EventUserMessage, subagent.EventDescriptor, agent.EventStepStart}
+	want := []string{sessionlog.EventApprovalPolicy, sessionlog.EventInboxSpliced, sessionlog.EventTurnStart, sessionlog.EventInboxSpliced,
+		sessionlog.EventUserMessage, subagent.EventDescriptor, sessionlog.EventStepStart}
 	if len(types) < len(want) || !slices.Equal(types[:len(want)], want) {
 		t.Fatalf("child log %v, want it to start %v", types, want)
 	}
@@ -342,7 +343,7 @@ func TestCompose_DescriptorInsideFirstTurn(t *testing.T) {
 	if id == nil || id.Mode != subagent.ModeOneShot || id.Provider != spawn.Name || id.Label != "scan" {
 		t.Errorf("identity %+v", id)
 	}
-	msg := inprocesstest.Decode[agent.UserMessage](t, log[4])
+	msg := inprocesstest.Decode[sessionlog.UserMessage](t, log[4])
 	if msg.Source.Kind != "user" || model.Text(msg.Content) != "go" {
 		t.Errorf("prompt message %+v, want the verbatim prompt from source user", msg)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -138,7 +139,7 @@ type contOutcome struct {
 func (w *contWorld) followup(t *testing.T, childID, text string) <-chan contOutcome {
 	out := make(chan contOutcome, 1)
 	go func() {
-		res, err := w.m.Followup(inprocesstest.Ctx(t), w.h.Parent.Session.ID, childID, inprocesstest.Text(text), agent.Source{Kind: "user"})
+		res, err := w.m.Followup(inprocesstest.Ctx(t), w.h.Parent.Session.ID, childID, inprocesstest.Text(text), sessionlog.Source{Kind: "user"})
 		out <- contOutcome{res, err}
 	}()
 	return out
@@ -159,8 +160,8 @@ func wait(t *testing.T, out <-chan contOutcome) contOutcome {
 func steers(n int) func(store.Event) bool {
 	seen := 0
 	return func(e store.Event) bool {
-		var d agent.InboxSplicedData
-		if e.Type == agent.EventInboxSpliced && json.Unmarshal(e.Data, &d) == nil && d.Target == agent.TargetNextStep && len(d.Inserted) > 0 {
+		var d sessionlog.InboxSplicedData
+		if e.Type == sessionlog.EventInboxSpliced && json.Unmarshal(e.Data, &d) == nil && d.Target == sessionlog.TargetNextStep && len(d.Inserted) > 0 {
 			seen++
 		}
 		return seen >= n
@@ -170,8 +171,8 @@ func steers(n int) func(store.Event) bool {
 func userTexts(t *testing.T, evs []store.Event) []string {
 	t.Helper()
 	var out []string
-	for _, e := range inprocesstest.OfType(evs, agent.EventUserMessage) {
-		out = append(out, model.Text(inprocesstest.Decode[agent.UserMessage](t, e).Content))
+	for _, e := range inprocesstest.OfType(evs, sessionlog.EventUserMessage) {
+		out = append(out, model.Text(inprocesstest.Decode[sessionlog.UserMessage](t, e).Content))
 	}
 	return out
 }
@@ -228,7 +229,7 @@ func TestContinuable_R82_R88_StartedFollowupResumesFromTheLogOnly(t *testing.T) 
 	w.inactive(t, res.ChildID)
 	before := w.h.Log(t, res.ChildID)
 
-	f, err := w.m.Followup(inprocesstest.Ctx(t), w.h.Parent.Session.ID, res.ChildID, inprocesstest.Text("two"), agent.Source{})
+	f, err := w.m.Followup(inprocesstest.Ctx(t), w.h.Parent.Session.ID, res.ChildID, inprocesstest.Text("two"), sessionlog.Source{})
 	if err != nil || f.Route != subagent.RouteStarted || f.TaskID == res.TaskID {
 		t.Fatalf("followup %+v, %v", f, err)
 	}
@@ -244,7 +245,7 @@ func TestContinuable_R82_R88_StartedFollowupResumesFromTheLogOnly(t *testing.T) 
 	if n := len(inprocesstest.OfType(after, subagent.EventDescriptor)); n != 1 {
 		t.Errorf("%d descriptors", n)
 	}
-	if n := len(inprocesstest.OfType(after, agent.EventApprovalPolicy)); n != 1 {
+	if n := len(inprocesstest.OfType(after, sessionlog.EventApprovalPolicy)); n != 1 {
 		t.Errorf("%d policy events", n)
 	}
 	if got := userTexts(t, after); !slices.Equal(got, []string{"one", "two"}) {
@@ -272,15 +273,15 @@ func TestContinuable_R43_R56_ForkSeedBeforeDescriptorAndResumeNeverReforks(t *te
 	w := newContWorld(t, inprocesstest.Route("main", mdl))
 	parentID := w.h.Parent.Session.ID
 	turn := func(n int, text string) []store.NewEvent {
-		um, _ := json.Marshal(agent.UserMessage{ID: fmt.Sprintf("u%d", n), Role: "user", Content: inprocesstest.Text(text), Source: agent.Source{Kind: "user"}})
-		am, _ := json.Marshal(agent.AssistantMessageData{Turn: n, Step: 1, Message: agent.AssistantMessage{Role: "assistant", Content: inprocesstest.Text("re: " + text)}})
+		um, _ := json.Marshal(sessionlog.UserMessage{ID: fmt.Sprintf("u%d", n), Role: "user", Content: inprocesstest.Text(text), Source: sessionlog.Source{Kind: "user"}})
+		am, _ := json.Marshal(sessionlog.AssistantMessageData{Turn: n, Step: 1, Message: sessionlog.AssistantMessage{Role: "assistant", Content: inprocesstest.Text("re: " + text)}})
 		return []store.NewEvent{
-			{Type: agent.EventTurnStart, Data: json.RawMessage(fmt.Sprintf(`{"turn":%d}`, n))},
-			{Type: agent.EventUserMessage, Data: um},
-			{Type: agent.EventStepStart, Data: json.RawMessage(fmt.Sprintf(`{"turn":%d,"step":1}`, n))},
-			{Type: agent.EventAssistantMessage, Data: am},
-			{Type: agent.EventStepEnd, Data: json.RawMessage(fmt.Sprintf(`{"turn":%d,"step":1}`, n))},
-			{Type: agent.EventTurnEnd, Data: json.RawMessage(fmt.Sprintf(`{"turn":%d,"reason":{"kind":"completed"}}`, n))},
+			{Type: sessionlog.EventTurnStart, Data: json.RawMessage(fmt.Sprintf(`{"turn":%d}`, n))},
+			{Type: sessionlog.EventUserMessage, Data: um},
+			{Type: sessionlog.EventStepStart, Data: json.RawMessage(fmt.Sprintf(`{"turn":%d,"step":1}`, n))},
+			{Type: sessionlog.EventAssistantMessage, Data: am},
+			{Type: sessionlog.EventStepEnd, Data: json.RawMessage(fmt.Sprintf(`{"turn":%d,"step":1}`, n))},
+			{Type: sessionlog.EventTurnEnd, Data: json.RawMessage(fmt.Sprintf(`{"turn":%d,"reason":{"kind":"completed"}}`, n))},
 		}
 	}
 	if _, err := w.h.Store.AppendEvents(inprocesstest.Ctx(t), parentID, turn(1, "old context")...); err != nil {
@@ -292,8 +293,8 @@ func TestContinuable_R43_R56_ForkSeedBeforeDescriptorAndResumeNeverReforks(t *te
 	w.end(t, res.TaskID)
 	w.inactive(t, res.ChildID)
 	log := w.h.Log(t, res.ChildID)
-	want := []string{agent.EventTurnStart, agent.EventUserMessage, agent.EventStepStart, agent.EventAssistantMessage,
-		agent.EventStepEnd, agent.EventTurnEnd, agent.EventEndSeed, subagent.EventDescriptor, agent.EventEndSeed, agent.EventApprovalPolicy}
+	want := []string{sessionlog.EventTurnStart, sessionlog.EventUserMessage, sessionlog.EventStepStart, sessionlog.EventAssistantMessage,
+		sessionlog.EventStepEnd, sessionlog.EventTurnEnd, sessionlog.EventEndSeed, subagent.EventDescriptor, sessionlog.EventEndSeed, sessionlog.EventApprovalPolicy}
 	if got := inprocesstest.Types(log)[:len(want)]; !slices.Equal(got, want) {
 		t.Fatalf("child log %v", got)
 	}
@@ -301,7 +302,7 @@ func TestContinuable_R43_R56_ForkSeedBeforeDescriptorAndResumeNeverReforks(t *te
 	if _, err := w.h.Store.AppendEvents(inprocesstest.Ctx(t), parentID, turn(2, "new parent context")...); err != nil {
 		t.Fatal(err)
 	}
-	f, err := w.m.Followup(inprocesstest.Ctx(t), parentID, res.ChildID, inprocesstest.Text("continue"), agent.Source{})
+	f, err := w.m.Followup(inprocesstest.Ctx(t), parentID, res.ChildID, inprocesstest.Text("continue"), sessionlog.Source{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,8 +332,8 @@ func TestContinuable_FiftyConcurrentFollowupsDeliveredInAcceptanceOrderOnce(t *t
 	}
 	w.inactive(t, res.ChildID)
 	var ids []string
-	for _, e := range inprocesstest.OfType(w.h.Log(t, res.ChildID), agent.EventUserMessage) {
-		ids = append(ids, inprocesstest.Decode[agent.UserMessage](t, e).ID)
+	for _, e := range inprocesstest.OfType(w.h.Log(t, res.ChildID), sessionlog.EventUserMessage) {
+		ids = append(ids, inprocesstest.Decode[sessionlog.UserMessage](t, e).ID)
 	}
 	if accepted := w.st.accepted(); len(ids) != 51 || !slices.Equal(ids, accepted) {
 		t.Errorf("logged %d messages %v\naccepted %v", len(ids), ids, accepted)
@@ -379,8 +380,8 @@ func TestContinuable_R103_InterruptThenFollowupRunsParkedMessagesFirst(t *testin
 		t.Errorf("user messages %v", got)
 	}
 	var ends []string
-	for _, e := range inprocesstest.OfType(log, agent.EventTurnEnd) {
-		ends = append(ends, inprocesstest.Decode[agent.TurnEndData](t, e).Reason.Kind)
+	for _, e := range inprocesstest.OfType(log, sessionlog.EventTurnEnd) {
+		ends = append(ends, inprocesstest.Decode[sessionlog.TurnEndData](t, e).Reason.Kind)
 	}
 	if !slices.Equal(ends, []string{"aborted", "completed", "completed", "completed"}) {
 		t.Errorf("turn ends %v", ends)
@@ -430,7 +431,7 @@ func TestContinuable_BadInputAppendsNothing(t *testing.T) {
 		{"wrong parent", other.ID, res.ChildID, subagent.EUnauthorized},
 		{"one-shot child", parentID, run.ChildID(), subagent.ENotResumable},
 	} {
-		_, err := w.m.Followup(ctx, tc.parent, tc.child, inprocesstest.Text("hi"), agent.Source{})
+		_, err := w.m.Followup(ctx, tc.parent, tc.child, inprocesstest.Text("hi"), sessionlog.Source{})
 		if subagent.ErrorCode(err) != tc.code {
 			t.Errorf("%s: %v, want %s", tc.name, err, tc.code)
 		}

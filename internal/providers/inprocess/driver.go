@@ -23,6 +23,7 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/schema"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -298,9 +299,9 @@ func (d *Driver) create(ctx context.Context, c child) (*agent.Agent, error) {
 		setup = append(setup, store.NewEvent{Type: e.Type, Time: e.Time, Data: e.Data})
 	}
 	if len(c.seed) > 0 {
-		setup = append(setup, store.NewEvent{Type: agent.EventEndSeed, Data: []byte(`{}`)})
+		setup = append(setup, store.NewEvent{Type: sessionlog.EventEndSeed, Data: []byte(`{}`)})
 	}
-	setup = append(setup, store.NewEvent{Type: agent.EventApprovalPolicy,
+	setup = append(setup, store.NewEvent{Type: sessionlog.EventApprovalPolicy,
 		Data: []byte(`{"policy":"never","source":"delegation"}`)})
 	log, err := d.deps.Store.CreateSessionWithEvents(ctx, c.header, setup...)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -61,7 +62,7 @@ func newRun(base context.Context, a *agent.Agent, c child, log *slog.Logger) *ru
 // the user (seam-spec §4.1 step 7), and starts the goroutine that settles
 // the result. Returns the agent's error when the prompt was not accepted.
 func (r *run) begin() error {
-	if _, err := r.live().Followup(r.base, r.prompt, agent.Source{Kind: "user"}); err != nil {
+	if _, err := r.live().Followup(r.base, r.prompt, sessionlog.Source{Kind: "user"}); err != nil {
 		return fmt.Errorf("in-process child: deliver prompt: %w", err)
 	}
 	go r.settle()
@@ -127,7 +128,7 @@ func (r *run) Cancel() {
 	a := r.agent
 	r.mu.Unlock()
 	if a != nil {
-		a.Cancel(agent.CauseParent, false)
+		a.Cancel(sessionlog.CauseParent, false)
 	}
 }
 
@@ -167,7 +168,7 @@ func (r *run) Steer(ctx context.Context, content []model.Block) (string, error) 
 	if a == nil {
 		return "", r.steerRejected(agent.ErrSteerRejected)
 	}
-	id, err := a.Steer(ctx, content, agent.Source{Kind: "user"})
+	id, err := a.Steer(ctx, content, sessionlog.Source{Kind: "user"})
 	if errors.Is(err, agent.ErrSteerRejected) {
 		return "", r.steerRejected(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -60,7 +61,7 @@ func TestStart_R20_ChildExistsWhenStartFires(t *testing.T) {
 	if s.err != nil || s.hdr.ID != run.ChildID() {
 		t.Fatalf("child session at subagent/start: %+v, %v", s.hdr, s.err)
 	}
-	if inserted := inprocesstest.OfType(s.log, agent.EventInboxSpliced); len(inserted) == 0 {
+	if inserted := inprocesstest.OfType(s.log, sessionlog.EventInboxSpliced); len(inserted) == 0 {
 		t.Errorf("prompt not yet accepted at subagent/start: %v", inprocesstest.Types(s.log))
 	}
 	inprocesstest.Settle(t, run)
@@ -71,7 +72,7 @@ func TestRun_R23_CancelAfterPublicationKeepsPartialOutput(t *testing.T) {
 	h, _ := newHarness(t, scripted.Step{Text: "partial answer", Pause: make(chan struct{})})
 	run := h.Start(t, spawn.Name, h.Request("go"))
 	h.WaitEvent(t, run.ChildID(), func(e store.Event) bool {
-		return e.Type == agent.EventAssistantChunk && strings.Contains(string(e.Data), "answer")
+		return e.Type == sessionlog.EventAssistantChunk && strings.Contains(string(e.Data), "answer")
 	})
 	run.Cancel()
 	run.Cancel() // idempotent
@@ -79,8 +80,8 @@ func TestRun_R23_CancelAfterPublicationKeepsPartialOutput(t *testing.T) {
 	if res.StopReason != subagent.StopAborted || model.Text(res.Output) != "partial answer" {
 		t.Errorf("result %+v, want aborted with the partial text", res)
 	}
-	end := inprocesstest.Decode[agent.TurnEndData](t, inprocesstest.OfType(h.Log(t, run.ChildID()), agent.EventTurnEnd)[0])
-	if end.Reason.Kind != agent.ReasonAborted || end.Reason.Cause == nil || end.Reason.Cause.Kind != agent.CauseParent {
+	end := inprocesstest.Decode[sessionlog.TurnEndData](t, inprocesstest.OfType(h.Log(t, run.ChildID()), sessionlog.EventTurnEnd)[0])
+	if end.Reason.Kind != sessionlog.ReasonAborted || end.Reason.Cause == nil || end.Reason.Cause.Kind != sessionlog.CauseParent {
 		t.Errorf("turn/end reason %+v, want aborted by parent", end.Reason)
 	}
 }
@@ -155,7 +156,7 @@ func TestRun_R28_R29_DisposeIsIdempotentAndQuiescent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.WaitEvent(t, run.ChildID(), inprocesstest.Type(agent.EventStepStart))
+	h.WaitEvent(t, run.ChildID(), inprocesstest.Type(sessionlog.EventStepStart))
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	for i := range errs {
@@ -176,11 +177,11 @@ func TestRun_R28_R29_DisposeIsIdempotentAndQuiescent(t *testing.T) {
 		t.Errorf("stop reason %q, want aborted", res.StopReason)
 	}
 	log := h.Log(t, run.ChildID())
-	ends := inprocesstest.OfType(log, agent.EventTurnEnd)
+	ends := inprocesstest.OfType(log, sessionlog.EventTurnEnd)
 	if len(ends) != 1 {
 		t.Fatalf("%d turn/end events after dispose, want 1", len(ends))
 	}
-	if end := inprocesstest.Decode[agent.TurnEndData](t, ends[0]); end.Reason.Cause == nil || end.Reason.Cause.Kind != agent.CauseParent {
+	if end := inprocesstest.Decode[sessionlog.TurnEndData](t, ends[0]); end.Reason.Cause == nil || end.Reason.Cause.Kind != sessionlog.CauseParent {
 		t.Errorf("turn/end %+v, want aborted by parent", end.Reason)
 	}
 	if _, ok := h.Service.Run(t.Context(), run.ID()); ok {
@@ -198,7 +199,7 @@ func TestRun_R28_R29_DisposeIsIdempotentAndQuiescent(t *testing.T) {
 	if err := run.Dispose(inprocesstest.Ctx(t)); err != nil {
 		t.Errorf("second dispose: %v", err)
 	}
-	if n := len(inprocesstest.OfType(h.Log(t, run.ChildID()), agent.EventTurnEnd)); n != 1 {
+	if n := len(inprocesstest.OfType(h.Log(t, run.ChildID()), sessionlog.EventTurnEnd)); n != 1 {
 		t.Errorf("second dispose tore down again: %d turn/end events", n)
 	}
 }
@@ -208,7 +209,7 @@ func TestRun_SteerIsAdmittedIntoTheRunningTurn(t *testing.T) {
 	gate := make(chan struct{})
 	h, m := newHarness(t, scripted.Step{Gate: gate, Text: "first"}, scripted.Step{Text: "steered"})
 	run := h.Start(t, spawn.Name, h.Request("go"))
-	h.WaitEvent(t, run.ChildID(), inprocesstest.Type(agent.EventStepStart))
+	h.WaitEvent(t, run.ChildID(), inprocesstest.Type(sessionlog.EventStepStart))
 	type steered struct {
 		id  string
 		err error
@@ -219,7 +220,7 @@ func TestRun_SteerIsAdmittedIntoTheRunningTurn(t *testing.T) {
 		done <- steered{id, err}
 	}()
 	h.WaitEvent(t, run.ChildID(), func(e store.Event) bool {
-		return e.Type == agent.EventInboxSpliced && strings.Contains(string(e.Data), agent.TargetNextStep)
+		return e.Type == sessionlog.EventInboxSpliced && strings.Contains(string(e.Data), sessionlog.TargetNextStep)
 	})
 	close(gate)
 	s := <-done

@@ -13,6 +13,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -141,7 +142,7 @@ func TestStart_R22_AbortDuringSetupRollsBack(t *testing.T) {
 	// The append-only store keeps the created session, but it never got
 	// its prompt, a turn or a descriptor.
 	for _, kid := range h.Children(t, h.Parent.Session.ID) {
-		for _, typ := range []string{agent.EventInboxSpliced, agent.EventTurnStart, subagent.EventDescriptor} {
+		for _, typ := range []string{sessionlog.EventInboxSpliced, sessionlog.EventTurnStart, subagent.EventDescriptor} {
 			if n := len(inprocesstest.OfType(h.Log(t, kid.ID), typ)); n != 0 {
 				t.Errorf("rolled-back child has %d %s events", n, typ)
 			}
@@ -156,7 +157,7 @@ func TestStart_R24_AbortAfterPromptAcceptedIsACancelledRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(inprocesstest.Ctx(t))
 	defer cancel()
 	hs.OnAppend = func(evs []store.NewEvent) {
-		if len(evs) > 0 && evs[0].Type == agent.EventInboxSpliced {
+		if len(evs) > 0 && evs[0].Type == sessionlog.EventInboxSpliced {
 			cancel()
 		}
 	}

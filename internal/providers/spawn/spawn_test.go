@@ -8,6 +8,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -43,7 +44,7 @@ func TestSpawn_FreshChildDoesNotSeeTheParent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := parent.Followup(ctx, inprocesstest.Text("parent question"), agent.Source{Kind: "user"}); err != nil {
+	if _, err := parent.Followup(ctx, inprocesstest.Text("parent question"), sessionlog.Source{Kind: "user"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := parent.WaitIdle(ctx); err != nil {
@@ -65,7 +66,7 @@ func TestSpawn_FreshChildDoesNotSeeTheParent(t *testing.T) {
 	if err != nil || hdr.ParentID != h.Parent.Session.ID || hdr.SeedLength != 0 {
 		t.Fatalf("child header %+v, %v", hdr, err)
 	}
-	if first := h.Log(t, run.ChildID())[0]; first.Type != agent.EventApprovalPolicy {
+	if first := h.Log(t, run.ChildID())[0]; first.Type != sessionlog.EventApprovalPolicy {
 		t.Errorf("child log starts with %s", first.Type)
 	}
 	msgs := m.Requests()[0].Messages

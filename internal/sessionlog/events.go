@@ -1,8 +1,9 @@
-package agent
+package sessionlog
 
 import "github.com/subagentd/subagentd/internal/model"
 
-// Session-log event types written by the agent (seam-spec §3.2). The
+// Session-log event types of turns, steps, messages and the inbox (seam-spec
+// §3.2), written by the agent and the providers. The
 // vocabulary is open: readers must skip types they do not know.
 const (
 	EventTurnStart        = "turn/start"

@@ -1,0 +1,36 @@
+// Package sessionlog is the session log as a typed vocabulary: the event
+// types every writer uses (the agent, the seam, the providers), their
+// payload structs with their one encoding, and every fold a reader needs
+// over a log — model history, output selection, consumed work, the
+// descriptor folds, the messages a log holds and the last task. It holds
+// domain types only: storage is store.Store's, transport is internal/http's.
+//
+// The vocabulary is open (seam-spec §3.2): folds skip event types they do
+// not know and payloads they cannot decode.
+package sessionlog
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// Encode returns the event of type typ carrying data, one of this
+// package's payload types. It fails only when data does not marshal (a
+// content block holding invalid raw JSON).
+func Encode(typ string, data any) (store.NewEvent, error) {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return store.NewEvent{}, fmt.Errorf("encode %s payload: %w", typ, err)
+	}
+	return store.NewEvent{Type: typ, Data: raw, Marshaled: true}, nil
+}
+
+// Decode reads the payload of e as a T. It returns the JSON error of a
+// payload that does not decode; folds skip such events.
+func Decode[T any](e store.Event) (T, error) {
+	var d T
+	err := json.Unmarshal(e.Data, &d)
+	return d, err
+}
