@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/pg"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -93,7 +93,7 @@ func (b *bench) appendLog(ctx context.Context) (_ *table, err error) {
 	if _, err := pool.Exec(ctx, scratchSchema); err != nil {
 		return nil, fmt.Errorf("scratch tables: %w", err)
 	}
-	data, err := json.Marshal(agent.ChunkData{Turn: 1, Step: 1, Chunk: agent.Chunk{Type: string(model.ChunkText), Text: "a few words of streamed text "}})
+	data, err := json.Marshal(sessionlog.ChunkData{Turn: 1, Step: 1, Chunk: sessionlog.Chunk{Type: string(model.ChunkText), Text: "a few words of streamed text "}})
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (b *bench) appendLog(ctx context.Context) (_ *table, err error) {
 			return nil, err
 		}
 	}
-	ev := store.NewEvent{Type: agent.EventAssistantChunk, Data: data}
+	ev := store.NewEvent{Type: sessionlog.EventAssistantChunk, Data: data}
 	writers := []struct {
 		name string
 		fn   func(ctx context.Context, session string) error

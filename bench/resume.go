@@ -14,9 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/pg"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -264,7 +264,7 @@ func (b *bench) padLog(ctx context.Context, dbURL, child string, size int) error
 		have += len(evs)
 		after = evs[len(evs)-1].Seq
 	}
-	data, err := json.Marshal(agent.ChunkData{Turn: 1, Step: 1, Chunk: agent.Chunk{Type: string(model.ChunkText), Text: "padding "}})
+	data, err := json.Marshal(sessionlog.ChunkData{Turn: 1, Step: 1, Chunk: sessionlog.Chunk{Type: string(model.ChunkText), Text: "padding "}})
 	if err != nil {
 		return err
 	}
@@ -272,7 +272,7 @@ func (b *bench) padLog(ctx context.Context, dbURL, child string, size int) error
 		n := min(padBatch, size-have)
 		evs := make([]store.NewEvent, n)
 		for i := range evs {
-			evs[i] = store.NewEvent{Type: agent.EventAssistantChunk, Data: data}
+			evs[i] = store.NewEvent{Type: sessionlog.EventAssistantChunk, Data: data}
 		}
 		if _, err := st.AppendEvents(ctx, child, evs...); err != nil {
 			return fmt.Errorf("pad the log of %s: %w", child, err)
