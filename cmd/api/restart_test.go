@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/subagentd/subagentd/internal/pg/pgtest"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -471,7 +472,7 @@ func TestRestart_SIGKILL_AcceptedFollowupRunsAfterRestart(t *testing.T) {
 				t.Fatal(err)
 			}
 			users = append(users, m.Content[0].Text)
-		case subagent.EventDescriptor:
+		case sessionlog.EventDescriptor:
 			descriptors++
 		}
 	}

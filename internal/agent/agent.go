@@ -5,8 +5,9 @@
 //
 // Every state change is an event appended through store.Store and mirrored
 // in memory; the model history is the log's history fold
-// (sessionlog.History), caught up at each step, so an agent constructed over
-// an existing log (cold resume, fork seed) continues where the log ends.
+// (sessionlog.History), fed each event as it is loaded or appended, so an
+// agent constructed over an existing log (cold resume, fork seed) continues
+// where the log ends and a step never re-reads the log.
 package agent
 
 import (
@@ -111,10 +112,11 @@ type Agent struct {
 	// events is the log from the newest history/snapshot on, as loaded
 	// (all of it when it has none, or when created), and all since.
 	events []store.Event
-	// history is the model-history fold of events[:folded], caught up at
-	// each step so that a step decodes only the events logged since.
-	history  sessionlog.History
-	folded   int
+	// history is the model-history fold of events, fed as they are
+	// loaded and appended: a step reads it without going back to the log.
+	history sessionlog.History
+	// outcome, once Track started it, folds what the agent appends.
+	outcome  *sessionlog.OutcomeFold
 	turn     int                      // highest turn number in the log
 	queue    []sessionlog.UserMessage // next-turn inbox: one turn per message, FIFO
 	received map[string]bool          // ids in the next-turn inbox or claimed from it
@@ -230,6 +232,27 @@ func (a *Agent) EventsFrom(i int) []store.Event {
 	return slices.Clone(a.events[max(i, 0):])
 }
 
+// Track starts the outcome fold of the events the agent appends from now
+// on, replacing one started earlier: the facts of a run or an activation
+// are those of its own events. Outcome reads the fold, so settlement never
+// goes back to the log.
+func (a *Agent) Track() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.outcome = &sessionlog.OutcomeFold{}
+}
+
+// Outcome returns the outcome of the events appended since Track; before
+// Track, that of no events.
+func (a *Agent) Outcome() sessionlog.Outcome {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.outcome == nil {
+		return (&sessionlog.OutcomeFold{}).Outcome()
+	}
+	return a.outcome.Outcome()
+}
+
 // Running reports whether a turn is running or about to run.
 func (a *Agent) Running() bool {
 	a.mu.Lock()
@@ -274,39 +297,49 @@ func (a *Agent) Close(ctx context.Context) error {
 // appendLocked appends evs to the store and the mirror; no events is no
 // store call. a.mu must be held, so that the log order matches the order
 // of in-memory state changes.
-func (a *Agent) appendLocked(evs ...store.NewEvent) error {
+func (a *Agent) appendLocked(evs ...sessionlog.Entry) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	stored, err := a.store.AppendEvents(a.base, a.id, evs...)
+	batch := make([]store.NewEvent, len(evs))
+	for i, e := range evs {
+		batch[i] = e.NewEvent
+	}
+	stored, err := a.store.AppendEvents(a.base, a.id, batch...)
 	if err != nil {
 		return fmt.Errorf("agent %s: append %s: %w", a.id, evs[0].Type, err)
 	}
 	a.events = append(a.events, stored...)
+	for i, e := range stored {
+		a.history.Fold(e, evs[i].Payload)
+		if a.outcome != nil {
+			a.outcome.Fold(e, evs[i].Payload)
+		}
+	}
 	return nil
 }
 
 // append is appendLocked for callers not holding a.mu.
-func (a *Agent) append(evs ...store.NewEvent) error {
+func (a *Agent) append(evs ...sessionlog.Entry) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.appendLocked(evs...)
 }
 
-// event builds a NewEvent; data is one of the payload types of events.go,
-// which always marshal.
-func event(typ string, data any) store.NewEvent {
-	raw, err := json.Marshal(data)
+// event builds the entry of a sessionlog payload, which always marshals.
+func event(typ string, data any) sessionlog.Entry {
+	e, err := sessionlog.Encode(typ, data)
 	if err != nil {
-		panic(fmt.Sprintf("agent: marshal %s payload: %v", typ, err))
+		panic(fmt.Sprintf("agent: %v", err))
 	}
-	return store.NewEvent{Type: typ, Data: raw, Marshaled: true}
+	return e
 }
 
 // replay restores the agent's state from the log in a.events: turn
 // numbering, the inbox (from seedLength), a committed capture, and repairs
 // a crashed turn. A history/snapshot stands for the events before it.
 func (a *Agent) replay(seedLength int) error {
+	a.history.Add(a.events...)
 	openTurn := 0 // a turn without turn/end
 	var openStep *sessionlog.StepData
 	var steerQueue []sessionlog.UserMessage
@@ -386,7 +419,7 @@ func (a *Agent) replay(seedLength int) error {
 	}
 	a.parked = len(a.queue) > 0
 	a.loggedTo = a.snap + 1
-	var repair []store.NewEvent
+	var repair []sessionlog.Entry
 	if openStep != nil {
 		repair = append(repair, event(sessionlog.EventStepEnd, *openStep))
 	}
@@ -423,7 +456,7 @@ func spliceRange(q []sessionlog.UserMessage, d sessionlog.InboxSplicedData) (sta
 }
 
 // cancelSplice discards n messages of target from start on.
-func cancelSplice(target string, start, n int) store.NewEvent {
+func cancelSplice(target string, start, n int) sessionlog.Entry {
 	return event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: target, Start: start, RemovedCount: n,
 		Inserted: []sessionlog.UserMessage{}, Outcome: sessionlog.OutcomeCanceled})
 }

@@ -1,6 +1,6 @@
 package agent
 
-import "github.com/subagentd/subagentd/internal/store"
+import "github.com/subagentd/subagentd/internal/sessionlog"
 
 // maxChunkBatch bounds one group commit of stream deltas.
 const maxChunkBatch = 256
@@ -13,13 +13,13 @@ const maxChunkBatch = 256
 // kept: events are appended in the order they were written.
 type chunkWriter struct {
 	a    *Agent
-	ch   chan store.NewEvent
+	ch   chan sessionlog.Entry
 	done chan struct{}
 	err  error // the first append error; read after close
 }
 
 func (a *Agent) newChunkWriter() *chunkWriter {
-	w := &chunkWriter{a: a, ch: make(chan store.NewEvent, maxChunkBatch), done: make(chan struct{})}
+	w := &chunkWriter{a: a, ch: make(chan sessionlog.Entry, maxChunkBatch), done: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -27,7 +27,7 @@ func (a *Agent) newChunkWriter() *chunkWriter {
 func (w *chunkWriter) run() {
 	defer close(w.done)
 	for ev := range w.ch {
-		batch := []store.NewEvent{ev}
+		batch := []sessionlog.Entry{ev}
 	drain:
 		for len(batch) < maxChunkBatch {
 			select {
@@ -47,7 +47,7 @@ func (w *chunkWriter) run() {
 }
 
 // write queues ev; it blocks only while maxChunkBatch events wait.
-func (w *chunkWriter) write(ev store.NewEvent) { w.ch <- ev }
+func (w *chunkWriter) write(ev sessionlog.Entry) { w.ch <- ev }
 
 // close waits until every queued event was appended and returns the first
 // append error.

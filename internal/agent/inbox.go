@@ -10,7 +10,6 @@ import (
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
-	"github.com/subagentd/subagentd/internal/store"
 )
 
 // steer is a pending confirmed steer; done is closed once it was admitted
@@ -78,7 +77,7 @@ func (a *Agent) FollowupMessage(ctx context.Context, msg sessionlog.UserMessage)
 	if a.received[msg.ID] {
 		return msg.ID, nil
 	}
-	evs := []store.NewEvent{event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{
+	evs := []sessionlog.Entry{event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{
 		Target: sessionlog.TargetNextTurn, Start: len(a.queue), Inserted: []sessionlog.UserMessage{msg}})}
 	queue := append(slices.Clip(a.queue), msg)
 	start := !a.driving

@@ -27,7 +27,7 @@ func userMsg(id, s string) sessionlog.UserMessage {
 }
 
 func insert(target string, start int, m sessionlog.UserMessage) store.NewEvent {
-	return event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: target, Start: start, Inserted: []sessionlog.UserMessage{m}})
+	return event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: target, Start: start, Inserted: []sessionlog.UserMessage{m}}).NewEvent
 }
 
 func TestLoad_S3_2_ColdResumeContinuesTurnsAndHistory(t *testing.T) {
@@ -68,13 +68,13 @@ func TestLoad_CrashRepairParksQueueAndCancelsSteers(t *testing.T) {
 	m1, m2, s1 := userMsg("m1", "one"), userMsg("m2", "two"), userMsg("s1", "steer")
 	seed(t, st, store.Session{ID: "s"},
 		insert(sessionlog.TargetNextTurn, 0, m1),
-		event(sessionlog.EventTurnStart, sessionlog.TurnData{Turn: 1}),
-		event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, RemovedCount: 1, Inserted: []sessionlog.UserMessage{}}),
-		event(sessionlog.EventUserMessage, m1),
-		event(sessionlog.EventStepStart, sessionlog.StepData{Turn: 1, Step: 1}),
+		event(sessionlog.EventTurnStart, sessionlog.TurnData{Turn: 1}).NewEvent,
+		event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, RemovedCount: 1, Inserted: []sessionlog.UserMessage{}}).NewEvent,
+		event(sessionlog.EventUserMessage, m1).NewEvent,
+		event(sessionlog.EventStepStart, sessionlog.StepData{Turn: 1, Step: 1}).NewEvent,
 		event(sessionlog.EventAssistantMessage, sessionlog.AssistantMessageData{Turn: 1, Step: 1, Message: sessionlog.AssistantMessage{Role: "assistant",
-			Content: []model.Block{sessionlog.ToolCallBlock(model.ToolCall{ID: "c1", Name: "read", Arguments: "{}"})}}}),
-		event(sessionlog.EventToolCall, sessionlog.ToolCallData{Turn: 1, Step: 1, CallID: "c1", Name: "read", Arguments: "{}"}),
+			Content: []model.Block{sessionlog.ToolCallBlock(model.ToolCall{ID: "c1", Name: "read", Arguments: "{}"})}}}).NewEvent,
+		event(sessionlog.EventToolCall, sessionlog.ToolCallData{Turn: 1, Step: 1, CallID: "c1", Name: "read", Arguments: "{}"}).NewEvent,
 		insert(sessionlog.TargetNextTurn, 0, m2),
 		insert(sessionlog.TargetNextStep, 0, s1),
 	)
@@ -119,14 +119,14 @@ func TestLoad_S3_3_ForkSeedContinuesNumberingAndIgnoresParentInbox(t *testing.T)
 	p1 := userMsg("p1", "parent question")
 	seedEvents := []store.NewEvent{
 		insert(sessionlog.TargetNextTurn, 0, p1),
-		event(sessionlog.EventTurnStart, sessionlog.TurnData{Turn: 1}),
-		event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, RemovedCount: 1, Inserted: []sessionlog.UserMessage{}}),
-		event(sessionlog.EventUserMessage, p1),
+		event(sessionlog.EventTurnStart, sessionlog.TurnData{Turn: 1}).NewEvent,
+		event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, RemovedCount: 1, Inserted: []sessionlog.UserMessage{}}).NewEvent,
+		event(sessionlog.EventUserMessage, p1).NewEvent,
 		insert(sessionlog.TargetNextTurn, 0, userMsg("p2", "parent pending")), // pending in the parent, not the child's
-		event(sessionlog.EventStepStart, sessionlog.StepData{Turn: 1, Step: 1}),
-		event(sessionlog.EventAssistantMessage, sessionlog.AssistantMessageData{Turn: 1, Step: 1, Message: sessionlog.AssistantMessage{Role: "assistant", Content: text("parent answer")}}),
-		event(sessionlog.EventStepEnd, sessionlog.StepData{Turn: 1, Step: 1}),
-		event(sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: 1, Reason: sessionlog.TurnReason{Kind: sessionlog.ReasonCompleted}}),
+		event(sessionlog.EventStepStart, sessionlog.StepData{Turn: 1, Step: 1}).NewEvent,
+		event(sessionlog.EventAssistantMessage, sessionlog.AssistantMessageData{Turn: 1, Step: 1, Message: sessionlog.AssistantMessage{Role: "assistant", Content: text("parent answer")}}).NewEvent,
+		event(sessionlog.EventStepEnd, sessionlog.StepData{Turn: 1, Step: 1}).NewEvent,
+		event(sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: 1, Reason: sessionlog.TurnReason{Kind: sessionlog.ReasonCompleted}}).NewEvent,
 	}
 	seed(t, st, store.Session{ID: "child", SeedLength: len(seedEvents)},
 		append(seedEvents, store.NewEvent{Type: sessionlog.EventEndSeed, Data: []byte(`{}`)})...)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
-	"github.com/subagentd/subagentd/internal/store"
 )
 
 // logFailed is the turn/end error message when the session log cannot be
@@ -20,8 +19,8 @@ const logFailed = "session log write failed"
 // openTurnEvents returns the events that open the next turn for msg, the
 // inbox head: turn/start, the claim of one next-turn message, and msg as
 // the turn's user/message. claimTurnLocked applies them once logged.
-func (a *Agent) openTurnEvents(msg sessionlog.UserMessage) []store.NewEvent {
-	return []store.NewEvent{
+func (a *Agent) openTurnEvents(msg sessionlog.UserMessage) []sessionlog.Entry {
+	return []sessionlog.Entry{
 		event(sessionlog.EventTurnStart, sessionlog.TurnData{Turn: a.turn + 1}),
 		event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, Start: 0, RemovedCount: 1, Inserted: []sessionlog.UserMessage{}}),
 		event(sessionlog.EventUserMessage, msg),
@@ -95,7 +94,7 @@ func (a *Agent) runTurn(t *turnRun) {
 // ended before the model was called), and ends turn t with reason in the
 // same append, unless the turn would end cleanly while steers are pending:
 // then it logs stepEnd alone and returns false, and they get one more step.
-func (a *Agent) conclude(t *turnRun, reason sessionlog.TurnReason, stepEnd []store.NewEvent) bool {
+func (a *Agent) conclude(t *turnRun, reason sessionlog.TurnReason, stepEnd []sessionlog.Entry) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if reason.Kind == sessionlog.ReasonCompleted && len(a.steers) > 0 && t.ctx.Err() == nil && !a.capture.staged {
@@ -145,7 +144,7 @@ func failed(msg string) sessionlog.TurnReason {
 // turn's reason, whether another step must follow, and, once the model was
 // called, the step's last events still unlogged (see finishStep, then its
 // step/end), for the caller to log together with the turn's end.
-func (a *Agent) runStep(t *turnRun, n int) (sessionlog.TurnReason, bool, []store.NewEvent) {
+func (a *Agent) runStep(t *turnRun, n int) (sessionlog.TurnReason, bool, []sessionlog.Entry) {
 	if t.ctx.Err() != nil {
 		return a.aborted(t), false, nil
 	}
@@ -181,7 +180,7 @@ func (a *Agent) runStep(t *turnRun, n int) (sessionlog.TurnReason, bool, []store
 
 // takeHook returns the BeforeFirstStep events the first time a step is
 // entered, for enterStep to log in front of the step's start.
-func (a *Agent) takeHook() []store.NewEvent {
+func (a *Agent) takeHook() []sessionlog.Entry {
 	a.mu.Lock()
 	skip := a.hookDone || a.cfg.BeforeFirstStep == nil
 	a.hookDone = true
@@ -189,7 +188,11 @@ func (a *Agent) takeHook() []store.NewEvent {
 	if skip {
 		return nil
 	}
-	return a.cfg.BeforeFirstStep()
+	var hook []sessionlog.Entry
+	for _, e := range a.cfg.BeforeFirstStep() {
+		hook = append(hook, sessionlog.Entry{NewEvent: e})
+	}
+	return hook
 }
 
 // enterStep admits the pending steers (claim splice plus their
@@ -197,7 +200,7 @@ func (a *Agent) takeHook() []store.NewEvent {
 // the model history. hook, the pre-step hook's events, goes first in the
 // same append; it is logged alone if t was cancelled, in which case
 // enterStep fails with t's context error.
-func (a *Agent) enterStep(t *turnRun, n int, hook []store.NewEvent) ([]model.Message, error) {
+func (a *Agent) enterStep(t *turnRun, n int, hook []sessionlog.Entry) ([]model.Message, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if cerr := t.ctx.Err(); cerr != nil {
@@ -223,8 +226,6 @@ func (a *Agent) enterStep(t *turnRun, n int, hook []store.NewEvent) ([]model.Mes
 	for _, s := range admitted {
 		close(s.done)
 	}
-	a.history.Add(a.events[a.folded:]...)
-	a.folded = len(a.events)
 	return a.history.Messages(), nil
 }
 
@@ -314,9 +315,9 @@ func (res streamed) content(calls []model.ToolCall) []model.Block {
 // then decides how the turn goes on. A step without tool calls ends the
 // turn: its message is returned unlogged, for the caller to log with the
 // step's and the turn's end.
-func (a *Agent) finishStep(t *turnRun, n int, res streamed) (sessionlog.TurnReason, bool, []store.NewEvent) {
-	msg := func(content []model.Block, interrupted bool) []store.NewEvent {
-		return []store.NewEvent{event(sessionlog.EventAssistantMessage, sessionlog.AssistantMessageData{Turn: t.n, Step: n,
+func (a *Agent) finishStep(t *turnRun, n int, res streamed) (sessionlog.TurnReason, bool, []sessionlog.Entry) {
+	msg := func(content []model.Block, interrupted bool) []sessionlog.Entry {
+		return []sessionlog.Entry{event(sessionlog.EventAssistantMessage, sessionlog.AssistantMessageData{Turn: t.n, Step: n,
 			Message: sessionlog.AssistantMessage{Role: "assistant", Content: content}, Usage: res.usage, Interrupted: interrupted})}
 	}
 	if res.logErr != nil {
@@ -326,7 +327,7 @@ func (a *Agent) finishStep(t *turnRun, n int, res streamed) (sessionlog.TurnReas
 	if res.err != nil || t.ctx.Err() != nil {
 		// A cut stream keeps its partial text and reasoning; its tool calls
 		// never run.
-		var pending []store.NewEvent
+		var pending []sessionlog.Entry
 		if partial := res.content(nil); len(partial) > 0 {
 			pending = msg(partial, true)
 		}
@@ -392,7 +393,7 @@ func (a *Agent) concurrent(name string) bool {
 // tool/results in call order. It reports whether a call committed a
 // structured capture; an error means the log could not be written.
 func (a *Agent) runCalls(t *turnRun, n int, calls []model.ToolCall) (bool, error) {
-	evs := make([]store.NewEvent, len(calls))
+	evs := make([]sessionlog.Entry, len(calls))
 	for i, c := range calls {
 		evs[i] = event(sessionlog.EventToolCall, sessionlog.ToolCallData{Turn: t.n, Step: n, CallID: c.ID, Name: c.Name, Arguments: c.Arguments})
 	}

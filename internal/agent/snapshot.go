@@ -63,8 +63,6 @@ func (a *Agent) snapshotLocked() {
 	if size < a.snapSize {
 		return
 	}
-	a.history.Add(a.events[a.folded:]...)
-	a.folded = len(a.events)
 	d := a.history.Snapshot()
 	d.Turn, d.Queue, d.Logged = a.turn, a.queue, a.loggedLocked()
 	if a.capture.committed {

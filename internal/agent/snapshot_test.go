@@ -97,10 +97,10 @@ func TestSnapshot_RestoresInboxAndCapture(t *testing.T) {
 	st := newFakeStore()
 	m2 := userMsg("m2", "queued")
 	seed(t, st, store.Session{ID: "s"},
-		event(sessionlog.EventUserMessage, userMsg("m0", "before the snapshot")),
+		event(sessionlog.EventUserMessage, userMsg("m0", "before the snapshot")).NewEvent,
 		event(sessionlog.EventSnapshot, sessionlog.SnapshotData{Version: sessionlog.SnapshotVersion, Turn: 4,
 			Messages: []sessionlog.SnapshotMessage{{Role: model.RoleUser, Content: text("earlier")}},
-			Queue:    []sessionlog.UserMessage{m2}, Logged: []string{"m1"}, Structured: json.RawMessage(`{"ok":true}`)}))
+			Queue:    []sessionlog.UserMessage{m2}, Logged: []string{"m1"}, Structured: json.RawMessage(`{"ok":true}`)}).NewEvent)
 	m := scripted.New(scripted.Step{Text: "a"}, scripted.Step{Text: "b"})
 	a := newAgent(t, st, Config{Model: m, OutputSchema: json.RawMessage(`{"type":"object"}`)})
 	if v, ok := a.Structured(); !ok || string(v) != `{"ok":true}` {
@@ -134,7 +134,7 @@ func TestSnapshot_ForkSeedSnapshotGivesHistoryOnly(t *testing.T) {
 	seed(t, st, store.Session{ID: "s", SeedLength: 2},
 		event(sessionlog.EventSnapshot, sessionlog.SnapshotData{Version: sessionlog.SnapshotVersion, Turn: 2,
 			Messages: []sessionlog.SnapshotMessage{{Role: model.RoleUser, Content: text("parent")}},
-			Queue:    []sessionlog.UserMessage{userMsg("p1", "parent's queued")}, Structured: json.RawMessage(`{}`)}),
+			Queue:    []sessionlog.UserMessage{userMsg("p1", "parent's queued")}, Structured: json.RawMessage(`{}`)}).NewEvent,
 		store.NewEvent{Type: sessionlog.EventEndSeed, Data: json.RawMessage(`{}`)})
 	m := scripted.New(scripted.Step{Text: "a"})
 	a := newAgent(t, st, Config{Model: m, OutputSchema: json.RawMessage(`{"type":"object"}`)})

@@ -320,7 +320,7 @@ func (r *Roots) resume(ctx context.Context, id string, s *root) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	logged := subagent.LoggedMessages(a.Events())
+	logged := sessionlog.LoggedMessages(a.Events())
 	var done []string
 	defer func() { r.ack(ctx, id, done...) }()
 	for _, row := range rows {
@@ -350,7 +350,7 @@ func (r *Roots) sweep(ctx context.Context, id string, s *root) {
 	evs := s.agent.EventsFrom(s.scanned)
 	s.scanned += len(evs)
 	var ids []string
-	for mid := range subagent.LoggedMessages(evs) {
+	for mid := range sessionlog.LoggedMessages(evs) {
 		if s.unacked[mid] {
 			ids = append(ids, mid)
 			delete(s.unacked, mid)

@@ -324,7 +324,7 @@ func TestSubagents_R57_R96_SteeredThenStarted(t *testing.T) {
 	}
 	descriptors := 0
 	for _, e := range after {
-		if e.Type == subagent.EventDescriptor {
+		if e.Type == sessionlog.EventDescriptor {
 			descriptors++
 		}
 	}

@@ -85,7 +85,7 @@ func (p *fakeProvider) Start(ctx context.Context, req subagent.ResolvedRequest) 
 			return nil, err
 		}
 		if _, err := p.st.AppendEvents(ctx, r.childID,
-			store.NewEvent{Type: subagent.EventDescriptor, Data: desc},
+			store.NewEvent{Type: sessionlog.EventDescriptor, Data: desc},
 			store.NewEvent{Type: sessionlog.EventUserMessage, Data: prompt}); err != nil {
 			return nil, err
 		}

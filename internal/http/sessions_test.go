@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -191,7 +192,7 @@ func TestSessions_EventsPage(t *testing.T) {
 	// descriptor, user/message, 3 × turn/start
 	var page sessionEventPageJSON
 	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/sessions/" + run.ChildSessionID + "/events?limit=2"}).decode(t, &page)
-	if len(page.Events) != 2 || !page.HasMore || page.Events[0].Seq != 0 || page.Events[0].Type != subagent.EventDescriptor {
+	if len(page.Events) != 2 || !page.HasMore || page.Events[0].Seq != 0 || page.Events[0].Type != sessionlog.EventDescriptor {
 		t.Fatalf("first page = %+v", page)
 	}
 	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/sessions/" + run.ChildSessionID + "/events?after=1&limit=3"}).decode(t, &page)

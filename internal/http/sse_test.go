@@ -190,7 +190,7 @@ func TestSessionStream_ReplayThenLive(t *testing.T) {
 	fr.logEvent(t, sessionlog.EventTurnStart, sessionlog.TurnData{Turn: 1})
 
 	s := b.stream(t, "/v1/sessions/"+run.ChildSessionID+"/stream", nil)
-	for i, want := range []string{subagent.EventDescriptor, sessionlog.EventUserMessage, sessionlog.EventTurnStart} {
+	for i, want := range []string{sessionlog.EventDescriptor, sessionlog.EventUserMessage, sessionlog.EventTurnStart} {
 		f := s.next(t)
 		var env sessionEventJSON
 		if err := json.Unmarshal(f.data, &env); err != nil {
@@ -333,7 +333,7 @@ func TestRunStream_LogThenResult(t *testing.T) {
 	run := b.startRun(t, "spawn", b.rootSession(t), nil)
 	fr := p.run(run.ChildSessionID)
 	s := b.stream(t, "/v1/runs/"+run.RunID+"/stream", nil)
-	if f := s.next(t); f.id != "0" || f.event != subagent.EventDescriptor {
+	if f := s.next(t); f.id != "0" || f.event != sessionlog.EventDescriptor {
 		t.Fatalf("frame %+v", f)
 	}
 	if f := s.next(t); f.id != "1" || f.event != sessionlog.EventUserMessage {

@@ -120,7 +120,7 @@ func TestManager_R82_R130_StartedFollowupAndRecoveryAfterRestart(t *testing.T) {
 	if got := second.userTexts(t, res.ChildID); !slices.Equal(got, []string{"one", "two", "three", "four"}) {
 		t.Errorf("user messages %v", got)
 	}
-	if n := len(inprocesstest.OfType(second.h.Log(t, res.ChildID), subagent.EventDescriptor)); n != 1 {
+	if n := len(inprocesstest.OfType(second.h.Log(t, res.ChildID), sessionlog.EventDescriptor)); n != 1 {
 		t.Errorf("%d descriptors", n)
 	}
 	if p, _ := second.h.Store.Pending(inprocesstest.Ctx(t), res.ChildID); len(p) != 0 {

@@ -1,10 +1,15 @@
 package sessionlog
 
-import "github.com/subagentd/subagentd/internal/model"
+import (
+	"encoding/json"
+
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+)
 
 // Session-log event types of turns, steps, messages and the inbox (seam-spec
-// §3.2), written by the agent and the providers. The
-// vocabulary is open: readers must skip types they do not know.
+// §3.2), written by the agent and the providers. The vocabulary is open:
+// readers must skip types they do not know.
 const (
 	EventTurnStart        = "turn/start"
 	EventTurnEnd          = "turn/end"
@@ -169,4 +174,11 @@ const OutcomeCanceled = "canceled"
 type PolicyData struct {
 	Policy string `json:"policy"`
 	Source string `json:"source"`
+}
+
+// DelegationPin is the approval/policy event that pins a delegated child
+// to approval policy never (R49), written in its creation log before its
+// first turn.
+func DelegationPin() store.NewEvent {
+	return store.NewEvent{Type: EventApprovalPolicy, Data: json.RawMessage(`{"policy":"never","source":"delegation"}`), Marshaled: true}
 }

@@ -50,48 +50,55 @@ type History struct {
 
 // Add folds events, which follow those already added in log order.
 func (h *History) Add(events ...store.Event) {
-	for _, ev := range events {
-		switch ev.Type {
-		case EventUserMessage:
-			d, err := Decode[UserMessage](ev)
-			if err != nil {
-				continue
-			}
-			h.closeOpen()
-			h.msgs = append(h.msgs, model.Message{Role: model.RoleUser, Content: d.Content})
-		case EventAssistantMessage:
-			d, err := Decode[AssistantMessageData](ev)
-			if err != nil || len(d.Message.Content) == 0 {
-				continue
-			}
-			h.closeOpen()
-			m := model.Message{Role: model.RoleAssistant}
-			for _, b := range d.Message.Content {
-				var tc toolCallBlock
-				if b.Type == BlockToolCall && json.Unmarshal(b.Raw, &tc) == nil {
-					m.ToolCalls = append(m.ToolCalls, model.ToolCall{ID: tc.CallID, Name: tc.Name, Arguments: tc.Arguments})
-					continue
-				}
-				m.Content = append(m.Content, b)
-			}
-			h.msgs = append(h.msgs, m)
-			h.open = slices.Clone(m.ToolCalls)
-		case EventSnapshot:
-			// The snapshot holds the fold of everything before it: a reader
-			// that started at it and one that folded the log agree.
-			if d, err := DecodeSnapshot(ev); err == nil {
-				h.restore(d)
-			}
-		case EventToolResult:
-			d, err := Decode[ToolResultData](ev)
-			if err != nil {
-				continue
-			}
-			if i := slices.IndexFunc(h.open, func(c model.ToolCall) bool { return c.ID == d.CallID }); i >= 0 {
-				h.open = slices.Delete(h.open, i, i+1)
-			}
-			h.msgs = append(h.msgs, model.Message{Role: model.RoleTool, ToolCallID: d.CallID, Content: d.Content, IsError: d.IsError})
+	for _, e := range events {
+		h.Fold(e, nil)
+	}
+}
+
+// Fold folds e, which follows the events already folded. payload is the
+// value e's data was encoded from, when the caller has it (then nothing is
+// decoded), else nil; an event that does not decode is skipped.
+func (h *History) Fold(e store.Event, payload any) {
+	switch e.Type {
+	case EventUserMessage:
+		d, ok := payloadOf[UserMessage](e, payload)
+		if !ok {
+			return
 		}
+		h.closeOpen()
+		h.msgs = append(h.msgs, model.Message{Role: model.RoleUser, Content: d.Content})
+	case EventAssistantMessage:
+		d, ok := payloadOf[AssistantMessageData](e, payload)
+		if !ok || len(d.Message.Content) == 0 {
+			return
+		}
+		h.closeOpen()
+		m := model.Message{Role: model.RoleAssistant}
+		for _, b := range d.Message.Content {
+			var tc toolCallBlock
+			if b.Type == BlockToolCall && json.Unmarshal(b.Raw, &tc) == nil {
+				m.ToolCalls = append(m.ToolCalls, model.ToolCall{ID: tc.CallID, Name: tc.Name, Arguments: tc.Arguments})
+				continue
+			}
+			m.Content = append(m.Content, b)
+		}
+		h.msgs = append(h.msgs, m)
+		h.open = slices.Clone(m.ToolCalls)
+	case EventSnapshot:
+		// The snapshot holds the fold of everything before it: a reader
+		// that started at it and one that folded the log agree.
+		if d, ok := payloadOf[SnapshotData](e, payload); ok && d.Version == SnapshotVersion {
+			h.restore(d)
+		}
+	case EventToolResult:
+		d, ok := payloadOf[ToolResultData](e, payload)
+		if !ok {
+			return
+		}
+		if i := slices.IndexFunc(h.open, func(c model.ToolCall) bool { return c.ID == d.CallID }); i >= 0 {
+			h.open = slices.Delete(h.open, i, i+1)
+		}
+		h.msgs = append(h.msgs, model.Message{Role: model.RoleTool, ToolCallID: d.CallID, Content: d.Content, IsError: d.IsError})
 	}
 }
 

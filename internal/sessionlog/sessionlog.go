@@ -16,15 +16,23 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// Encode returns the event of type typ carrying data, one of this
-// package's payload types. It fails only when data does not marshal (a
+// Entry is an event to append with, when its writer has it, the payload
+// its data was encoded from: folds fed at write time (History.Fold,
+// OutcomeFold.Fold) then read the payload instead of decoding the data.
+type Entry struct {
+	store.NewEvent
+	Payload any // nil when the writer has only the encoded data
+}
+
+// Encode returns the entry of type typ carrying payload, one of this
+// package's payload types. It fails only when payload does not marshal (a
 // content block holding invalid raw JSON).
-func Encode(typ string, data any) (store.NewEvent, error) {
-	raw, err := json.Marshal(data)
+func Encode(typ string, payload any) (Entry, error) {
+	raw, err := json.Marshal(payload)
 	if err != nil {
-		return store.NewEvent{}, fmt.Errorf("encode %s payload: %w", typ, err)
+		return Entry{}, fmt.Errorf("encode %s payload: %w", typ, err)
 	}
-	return store.NewEvent{Type: typ, Data: raw, Marshaled: true}, nil
+	return Entry{NewEvent: store.NewEvent{Type: typ, Data: raw, Marshaled: true}, Payload: payload}, nil
 }
 
 // Decode reads the payload of e as a T. It returns the JSON error of a

@@ -2,14 +2,16 @@ package sessionlog
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// logOf gives evs contiguous seqs from 0, as a store would.
-func logOf(t *testing.T, evs ...store.NewEvent) []store.Event {
+// snapLog gives evs contiguous seqs from 0, as a store would.
+func snapLog(t *testing.T, evs ...store.NewEvent) []store.Event {
 	t.Helper()
 	out := make([]store.Event, len(evs))
 	for i, e := range evs {
@@ -24,12 +26,12 @@ func mustEncode(t *testing.T, typ string, data any) store.NewEvent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e
+	return e.NewEvent
 }
 
-// historyJSON is the model history of evs as JSON: what a model request
+// snapHistoryJSON is the model history of evs as JSON: what a model request
 // carries, so two folds that agree on it agree on what the model sees.
-func historyJSON(t *testing.T, evs []store.Event) string {
+func snapHistoryJSON(t *testing.T, evs []store.Event) string {
 	t.Helper()
 	var h History
 	h.Add(evs...)
@@ -72,22 +74,22 @@ func TestSnapshot_FoldFromSnapshotEqualsWholeFold(t *testing.T) {
 	after := []store.NewEvent{result("c2", "second"), assistant("done"), user("m2", "two")}
 
 	var h History
-	h.Add(logOf(t, before...)...)
+	h.Add(snapLog(t, before...)...)
 	snap := mustEncode(t, EventSnapshot, h.Snapshot())
-	whole := logOf(t, append(append(append([]store.NewEvent{}, before...), snap), after...)...)
-	without := logOf(t, append(append([]store.NewEvent{}, before...), after...)...)
+	whole := snapLog(t, append(append(append([]store.NewEvent{}, before...), snap), after...)...)
+	without := snapLog(t, append(append([]store.NewEvent{}, before...), after...)...)
 	tail := whole[len(before):]
 
-	want := historyJSON(t, without)
-	if got := historyJSON(t, tail); got != want {
+	want := snapHistoryJSON(t, without)
+	if got := snapHistoryJSON(t, tail); got != want {
 		t.Errorf("fold from the snapshot:\n%s\nwant\n%s", got, want)
 	}
-	if got := historyJSON(t, whole); got != want {
+	if got := snapHistoryJSON(t, whole); got != want {
 		t.Errorf("fold of the whole log through the snapshot:\n%s\nwant\n%s", got, want)
 	}
 	// The snapshot alone is the history before it, its open call answered
 	// as not run.
-	if got, want := historyJSON(t, tail[:1]), historyJSON(t, without[:len(before)]); got != want {
+	if got, want := snapHistoryJSON(t, tail[:1]), snapHistoryJSON(t, without[:len(before)]); got != want {
 		t.Errorf("fold of the snapshot alone:\n%s\nwant\n%s", got, want)
 	}
 }
@@ -97,8 +99,8 @@ func TestSnapshot_FoldFromSnapshotEqualsWholeFold(t *testing.T) {
 func TestSnapshot_OtherVersionIsSkipped(t *testing.T) {
 	user := mustEncode(t, EventUserMessage, UserMessage{ID: "m1", Role: "user", Content: []model.Block{model.TextBlock("one")}})
 	future := mustEncode(t, EventSnapshot, map[string]any{"version": SnapshotVersion + 1, "messages": []any{}, "logged": []string{"m9"}})
-	evs := logOf(t, user, future)
-	if got, want := historyJSON(t, evs), historyJSON(t, evs[:1]); got != want {
+	evs := snapLog(t, user, future)
+	if got, want := snapHistoryJSON(t, evs), snapHistoryJSON(t, evs[:1]); got != want {
 		t.Errorf("history with an unreadable snapshot = %s, want %s", got, want)
 	}
 	if _, err := DecodeSnapshot(evs[1]); err == nil {
@@ -107,8 +109,23 @@ func TestSnapshot_OtherVersionIsSkipped(t *testing.T) {
 	if got := SnapshotLogged(evs[1]); got != nil {
 		t.Errorf("SnapshotLogged of another version = %v", got)
 	}
-	ok := logOf(t, mustEncode(t, EventSnapshot, SnapshotData{Version: SnapshotVersion, Logged: []string{"m1", "m2"}}))[0]
+	ok := snapLog(t, mustEncode(t, EventSnapshot, SnapshotData{Version: SnapshotVersion, Logged: []string{"m1", "m2"}}))[0]
 	if got := SnapshotLogged(ok); len(got) != 2 || got[0] != "m1" || got[1] != "m2" {
 		t.Errorf("SnapshotLogged = %v, want [m1 m2]", got)
+	}
+}
+
+// TestLoggedMessages_CountsSnapshotLogged: a log read from its newest
+// history/snapshot on still shows the messages the snapshot lists, so a
+// resume acknowledges their rows instead of running them again.
+func TestLoggedMessages_CountsSnapshotLogged(t *testing.T) {
+	evs := snapLog(t,
+		mustEncode(t, EventSnapshot, SnapshotData{Version: SnapshotVersion, Logged: []string{"m1", "m2"}}),
+		mustEncode(t, EventUserMessage, UserMessage{ID: "m3", Role: "user"}),
+		mustEncode(t, EventSnapshot, map[string]any{"version": SnapshotVersion + 1, "logged": []string{"m9"}}),
+	)
+	got := slices.Sorted(maps.Keys(LoggedMessages(evs)))
+	if want := []string{"m1", "m2", "m3"}; !slices.Equal(got, want) {
+		t.Errorf("LoggedMessages = %v, want %v (an unreadable snapshot counts none)", got, want)
 	}
 }

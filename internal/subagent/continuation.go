@@ -134,6 +134,11 @@ type ChildAgent interface {
 	Idle() <-chan struct{}
 	// Events returns the session log as the agent wrote and loaded it.
 	Events() []store.Event
+	// Track starts the outcome fold of the events the agent appends from
+	// now on: the activation's own (R69).
+	Track()
+	// Outcome returns the outcome of the events appended since Track.
+	Outcome() sessionlog.Outcome
 	// Close cancels with cause disposed, discards the inbox and waits for
 	// the agent to stop.
 	Close(ctx context.Context) error
@@ -583,9 +588,9 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 		evs = append(evs, endSeed)
 	}
 	evs = append(evs,
-		store.NewEvent{Type: EventDescriptor, Data: descriptor},
+		store.NewEvent{Type: sessionlog.EventDescriptor, Data: descriptor},
 		endSeed,
-		store.NewEvent{Type: sessionlog.EventApprovalPolicy, Data: json.RawMessage(`{"policy":"never","source":"delegation"}`)})
+		sessionlog.DelegationPin())
 	if _, err := m.store.AppendEvents(ctx, header.ID, evs...); err != nil {
 		return fmt.Errorf("write child creation log: %w", err)
 	}
@@ -710,7 +715,7 @@ func (m *Manager) resumable(ctx context.Context, c *child, parentID string) erro
 	if sess.Mode == ModeOneShot {
 		return notResumable(nil)
 	}
-	d, found, err := ResumeDescriptor(ctx, m.store, sess)
+	d, found, err := sessionlog.ResumeDescriptor(ctx, m.store, sess)
 	if err != nil {
 		return notResumable(err)
 	}

@@ -29,9 +29,6 @@ type activation struct {
 	provider string // the descriptor's, registered or not (R7, R71)
 	local    bool   // the provider's Local; true for an unregistered one (in-process resume)
 	parentID string
-	// boundary is the log length at the start edge: the epoch's facts
-	// come only from the events after it (R69, §8.7).
-	boundary int
 
 	// Owned by c's loop.
 	inflight    int  // submitted steers and reports not yet settled
@@ -70,9 +67,12 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 	release func()) (*activation, error) {
 	act := &activation{
 		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(), release: release,
-		provider: desc.Provider, local: true, parentID: sess.ParentID, boundary: len(ag.Events()),
+		provider: desc.Provider, local: true, parentID: sess.ParentID,
 		done: make(chan struct{}), started: make(chan struct{}),
 	}
+	// The epoch's facts come only from the events after the start edge
+	// (R69, §8.7): the agent folds them as it appends them.
+	ag.Track()
 	if p, ok := m.svc.Provider(desc.Provider); ok {
 		act.local = p.Capabilities().Local
 	}
@@ -290,7 +290,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	// crash left queued in the agent's own log-sourced inbox is dropped, so
 	// that nothing runs twice.
 	ag.Cancel(sessionlog.CauseDisposed, false)
-	logged := LoggedMessages(ag.Events())
+	logged := sessionlog.LoggedMessages(ag.Events())
 	var seen []string
 	todo = slices.DeleteFunc(todo, func(d delivery) bool {
 		if logged[d.id] {
@@ -392,30 +392,24 @@ func (m *Manager) settleIfDone(c *child, act *activation) {
 	}()
 }
 
-// settle ends act (R67–R71): the epoch's facts are read from its own events
-// before the agent is closed; a failed close makes it error without output
+// settle ends act (R67–R71): the epoch's facts are the outcome of its own
+// events, read before the agent is closed; a failed close makes it error without output
 // (R70); the parent gets its notice (R74), then subagent/end is recorded and
 // dispatched; finally the activation is removed and, when a delivery is
 // owed, the child cold-resumes.
 func (m *Manager) settle(act *activation) {
 	c := act.c
 	ctx := act.base
-	events := act.agent.Events()
-	events = events[min(act.boundary, len(events)):]
-	output := SelectOutput(events)
-	reason := EpochStopReason(events)
+	outcome := act.agent.Outcome()
+	output, reason := outcome.Output, EpochStopReason(outcome)
 	if err := act.agent.Close(ctx); err != nil {
 		m.log.ErrorContext(ctx, "close continuable child agent", slog.String("child_id", c.key.id), slog.Any("error", err))
 		reason, output = StopError, []model.Block{}
 	}
 	// Every message the epoch logged is delivered; most were acknowledged
 	// on admission already.
-	if claimed := LoggedMessages(events); len(claimed) > 0 {
-		ids := make([]string, 0, len(claimed))
-		for id := range claimed {
-			ids = append(ids, id)
-		}
-		m.ack(ctx, c.key.id, ids...)
+	if len(outcome.Messages) > 0 {
+		m.ack(ctx, c.key.id, outcome.Messages...)
 	}
 	<-act.started // dispatched by whoever began act, once its command returned
 	m.notify(act, reason, output)
@@ -551,22 +545,21 @@ func (m *Manager) ack(ctx context.Context, childID string, ids ...string) {
 	}
 }
 
-// EpochStopReason is the stop reason of a continuable activation, read from
-// the events it appended (seam-spec R69, §3.5, §8.6): the consumed-work
-// fold's accounting turn maps max-tokens to max-tokens, aborted and
+// EpochStopReason is the stop reason of a continuable activation, from the
+// outcome of the events it appended (seam-spec R69, §3.5, §8.6): the
+// consumed-work fold's accounting turn maps max-tokens to max-tokens, aborted and
 // interrupted to aborted, error to error, blocked to refusal and any
 // unknown kind to error; a completed turn, or none, is aborted when
 // accepted work was dropped unrun after it, else completed. A recorded
 // failure outranks a later cancellation.
-func EpochStopReason(events []store.Event) string {
-	end, dropped := FoldConsumedWork(events)
+func EpochStopReason(o sessionlog.Outcome) string {
 	kind := sessionlog.ReasonCompleted
-	if end != nil {
-		kind = end.Reason.Kind
+	if o.End != nil {
+		kind = o.End.Reason.Kind
 	}
 	switch kind {
 	case sessionlog.ReasonCompleted:
-		if dropped {
+		if o.DroppedUnrun {
 			return StopAborted
 		}
 		return StopCompleted

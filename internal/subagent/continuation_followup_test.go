@@ -79,7 +79,7 @@ func TestFollowup_R82_R88_StartedAfterSettlementKeepsTheLogAndOneDescriptor(t *t
 			t.Fatalf("event %d changed: %s %s -> %s %s", i, before[i].Type, before[i].Data, after[i].Type, after[i].Data)
 		}
 	}
-	if n := countType(after, EventDescriptor); n != 1 {
+	if n := countType(after, sessionlog.EventDescriptor); n != 1 {
 		t.Errorf("%d descriptors, want exactly 1 (R88)", n)
 	}
 	if n := countType(after, sessionlog.EventApprovalPolicy); n != 1 {
@@ -263,7 +263,7 @@ func TestFollowup_BadInputAppendsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, d := range c.events {
-			if _, err := e.st.AppendEvents(t.Context(), c.id, store.NewEvent{Type: EventDescriptor, Data: json.RawMessage(d)}); err != nil {
+			if _, err := e.st.AppendEvents(t.Context(), c.id, store.NewEvent{Type: sessionlog.EventDescriptor, Data: json.RawMessage(d)}); err != nil {
 				t.Fatal(err)
 			}
 		}

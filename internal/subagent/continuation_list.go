@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -17,7 +18,7 @@ type ChildInfo struct {
 	Session store.Session
 	// Identity is the child's listing identity (seam-spec §3.7): the last
 	// valid descriptor of its log, nil when there is none.
-	Identity *Identity
+	Identity *sessionlog.Identity
 	// Activity is ActivityRunning while the child has a running run or
 	// activation (see Running), else ActivityInactive.
 	Activity string
@@ -256,8 +257,8 @@ func (m *Manager) hasChildren(ctx context.Context, id string) (bool, error) {
 // identity is IdentityDescriptor over child id's whole log: the full
 // descriptor GET /v1/subagents/{childId} shows, read for one child and
 // never cached.
-func (m *Manager) identity(ctx context.Context, id string) (*Identity, error) {
-	var last *Identity
+func (m *Manager) identity(ctx context.Context, id string) (*sessionlog.Identity, error) {
+	var last *sessionlog.Identity
 	for after := int64(-1); ; {
 		page, err := m.store.Events(ctx, id, after, 1000)
 		if err != nil {
@@ -267,8 +268,8 @@ func (m *Manager) identity(ctx context.Context, id string) (*Identity, error) {
 			return last, nil
 		}
 		// Last wins: the page's own last descriptor, valid or not, decides.
-		if slices.ContainsFunc(page, func(e store.Event) bool { return e.Type == EventDescriptor }) {
-			last = IdentityDescriptor(page)
+		if slices.ContainsFunc(page, func(e store.Event) bool { return e.Type == sessionlog.EventDescriptor }) {
+			last = sessionlog.IdentityDescriptor(page)
 		}
 		after = page[len(page)-1].Seq
 	}

@@ -23,7 +23,7 @@ func addChild(t *testing.T, e *contEnv, id, parent, origin string, min int, hdr 
 		t.Fatal(err)
 	}
 	for _, d := range descriptors {
-		if _, err := e.st.AppendEvents(t.Context(), id, store.NewEvent{Type: EventDescriptor, Data: json.RawMessage(d)}); err != nil {
+		if _, err := e.st.AppendEvents(t.Context(), id, store.NewEvent{Type: sessionlog.EventDescriptor, Data: json.RawMessage(d)}); err != nil {
 			t.Fatal(err)
 		}
 	}

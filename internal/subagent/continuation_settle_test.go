@@ -45,7 +45,7 @@ func TestActivation_R69_EpochStopReason(t *testing.T) {
 		{"work dropped unrun, no turn", []store.Event{dropped}, StopAborted},
 		{"a failure outranks a later cancellation", append(turn("error"), dropped), StopError},
 	} {
-		if got := EpochStopReason(tc.events); got != tc.want {
+		if got := EpochStopReason(sessionlog.OutcomeOf(tc.events)); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}
@@ -215,7 +215,7 @@ func TestRecover_R130_AcceptedMessageIsDeliveredAfterARestart(t *testing.T) {
 	if got := userTexts(t, evs); !slices.Equal(got, []string{"one", "accepted before the crash", "three"}) {
 		t.Errorf("user messages %v", got)
 	}
-	if n := countType(evs, EventDescriptor); n != 1 {
+	if n := countType(evs, sessionlog.EventDescriptor); n != 1 {
 		t.Errorf("%d descriptors", n)
 	}
 }

@@ -73,7 +73,7 @@ func TestContinuable_R56_CreationLogAndDescriptorBeforeFirstTurn(t *testing.T) {
 
 	evs := e.log(t, "kid")
 	want := []string{sessionlog.EventTurnStart, sessionlog.EventUserMessage, sessionlog.EventTurnEnd, sessionlog.EventEndSeed,
-		EventDescriptor, sessionlog.EventEndSeed, sessionlog.EventApprovalPolicy, sessionlog.EventInboxSpliced, sessionlog.EventTurnStart}
+		sessionlog.EventDescriptor, sessionlog.EventEndSeed, sessionlog.EventApprovalPolicy, sessionlog.EventInboxSpliced, sessionlog.EventTurnStart}
 	var got []string
 	for _, ev := range evs[:len(want)] {
 		got = append(got, ev.Type)
@@ -118,7 +118,7 @@ func TestContinuable_R56_UndeclaredFieldsOmitted(t *testing.T) {
 	res := e.start(t, req)
 	e.ended(t, res.TaskID)
 	d := e.log(t, res.ChildID)[0]
-	if d.Type != EventDescriptor || string(d.Data) != `{"version":2,"mode":"continuable","provider":"spawn","label":"task","toolFilter":{"deny":["shell"]}}` {
+	if d.Type != sessionlog.EventDescriptor || string(d.Data) != `{"version":2,"mode":"continuable","provider":"spawn","label":"task","toolFilter":{"deny":["shell"]}}` {
 		t.Errorf("first event %s %s", d.Type, d.Data)
 	}
 }

@@ -62,28 +62,6 @@ func RowMessage(row store.InboxMessage) (sessionlog.UserMessage, error) {
 	return msg, nil
 }
 
-// LoggedMessages returns the ids of the user/messages in events: the
-// messages a log holds, whose inbox rows are delivered. A history/snapshot
-// counts the ones it lists (SnapshotData.Logged): a log read from its
-// newest snapshot on still shows those a crash may have left unacknowledged.
-func LoggedMessages(events []store.Event) map[string]bool {
-	ids := map[string]bool{}
-	for _, e := range events {
-		switch e.Type {
-		case sessionlog.EventUserMessage:
-			var msg sessionlog.UserMessage
-			if json.Unmarshal(e.Data, &msg) == nil && msg.ID != "" {
-				ids[msg.ID] = true
-			}
-		case sessionlog.EventSnapshot:
-			for _, id := range sessionlog.SnapshotLogged(e) {
-				ids[id] = true
-			}
-		}
-	}
-	return ids
-}
-
 // RecoverInboxes calls recover, at start-up, for the header of every
 // session of any tenant that has undelivered inbox rows, oldest message
 // first, with ctx scoped to the session's tenant and without cancellation.

@@ -33,114 +33,19 @@ func chunk(kind, text string) sessionlog.ChunkData {
 	return sessionlog.ChunkData{Turn: 1, Step: 1, Chunk: sessionlog.Chunk{Type: kind, Text: text}}
 }
 
-var toolCall = model.Block{Type: "tool-call", Raw: json.RawMessage(`{"type":"tool-call","callId":"c","name":"read","arguments":"{}"}`)}
-
-func TestSelectOutput(t *testing.T) {
-	t.Parallel()
-	text := string(model.ChunkText)
-	tests := []struct {
-		name string
-		log  []store.Event
-		want string // JSON of the selected blocks
-	}{
-		{"nothing", nil, `[]`},
-		{"last non-empty message wins",
-			logOf(sessionlog.EventAssistantMessage, message(model.TextBlock("first")), sessionlog.EventAssistantMessage, message(model.TextBlock("second"))),
-			`[{"type":"text","text":"second"}]`},
-		{"empty usage-only message is ignored (§8.3)",
-			logOf(sessionlog.EventAssistantMessage, message(model.TextBlock("answer")), sessionlog.EventAssistantMessage, message()),
-			`[{"type":"text","text":"answer"}]`},
-		{"textless message still counts",
-			logOf(sessionlog.EventAssistantChunk, chunk(text, "streamed"), sessionlog.EventAssistantMessage, message(toolCall)),
-			`[{"type":"tool-call","callId":"c","name":"read","arguments":"{}"}]`},
-		{"message beats later streamed text",
-			logOf(sessionlog.EventAssistantMessage, message(model.TextBlock("complete")), sessionlog.EventAssistantChunk, chunk(text, "partial")),
-			`[{"type":"text","text":"complete"}]`},
-		{"text deltas joined when no message",
-			logOf(sessionlog.EventAssistantChunk, chunk(text, "hel"), sessionlog.EventAssistantChunk, chunk("reasoning-delta", "hmm"),
-				sessionlog.EventToolResult, sessionlog.ToolResultData{CallID: "c", Content: []model.Block{model.TextBlock("tool")}},
-				sessionlog.EventAssistantChunk, chunk(text, "lo"), sessionlog.EventAssistantMessage, message()),
-			`[{"type":"text","text":"hello"}]`},
-		{"reasoning only streamed is no output",
-			logOf(sessionlog.EventAssistantChunk, chunk("reasoning-delta", "hmm")),
-			`[]`},
-	}
-	for _, tt := range tests {
-		got, err := json.Marshal(SelectOutput(tt.log))
-		if err != nil || string(got) != tt.want {
-			t.Errorf("%s: got %s, want %s", tt.name, got, tt.want)
-		}
-	}
-}
-
 func turnStart(n int) sessionlog.TurnData { return sessionlog.TurnData{Turn: n} }
 func step(n int) sessionlog.StepData      { return sessionlog.StepData{Turn: n, Step: 1} }
 func turnEnd(n int, kind string) sessionlog.TurnEndData {
 	return sessionlog.TurnEndData{Turn: n, Reason: sessionlog.TurnReason{Kind: kind}}
 }
 
-var (
-	claim       = sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, RemovedCount: 1, Inserted: []sessionlog.UserMessage{}}
-	insert      = sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, Inserted: []sessionlog.UserMessage{{ID: "m"}}}
-	cancelUnrun = sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, RemovedCount: 1, Inserted: []sessionlog.UserMessage{}, Outcome: sessionlog.OutcomeCanceled}
-)
-
-func TestFoldConsumedWork(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name    string
-		log     []store.Event
-		endTurn int // 0 = no accounting turn
-		kind    string
-		dropped bool
-	}{
-		{"empty", nil, 0, "", false},
-		{"stepped turn accounts",
-			logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventStepStart, step(1), sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonCompleted)),
-			1, sessionlog.ReasonCompleted, false},
-		{"completed no-step turn does not account",
-			logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventStepStart, step(1), sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonMaxTokens),
-				sessionlog.EventTurnStart, turnStart(2), sessionlog.EventInboxSpliced, claim, sessionlog.EventTurnEnd, turnEnd(2, sessionlog.ReasonCompleted)),
-			1, sessionlog.ReasonMaxTokens, false},
-		{"claimed blocked turn accounts",
-			logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventInboxSpliced, claim, sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonBlocked)),
-			1, sessionlog.ReasonBlocked, false},
-		{"unclaimed aborted no-step turn does not account",
-			logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonAborted)),
-			0, "", false},
-		{"canceled claim does not count as claimed",
-			logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventInboxSpliced, cancelUnrun, sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonAborted)),
-			0, "", true},
-		{"work dropped after the accounting turn",
-			logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventStepStart, step(1), sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonCompleted),
-				sessionlog.EventInboxSpliced, insert, sessionlog.EventInboxSpliced, cancelUnrun),
-			1, sessionlog.ReasonCompleted, true},
-		{"a later accounting turn resets dropped",
-			logOf(sessionlog.EventInboxSpliced, cancelUnrun, sessionlog.EventTurnStart, turnStart(1), sessionlog.EventStepStart, step(1), sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonError)),
-			1, sessionlog.ReasonError, false},
-		{"canceled with replacement is not dropped",
-			logOf(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{Target: sessionlog.TargetNextStep, Inserted: []sessionlog.UserMessage{{ID: "x"}}, Outcome: sessionlog.OutcomeCanceled}),
-			0, "", false},
-	}
-	for _, tt := range tests {
-		end, dropped := FoldConsumedWork(tt.log)
-		switch {
-		case tt.endTurn == 0 && end != nil:
-			t.Errorf("%s: end = %+v, want none", tt.name, end)
-		case tt.endTurn != 0 && (end == nil || end.Turn != tt.endTurn || end.Reason.Kind != tt.kind):
-			t.Errorf("%s: end = %+v, want turn %d %s", tt.name, end, tt.endTurn, tt.kind)
-		}
-		if dropped != tt.dropped {
-			t.Errorf("%s: droppedUnrun = %v", tt.name, dropped)
-		}
-	}
-}
-
 func TestOneShotStopReason(t *testing.T) {
 	t.Parallel()
-	end := func(kind string) *TurnEnd { return &TurnEnd{Reason: sessionlog.TurnReason{Kind: kind}} }
+	end := func(kind string) *sessionlog.TurnEnd {
+		return &sessionlog.TurnEnd{Reason: sessionlog.TurnReason{Kind: kind}}
+	}
 	tests := []struct {
-		end       *TurnEnd
+		end       *sessionlog.TurnEnd
 		cancelled bool
 		want      string
 	}{
@@ -165,7 +70,7 @@ func TestOneShotStopReason(t *testing.T) {
 
 func TestOneShotStopReason_R25_CompletedStaysCompleted(t *testing.T) {
 	t.Parallel()
-	done := &TurnEnd{Reason: sessionlog.TurnReason{Kind: sessionlog.ReasonCompleted}}
+	done := &sessionlog.TurnEnd{Reason: sessionlog.TurnReason{Kind: sessionlog.ReasonCompleted}}
 	if got := OneShotStopReason(done, true); got != StopCompleted {
 		t.Errorf("a finished turn cancelled afterwards = %s, want completed", got)
 	}
@@ -199,7 +104,7 @@ func TestOneShotResult(t *testing.T) {
 		{"nothing ran", nil, false, false, nil, Result{Output: []model.Block{}, StopReason: StopError}},
 	}
 	for _, tt := range tests {
-		got := OneShotResult(tt.log, tt.cancelled, tt.want, tt.structured)
+		got := OneShotResult(sessionlog.OutcomeOf(tt.log), tt.cancelled, tt.want, tt.structured)
 		for i := range got.Output {
 			got.Output[i].Raw = nil
 		}

@@ -55,13 +55,6 @@ type AgentOptions struct {
 	SubagentDepth *int
 }
 
-// ToolFilter scopes the global tools a child sees (seam-spec §1.6). A nil
-// slice is an absent list; a non-nil empty Allow hides every global tool.
-type ToolFilter struct {
-	Allow []string
-	Deny  []string
-}
-
 // Parent is the delegating agent as providers see it: its durable header and
 // its live route options.
 type Parent struct {

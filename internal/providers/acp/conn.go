@@ -12,6 +12,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 
 	"github.com/subagentd/subagentd/internal/config"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -325,12 +326,12 @@ func choose(policy string, options []sdk.PermissionOption) *sdk.PermissionOption
 // selects an allow option, "reject" a reject option; with no fitting
 // option, or when cancelled, the outcome is "cancelled". It returns the
 // answer and its acp/permission record for turn.
-func (p *Provider) decide(req sdk.RequestPermissionRequest, cancelled bool, turn int) (sdk.RequestPermissionResponse, PermissionData) {
+func (p *Provider) decide(req sdk.RequestPermissionRequest, cancelled bool, turn int) (sdk.RequestPermissionResponse, sessionlog.ACPPermissionData) {
 	var chosen *sdk.PermissionOption
 	if !cancelled {
 		chosen = choose(p.cfg.Permission, req.Options)
 	}
-	d := PermissionData{Turn: turn, ToolCallID: string(req.ToolCall.ToolCallId), Outcome: "cancelled"}
+	d := sessionlog.ACPPermissionData{Turn: turn, ToolCallID: string(req.ToolCall.ToolCallId), Outcome: "cancelled"}
 	if req.ToolCall.Title != nil {
 		d.Title = *req.ToolCall.Title
 	}

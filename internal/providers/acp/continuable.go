@@ -112,8 +112,9 @@ type resident struct {
 	mu      sync.Mutex
 	live    *live // nil once closed
 	session sdk.SessionId
-	events  []store.Event // the child log as loaded and written
-	turn    int           // the last turn number in the log
+	events  []store.Event           // the child log as loaded and written
+	fold    *sessionlog.OutcomeFold // of the events written since Track
+	turn    int                     // the last turn number in the log
 	queue   []sessionlog.UserMessage
 	running bool          // a turn runs or is about to
 	idle    chan struct{} // closed while no turn runs
@@ -157,7 +158,7 @@ func (r *resident) create(ctx context.Context, createChild func(context.Context)
 		err = r.load(ctx)
 	}
 	if err == nil {
-		err = r.appendLocked(typed{EventSession, SessionData{SessionID: string(session)}})
+		err = r.appendLocked(typed{sessionlog.EventACPSession, sessionlog.ACPSessionData{SessionID: string(session)}})
 	}
 	if err != nil {
 		l.discard()
@@ -186,8 +187,8 @@ func (r *resident) load(ctx context.Context) error {
 	open := 0
 	for _, e := range evs {
 		switch e.Type {
-		case EventSession:
-			var d SessionData
+		case sessionlog.EventACPSession:
+			var d sessionlog.ACPSessionData
 			if json.Unmarshal(e.Data, &d) == nil {
 				r.session = sdk.SessionId(d.SessionID)
 			}
@@ -255,7 +256,7 @@ func resumable(caps sdk.AgentCapabilities) bool {
 // appendLocked writes evs to the child log and to r.events; call it with
 // mu held, or before r is shared.
 func (r *resident) appendLocked(evs ...typed) error {
-	batch, err := encode(evs...)
+	batch, entries, err := encode(evs...)
 	if err != nil {
 		return err
 	}
@@ -264,6 +265,11 @@ func (r *resident) appendLocked(evs ...typed) error {
 		return fmt.Errorf("write log of ACP child %s: %w", r.key.id, err)
 	}
 	r.events = append(r.events, stored...)
+	if r.fold != nil {
+		for i, e := range stored {
+			r.fold.Fold(e, entries[i].Payload)
+		}
+	}
 	return nil
 }
 
@@ -320,7 +326,7 @@ func (r *resident) drive() {
 func (r *resident) runTurn() bool {
 	r.mu.Lock()
 	t, l, session := r.cur, r.live, r.session
-	content := lastUserMessage(r.events)
+	content := sessionlog.LastTask(r.events)
 	t.prompting = true
 	r.mu.Unlock()
 	o := r.prompt(l, session, t, content)
@@ -349,18 +355,6 @@ func (r *resident) runTurn() bool {
 	r.running = false
 	close(r.idle)
 	return false
-}
-
-// lastUserMessage is the content of the last user/message in evs: the
-// prompt of the turn just opened.
-func lastUserMessage(evs []store.Event) []model.Block {
-	for i := len(evs) - 1; i >= 0; i-- {
-		var m sessionlog.UserMessage
-		if evs[i].Type == sessionlog.EventUserMessage && json.Unmarshal(evs[i].Data, &m) == nil {
-			return m.Content
-		}
-	}
-	return nil
 }
 
 // prompt runs turn t's prompt and says how the turn ended. A cancelled turn
@@ -472,8 +466,8 @@ func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.Reque
 	}
 	resp, d := r.p.decide(req, cancelled, n)
 	if t != nil {
-		if err := r.appendLocked(typed{EventPermission, d}); err != nil {
-			r.log.Warn("cannot write the ACP child log", slog.String("event", EventPermission), slog.Any("error", err))
+		if err := r.appendLocked(typed{sessionlog.EventACPPermission, d}); err != nil {
+			r.log.Warn("cannot write the ACP child log", slog.String("event", sessionlog.EventACPPermission), slog.Any("error", err))
 		}
 	}
 	return resp
@@ -542,6 +536,24 @@ func (r *resident) Events() []store.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.events)
+}
+
+// Track starts the outcome fold of the events written from now on,
+// replacing one started earlier.
+func (r *resident) Track() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fold = &sessionlog.OutcomeFold{}
+}
+
+// Outcome returns the outcome of the events written since Track.
+func (r *resident) Outcome() sessionlog.Outcome {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fold == nil {
+		return (&sessionlog.OutcomeFold{}).Outcome()
+	}
+	return r.fold.Outcome()
 }
 
 // Close cancels the running turn, waits for it to end and leaves the

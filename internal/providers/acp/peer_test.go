@@ -12,6 +12,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -44,13 +45,13 @@ func TestPeer_TypeScriptExampleAgent_PermissionPolicy(t *testing.T) {
 				!strings.Contains(text, tt.says) {
 				t.Fatalf("result %+v, want completed text ending with %q", res, tt.says)
 			}
-			var permission PermissionData
+			var permission sessionlog.ACPPermissionData
 			toolCalls := 0
 			for _, e := range events(t, b.store, r.ChildID()) {
 				switch e.Type {
-				case EventToolCall:
+				case sessionlog.EventACPToolCall:
 					toolCalls++
-				case EventPermission:
+				case sessionlog.EventACPPermission:
 					if err := json.Unmarshal(e.Data, &permission); err != nil {
 						t.Fatal(err)
 					}

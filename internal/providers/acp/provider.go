@@ -269,10 +269,10 @@ func (r *run) openLog(sess store.Session, prompt []model.Block, descriptor json.
 	if err := r.p.store.CreateSession(r.logCtx, sess); err != nil {
 		return fmt.Errorf("create child session: %w", err)
 	}
-	batch, err := encode(
+	batch, _, err := encode(
 		typed{sessionlog.EventTurnStart, sessionlog.TurnData{Turn: turn}},
 		typed{sessionlog.EventUserMessage, sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: sessionlog.Source{Kind: "user"}}},
-		typed{subagent.EventDescriptor, descriptor},
+		typed{sessionlog.EventDescriptor, descriptor},
 		typed{sessionlog.EventStepStart, sessionlog.StepData{Turn: turn, Step: step}},
 	)
 	if err != nil {

@@ -77,9 +77,9 @@ func TestStart_R12_PublishesAfterHandshakeAndStreamsIntoChildLog(t *testing.T) {
 		types = append(types, e.Type)
 	}
 	wantTypes := []string{
-		sessionlog.EventTurnStart, sessionlog.EventUserMessage, subagent.EventDescriptor, sessionlog.EventStepStart,
+		sessionlog.EventTurnStart, sessionlog.EventUserMessage, sessionlog.EventDescriptor, sessionlog.EventStepStart,
 		sessionlog.EventAssistantChunk, // the thought, as reasoning
-		EventToolCall, EventToolCallUpdate, EventPlan,
+		sessionlog.EventACPToolCall, sessionlog.EventACPToolCallUpdate, sessionlog.EventACPPlan,
 		sessionlog.EventAssistantChunk, sessionlog.EventAssistantChunk,
 		sessionlog.EventAssistantMessage, sessionlog.EventStepEnd, sessionlog.EventTurnEnd,
 	}
@@ -102,7 +102,7 @@ func TestStart_R12_PublishesAfterHandshakeAndStreamsIntoChildLog(t *testing.T) {
 			t.Errorf("event %d (%s) = %s\nwant %s", i, evs[i].Type, got, want)
 		}
 	}
-	if got := subagent.SelectOutput(evs); len(got) != 1 || model.Text(got) != model.Text(res.Output) {
+	if got := sessionlog.OutcomeOf(evs).Output; len(got) != 1 || model.Text(got) != model.Text(res.Output) {
 		t.Errorf("the log selects output %+v, the result holds %+v", got, res.Output)
 	}
 }
@@ -334,7 +334,7 @@ func TestRun_PermissionPolicy(t *testing.T) {
 			}
 			var got []string
 			for _, e := range events(t, b.store, r.ChildID()) {
-				if e.Type == EventPermission {
+				if e.Type == sessionlog.EventACPPermission {
 					got = append(got, compact(t, e.Data))
 				}
 			}

@@ -313,7 +313,7 @@ func (r *run) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPer
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.settled {
-		r.appendLocked(EventPermission, d)
+		r.appendLocked(sessionlog.EventACPPermission, d)
 	}
 	return resp
 }

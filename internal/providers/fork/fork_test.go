@@ -245,7 +245,7 @@ func TestFork_R41_SeedCopiedVerbatimAndTurnsContinue(t *testing.T) {
 	if len(starts) != 1 || inprocesstest.Decode[sessionlog.TurnData](t, starts[0]).Turn != 3 {
 		t.Errorf("child's own turns %v, want one turn numbered 3", starts)
 	}
-	if id, found, err := subagent.ResumeDescriptor(inprocesstest.Ctx(t), h.Store, hdr); err != nil || !found || id.Mode != subagent.ModeOneShot {
+	if id, found, err := sessionlog.ResumeDescriptor(inprocesstest.Ctx(t), h.Store, hdr); err != nil || !found || id.Mode != subagent.ModeOneShot {
 		t.Errorf("own-suffix descriptor %+v found=%v err=%v", id, found, err)
 	}
 }

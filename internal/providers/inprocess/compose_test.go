@@ -335,11 +335,11 @@ func TestCompose_DescriptorInsideFirstTurn(t *testing.T) {
 	log := h.Log(t, run.ChildID())
 	types := inprocesstest.Types(log)
 	want := []string{sessionlog.EventApprovalPolicy, sessionlog.EventInboxSpliced, sessionlog.EventTurnStart, sessionlog.EventInboxSpliced,
-		sessionlog.EventUserMessage, subagent.EventDescriptor, sessionlog.EventStepStart}
+		sessionlog.EventUserMessage, sessionlog.EventDescriptor, sessionlog.EventStepStart}
 	if len(types) < len(want) || !slices.Equal(types[:len(want)], want) {
 		t.Fatalf("child log %v, want it to start %v", types, want)
 	}
-	id := subagent.IdentityDescriptor(log)
+	id := sessionlog.IdentityDescriptor(log)
 	if id == nil || id.Mode != subagent.ModeOneShot || id.Provider != spawn.Name || id.Label != "scan" {
 		t.Errorf("identity %+v", id)
 	}

@@ -242,7 +242,7 @@ func TestContinuable_R82_R88_StartedFollowupResumesFromTheLogOnly(t *testing.T) 
 			t.Fatalf("event %d changed", i)
 		}
 	}
-	if n := len(inprocesstest.OfType(after, subagent.EventDescriptor)); n != 1 {
+	if n := len(inprocesstest.OfType(after, sessionlog.EventDescriptor)); n != 1 {
 		t.Errorf("%d descriptors", n)
 	}
 	if n := len(inprocesstest.OfType(after, sessionlog.EventApprovalPolicy)); n != 1 {
@@ -294,7 +294,7 @@ func TestContinuable_R43_R56_ForkSeedBeforeDescriptorAndResumeNeverReforks(t *te
 	w.inactive(t, res.ChildID)
 	log := w.h.Log(t, res.ChildID)
 	want := []string{sessionlog.EventTurnStart, sessionlog.EventUserMessage, sessionlog.EventStepStart, sessionlog.EventAssistantMessage,
-		sessionlog.EventStepEnd, sessionlog.EventTurnEnd, sessionlog.EventEndSeed, subagent.EventDescriptor, sessionlog.EventEndSeed, sessionlog.EventApprovalPolicy}
+		sessionlog.EventStepEnd, sessionlog.EventTurnEnd, sessionlog.EventEndSeed, sessionlog.EventDescriptor, sessionlog.EventEndSeed, sessionlog.EventApprovalPolicy}
 	if got := inprocesstest.Types(log)[:len(want)]; !slices.Equal(got, want) {
 		t.Fatalf("child log %v", got)
 	}

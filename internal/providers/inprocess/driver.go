@@ -225,7 +225,7 @@ func (d *Driver) compose(req subagent.ResolvedRequest) (child, error) {
 		// The one-shot descriptor goes inside the first turn, right before
 		// the first model step (seam-spec §3.4).
 		BeforeFirstStep: func() []store.NewEvent {
-			return []store.NewEvent{{Type: subagent.EventDescriptor, Data: descriptor}}
+			return []store.NewEvent{{Type: sessionlog.EventDescriptor, Data: descriptor}}
 		},
 	}
 	return c, nil
@@ -301,8 +301,7 @@ func (d *Driver) create(ctx context.Context, c child) (*agent.Agent, error) {
 	if len(c.seed) > 0 {
 		setup = append(setup, store.NewEvent{Type: sessionlog.EventEndSeed, Data: []byte(`{}`)})
 	}
-	setup = append(setup, store.NewEvent{Type: sessionlog.EventApprovalPolicy,
-		Data: []byte(`{"policy":"never","source":"delegation"}`)})
+	setup = append(setup, sessionlog.DelegationPin())
 	log, err := d.deps.Store.CreateSessionWithEvents(ctx, c.header, setup...)
 	if err != nil {
 		return nil, fmt.Errorf("in-process child: create session: %w", err)

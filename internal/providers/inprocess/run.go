@@ -14,7 +14,8 @@ import (
 )
 
 // run is a published in-process one-shot child: its agent runs the prompt
-// as one turn, and the result is read from the events after the seed. The
+// as one turn, and the result is the outcome of the events it appends after
+// the seed, folded as they are appended. The
 // agent is closed and dropped once the result has settled: a settled run
 // keeps only its result until it is disposed.
 type run struct {
@@ -22,10 +23,7 @@ type run struct {
 	base    context.Context // the tenant of the start, without its cancellation
 	log     *slog.Logger
 	prompt  []model.Block
-	// boundary is the seed length: result selection reads only the
-	// child's own events (R42).
-	boundary int
-	schema   bool
+	schema  bool
 
 	mu        sync.Mutex
 	cancelled bool
@@ -45,13 +43,15 @@ var (
 )
 
 func newRun(base context.Context, a *agent.Agent, c child, log *slog.Logger) *run {
+	// Result selection reads only the child's own events (R42): those the
+	// agent appends from now on, after the seed and the setup events.
+	a.Track()
 	return &run{
 		childID:  a.ID(),
 		agent:    a,
 		base:     base,
 		log:      log,
 		prompt:   c.prompt,
-		boundary: len(c.seed),
 		schema:   c.schema,
 		done:     make(chan struct{}),
 		disposed: make(chan struct{}),
@@ -69,8 +69,8 @@ func (r *run) begin() error {
 	return nil
 }
 
-// settle waits until the child is idle, then reads the result from its own
-// events (seam-spec §4.1 step 8). Child failures are stop reasons, never
+// settle waits until the child is idle, then takes the result from the
+// outcome of its own events (seam-spec §4.1 step 8). Child failures are stop reasons, never
 // errors (R27).
 func (r *run) settle() {
 	defer close(r.done)
@@ -81,7 +81,7 @@ func (r *run) settle() {
 	cancelled := r.cancelled
 	r.mu.Unlock()
 	structured, _ := a.Structured() // nil without a committed capture
-	r.result = subagent.OneShotResult(a.EventsFrom(r.boundary), cancelled, r.schema, structured)
+	r.result = subagent.OneShotResult(a.Outcome(), cancelled, r.schema, structured)
 	// Nothing drives a one-shot child after its turn: release the agent
 	// (its history mirror, model client and goroutine) now, not at dispose.
 	r.mu.Lock()

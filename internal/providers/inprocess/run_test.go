@@ -193,7 +193,7 @@ func TestRun_R28_R29_DisposeIsIdempotentAndQuiescent(t *testing.T) {
 	if len(kids) != 1 || kids[0].ID != run.ChildID() {
 		t.Fatalf("children after dispose %+v", kids)
 	}
-	if id := subagent.IdentityDescriptor(log); id == nil || id.Mode != subagent.ModeOneShot {
+	if id := sessionlog.IdentityDescriptor(log); id == nil || id.Mode != subagent.ModeOneShot {
 		t.Errorf("identity after dispose %+v", id)
 	}
 	if err := run.Dispose(inprocesstest.Ctx(t)); err != nil {

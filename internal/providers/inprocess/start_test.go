@@ -142,7 +142,7 @@ func TestStart_R22_AbortDuringSetupRollsBack(t *testing.T) {
 	// The append-only store keeps the created session, but it never got
 	// its prompt, a turn or a descriptor.
 	for _, kid := range h.Children(t, h.Parent.Session.ID) {
-		for _, typ := range []string{sessionlog.EventInboxSpliced, sessionlog.EventTurnStart, subagent.EventDescriptor} {
+		for _, typ := range []string{sessionlog.EventInboxSpliced, sessionlog.EventTurnStart, sessionlog.EventDescriptor} {
 			if n := len(inprocesstest.OfType(h.Log(t, kid.ID), typ)); n != 0 {
 				t.Errorf("rolled-back child has %d %s events", n, typ)
 			}
