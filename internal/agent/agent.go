@@ -75,6 +75,11 @@ type Config struct {
 	// there (the one-shot descriptor hook, seam-spec §3.4).
 	BeforeFirstStep func() []store.NewEvent
 
+	// SnapshotEvery is how many events a turn's end must leave after the
+	// newest history/snapshot for the agent to write a new one (see
+	// snapshotLocked); 0 means 256, a negative value never.
+	SnapshotEvery int
+
 	// Created, when set, is the session as its creator just stored it
 	// (CreateSessionWithEvents), Header and whole Log: New then reads
 	// neither back from the store, so a new child costs no read.
@@ -103,7 +108,9 @@ type Agent struct {
 	// log writes must succeed even while a turn is being cancelled.
 	base context.Context
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// events is the log from the newest history/snapshot on, as loaded
+	// (all of it when it has none, or when created), and all since.
 	events []store.Event
 	// history is the model-history fold of events, fed as they are
 	// loaded and appended: a step reads it without going back to the log.
@@ -121,6 +128,13 @@ type Agent struct {
 	cur      *turnRun      // the open turn, nil between turns
 	hookDone bool
 	capture  capture
+	// snap is the index in events of the newest history/snapshot, -1 when
+	// none; snapSize is its size in bytes.
+	snap, snapSize int
+	// logged are the ids of the user/messages of events[:loggedTo], the
+	// Logged of the next snapshot.
+	logged   []string
+	loggedTo int
 	wg       sync.WaitGroup
 }
 
@@ -168,6 +182,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		base:     context.WithoutCancel(ctx),
 		idle:     make(chan struct{}),
 		received: map[string]bool{},
+		snap:     -1,
 	}
 	close(a.idle)
 	if f := cfg.Filter; f != nil {
@@ -320,25 +335,9 @@ func event(typ string, data any) sessionlog.Entry {
 	return e
 }
 
-// load reads the whole log and replays it.
-func (a *Agent) load(ctx context.Context, seedLength int) error {
-	for after := int64(-1); ; {
-		page, err := a.store.Events(ctx, a.id, after, 1000)
-		if err != nil {
-			return fmt.Errorf("load log: %w", err)
-		}
-		if len(page) == 0 {
-			break
-		}
-		a.events = append(a.events, page...)
-		after = page[len(page)-1].Seq
-	}
-	return a.replay(seedLength)
-}
-
 // replay restores the agent's state from the log in a.events: turn
 // numbering, the inbox (from seedLength), a committed capture, and repairs
-// a crashed turn.
+// a crashed turn. A history/snapshot stands for the events before it.
 func (a *Agent) replay(seedLength int) error {
 	a.history.Add(a.events...)
 	openTurn := 0 // a turn without turn/end
@@ -364,7 +363,7 @@ func (a *Agent) replay(seedLength int) error {
 			openStep = nil
 		case sessionlog.EventInboxSpliced:
 			var d sessionlog.InboxSplicedData
-			if i < seedLength || json.Unmarshal(ev.Data, &d) != nil {
+			if ev.Seq < int64(seedLength) || json.Unmarshal(ev.Data, &d) != nil {
 				continue
 			}
 			if d.Target == sessionlog.TargetNextStep {
@@ -380,6 +379,28 @@ func (a *Agent) replay(seedLength int) error {
 			for _, m := range d.Inserted {
 				a.received[m.ID] = true
 			}
+		case sessionlog.EventSnapshot:
+			d, err := sessionlog.DecodeSnapshot(ev)
+			if err != nil {
+				continue
+			}
+			// Written at a turn's end, with no steer pending.
+			a.snap, a.snapSize = i, len(ev.Data)
+			a.turn, openTurn, openStep, steerQueue = max(a.turn, d.Turn), 0, nil, nil
+			if ev.Seq < int64(seedLength) {
+				continue // a fork parent's: its inbox and capture are not this agent's
+			}
+			a.queue = slices.Clone(d.Queue)
+			a.received = map[string]bool{}
+			for _, m := range d.Queue {
+				a.received[m.ID] = true
+			}
+			for _, id := range d.Logged {
+				a.received[id] = true
+			}
+			if d.Structured != nil && a.cfg.OutputSchema != nil {
+				a.capture = capture{staged: true, committed: true, value: d.Structured}
+			}
 		case sessionlog.EventToolCall:
 			var d sessionlog.ToolCallData
 			if json.Unmarshal(ev.Data, &d) == nil && d.Name == StructuredOutputTool {
@@ -389,7 +410,7 @@ func (a *Agent) replay(seedLength int) error {
 			var d sessionlog.ToolResultData
 			// Only the agent's own suffix counts: a fork seed may hold the
 			// parent's capture, which is not this agent's answer.
-			if i >= seedLength && json.Unmarshal(ev.Data, &d) == nil && d.Name == StructuredOutputTool && !d.IsError && a.cfg.OutputSchema != nil {
+			if ev.Seq >= int64(seedLength) && json.Unmarshal(ev.Data, &d) == nil && d.Name == StructuredOutputTool && !d.IsError && a.cfg.OutputSchema != nil {
 				if args, ok := calls[d.CallID]; ok {
 					a.capture = capture{staged: true, committed: true, value: json.RawMessage(args)}
 				}
@@ -397,6 +418,7 @@ func (a *Agent) replay(seedLength int) error {
 		}
 	}
 	a.parked = len(a.queue) > 0
+	a.loggedTo = a.snap + 1
 	var repair []sessionlog.Entry
 	if openStep != nil {
 		repair = append(repair, event(sessionlog.EventStepEnd, *openStep))

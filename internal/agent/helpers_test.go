@@ -94,6 +94,23 @@ func (s *fakeStore) Events(_ context.Context, id string, after int64, limit int)
 	return slices.Clone(log[start:end]), nil
 }
 
+// LogTail serves the log from its newest history/snapshot on.
+func (s *fakeStore) LogTail(_ context.Context, id string, limit int) ([]store.Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.sessions[id]; !ok {
+		return nil, store.ErrNotFound
+	}
+	log := s.logs[id]
+	start := 0
+	for i, e := range log {
+		if e.Type == store.SnapshotEvent {
+			start = i
+		}
+	}
+	return slices.Clone(log[start:min(start+limit, len(log))]), nil
+}
+
 func (s *fakeStore) setFail(v bool) {
 	s.mu.Lock()
 	s.failAppend = v

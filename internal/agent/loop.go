@@ -119,6 +119,9 @@ func (a *Agent) conclude(t *turnRun, reason sessionlog.TurnReason, stepEnd []ses
 	t.cancel()
 	a.cur = nil
 	a.rejectSteersLocked("turn ended")
+	if err == nil {
+		a.snapshotLocked()
+	}
 	if reason.Kind == sessionlog.ReasonError {
 		a.log.Warn("turn failed", "turn", t.n, "message", reason.Message)
 	}

@@ -55,3 +55,37 @@ func TestMemstore_TurnsAndColdResumeOnTheRealStore(t *testing.T) {
 		t.Error("the session is visible to another tenant")
 	}
 }
+
+// TestMemstore_ColdResumeReadsFromTheSnapshot: over the real in-memory
+// Store, a new agent loads the log from the newest snapshot on.
+func TestMemstore_ColdResumeReadsFromTheSnapshot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := memstore.New()
+	if err := st.CreateSession(ctx, store.Session{ID: "root"}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := New(ctx, Config{ID: "root", Store: st, Logger: testLogger(t), Model: echo.New(), SnapshotEvery: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	followup(t, first, "one")
+	waitIdle(t, first)
+	if err := first.Close(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	second, err := New(ctx, Config{ID: "root", Store: st, Logger: testLogger(t), Model: echo.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = second.Close(testCtx(t)) })
+	evs := second.Events()
+	if len(evs) != 1 || evs[0].Type != sessionlog.EventSnapshot || evs[0].Seq != int64(len(first.Events())-1) {
+		t.Fatalf("loaded %v, want only the snapshot that ends the log", types(evs))
+	}
+	followup(t, second, "two")
+	waitIdle(t, second)
+	if got := userTexts(t, second.Events()); !slices.Equal(got, []string{"two"}) {
+		t.Errorf("second agent logged %v", got)
+	}
+}

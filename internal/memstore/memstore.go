@@ -83,6 +83,9 @@ type session struct {
 	tenant string
 	hdr    store.Session
 	events []store.Event // events[i].Seq == i
+	// snapshot is the seq of the newest store.SnapshotEvent, -1 when the
+	// log has none: LogTail starts there.
+	snapshot int64
 }
 
 type run struct {
@@ -143,7 +146,7 @@ func (s *Store) CreateSessionWithEvents(ctx context.Context, hdr store.Session, 
 		s.mu.Unlock()
 		return nil, fmt.Errorf("memstore: create session %q: %w", hdr.ID, store.ErrConflict)
 	}
-	sess := &session{tenant: tenant, hdr: hdr}
+	sess := &session{tenant: tenant, hdr: hdr, snapshot: -1}
 	s.sessions[hdr.ID] = sess
 	s.byTenant[tenant] = insertSorted(s.byTenant[tenant], sess, cmpSession)
 	key := [2]string{tenant, hdr.ParentID}
@@ -240,6 +243,9 @@ func (sess *session) append(evs []store.NewEvent) []store.Event {
 		}
 		stored := store.Event{Seq: int64(len(sess.events)), Type: e.Type, Time: stamp(e.Time), Data: data}
 		sess.events = append(sess.events, stored)
+		if e.Type == store.SnapshotEvent {
+			sess.snapshot = stored.Seq
+		}
 		out[i] = cloneEvent(stored)
 	}
 	return out
@@ -254,6 +260,12 @@ func (s *Store) Events(ctx context.Context, sessionID string, after int64, n int
 	if err != nil {
 		return nil, fmt.Errorf("memstore: read events: %w", err)
 	}
+	return sess.page(after, n), nil
+}
+
+// page returns copies of up to n events with Seq > after. The caller holds
+// s.mu.
+func (sess *session) page(after int64, n int) []store.Event {
 	from := min(max(after+1, 0), int64(len(sess.events)))
 	list := sess.events[from:]
 	list = list[:min(len(list), limit(n))]
@@ -261,7 +273,20 @@ func (s *Store) Events(ctx context.Context, sessionID string, after int64, n int
 	for i, e := range list {
 		out[i] = cloneEvent(e)
 	}
-	return out, nil
+	return out
+}
+
+// LogTail returns up to n events from the newest store.SnapshotEvent on
+// (from the start without one). Returns store.ErrNotFound for an unknown
+// session.
+func (s *Store) LogTail(ctx context.Context, sessionID string, n int) ([]store.Event, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sess, err := s.session(ctx, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("memstore: read log tail: %w", err)
+	}
+	return sess.page(max(sess.snapshot, 0)-1, n), nil
 }
 
 // StartRun stores r as running and appends start, atomically. Returns

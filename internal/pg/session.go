@@ -203,6 +203,29 @@ func (s *Store) Events(ctx context.Context, sessionID string, after int64, n int
 	return out, nil
 }
 
+// LogTail returns up to n events from the newest store.SnapshotEvent on
+// (from the start without one), found through session_events_snapshot_idx.
+// Returns store.ErrNotFound for an unknown session.
+func (s *Store) LogTail(ctx context.Context, sessionID string, n int) (_ []store.Event, err error) {
+	defer wrap(&err, "read log tail of session %q", sessionID)
+	tenant := store.Tenant(ctx)
+	// The type is a literal, not a parameter, so that every plan can use
+	// the partial index.
+	rows, _ := s.pool.Query(ctx, `SELECT seq, type, time, data FROM session_events
+		WHERE tenant = $1 AND session_id = $2 AND seq >= COALESCE((SELECT max(seq) FROM session_events
+			WHERE tenant = $1 AND session_id = $2 AND type = '`+store.SnapshotEvent+`'), 0)
+		ORDER BY seq LIMIT $3`,
+		tenant, sessionID, limit(n))
+	out, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, s.sessionExists(ctx, tenant, sessionID)
+	}
+	return out, nil
+}
+
 // sessionExists returns pgx.ErrNoRows unless the tenant has session id.
 func (s *Store) sessionExists(ctx context.Context, tenant, id string) error {
 	var one int

@@ -35,7 +35,9 @@ const NotRun = "tool call did not run: the turn was interrupted"
 // the surface; everything else is log-only. Empty assistant messages
 // (usage-only records) are skipped, and every assistant tool call gets a
 // tool message, synthesised as an error when none was logged, so the
-// history is always well formed.
+// history is always well formed. A history/snapshot replaces the fold with
+// the one it holds, so that a fold may start at the newest snapshot
+// (store.LogTail) instead of the start of the log.
 //
 // It is incremental: a writer keeps one History across model steps and
 // feeds it only the events appended since, so a step costs the decoding of
@@ -82,6 +84,12 @@ func (h *History) Fold(e store.Event, payload any) {
 		}
 		h.msgs = append(h.msgs, m)
 		h.open = slices.Clone(m.ToolCalls)
+	case EventSnapshot:
+		// The snapshot holds the fold of everything before it: a reader
+		// that started at it and one that folded the log agree.
+		if d, ok := payloadOf[SnapshotData](e, payload); ok && d.Version == SnapshotVersion {
+			h.restore(d)
+		}
 	case EventToolResult:
 		d, ok := payloadOf[ToolResultData](e, payload)
 		if !ok {

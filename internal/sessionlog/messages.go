@@ -7,15 +7,21 @@ import (
 
 // LoggedMessages returns the ids of the user/messages in events: the
 // messages a log holds, whose inbox rows are delivered. Only the ids are
-// decoded, not the content.
+// decoded, not the content. A history/snapshot counts the ones it lists
+// (SnapshotData.Logged): a log read from its newest snapshot on still shows
+// those a crash may have left unacknowledged.
 func LoggedMessages(events []store.Event) map[string]bool {
 	ids := map[string]bool{}
 	for _, e := range events {
-		if e.Type != EventUserMessage {
-			continue
-		}
-		if id := messageIDOf(e, nil); id != "" {
-			ids[id] = true
+		switch e.Type {
+		case EventUserMessage:
+			if id := messageIDOf(e, nil); id != "" {
+				ids[id] = true
+			}
+		case EventSnapshot:
+			for _, id := range SnapshotLogged(e) {
+				ids[id] = true
+			}
 		}
 	}
 	return ids

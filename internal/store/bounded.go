@@ -72,6 +72,10 @@ func (b *bounded) Events(ctx context.Context, sessionID string, after int64, lim
 	return call(b, ctx, func(c context.Context) ([]Event, error) { return b.Store.Events(c, sessionID, after, limit) })
 }
 
+func (b *bounded) LogTail(ctx context.Context, sessionID string, limit int) ([]Event, error) {
+	return call(b, ctx, func(c context.Context) ([]Event, error) { return b.Store.LogTail(c, sessionID, limit) })
+}
+
 func (b *bounded) StartRun(ctx context.Context, r Run, start LifecycleEvent) (LifecycleEvent, error) {
 	return call(b, ctx, func(c context.Context) (LifecycleEvent, error) { return b.Store.StartRun(c, r, start) })
 }

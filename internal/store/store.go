@@ -245,6 +245,13 @@ type Store interface {
 	// after = -1 to read from the start. Returns ErrNotFound for an unknown
 	// session.
 	Events(ctx context.Context, sessionID string, after int64, limit int) ([]Event, error)
+	// LogTail returns up to limit events of the session's log from its
+	// newest SnapshotEvent on, that event first, in seq order — from the
+	// start when the log has none — without reading what precedes it: a
+	// reader that folds the log (a cold resume) starts from the snapshot.
+	// Page on with Events after the last seq. Returns ErrNotFound for an
+	// unknown session.
+	LogTail(ctx context.Context, sessionID string, limit int) ([]Event, error)
 
 	// StartRun stores r (State running) and appends start to the lifecycle
 	// log in one transaction, returning start with its ID. Settlement fields
@@ -319,6 +326,11 @@ type Store interface {
 	// current).
 	Ping(ctx context.Context) error
 }
+
+// SnapshotEvent is the type of the session-log event that folds the
+// history before it (written by the agent, internal/agent). Stores index it
+// for LogTail; to every other reader it is an ordinary event.
+const SnapshotEvent = "history/snapshot"
 
 // LifecycleTopic is the wake-up topic of the lifecycle log.
 const LifecycleTopic = "lifecycle"

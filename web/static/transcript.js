@@ -443,6 +443,8 @@ function summarize(type, d) {
       return `${d.mode || ''} via ${d.provider || '?'}${d.label ? ` — ${d.label}` : ''}`;
     case 'approval/policy':
       return `${d.policy || ''} (${d.source || ''})`;
+    case 'history/snapshot':
+      return `history of ${d.messages?.length ?? 0} message${d.messages?.length === 1 ? '' : 's'} (resume starts here)`;
     case 'agent/inbox/spliced':
       return `${d.outcome || (d.inserted?.length ? `inserted ${d.inserted.length}` : `claimed ${d.removedCount || 0}`)} → ${d.target || ''}`;
     default:

@@ -192,4 +192,59 @@ var eventTests = []test{
 		got[0].Data[2] = 'X'
 		same(t, "stored data", must(s.Events(ctx, "s1", -1, 0))(t)[0].Data, json.RawMessage(`{"k":"v"}`), canonJSON)
 	}},
+	{"LogTail_StartsAtTheNewestSnapshot", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		newSession(t, s, "s1")
+		if got := must(s.LogTail(ctx, "s1", 0))(t); len(got) != 0 {
+			t.Fatalf("LogTail of an empty log = %v, want none", got)
+		}
+		must(s.AppendEvents(ctx, "s1", numbered(5)...))(t)
+		tail := must(s.LogTail(ctx, "s1", 0))(t)
+		checkSeqs(t, "LogTail without a snapshot", tail, 0)
+		if len(tail) != 5 {
+			t.Fatalf("LogTail without a snapshot returned %d events, want the whole log of 5", len(tail))
+		}
+		// Snapshots at seqs 5 and 9, in batches with other events.
+		must(s.AppendEvents(ctx, "s1", ev(store.SnapshotEvent, `{"n":1}`), ev("turn/end", `{"turn":1}`)))(t)
+		must(s.AppendEvents(ctx, "s1", numbered(1)[0], ev("turn/end", `{"turn":2}`), ev(store.SnapshotEvent, `{"n":2}`)))(t)
+		must(s.AppendEvents(ctx, "s1", numbered(3)...))(t)
+		tail = must(s.LogTail(ctx, "s1", 0))(t)
+		checkSeqs(t, "LogTail", tail, 9)
+		if len(tail) != 4 || tail[0].Type != store.SnapshotEvent {
+			t.Fatalf("LogTail = %v, want the snapshot at seq 9 and the 3 events after it", tail)
+		}
+		same(t, "LogTail snapshot data", tail[0].Data, json.RawMessage(`{"n":2}`), canonJSON)
+		sameList(t, "LogTail events after the snapshot", tail[1:], must(s.Events(ctx, "s1", 9, 0))(t), canonEvent)
+		page := must(s.LogTail(ctx, "s1", 2))(t)
+		checkSeqs(t, "LogTail(limit 2)", page, 9)
+		if len(page) != 2 {
+			t.Fatalf("LogTail(limit 2) returned %d events", len(page))
+		}
+		// A snapshot that ends the log is the whole tail.
+		must(s.AppendEvents(ctx, "s1", ev(store.SnapshotEvent, `{"n":3}`)))(t)
+		tail = must(s.LogTail(ctx, "s1", 0))(t)
+		checkSeqs(t, "LogTail ending in a snapshot", tail, 13)
+		if len(tail) != 1 {
+			t.Fatalf("LogTail ending in a snapshot = %v, want only it", tail)
+		}
+	}},
+	{"LogTail_FromCreationEvents", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		must(s.CreateSessionWithEvents(ctx, store.Session{ID: "s1", CreatedAt: t0},
+			ev("subagent/descriptor", `{}`), ev(store.SnapshotEvent, `{}`), ev("user/message", `{}`)))(t)
+		tail := must(s.LogTail(ctx, "s1", 0))(t)
+		checkSeqs(t, "LogTail of a created log", tail, 1)
+		if len(tail) != 2 {
+			t.Fatalf("LogTail of a created log = %v, want its snapshot and the event after it", tail)
+		}
+	}},
+	{"LogTail_UnknownSessionIsNotFound", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		_, err := s.LogTail(ctx, "missing", 0)
+		isErr(t, err, store.ErrNotFound, "LogTail(unknown session)")
+		newSession(t, s, "s1")
+		must(s.AppendEvents(ctx, "s1", ev(store.SnapshotEvent, `{}`)))(t)
+		_, err = s.LogTail(other(ctx), "s1", 0)
+		isErr(t, err, store.ErrNotFound, "LogTail(session of another tenant)")
+	}},
 }
