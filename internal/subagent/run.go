@@ -2,7 +2,6 @@ package subagent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -208,7 +207,7 @@ func (h *RunHandle) settle(res Result, err error) Result {
 
 // recordEnd settles the run row and appends end (see Service.recordEnd).
 func (h *RunHandle) recordEnd(end Event, res Result) (Event, bool) {
-	output, err := json.Marshal(res.Output)
+	output, err := model.MarshalBlocks(res.Output)
 	if err != nil {
 		h.log.ErrorContext(h.ctx, "encode run output", slog.Any("error", err))
 		return end, true
