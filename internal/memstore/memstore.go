@@ -681,7 +681,12 @@ func norm(t time.Time) time.Time {
 	return t.UTC().Truncate(time.Microsecond)
 }
 
+// insertSorted inserts v into the sorted list. New sessions and runs
+// mostly sort last, so that case appends without a search.
 func insertSorted[T any](list []T, v T, cmp func(a, b T) int) []T {
+	if len(list) == 0 || cmp(list[len(list)-1], v) < 0 {
+		return append(list, v)
+	}
 	i, _ := slices.BinarySearchFunc(list, v, cmp)
 	return slices.Insert(list, i, v)
 }
