@@ -25,6 +25,9 @@ const (
 	envAddr       = "SUBAGENTD_ADDR"
 	envDatabase   = "DATABASE_URL"
 	envCPUProfile = "SUBAGENTD_CPUPROFILE"
+	// envRateLimit is set to 0: the bench measures the service, and its
+	// clients send more than the default 2,000 requests per second.
+	envRateLimit = "SUBAGENTD_RATE_LIMIT"
 )
 
 // proc is a server subprocess: the service, or the SSE baseline.
@@ -48,7 +51,7 @@ func (b *bench) startService(ctx context.Context, name, databaseURL string, extr
 		return nil, err
 	}
 	env := serviceEnv(os.Environ())
-	env = append(env, envAddr+"="+addr)
+	env = append(env, envAddr+"="+addr, envRateLimit+"=0")
 	env = append(env, extra...)
 	if databaseURL != "" {
 		env = append(env, envDatabase+"="+databaseURL)

@@ -268,6 +268,9 @@ func hasBody(r *http.Request) bool {
 // isJSON reports whether a Content-Type is application/json or a +json
 // type.
 func isJSON(ct string) bool {
+	if ct == "application/json" {
+		return true // what nearly every client sends, without parsing
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {
 		return false

@@ -106,10 +106,19 @@ func oneLine(s string) string {
 	return lineBreaks.Replace(s)
 }
 
-// compactJSON returns raw as one line of JSON ("null" when empty).
+// compactJSON returns raw as one line of JSON ("null" when empty): raw
+// itself when it holds no whitespace, as the payloads this service writes
+// come back from the in-memory store, else a compacted copy. It returns an
+// error for invalid JSON.
 func compactJSON(raw json.RawMessage) ([]byte, error) {
 	if len(raw) == 0 {
 		return []byte("null"), nil
+	}
+	if !bytes.ContainsAny(raw, " \t\r\n") {
+		if !json.Valid(raw) {
+			return nil, errors.New("invalid JSON")
+		}
+		return raw, nil
 	}
 	var b bytes.Buffer
 	if err := json.Compact(&b, raw); err != nil {

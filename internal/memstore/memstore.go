@@ -233,20 +233,53 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs ...store
 }
 
 // append adds evs to the log with the next seqs and returns copies of them
-// as stored. The caller holds s.mu and has checked evs.
+// as stored. The caller holds s.mu and has checked evs. The stored data of
+// one call share one new array, and the returned data another (datas), so
+// that a run's appends cost two allocations each rather than two per event.
 func (sess *session) append(evs []store.NewEvent) []store.Event {
 	out := make([]store.Event, len(evs))
+	stored := datas(len(evs), func(i int) json.RawMessage { return storedData(evs[i].Data) })
+	now := time.Now()
 	for i, e := range evs {
-		data := cloneJSON(e.Data)
-		if data == nil {
-			data = json.RawMessage("null")
+		t := e.Time
+		if t.IsZero() {
+			t = now
 		}
-		stored := store.Event{Seq: int64(len(sess.events)), Type: e.Type, Time: stamp(e.Time), Data: data}
-		sess.events = append(sess.events, stored)
+		out[i] = store.Event{Seq: int64(len(sess.events)), Type: e.Type, Time: norm(t), Data: stored[i]}
+		sess.events = append(sess.events, out[i])
 		if e.Type == store.SnapshotEvent {
-			sess.snapshot = stored.Seq
+			sess.snapshot = out[i].Seq
 		}
-		out[i] = cloneEvent(stored)
+	}
+	copies := datas(len(out), func(i int) json.RawMessage { return out[i].Data })
+	for i := range out {
+		out[i].Data = copies[i]
+	}
+	return out
+}
+
+// storedData is a NewEvent's data as stored: JSON null for none.
+func storedData(data json.RawMessage) json.RawMessage {
+	if len(data) == 0 {
+		return json.RawMessage("null")
+	}
+	return data
+}
+
+// datas copies the n byte slices of data(i) into one new array, each
+// capped at its own length so that appending to one never writes into the
+// next.
+func datas(n int, data func(i int) json.RawMessage) []json.RawMessage {
+	total := 0
+	for i := range n {
+		total += len(data(i))
+	}
+	buf := make([]byte, 0, total)
+	out := make([]json.RawMessage, n)
+	for i := range n {
+		start := len(buf)
+		buf = append(buf, data(i)...)
+		out[i] = buf[start:len(buf):len(buf)]
 	}
 	return out
 }
@@ -269,9 +302,10 @@ func (sess *session) page(after int64, n int) []store.Event {
 	from := min(max(after+1, 0), int64(len(sess.events)))
 	list := sess.events[from:]
 	list = list[:min(len(list), limit(n))]
-	out := make([]store.Event, len(list))
-	for i, e := range list {
-		out[i] = cloneEvent(e)
+	out := slices.Clone(list)
+	copies := datas(len(out), func(i int) json.RawMessage { return out[i].Data })
+	for i := range out {
+		out[i].Data = copies[i]
 	}
 	return out
 }
@@ -682,7 +716,12 @@ func norm(t time.Time) time.Time {
 	return t.UTC().Truncate(time.Microsecond)
 }
 
+// insertSorted inserts v into the sorted list. New sessions and runs
+// mostly sort last, so that case appends without a search.
 func insertSorted[T any](list []T, v T, cmp func(a, b T) int) []T {
+	if len(list) == 0 || cmp(list[len(list)-1], v) < 0 {
+		return append(list, v)
+	}
 	i, _ := slices.BinarySearchFunc(list, v, cmp)
 	return slices.Insert(list, i, v)
 }
@@ -717,11 +756,6 @@ func cloneSession(s store.Session) store.Session {
 		s.Persona = &p
 	}
 	return s
-}
-
-func cloneEvent(e store.Event) store.Event {
-	e.Data = cloneJSON(e.Data)
-	return e
 }
 
 func cloneRun(r store.Run) store.Run {

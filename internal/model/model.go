@@ -4,11 +4,15 @@
 package model
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"strings"
+
+	"github.com/subagentd/subagentd/internal/jsonstr"
 )
 
 // Block is one content block. Text blocks carry Text; every block keeps its
@@ -28,14 +32,65 @@ func (b Block) MarshalJSON() ([]byte, error) {
 	if len(b.Raw) > 0 {
 		return b.Raw, nil
 	}
-	return json.Marshal(struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}{b.Type, b.Text})
+	return b.appendText(nil), nil
+}
+
+// appendText appends {"type":…,"text":…}, as json.Marshal writes that
+// struct, without reflection.
+func (b Block) appendText(dst []byte) []byte {
+	dst = append(dst, `{"type":`...)
+	dst = jsonstr.Append(dst, b.Type)
+	dst = append(dst, `,"text":`...)
+	dst = jsonstr.Append(dst, b.Text)
+	return append(dst, '}')
+}
+
+// MarshalBlocks returns what json.Marshal(blocks) returns, without
+// reflection: null for nil, each Raw compacted and HTML-escaped as
+// json.Marshal treats a MarshalJSON result. Returns an error when a Raw is
+// not valid JSON.
+func MarshalBlocks(blocks []Block) ([]byte, error) {
+	if blocks == nil {
+		return []byte("null"), nil
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, 64*len(blocks)+2))
+	buf.WriteByte('[')
+	for i, b := range blocks {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		if len(b.Raw) == 0 {
+			buf.Write(b.appendText(buf.AvailableBuffer()))
+			continue
+		}
+		if err := json.Compact(buf, b.Raw); err != nil {
+			return nil, fmt.Errorf("content block %d: %w", i, err)
+		}
+	}
+	buf.WriteByte(']')
+	out := buf.Bytes()
+	if bytes.ContainsAny(out, "<>&\u2028\u2029") {
+		var esc bytes.Buffer
+		json.HTMLEscape(&esc, out)
+		out = esc.Bytes()
+	}
+	return out, nil
 }
 
 // UnmarshalJSON reads any JSON object with a string "type" field.
 func (b *Block) UnmarshalJSON(data []byte) error {
+	if typ, text, ok := plainText(data); ok {
+		// The form every encoder of this service writes, decoded without
+		// reflection; anything else takes the general path below.
+		b.Type, b.Text = typ, text
+		b.Raw = append(json.RawMessage(nil), data...)
+		return nil
+	}
+	return b.unmarshalObject(data)
+}
+
+// unmarshalObject is UnmarshalJSON's general path, through encoding/json.
+func (b *Block) unmarshalObject(data []byte) error {
 	var head struct {
 		Type *string `json:"type"`
 		Text *string `json:"text"`
@@ -56,6 +111,53 @@ func (b *Block) UnmarshalJSON(data []byte) error {
 	}
 	b.Raw = append(json.RawMessage(nil), data...)
 	return nil
+}
+
+// plainText parses data when it is exactly {"type":"…","text":"…"} or
+// {"text":"…","type":"…"}, compact, with a non-empty type and both
+// strings free of escapes (jsonstr.Plain): then it holds what
+// UnmarshalJSON's general path would decode.
+func plainText(data []byte) (typ, text string, ok bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(`{"`))
+	if !ok {
+		return "", "", false
+	}
+	typeFirst := bytes.HasPrefix(rest, []byte(`type":"`))
+	if !typeFirst && !bytes.HasPrefix(rest, []byte(`text":"`)) {
+		return "", "", false
+	}
+	first, rest, ok := plainString(rest[len(`type":"`):])
+	if !ok {
+		return "", "", false
+	}
+	key := []byte(`,"text":"`)
+	if !typeFirst {
+		key = []byte(`,"type":"`)
+	}
+	if rest, ok = bytes.CutPrefix(rest, key); !ok {
+		return "", "", false
+	}
+	second, rest, ok := plainString(rest)
+	if !ok || string(rest) != "}" {
+		return "", "", false
+	}
+	if !typeFirst {
+		first, second = second, first
+	}
+	if len(first) == 0 {
+		return "", "", false
+	}
+	return string(first), string(second), true
+}
+
+// plainString returns the string up to the next '"' of data and what
+// follows that quote, if the string is jsonstr.Plain.
+func plainString(data []byte) (s, rest []byte, ok bool) {
+	end := bytes.IndexByte(data, '"')
+	if end < 0 || !jsonstr.Plain(data[:end]) {
+		return nil, nil, false
+	}
+	return data[:end], data[end+1:], true
 }
 
 // Text concatenates the text of every text block.

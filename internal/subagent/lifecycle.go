@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/jsonstr"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -32,21 +34,57 @@ func isRunEvent(typ string) bool { return typ == EventStart || typ == EventEnd }
 // EventPayload returns the JSON payload of e as stored in the lifecycle log:
 // {runId, provider, id, local, parentSessionId, taskId?} for subagent/start,
 // plus stopReason and lastAssistantMessage (omitted when empty) for
-// subagent/end; {provider} for provider events.
+// subagent/end; {provider} for provider events. It writes what
+// json.Marshal writes for eventPayload (the decoding side, ParseEvent),
+// without reflection: every run writes two. Returns an error when a block
+// of lastAssistantMessage holds invalid JSON.
 func EventPayload(e Event) (json.RawMessage, error) {
-	p := eventPayload{Provider: e.Provider}
-	if isRunEvent(e.Type) {
-		local := e.Local
-		p.RunID, p.ID, p.Local, p.ParentSessionID, p.TaskID = e.RunID, e.ID, &local, e.ParentID, e.TaskID
+	b := make([]byte, 0, 256)
+	b = append(b, '{')
+	run := isRunEvent(e.Type)
+	if run && e.RunID != "" {
+		b = appendField(b, "runId", e.RunID)
+	}
+	b = appendField(b, "provider", e.Provider)
+	if run {
+		if e.ID != "" {
+			b = appendField(b, "id", e.ID)
+		}
+		b = append(b, `,"local":`...)
+		b = strconv.AppendBool(b, e.Local)
+		if e.ParentID != "" {
+			b = appendField(b, "parentSessionId", e.ParentID)
+		}
+		if e.TaskID != "" {
+			b = appendField(b, "taskId", e.TaskID)
+		}
 	}
 	if e.Type == EventEnd {
-		p.StopReason, p.LastAssistantMessage = e.StopReason, e.LastAssistantMessage
+		if e.StopReason != "" {
+			b = appendField(b, "stopReason", e.StopReason)
+		}
+		if len(e.LastAssistantMessage) > 0 {
+			msg, err := model.MarshalBlocks(e.LastAssistantMessage)
+			if err != nil {
+				return nil, fmt.Errorf("encode %s payload: %w", e.Type, err)
+			}
+			b = append(b, `,"lastAssistantMessage":`...)
+			b = append(b, msg...)
+		}
 	}
-	data, err := json.Marshal(p)
-	if err != nil {
-		return nil, fmt.Errorf("encode %s payload: %w", e.Type, err)
+	return append(b, '}'), nil
+}
+
+// appendField appends "name":value to the object b holds, after a comma
+// unless it is the object's first field.
+func appendField(b []byte, name, value string) []byte {
+	if len(b) > 1 {
+		b = append(b, ',')
 	}
-	return data, nil
+	b = append(b, '"')
+	b = append(b, name...)
+	b = append(b, `":`...)
+	return jsonstr.Append(b, value)
 }
 
 // ParseEvent turns a stored lifecycle row back into an Event.

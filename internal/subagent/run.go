@@ -2,7 +2,6 @@ package subagent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,7 +23,6 @@ type RunHandle struct {
 	// ctx carries the tenant of the Start call, without its cancellation,
 	// for every later store write and listener call.
 	ctx      context.Context
-	log      *slog.Logger
 	tenant   string
 	id       string
 	provider string
@@ -48,6 +46,13 @@ type RunHandle struct {
 	disposeOnce sync.Once
 	disposed    chan struct{}
 	disposeErr  error
+}
+
+// logger is the service's logger naming the run. It is built on use, not
+// at publication: only failures log, and a JSON handler formats the
+// attributes of every With.
+func (h *RunHandle) logger() *slog.Logger {
+	return h.svc.log.With(slog.String("run_id", h.id), slog.String("provider", h.provider))
 }
 
 // ID is the run id: a fresh UUID per start, never reused (R17).
@@ -144,7 +149,7 @@ func (h *RunHandle) dispose() {
 func (h *RunHandle) abandon() {
 	h.run.Cancel()
 	if err := h.run.Dispose(h.ctx); err != nil {
-		h.log.ErrorContext(h.ctx, "release unpublished run", slog.Any("error", err))
+		h.logger().ErrorContext(h.ctx, "release unpublished run", slog.Any("error", err))
 	}
 	h.release()
 	close(h.done)
@@ -180,7 +185,7 @@ func (h *RunHandle) watch() {
 // expire disposes of a run its starter left settled for RetainSettled.
 func (h *RunHandle) expire() {
 	if err := h.Dispose(h.ctx); err != nil {
-		h.log.ErrorContext(h.ctx, "dispose an expired settled run", slog.Any("error", err))
+		h.logger().ErrorContext(h.ctx, "dispose an expired settled run", slog.Any("error", err))
 	}
 }
 
@@ -189,11 +194,11 @@ func (h *RunHandle) expire() {
 // missing stop reason.
 func (h *RunHandle) settle(res Result, err error) Result {
 	if err != nil {
-		h.log.ErrorContext(h.ctx, "run result failed", slog.Any("error", err))
+		h.logger().ErrorContext(h.ctx, "run result failed", slog.Any("error", err))
 		return Result{Output: []model.Block{}, StopReason: StopError, Diagnostic: TruncateDiagnostic(ErrorMessage(err))}
 	}
 	if res.StopReason == "" {
-		h.log.ErrorContext(h.ctx, "provider settled a run without a stop reason")
+		h.logger().ErrorContext(h.ctx, "provider settled a run without a stop reason")
 		res.StopReason = StopError
 	}
 	if res.Output == nil {
@@ -208,12 +213,12 @@ func (h *RunHandle) settle(res Result, err error) Result {
 
 // recordEnd settles the run row and appends end (see Service.recordEnd).
 func (h *RunHandle) recordEnd(end Event, res Result) (Event, bool) {
-	output, err := json.Marshal(res.Output)
+	output, err := model.MarshalBlocks(res.Output)
 	if err != nil {
-		h.log.ErrorContext(h.ctx, "encode run output", slog.Any("error", err))
+		h.logger().ErrorContext(h.ctx, "encode run output", slog.Any("error", err))
 		return end, true
 	}
-	return h.svc.recordEnd(h.ctx, h.log, end, store.RunResult{
+	return h.svc.recordEnd(h.ctx, h.logger(), end, store.RunResult{
 		StopReason: res.StopReason, Output: output, Structured: res.Structured, Diagnostic: res.Diagnostic,
 	})
 }

@@ -392,7 +392,6 @@ func (s *Service) publish(ctx context.Context, provider, parentID string, run Ru
 		disposed: make(chan struct{}),
 		release:  release,
 	}
-	h.log = s.log.With(slog.String("run_id", h.id), slog.String("provider", provider))
 	s.mu.Lock()
 	if s.draining {
 		s.mu.Unlock()

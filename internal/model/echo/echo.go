@@ -172,9 +172,19 @@ func toolName(msgs []model.Message, id string) string {
 }
 
 func inputWords(req model.Request) int {
-	n := len(strings.Fields(req.System))
+	n := words(req.System)
 	for _, m := range req.Messages {
-		n += len(strings.Fields(model.Text(m.Content)))
+		n += words(model.Text(m.Content))
+	}
+	return n
+}
+
+// words is len(strings.Fields(s)) without building the slice: the system
+// prompt alone is dozens of words, every step.
+func words(s string) int {
+	n := 0
+	for range strings.FieldsSeq(s) {
+		n++
 	}
 	return n
 }

@@ -135,7 +135,7 @@ func (d *Driver) Start(ctx context.Context, req subagent.ResolvedRequest, seed S
 		d.rollback(base, a)
 		return nil, abortedDuring(ctx)
 	}
-	r := newRun(base, a, c, d.log.With(slog.String("child_id", c.id)))
+	r := newRun(base, a, c, c.cfg.Logger)
 	if err := r.begin(); err != nil {
 		d.rollback(base, a)
 		return nil, err

@@ -191,6 +191,22 @@ var eventTests = []test{
 		got := must(s.Events(ctx, "s1", -1, 0))(t)
 		got[0].Data[2] = 'X'
 		same(t, "stored data", must(s.Events(ctx, "s1", -1, 0))(t)[0].Data, json.RawMessage(`{"k":"v"}`), canonJSON)
+
+		// Several events of one call: growing one returned (or read) data
+		// must change neither its neighbour nor the log.
+		two := must(s.AppendEvents(ctx, "s1", store.NewEvent{Type: "a", Data: json.RawMessage(`[1]`)},
+			store.NewEvent{Type: "b", Data: json.RawMessage(`[2]`)}))(t)
+		grownOut := append(two[0].Data, " garbage"...)
+		same(t, "second returned data", two[1].Data, json.RawMessage(`[2]`), canonJSON)
+		read := must(s.Events(ctx, "s1", 0, 0))(t)
+		grownRead := append(read[0].Data, " garbage"...)
+		same(t, "second read data", read[1].Data, json.RawMessage(`[2]`), canonJSON)
+		log := must(s.Events(ctx, "s1", 0, 0))(t)
+		sameList(t, "stored data of the call", []json.RawMessage{log[0].Data, log[1].Data},
+			[]json.RawMessage{json.RawMessage(`[1]`), json.RawMessage(`[2]`)}, canonJSON)
+		if string(grownOut) != "[1] garbage" || string(grownRead) != "[1] garbage" {
+			t.Fatalf("grown data %q, %q", grownOut, grownRead)
+		}
 	}},
 	{"LogTail_StartsAtTheNewestSnapshot", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
