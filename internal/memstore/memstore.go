@@ -74,6 +74,9 @@ type Store struct {
 	idem      map[[2]string]store.Idempotency    // by (tenant, key)
 
 	signins signins
+	// residents are the resident leases, by (tenant, session).
+	residents map[[2]string]store.Resident
+	controls  controls
 }
 
 type session struct {
@@ -211,6 +214,9 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs ...store
 	}
 	s.mu.Lock()
 	sess, err := s.session(ctx, sessionID)
+	if err == nil {
+		err = s.fenced(ctx, sess.tenant, sessionID)
+	}
 	if err != nil {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("memstore: append events: %w", err)
@@ -298,6 +304,9 @@ func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, e
 	rec, err := s.run(ctx, runID)
 	if err == nil && rec.r.State != store.StateRunning {
 		err = fmt.Errorf("run %q already ended: %w", runID, store.ErrConflict)
+	}
+	if err == nil && rec.r.Kind == store.KindActivation {
+		err = s.fenced(ctx, rec.tenant, rec.r.ChildID)
 	}
 	if err != nil {
 		s.mu.Unlock()
@@ -432,8 +441,8 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 	return out, nil
 }
 
-// RenewLeases sets LeaseUntil of every running run owned by owner, in every
-// tenant: a replica's heartbeat covers all the runs it drives.
+// RenewLeases sets LeaseUntil of every running run and resident lease owned
+// by owner, in every tenant: a replica's heartbeat covers all it drives.
 func (s *Store) RenewLeases(ctx context.Context, owner string, until time.Time) error {
 	until = norm(until)
 	s.mu.Lock()
@@ -443,6 +452,7 @@ func (s *Store) RenewLeases(ctx context.Context, owner string, until time.Time) 
 			rec.r.LeaseUntil = until
 		}
 	}
+	s.renewResidents(owner, until)
 	return nil
 }
 

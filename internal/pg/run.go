@@ -78,13 +78,13 @@ func (s *Store) StartRun(ctx context.Context, r store.Run, start store.Lifecycle
 // the first finds it running.
 func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent) (_ store.LifecycleEvent, err error) {
 	defer wrap(&err, "end run %q", runID)
-	tenant, ended := store.Tenant(ctx), now(res.EndedAt)
+	tenant, ended, owner := store.Tenant(ctx), now(res.EndedAt), store.Owner(ctx)
 	o := &op{topic: store.LifecycleTopic, key: "r:" + runID, event: &end, tenant: tenant, conditional: true}
 	o.data = func(b *pgx.Batch) {
 		b.Queue(`UPDATE runs
 			SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7
-			WHERE tenant = $1 AND id = $2 AND state = 'running'`,
-			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic,
+			WHERE tenant = $1 AND id = $2 AND state = 'running' AND (kind <> 'activation' OR `+fenceCond("child_id", "$8")+`)`,
+			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic, owner,
 		).Exec(func(tag pgconn.CommandTag) error {
 			o.skip = tag.RowsAffected() == 0 // the lifecycle phase leaves end out
 			return nil
@@ -94,7 +94,14 @@ func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, e
 		return end, err
 	}
 	if o.skip {
-		return end, notRunning(ctx, s.pool, tenant, runID, "already ended")
+		state, err := runState(ctx, s.pool, tenant, runID)
+		switch {
+		case err != nil:
+			return end, err
+		case state == store.StateRunning && owner != "":
+			return end, fencedError(owner, runID) // still running: the lease is gone
+		}
+		return end, fmt.Errorf("run already ended (%s): %w", state, store.ErrConflict)
 	}
 	return end, nil
 }
@@ -118,14 +125,23 @@ func (s *Store) DisposeRun(ctx context.Context, runID string) (err error) {
 // notRunning explains why an update conditional on the run's state matched
 // no row: the run does not exist (pgx.ErrNoRows), or its state is not the
 // one wanted (store.ErrConflict, with why).
-func notRunning(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, tenant, runID, why string) error {
-	var state string
-	if err := q.QueryRow(ctx, `SELECT state FROM runs WHERE tenant = $1 AND id = $2`, tenant, runID).Scan(&state); err != nil {
+func notRunning(ctx context.Context, q querier, tenant, runID, why string) error {
+	state, err := runState(ctx, q, tenant, runID)
+	if err != nil {
 		return err
 	}
 	return fmt.Errorf("run %s (%s): %w", why, state, store.ErrConflict)
+}
+
+type querier interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
+// runState reads the state of a run; pgx.ErrNoRows when there is none.
+func runState(ctx context.Context, q querier, tenant, runID string) (string, error) {
+	var state string
+	err := q.QueryRow(ctx, `SELECT state FROM runs WHERE tenant = $1 AND id = $2`, tenant, runID).Scan(&state)
+	return state, err
 }
 
 // GetRun returns one run. Returns store.ErrNotFound.
@@ -165,12 +181,15 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) (_ []store.Run,
 	return collectRuns(rows)
 }
 
-// RenewLeases sets LeaseUntil of every running run owned by owner, in every
-// tenant: a replica's heartbeat covers all the runs it drives.
+// RenewLeases sets LeaseUntil of every running run and resident lease owned
+// by owner, in every tenant, in one implicit transaction: a replica's
+// heartbeat covers all it drives.
 func (s *Store) RenewLeases(ctx context.Context, owner string, until time.Time) (err error) {
 	defer wrap(&err, "renew leases of %q", owner)
-	_, err = s.pool.Exec(ctx, `UPDATE runs SET lease_until = $2 WHERE owner = $1 AND state = 'running'`, owner, until)
-	return err
+	b := &pgx.Batch{}
+	b.Queue(`UPDATE runs SET lease_until = $2 WHERE owner = $1 AND state = 'running'`, owner, until)
+	b.Queue(`UPDATE residents SET lease_until = $2 WHERE owner = $1`, owner, until)
+	return s.pool.SendBatch(ctx, b).Close()
 }
 
 // ExpiredRuns returns running runs of every tenant whose lease ended before

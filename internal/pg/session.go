@@ -2,6 +2,7 @@ package pg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -75,7 +76,7 @@ func (s *Store) CreateSessionWithEvents(ctx context.Context, h store.Session, ev
 	o := &op{topic: store.SessionTopic(h.ID), key: "s:" + h.ID}
 	o.data = func(b *pgx.Batch) {
 		queueCreate(b, tenant, h)
-		queueAppend(b, o, tenant, h.ID, evs, &out)
+		queueAppend(b, o, tenant, h.ID, "", evs, &out)
 	}
 	err = s.w.do(ctx, o)
 	return out, err
@@ -136,16 +137,21 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs ...store
 	if len(evs) == 0 {
 		return nil, s.sessionExists(ctx, tenant, sessionID)
 	}
+	owner := store.Owner(ctx)
 	o := &op{topic: store.SessionTopic(sessionID), key: "s:" + sessionID}
-	o.data = func(b *pgx.Batch) { queueAppend(b, o, tenant, sessionID, evs, &out) }
+	o.data = func(b *pgx.Batch) { queueAppend(b, o, tenant, sessionID, owner, evs, &out) }
 	err = s.w.do(ctx, o)
+	if owner != "" && errors.Is(err, store.ErrNotFound) && s.sessionExists(ctx, tenant, sessionID) == nil {
+		// The session is there: the lease is not.
+		return nil, fencedError(owner, sessionID)
+	}
 	return out, err
 }
 
 // queueAppend queues the insert of evs after the session's last seq, in one
 // statement, whose callback sets *out; an unknown session fails o. Bumping sessions.last_seq locks the session row until commit, so
 // concurrent appenders queue and seqs stay contiguous.
-func queueAppend(b *pgx.Batch, o *op, tenant, sessionID string, evs []store.NewEvent, out *[]store.Event) {
+func queueAppend(b *pgx.Batch, o *op, tenant, sessionID, owner string, evs []store.NewEvent, out *[]store.Event) {
 	types, times, data := make([]string, len(evs)), make([]time.Time, len(evs)), make([]string, len(evs))
 	for i, e := range evs {
 		types[i], times[i], data[i] = e.Type, now(e.Time), string(e.Data)
@@ -156,7 +162,7 @@ func queueAppend(b *pgx.Batch, o *op, tenant, sessionID string, evs []store.NewE
 	b.Queue(`
 		WITH s AS (
 			UPDATE sessions SET last_seq = last_seq + cardinality($3::text[])
-			WHERE tenant = $1 AND id = $2
+			WHERE tenant = $1 AND id = $2 AND `+fenceCond("$2", "$6")+`
 			RETURNING last_seq - cardinality($3::text[]) AS before
 		), ins AS (
 			INSERT INTO session_events (tenant, session_id, seq, type, time, data)
@@ -165,7 +171,7 @@ func queueAppend(b *pgx.Batch, o *op, tenant, sessionID string, evs []store.NewE
 			RETURNING seq, type, time, data
 		)
 		SELECT seq, type, time, data FROM ins ORDER BY seq`,
-		tenant, sessionID, types, times, data,
+		tenant, sessionID, types, times, data, owner,
 	).Query(func(rows pgx.Rows) error {
 		list, err := pgx.AppendRows(make([]store.Event, 0, len(evs)), rows, scanEvent)
 		if err != nil {

@@ -171,3 +171,47 @@ func (b *bounded) DeleteSignin(ctx context.Context, hash [sha256.Size]byte) erro
 func (b *bounded) SweepSignins(ctx context.Context, before time.Time) (int64, error) {
 	return call(b, ctx, func(c context.Context) (int64, error) { return b.Store.SweepSignins(c, before) })
 }
+
+func (b *bounded) ClaimResident(ctx context.Context, sessionID, owner string, now, until time.Time) (Resident, bool, error) {
+	type r struct {
+		res     Resident
+		claimed bool
+	}
+	v, err := call(b, ctx, func(c context.Context) (r, error) {
+		res, claimed, err := b.Store.ClaimResident(c, sessionID, owner, now, until)
+		return r{res, claimed}, err
+	})
+	return v.res, v.claimed, err
+}
+
+func (b *bounded) GetResident(ctx context.Context, sessionID string) (Resident, error) {
+	return call(b, ctx, func(c context.Context) (Resident, error) { return b.Store.GetResident(c, sessionID) })
+}
+
+func (b *bounded) ReleaseResident(ctx context.Context, sessionID, owner string) error {
+	return do(b, ctx, func(c context.Context) error { return b.Store.ReleaseResident(c, sessionID, owner) })
+}
+
+func (b *bounded) ExpiredResidents(ctx context.Context, now time.Time) ([]Resident, error) {
+	return call(b, ctx, func(c context.Context) ([]Resident, error) { return b.Store.ExpiredResidents(c, now) })
+}
+
+func (b *bounded) SendControl(ctx context.Context, c Control) error {
+	return do(b, ctx, func(cc context.Context) error { return b.Store.SendControl(cc, c) })
+}
+
+func (b *bounded) Controls(ctx context.Context, owner string) ([]Control, error) {
+	return call(b, ctx, func(c context.Context) ([]Control, error) { return b.Store.Controls(c, owner) })
+}
+
+func (b *bounded) AnswerControl(ctx context.Context, id string, answer json.RawMessage) error {
+	return do(b, ctx, func(c context.Context) error { return b.Store.AnswerControl(c, id, answer) })
+}
+
+func (b *bounded) GetControl(ctx context.Context, id string) (Control, error) {
+	return call(b, ctx, func(c context.Context) (Control, error) { return b.Store.GetControl(c, id) })
+}
+
+func (b *bounded) DeleteControl(ctx context.Context, id string) error {
+	return do(b, ctx, func(c context.Context) error { return b.Store.DeleteControl(c, id) })
+}

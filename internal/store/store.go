@@ -214,6 +214,7 @@ type Idempotency struct {
 // than 1000 rows.
 type Store interface {
 	Signins
+	Residents
 
 	// CreateSession stores a new header. Returns ErrConflict if the id exists
 	// in any tenant: ids are global.
@@ -257,8 +258,9 @@ type Store interface {
 	// ListRuns returns runs ordered by (StartedAt, ID). Returns ErrNotFound
 	// for an unknown AfterID.
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
-	// RenewLeases extends LeaseUntil of every running run owned by owner,
-	// in every tenant: one replica's heartbeat covers all its runs.
+	// RenewLeases extends LeaseUntil of every running run and every
+	// resident lease (ClaimResident) owned by owner, in every tenant: one
+	// replica's heartbeat covers everything it drives.
 	RenewLeases(ctx context.Context, owner string, until time.Time) error
 	// ExpiredRuns returns running runs, of any tenant, whose lease ended
 	// before now: their owner is gone.

@@ -28,6 +28,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Events", eventTests},
 		{"Runs", runTests},
 		{"Leases", leaseTests},
+		{"Residents", residentTests},
 		{"Lifecycle", lifecycleTests},
 		{"Inbox", inboxTests},
 		{"Tenants", tenantTests},

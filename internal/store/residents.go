@@ -1,0 +1,97 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// ErrFenced: the write was made for a resident agent whose lease the
+// writer (Owner of its context) no longer holds — another replica took it
+// over (DESIGN §5). Nothing was written.
+var ErrFenced = errors.New("lease lost")
+
+type ownerKey struct{}
+
+// WithOwner returns ctx whose writes to a resident agent's session log, and
+// settlements of its activations, are conditional on owner holding the
+// agent's resident lease (ClaimResident): without the lease they fail with
+// ErrFenced. Writes under a context without an owner are unconditional.
+func WithOwner(ctx context.Context, owner string) context.Context {
+	return context.WithValue(ctx, ownerKey{}, owner)
+}
+
+// Owner returns the owner ctx's writes are fenced by, "" when none.
+func Owner(ctx context.Context) string {
+	o, _ := ctx.Value(ownerKey{}).(string)
+	return o
+}
+
+// Resident is the lease of one resident agent (a root session or a
+// continuable child): the replica that drives it, until when.
+type Resident struct {
+	// Tenant is filled in when reading across tenants (ExpiredResidents).
+	Tenant     string
+	SessionID  string
+	Owner      string
+	LeaseUntil time.Time
+}
+
+// Control is a control request for a resident agent or a run another
+// replica drives (DESIGN §5): Op with its Payload, for Target (a session
+// or run id), to be carried out by Owner, which writes Answer.
+type Control struct {
+	ID string
+	// Tenant is filled in when reading; the context's tenant is used on
+	// write.
+	Tenant     string
+	Target     string
+	Op         string
+	Payload    json.RawMessage
+	Owner      string
+	CreatedAt  time.Time
+	Answer     json.RawMessage // nil until answered
+	AnsweredAt time.Time
+}
+
+// Residents is the part of Store that keeps resident leases and carries
+// control requests between replicas.
+type Residents interface {
+	// ClaimResident makes owner the holder of sessionID's lease until
+	// until, when nobody holds it, owner does already, or the holder's
+	// lease ended before now. It returns the lease as it stands afterwards
+	// and whether owner holds it.
+	ClaimResident(ctx context.Context, sessionID, owner string, now, until time.Time) (Resident, bool, error)
+	// GetResident returns sessionID's lease. Returns ErrNotFound when
+	// nobody holds one.
+	GetResident(ctx context.Context, sessionID string) (Resident, error)
+	// ReleaseResident drops sessionID's lease if owner holds it; another
+	// owner's lease is left alone.
+	ReleaseResident(ctx context.Context, sessionID, owner string) error
+	// ExpiredResidents returns, across tenants, the leases that ended
+	// before now, oldest first, at most 1000: agents whose owner is gone.
+	ExpiredResidents(ctx context.Context, now time.Time) ([]Resident, error)
+
+	// SendControl stores c, unanswered (a zero CreatedAt is now), and wakes
+	// ControlTopic(c.Owner). Returns ErrConflict if the id exists.
+	SendControl(ctx context.Context, c Control) error
+	// Controls returns, across tenants, the unanswered requests for owner
+	// in the order they were sent, at most 1000.
+	Controls(ctx context.Context, owner string) ([]Control, error)
+	// AnswerControl stores the answer to request id and wakes
+	// AnswerTopic(id). Returns ErrNotFound (the requester gave up and
+	// deleted it), or ErrConflict if it is answered already.
+	AnswerControl(ctx context.Context, id string, answer json.RawMessage) error
+	// GetControl returns one request. Returns ErrNotFound.
+	GetControl(ctx context.Context, id string) (Control, error)
+	// DeleteControl removes request id, answered or not: its requester is
+	// done with it. Unknown ids are ignored.
+	DeleteControl(ctx context.Context, id string) error
+}
+
+// ControlTopic is the wake-up topic of the control requests for owner.
+func ControlTopic(owner string) string { return "control:" + owner }
+
+// AnswerTopic is the wake-up topic of the answer to control request id.
+func AnswerTopic(id string) string { return "answer:" + id }

@@ -1,0 +1,164 @@
+package storetest
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+var residentTests = []test{
+	{"ClaimByTwoOwnersOnlyOneWins", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		r, claimed := claim(t, s, "sess", "a", 0, 30)
+		if !claimed || r.Owner != "a" || !r.LeaseUntil.Equal(sec(30)) {
+			t.Fatalf("first claim: %+v claimed %v; want a's until sec(30)", r, claimed)
+		}
+		r, claimed = claim(t, s, "sess", "b", 10, 40)
+		if claimed || r.Owner != "a" || !r.LeaseUntil.Equal(sec(30)) {
+			t.Fatalf("claim of a live lease by b: %+v claimed %v; want a's lease unchanged", r, claimed)
+		}
+		if r, claimed = claim(t, s, "sess", "a", 10, 50); !claimed || !r.LeaseUntil.Equal(sec(50)) {
+			t.Fatalf("a claims its own lease again: %+v claimed %v; want extended", r, claimed)
+		}
+		got := must(s.GetResident(ctx, "sess"))(t)
+		if got.Owner != "a" || !got.LeaseUntil.Equal(sec(50)) {
+			t.Fatalf("GetResident: %+v", got)
+		}
+		_, err := s.GetResident(ctx, "other")
+		isErr(t, err, store.ErrNotFound, "GetResident of an unleased session")
+		_, err = s.GetResident(other(ctx), "sess")
+		isErr(t, err, store.ErrNotFound, "GetResident in another tenant")
+	}},
+	{"ClaimAfterExpiry", func(t *testing.T, s store.Store) {
+		claim(t, s, "sess", "a", 0, 30)
+		if exp := must(s.ExpiredResidents(t.Context(), sec(30)))(t); len(exp) != 0 {
+			t.Fatalf("expired at the lease's end: %+v; want none", exp)
+		}
+		exp := must(s.ExpiredResidents(t.Context(), sec(31)))(t)
+		if len(exp) != 1 || exp[0].Owner != "a" || exp[0].SessionID != "sess" || exp[0].Tenant != store.DefaultTenant {
+			t.Fatalf("expired after the lease's end: %+v", exp)
+		}
+		if r, claimed := claim(t, s, "sess", "b", 31, 60); !claimed || r.Owner != "b" {
+			t.Fatalf("claim of a lapsed lease: %+v claimed %v; want b's", r, claimed)
+		}
+		if _, claimed := claim(t, s, "sess", "a", 31, 60); claimed {
+			t.Fatal("a claimed back the lease b took over")
+		}
+	}},
+	{"RenewCoversEveryLeaseOfTheOwner", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		claim(t, s, "s1", "a", 0, 30)
+		if _, _, err := s.ClaimResident(other(ctx), "s2", "a", sec(0), sec(30)); err != nil {
+			t.Fatal(err)
+		}
+		claim(t, s, "s3", "b", 0, 30)
+		ok(t, s.RenewLeases(ctx, "a", sec(90)))
+		for _, c := range []struct {
+			ctx   func() store.Resident
+			until int
+		}{
+			{func() store.Resident { return must(s.GetResident(ctx, "s1"))(t) }, 90},
+			{func() store.Resident { return must(s.GetResident(other(ctx), "s2"))(t) }, 90},
+			{func() store.Resident { return must(s.GetResident(ctx, "s3"))(t) }, 30},
+		} {
+			if r := c.ctx(); !r.LeaseUntil.Equal(sec(c.until)) {
+				t.Fatalf("after renewing a's leases: %+v, want until sec(%d)", r, c.until)
+			}
+		}
+	}},
+	{"ReleaseOnlyOwn", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		claim(t, s, "sess", "a", 0, 30)
+		ok(t, s.ReleaseResident(ctx, "sess", "b"))
+		if r := must(s.GetResident(ctx, "sess"))(t); r.Owner != "a" {
+			t.Fatalf("b released a's lease: %+v", r)
+		}
+		ok(t, s.ReleaseResident(other(ctx), "sess", "a"))
+		must(s.GetResident(ctx, "sess"))(t)
+		ok(t, s.ReleaseResident(ctx, "sess", "a"))
+		_, err := s.GetResident(ctx, "sess")
+		isErr(t, err, store.ErrNotFound, "GetResident after release")
+		if _, claimed := claim(t, s, "sess", "b", 1, 30); !claimed {
+			t.Fatal("b could not claim a released lease")
+		}
+	}},
+	{"FencedAppendAndSettlementFail", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		newSession(t, s, "sess")
+		claim(t, s, "sess", "a", 0, 30)
+		asA := store.WithOwner(ctx, "a")
+		must(s.AppendEvents(asA, "sess", ev("x", `{"by":"a"}`)))(t)
+		act := store.Run{ID: "act", Kind: store.KindActivation, ChildID: "sess", State: store.StateRunning,
+			StartedAt: sec(0), Owner: "a", LeaseUntil: sec(30)}
+		startRun(t, s, act)
+		claim(t, s, "sess", "b", 31, 60) // a's lease lapsed; b took over
+		_, err := s.AppendEvents(asA, "sess", ev("x", `{"by":"a, late"}`))
+		isErr(t, err, store.ErrFenced, "append of the former owner")
+		_, err = s.EndRun(asA, "act", completed, endEvent("act", ""))
+		isErr(t, err, store.ErrFenced, "settlement by the former owner")
+		if r := must(s.GetRun(ctx, "act"))(t); r.State != store.StateRunning {
+			t.Fatalf("a fenced settlement changed the run: %+v", r)
+		}
+		must(s.AppendEvents(store.WithOwner(ctx, "b"), "sess", ev("x", `{"by":"b"}`)))(t)
+		must(s.AppendEvents(ctx, "sess", ev("x", `{"by":"anyone, unfenced"}`)))(t)
+		if evs := must(s.Events(ctx, "sess", -1, 10))(t); len(evs) != 3 {
+			t.Fatalf("log after a fenced append: %d events, want 3", len(evs))
+		}
+		_, err = s.AppendEvents(store.WithOwner(ctx, "b"), "missing", ev("x", `{}`))
+		isErr(t, err, store.ErrNotFound, "fenced append to an unknown session")
+		// The reaper's settlement carries no owner.
+		must(s.EndRun(ctx, "act", completed, endEvent("act", "")))(t)
+	}},
+	{"ControlsCarryRequestAndAnswer", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		wake, stop := s.Subscribe(store.ControlTopic("a"))
+		defer stop()
+		for i, id := range []string{"c1", "c2"} {
+			ok(t, s.SendControl(ctx, store.Control{ID: id, Target: "sess", Op: "interrupt",
+				Payload: json.RawMessage(`{"parent":"p"}`), Owner: "a", CreatedAt: sec(i)}))
+		}
+		waitWake(t, wake, "SendControl")
+		ok(t, s.SendControl(other(ctx), store.Control{ID: "c3", Target: "x", Op: "cancel", Owner: "a", CreatedAt: sec(5)}))
+		ok(t, s.SendControl(ctx, store.Control{ID: "c4", Target: "x", Op: "cancel", Owner: "b", CreatedAt: sec(1)}))
+		isErr(t, s.SendControl(ctx, store.Control{ID: "c1", Owner: "a"}), store.ErrConflict, "SendControl of a used id")
+		list := must(s.Controls(ctx, "a"))(t)
+		if len(list) != 3 || list[0].ID != "c1" || list[1].ID != "c2" || list[2].ID != "c3" || list[2].Tenant != otherTenant {
+			t.Fatalf("a's controls: %+v; want c1, c2, c3 (of %s)", list, otherTenant)
+		}
+		if c := list[0]; c.Op != "interrupt" || c.Target != "sess" || string(canonJSON(t, c.Payload)) != `{"parent":"p"}` ||
+			c.Answer != nil || !c.AnsweredAt.IsZero() {
+			t.Fatalf("c1 as listed: %+v", c)
+		}
+		answered, stopA := s.Subscribe(store.AnswerTopic("c1"))
+		defer stopA()
+		ok(t, s.AnswerControl(ctx, "c1", json.RawMessage(`{"ok":true}`)))
+		waitWake(t, answered, "AnswerControl")
+		isErr(t, s.AnswerControl(ctx, "c1", json.RawMessage(`{}`)), store.ErrConflict, "AnswerControl twice")
+		isErr(t, s.AnswerControl(ctx, "nope", json.RawMessage(`{}`)), store.ErrNotFound, "AnswerControl of an unknown id")
+		isErr(t, s.AnswerControl(ctx, "c3", json.RawMessage(`{}`)), store.ErrNotFound, "AnswerControl in another tenant")
+		c := must(s.GetControl(ctx, "c1"))(t)
+		if string(canonJSON(t, c.Answer)) != `{"ok":true}` || c.AnsweredAt.IsZero() {
+			t.Fatalf("c1 after its answer: %+v", c)
+		}
+		if list := must(s.Controls(ctx, "a"))(t); len(list) != 2 || list[0].ID != "c2" {
+			t.Fatalf("a's controls after answering c1: %+v; want c2, c3", list)
+		}
+		ok(t, s.DeleteControl(ctx, "c1"))
+		ok(t, s.DeleteControl(ctx, "c1"))
+		_, err := s.GetControl(ctx, "c1")
+		isErr(t, err, store.ErrNotFound, "GetControl after delete")
+		ok(t, s.DeleteControl(ctx, "c2"))
+		isErr(t, s.AnswerControl(ctx, "c2", json.RawMessage(`{}`)), store.ErrNotFound, "AnswerControl of a deleted request")
+	}},
+}
+
+// claim claims sessionID for owner at sec(now) until sec(until).
+func claim(t *testing.T, s store.Store, sessionID, owner string, now, until int) (store.Resident, bool) {
+	t.Helper()
+	r, claimed, err := s.ClaimResident(t.Context(), sessionID, owner, sec(now), sec(until))
+	if err != nil {
+		t.Fatalf("ClaimResident(%s, %s): %v", sessionID, owner, err)
+	}
+	return r, claimed
+}

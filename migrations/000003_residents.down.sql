@@ -1,0 +1,2 @@
+DROP TABLE controls;
+DROP TABLE residents;
