@@ -314,7 +314,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 
 	tools := agent.NewRegistry()
 	deps := inprocess.Deps{Store: st, Routes: routes, Tools: tools, Logger: log}
-	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: log})
+	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: log, Control: svc.Control()})
 	mgr := subagent.NewManager(svc, subagent.ManagerConfig{
 		Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: log,
 	})

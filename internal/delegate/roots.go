@@ -34,6 +34,11 @@ type RootsConfig struct {
 	Vars              map[string]func() (string, bool)
 	// Logger receives notice delivery failures. Required.
 	Logger *slog.Logger
+	// Control, when set, is the cross-replica control of this replica
+	// (subagent.Service.Control): a root is driven only under its resident
+	// lease, and prompts and notices for a root another replica drives go
+	// there. Nil means a single process: no leases.
+	Control *subagent.Control
 }
 
 // Roots runs the agents of root sessions: one live *agent.Agent per root
@@ -50,9 +55,11 @@ type RootsConfig struct {
 // Each root session with anything live — an agent, notices awaiting a
 // step's admission — is owned by one loop of the resident engine
 // (internal/resident), which takes commands from a channel; nothing else
-// touches its state, and nothing waits for idleness. (Across replicas, that
-// owner is to be the lease of DESIGN §5: a loop would take it before
-// loading its agent.)
+// touches its state, and nothing waits for idleness. Across replicas (see
+// subagent.Control), a loop holds the root's resident lease while it has
+// anything live, taken before its first command runs and released once it
+// holds nothing; a root another replica drives gets its prompts and
+// notices there.
 type Roots struct {
 	cfg   RootsConfig
 	log   *slog.Logger
@@ -88,6 +95,8 @@ type root struct {
 	// may not hold yet; scanned is how many of agent's events sweep read.
 	unacked map[string]bool
 	scanned int
+	// held: this replica holds the root's resident lease.
+	held bool
 }
 
 // followup gives s's live agent msg, an accepted inbox row, as its next
@@ -141,6 +150,23 @@ func NewRoots(cfg RootsConfig) *Roots {
 		Watch:   r.watch,
 		Context: func(key rootKey) context.Context { return store.WithTenant(context.Background(), key.tenant) },
 	})
+	if ctl := cfg.Control; ctl != nil {
+		ctl.AddResidents(r)
+		ctl.Handle(opPrompt, func(ctx context.Context, _ string, raw json.RawMessage) (any, error) {
+			var row store.InboxMessage
+			if err := json.Unmarshal(raw, &row); err != nil {
+				return nil, err
+			}
+			return nil, r.prompt(ctx, row)
+		})
+		ctl.Handle(opNotify, func(ctx context.Context, parentID string, raw json.RawMessage) (any, error) {
+			var a notifyArgs
+			if err := json.Unmarshal(raw, &a); err != nil {
+				return nil, err
+			}
+			return nil, r.Notify(ctx, parentID, a.Msg, a.Quiet)
+		})
+	}
 	return r
 }
 
@@ -161,24 +187,36 @@ func (r *Roots) Prompt(ctx context.Context, sessionID string, content []model.Bl
 		return "", &subagent.Error{Code: subagent.EInvalidRequest, Message: "content is not valid JSON",
 			Fields: map[string]string{"content": "not valid JSON"}, Err: err}
 	}
-	msg.ID = row.ID
-	err = r.do(ctx, sessionID, true, func(s *root) error {
-		if err := r.cfg.Store.Enqueue(ctx, row); err != nil {
-			return fmt.Errorf("accept prompt for %s: %w", sessionID, err)
-		}
-		// Accepted: the caller's cancellation changes nothing from here.
-		base := context.WithoutCancel(ctx)
-		if err := s.followup(base, msg); err != nil {
-			r.ack(base, sessionID, row.ID) // withdrawn: the caller sees the error
-			return err
-		}
-		r.sweep(base, sessionID, s)
-		return nil
-	})
-	if err != nil {
+	if err := r.prompt(ctx, row); err != nil {
 		return "", err
 	}
 	return row.ID, nil
+}
+
+// prompt is Prompt of row, on the replica that drives the root. A row
+// stored already (a request retried after the replica it was sent to was
+// lost) is taken as accepted.
+func (r *Roots) prompt(ctx context.Context, row store.InboxMessage) error {
+	sessionID := row.ChildID
+	msg, err := subagent.RowMessage(row)
+	if err != nil {
+		return fmt.Errorf("prompt %s: %w", sessionID, err)
+	}
+	return r.route(ctx, sessionID, opPrompt, row, func() error {
+		return r.do(ctx, sessionID, true, func(s *root) error {
+			if err := r.cfg.Store.Enqueue(ctx, row); err != nil && !errors.Is(err, store.ErrConflict) {
+				return fmt.Errorf("accept prompt for %s: %w", sessionID, err)
+			}
+			// Accepted: the caller's cancellation changes nothing from here.
+			base := context.WithoutCancel(ctx)
+			if err := s.followup(base, msg); err != nil {
+				r.ack(base, sessionID, row.ID) // withdrawn: the caller sees the error
+				return err
+			}
+			r.sweep(base, sessionID, s)
+			return nil
+		})
+	})
 }
 
 // Recover loads, at start-up, the agent of every root session with rows in
@@ -214,7 +252,12 @@ func (r *Roots) Live(ctx context.Context, sessionID string) (live, running bool)
 // still takes input.
 func (r *Roots) do(ctx context.Context, sessionID string, create bool, f func(s *root) error) error {
 	var err error
-	r.roots.Do(rootKey{store.Tenant(ctx), sessionID}, func(s *root) { err = r.load(ctx, s, create, f) })
+	r.roots.Do(rootKey{store.Tenant(ctx), sessionID}, func(s *root) {
+		if err = r.hold(ctx, s); err == nil {
+			err = r.load(ctx, s, create, f)
+		}
+		r.unhold(s)
+	})
 	return err
 }
 
@@ -296,8 +339,9 @@ func (r *Roots) build(ctx context.Context, id string) (*agent.Agent, error) {
 		}
 		cfg.Model, cfg.ModelName = rt.Model, name
 	}
-	// The agent outlives the request that loads it: keep only its tenant.
-	a, err := agent.New(store.WithTenant(context.Background(), store.Tenant(ctx)), cfg)
+	// The agent outlives the request that loads it: keep only its tenant,
+	// and fence its writes by the root's lease.
+	a, err := agent.New(r.fenced(store.WithTenant(context.Background(), store.Tenant(ctx))), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("root agent %s: %w", id, err)
 	}
@@ -417,17 +461,19 @@ func (r *Roots) Notify(ctx context.Context, parentID string, msg agent.UserMessa
 	}
 	msg.ID = row.ID
 	n := &delivery{msg: msg, quiet: quiet}
-	return r.do(ctx, parentID, false, func(s *root) error {
-		if err := r.cfg.Store.Enqueue(ctx, row); err != nil {
-			return fmt.Errorf("notify %s: %w", parentID, err)
-		}
-		s.notices = append(s.notices, n)
-		err := r.pump(ctx, parentID, s, n)
-		if err != nil {
-			r.ack(ctx, parentID, row.ID)
-		}
-		r.sweep(ctx, parentID, s)
-		return err
+	return r.route(ctx, parentID, opNotify, notifyArgs{msg, quiet}, func() error {
+		return r.do(ctx, parentID, false, func(s *root) error {
+			if err := r.cfg.Store.Enqueue(ctx, row); err != nil && !errors.Is(err, store.ErrConflict) {
+				return fmt.Errorf("notify %s: %w", parentID, err)
+			}
+			s.notices = append(s.notices, n)
+			err := r.pump(ctx, parentID, s, n)
+			if err != nil {
+				r.ack(ctx, parentID, row.ID)
+			}
+			r.sweep(ctx, parentID, s)
+			return err
+		})
 	})
 }
 
@@ -517,7 +563,7 @@ func (r *Roots) appendNotice(ctx context.Context, parentID string, msg agent.Use
 	if err != nil {
 		return fmt.Errorf("notify %s: %w", parentID, err)
 	}
-	if _, err := r.cfg.Store.AppendEvents(ctx, parentID, store.NewEvent{Type: agent.EventUserMessage, Data: data}); err != nil {
+	if _, err := r.cfg.Store.AppendEvents(r.fenced(ctx), parentID, store.NewEvent{Type: agent.EventUserMessage, Data: data}); err != nil {
 		return fmt.Errorf("notify %s: %w", parentID, err)
 	}
 	return nil
@@ -539,6 +585,7 @@ func (r *Roots) CloseIdle(ctx context.Context, cutoff time.Time) (int, error) {
 			errs = append(errs, err)
 			return
 		}
+		r.unhold(s)
 		n++
 	})
 	return n, errors.Join(errs...)

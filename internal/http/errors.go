@@ -22,6 +22,10 @@ const (
 	// codeUnavailable: the store did not answer (unreachable, or past its
 	// call bound); the request may be retried.
 	codeUnavailable = "UNAVAILABLE"
+	// codeLeaseLost: the replica that carried out the request lost the
+	// resident agent's lease to another replica half-way (store.ErrFenced);
+	// the retry reaches the new owner.
+	codeLeaseLost = "LEASE_LOST"
 	// codeUnknownRoute: agentOptions.provider names no configured model
 	// route. A 422 of its own, since INVALID_REQUEST is 400 in the table.
 	codeUnknownRoute = "UNKNOWN_ROUTE"
@@ -65,7 +69,7 @@ var problems = map[string]problemType{
 	codeIdempotencyReused:           {http.StatusUnprocessableEntity, "Idempotency key reused"},
 	codeIdempotencyInUse:            {http.StatusConflict, "Idempotency key in use"},
 	subagent.EDraining:              {http.StatusServiceUnavailable, "Draining"},
-	subagent.EOwnedElsewhere:        {http.StatusServiceUnavailable, "Owned by another replica"},
+	codeLeaseLost:                   {http.StatusServiceUnavailable, "Lease lost"},
 	codeNotReady:                    {http.StatusServiceUnavailable, "Not ready"},
 	codeUnavailable:                 {http.StatusServiceUnavailable, "Unavailable"},
 	subagent.EAgentUnavailable:      {http.StatusBadGateway, "Agent unavailable"},
@@ -103,8 +107,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	code, detail := subagent.ErrorCode(err), subagent.ErrorMessage(err)
-	if code == subagent.EInternal && errors.Is(err, store.ErrUnavailable) {
+	switch {
+	case code != subagent.EInternal:
+	case errors.Is(err, store.ErrUnavailable):
 		code, detail = codeUnavailable, "the database is unreachable or did not answer in time; retry later"
+	case errors.Is(err, store.ErrFenced):
+		code, detail = codeLeaseLost, "another replica took this agent over while the request ran; retry"
 	}
 	pt, ok := problems[code]
 	if !ok {
@@ -144,7 +152,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", retryAfter(wait))
 	}
 	if pt.status == http.StatusServiceUnavailable {
-		// DRAINING, NOT_READY, UNAVAILABLE: another replica, or this one
+		// DRAINING, NOT_READY, UNAVAILABLE, LEASE_LOST: another replica, or this one
 		// in a moment, can serve the retry.
 		w.Header().Set("Retry-After", retryAfter(unavailableRetry))
 	}

@@ -158,10 +158,11 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request) error {
 }
 
 // steerRun steers content into a live run — a one-shot run or a
-// continuable child's activation (seam-spec R96) — and answers once a
-// model step admitted it. Steering is strict: content that was not admitted
-// is STEER_REJECTED, never queued for a later turn or resumed, and a run
-// that is not live here is STEER_REJECTED too (or RUN_NOT_FOUND).
+// continuable child's activation (seam-spec R96), on whichever replica
+// drives it — and answers once a model step admitted it. Steering is
+// strict: content that was not admitted is STEER_REJECTED, never queued
+// for a later turn or resumed, and a run that is not live is
+// STEER_REJECTED too (or RUN_NOT_FOUND).
 func (s *Server) steerRun(w http.ResponseWriter, r *http.Request) error {
 	p := newParams(r)
 	id := p.id("runId")
@@ -181,8 +182,9 @@ func (s *Server) steerRun(w http.ResponseWriter, r *http.Request) error {
 }
 
 // steer steers content into run id: through its handle when it is a live
-// one-shot run, through the continuation manager when it is a live
-// activation, else STEER_REJECTED naming the run's state.
+// one-shot run here, else through the continuation manager, which steers
+// a live activation or another replica's live run, else STEER_REJECTED
+// naming the run's state.
 func (s *Server) steer(ctx context.Context, id string, content []model.Block) (string, error) {
 	if h, ok := s.svc.Run(ctx, id); ok {
 		return h.Steer(ctx, content)
@@ -208,10 +210,17 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
 	if err := p.err(); err != nil {
 		return err
 	}
-	if h, ok := s.svc.Run(r.Context(), id); ok {
+	switch h, ok := s.svc.Run(r.Context(), id); {
+	case ok:
 		h.Cancel()
-	} else if err := s.notLive(r.Context(), id); err != nil {
-		return err
+	case s.conts != nil:
+		if err := s.conts.CancelRun(r.Context(), id); err != nil {
+			return err
+		}
+	default:
+		if err := s.notLive(r.Context(), id); err != nil {
+			return err
+		}
 	}
 	run, err := s.run(r.Context(), id)
 	if err != nil {
@@ -230,11 +239,16 @@ func (s *Server) disposeRun(w http.ResponseWriter, r *http.Request) error {
 	if err := p.err(); err != nil {
 		return err
 	}
-	if h, ok := s.svc.Run(r.Context(), id); ok {
+	switch h, ok := s.svc.Run(r.Context(), id); {
+	case ok:
 		if err := h.Dispose(r.Context()); err != nil {
 			return fmt.Errorf("dispose run %s: %w", id, err)
 		}
-	} else {
+	case s.conts != nil:
+		if err := s.conts.DisposeRun(r.Context(), id); err != nil {
+			return err
+		}
+	default:
 		if err := s.notLive(r.Context(), id); err != nil {
 			return err
 		}
@@ -246,10 +260,9 @@ func (s *Server) disposeRun(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// notLive checks a run that has no live handle here: it must exist and
-// have settled. A running run without a handle belongs to another replica
-// or to an earlier process whose lease has not expired yet; until cancel
-// and dispose are routed to owners (DESIGN §5) it is RUN_NOT_FOUND here.
+// notLive checks a run that has no live handle here, on a server without
+// the continuation manager (which routes cancel and dispose to the run's
+// replica): it must exist and have settled, else it is RUN_NOT_FOUND here.
 func (s *Server) notLive(ctx context.Context, id string) error {
 	run, err := s.run(ctx, id)
 	if err != nil {

@@ -73,6 +73,13 @@ type Continuations interface {
 	// admitted it: RUN_NOT_FOUND when runID is no live activation here,
 	// STEER_REJECTED when it was not admitted (never queued or resumed).
 	SteerActivation(ctx context.Context, runID string, content []model.Block) (string, error)
+	// CancelRun stops a live run or activation, whichever replica drives
+	// it; a settled run is a no-op. RUN_NOT_FOUND for an unknown run.
+	CancelRun(ctx context.Context, runID string) error
+	// DisposeRun stops a live run or activation, whichever replica drives
+	// it, waits until it settled and marks it disposed. Idempotent.
+	// RUN_NOT_FOUND for an unknown run.
+	DisposeRun(ctx context.Context, runID string) error
 }
 
 var _ Continuations = (*subagent.Manager)(nil)

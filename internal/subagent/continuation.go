@@ -313,6 +313,8 @@ type child struct {
 	// outbox holds the lifecycle dispatches a command decided, in order;
 	// do runs them once the command returned.
 	outbox []func()
+	// held: this replica holds c's resident lease (hold, unhold).
+	held bool
 }
 
 // answer is a followup's route, or why its message was not delivered.
@@ -338,6 +340,7 @@ func NewManager(svc *Service, cfg ManagerConfig) *Manager {
 		Idle:  func(c *child) bool { return c.act == nil && len(c.waiters) == 0 && !c.wake },
 		Watch: m.turnEnd,
 	})
+	m.handle()
 	return m
 }
 
@@ -347,6 +350,7 @@ func (m *Manager) do(key childKey, f func(c *child)) {
 	var out []func()
 	m.children.Do(key, func(c *child) {
 		f(c)
+		m.unhold(c)
 		out, c.outbox = c.outbox, nil
 	})
 	for _, dispatch := range out {
@@ -495,9 +499,14 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 		Mode: ModeContinuable, AgentProvider: opts.Provider, AgentModel: opts.Model,
 		MaxTokens: opts.MaxTokens, Persona: clonePtr(req.Persona), CreatedAt: time.Now(),
 	}
+	// This replica drives the child from here: its lease first.
+	if err := m.hold(ctx, c); err != nil {
+		return ContinuableStarted{}, duplicateChild(childID)
+	}
 	// Store writes must not be cut half-way by the caller's cancellation;
-	// ctx is checked between the steps instead.
-	base := context.WithoutCancel(ctx)
+	// ctx is checked between the steps instead. The child's writes are
+	// fenced by its lease.
+	base := m.svc.ctl.Fenced(context.WithoutCancel(ctx))
 	inc := &incarnation{}
 	ag, err := m.materializer(req.Provider).Materialize(base, MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
 		Create: func(ctx context.Context) error { return m.create(ctx, header, spec.Seed, raw) },
@@ -639,8 +648,17 @@ func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string,
 	if ctx.Err() != nil {
 		return FollowupResult{}, followupAborted(ctx)
 	}
+	return m.followupRow(ctx, parentSessionID, row)
+}
+
+// followup is Followup of row on this replica, which drives the child or
+// is about to. A row stored already (a request retried after the replica
+// it was sent to was lost) is taken as accepted.
+func (m *Manager) followup(ctx context.Context, parentSessionID string, row store.InboxMessage) (FollowupResult, error) {
+	childID := row.ChildID
 	key := childKey{store.Tenant(ctx), childID}
 	w := make(chan answer, 1)
+	var err error
 	m.do(key, func(c *child) {
 		// Admission again in the child's loop: a Shutdown that began since
 		// must not find a new activation it never cancels (R113, R117).
@@ -662,11 +680,15 @@ func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string,
 			}
 		}
 		defer m.releaseSlot(c)
-		if err = m.store.Enqueue(ctx, row); err != nil {
+		if err = m.store.Enqueue(ctx, row); err != nil && !errors.Is(err, store.ErrConflict) {
 			err = fmt.Errorf("accept followup for %s: %w", childID, err)
 			return
 		}
+		err = nil
 		c.waiters[row.ID] = w
+		// A cold resume that finds the child held by another replica
+		// withdraws the row and answers ErrHeldElsewhere: Route sends the
+		// followup there.
 		m.route(context.WithoutCancel(ctx), c, row, true)
 	})
 	if err != nil {
@@ -753,8 +775,11 @@ func (m *Manager) header(ctx context.Context, c *child) (store.Session, error) {
 // an unknown child and EUnauthorized when parentSessionID is not its
 // durable parent — checked for live and settled children alike.
 func (m *Manager) Interrupt(ctx context.Context, parentSessionID, childID string) error {
-	var err error
-	m.do(childKey{store.Tenant(ctx), childID}, func(c *child) { err = m.interrupt(ctx, c, parentSessionID) })
+	_, err := Route(ctx, m.svc.ctl, childID, opInterrupt, parentSessionID, func() (struct{}, error) {
+		var err error
+		m.do(childKey{store.Tenant(ctx), childID}, func(c *child) { err = m.interrupt(ctx, c, parentSessionID) })
+		return struct{}{}, err
+	})
 	return err
 }
 
@@ -770,33 +795,13 @@ func (m *Manager) interrupt(ctx context.Context, c *child, parentSessionID strin
 	}
 	act := c.act
 	if act == nil {
-		// Not running here: a no-op (R98) — unless another replica drives
-		// it, where this interrupt would silently stop nothing.
-		return m.ownedElsewhere(ctx, childID)
+		return nil // not running: a no-op (R98)
 	}
 	if act.closing || act.interrupted {
 		return nil
 	}
 	act.interrupted = true
 	act.agent.Cancel(agent.CauseUser, true)
-	return nil
-}
-
-// ownedElsewhere returns EOwnedElsewhere when another replica holds a live
-// lease on an activation of childID (DESIGN §5): this replica must not
-// build a second agent over the same log. Until requests are routed to the
-// owner, the caller is told to retry; the owner's lease lapses if it died.
-func (m *Manager) ownedElsewhere(ctx context.Context, childID string) error {
-	runs, err := m.store.ListRuns(ctx, store.RunFilter{ChildID: childID, State: store.StateRunning})
-	if err != nil {
-		return fmt.Errorf("look up the owner of %s: %w", childID, err)
-	}
-	now := time.Now()
-	for _, r := range runs {
-		if r.Kind == store.KindActivation && r.Owner != m.svc.owner && r.LeaseUntil.After(now) {
-			return Errorf(EOwnedElsewhere, "subagent %q is running on replica %q; retry shortly", childID, r.Owner)
-		}
-	}
 	return nil
 }
 

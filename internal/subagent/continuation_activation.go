@@ -237,10 +237,7 @@ func (m *Manager) resume(ctx context.Context, c *child) error {
 	if m.isDraining() {
 		return nil // the rows stay pending for Recover after the restart
 	}
-	err := m.ownedElsewhere(ctx, c.key.id)
-	if err == nil {
-		err = m.coldResume(ctx, c)
-	}
+	err := m.coldResume(ctx, c)
 	if err != nil {
 		for id, w := range c.waiters {
 			w <- answer{err: err}
@@ -274,6 +271,12 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 		return nil
 	}
 	sess, desc := *c.sess, *c.desc
+	// This replica drives the child from here: its lease first, and its
+	// writes fenced by it.
+	if err := m.hold(ctx, c); err != nil {
+		return err
+	}
+	ctx = m.svc.ctl.Fenced(ctx)
 	// Only the descriptor's route: never the original budget, never the
 	// parent's current route (§1.8, R88).
 	inc := &incarnation{}
@@ -490,6 +493,9 @@ var errNoSink = errors.New("no notice sink for root parents is configured")
 // Returns the store's error for a parent that cannot be read (wrapping
 // store.ErrNotFound when it is gone), errNoSink, or the delivery's error.
 func (m *Manager) send(ctx context.Context, parentID string, content []model.Block, src agent.Source, quiet bool) (string, error) {
+	// The parent's writes are fenced by the parent's own lease, not by
+	// the sender's.
+	ctx = store.WithOwner(ctx, "")
 	parent, err := m.store.GetSession(ctx, parentID)
 	if err != nil {
 		return "", fmt.Errorf("read parent %s: %w", parentID, err)
@@ -518,6 +524,18 @@ func (m *Manager) deliverInbox(ctx context.Context, parentID string, content []m
 	if err != nil {
 		return "", err
 	}
+	if err := m.deliverRow(ctx, row, waking); err != nil {
+		return "", err
+	}
+	return row.ID, nil
+}
+
+// deliver is deliverInbox of row on this replica. A row stored already (a
+// request retried after the replica it was sent to was lost) is taken as
+// accepted.
+func (m *Manager) deliver(ctx context.Context, row store.InboxMessage, waking bool) error {
+	parentID := row.ChildID
+	var err error
 	m.do(childKey{store.Tenant(ctx), parentID}, func(c *child) {
 		var sess store.Session
 		if sess, err = m.header(ctx, c); err != nil {
@@ -526,20 +544,19 @@ func (m *Manager) deliverInbox(ctx context.Context, parentID string, content []m
 		if err = m.resumable(ctx, c, sess.ParentID); err != nil {
 			return
 		}
-		if err = m.store.Enqueue(ctx, row); err != nil {
+		if err = m.store.Enqueue(ctx, row); err != nil && !errors.Is(err, store.ErrConflict) {
 			err = fmt.Errorf("accept message for %s: %w", parentID, err)
 			return
 		}
+		err = nil
 		// Accepted: a failed cold resume leaves the row pending for the
-		// next wake (nobody waits for its route).
+		// next wake (nobody waits for its route) — also when another
+		// replica took the parent since: its next activation delivers it.
 		if err := m.route(ctx, c, row, waking); err != nil {
 			m.log.ErrorContext(ctx, "wake parent", slog.String("parent_id", parentID), slog.Any("error", err))
 		}
 	})
-	if err != nil {
-		return "", err
-	}
-	return row.ID, nil
+	return err
 }
 
 // ack removes delivered (or withdrawn) rows from the durable inbox. A

@@ -1,54 +1,97 @@
 package subagent
 
 import (
+	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 
 	"github.com/subagentd/subagentd/internal/agent"
 )
 
-// While one replica drives a child's activation (its lease is live),
-// another replica neither cold-resumes the child — a second agent over the
-// same log would run messages twice — nor acknowledges an interrupt it
-// cannot carry out: both answer OWNED_ELSEWHERE and nothing is appended.
-// (DESIGN §5; routing the request to the owner is not built yet.)
-func TestReplicas_ALiveActivationIsOwnedElsewhere(t *testing.T) {
-	t.Parallel()
-	gate, reached := make(chan struct{}), make(chan struct{})
-	a := newContEnv(t, gatedModel(gate, reached, "working"))
-	started := a.start(t, a.req(t, "first"))
-	<-reached
-
+// replicaB builds a second replica over a's store: its own Service and
+// Manager under another owner, serving control requests until the test
+// ends. Its model answers "b".
+func replicaB(t *testing.T, a *contEnv) (*Service, *Manager) {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svcB := NewService(Config{Store: a.st, Logger: logger, Owner: "replica-2"})
-	mgrB := NewManager(svcB, ManagerConfig{Materializer: &testMat{st: a.st, model: gatedModel(gate, make(chan struct{}), "b")}, Logger: logger})
+	mgrB := NewManager(svcB, ManagerConfig{Materializer: &testMat{st: a.st, model: gatedModel(nil, make(chan struct{}), "b")}, Logger: logger})
 	if err := svcB.Register(t.Context(), &contProvider{fakeProvider: &fakeProvider{name: "spawn", caps: contCaps}}); err != nil {
 		t.Fatal(err)
 	}
-	before := len(a.log(t, started.ChildID))
+	serve(t, svcB)
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(t.Context())
+		if err := mgrB.Shutdown(ctx); err != nil {
+			t.Errorf("B's manager shutdown: %v", err)
+		}
+		if err := svcB.Shutdown(ctx); err != nil {
+			t.Errorf("B's service shutdown: %v", err)
+		}
+	})
+	return svcB, mgrB
+}
 
-	_, err := mgrB.Followup(t.Context(), "p1", started.ChildID, txt("second"), agent.Source{Kind: SourceUser})
-	wantCode(t, err, EOwnedElsewhere)
-	wantCode(t, mgrB.Interrupt(t.Context(), "p1", started.ChildID), EOwnedElsewhere)
-	if after := len(a.log(t, started.ChildID)); after != before {
-		t.Fatalf("the child's log grew from %d to %d events on the other replica's refusal", before, after)
-	}
-	if pending, err := a.st.Pending(t.Context(), started.ChildID); err != nil || len(pending) != 0 {
-		t.Fatalf("pending after the refusal: %v, %v; want the message withdrawn", pending, err)
-	}
+// serve runs svc's KeepLeases (which serves its control requests) until
+// the test ends.
+func serve(t *testing.T, svc *Service) {
+	ctx, stop := context.WithCancel(context.WithoutCancel(t.Context()))
+	done := make(chan struct{})
+	go func() { defer close(done); svc.KeepLeases(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+}
 
+// While replica A drives a child's activation (it holds the child's
+// resident lease), a followup and an interrupt taken by replica B are
+// carried out by A (DESIGN §5): the followup is steered into A's running
+// turn and lands in the log once, B answers with A's route and task, and
+// B never builds an agent of its own over the log.
+func TestReplicas_FollowupAndInterruptThroughAnotherReplicaReachTheOwner(t *testing.T) {
+	t.Parallel()
+	gate, reached := make(chan struct{}), make(chan struct{})
+	a := newContEnv(t, gatedModel(gate, reached, "working"))
+	serve(t, a.svc)
+	started := a.start(t, a.req(t, "first"))
+	<-reached
+	_, mgrB := replicaB(t, a)
+
+	out := make(chan followupOutcome, 1)
+	go func() {
+		res, err := mgrB.Followup(t.Context(), "p1", started.ChildID, txt("second"), agent.Source{Kind: SourceUser})
+		out <- followupOutcome{res, err}
+	}()
+	a.waitLog(t, started.ChildID, "the steer B routed to A", steersSubmitted(1))
 	close(gate)
+	got := await(t, out)
+	if got.err != nil || got.res.Route != RouteSteered || got.res.TaskID != started.TaskID || got.res.MessageID == "" {
+		t.Fatalf("followup through B: %+v, %v; want steered into A's task %s", got.res, got.err, started.TaskID)
+	}
 	a.ended(t, started.TaskID)
-	// Once the owner settled, the other replica may resume the child.
-	res, err := mgrB.Followup(t.Context(), "p1", started.ChildID, txt("third"), agent.Source{Kind: SourceUser})
+	if n := countText(userTexts(t, a.log(t, started.ChildID)), "second"); n != 1 {
+		t.Fatalf("the followup through B is in the log %d times, want once", n)
+	}
+
+	// A interrupt through B of an activation A drives stops it.
+	gate2, reached2 := make(chan struct{}), make(chan struct{})
+	a.mat.model = gatedModel(gate2, reached2, "again")
+	defer close(gate2)
+	res, err := a.m.Followup(t.Context(), "p1", started.ChildID, txt("third"), agent.Source{Kind: SourceUser})
 	if err != nil || res.Route != RouteStarted {
-		t.Fatalf("followup on the other replica after settlement: %+v, %v; want started", res, err)
+		t.Fatalf("followup on A: %+v, %v; want started", res, err)
 	}
-	if err := mgrB.Shutdown(t.Context()); err != nil {
-		t.Fatal(err)
+	<-reached2
+	if err := mgrB.Interrupt(t.Context(), "p1", started.ChildID); err != nil {
+		t.Fatalf("interrupt through B: %v", err)
 	}
-	if err := svcB.Shutdown(t.Context()); err != nil {
-		t.Fatal(err)
+	if end := a.ended(t, res.TaskID); end.StopReason != StopAborted {
+		t.Fatalf("A's activation after an interrupt through B ended %q, want aborted", end.StopReason)
 	}
+	wantCode(t, mgrB.Interrupt(t.Context(), "p9", started.ChildID), EUnauthorized)
+}
+
+// countText counts the texts equal to s.
+func countText(texts []string, s string) int {
+	return len(slices.DeleteFunc(slices.Clone(texts), func(x string) bool { return x != s }))
 }

@@ -127,7 +127,8 @@ func quietDelivery(delivery string) (bool, error) {
 // once a model step admitted it. It is strict — never queued for a later
 // turn, never a cold resume — and separate from Followup.
 //
-// Returns ERunNotFound when runID is no live activation of this process
+// An activation another replica drives is steered there (Control).
+// Returns ERunNotFound when runID is no live activation of any replica
 // (in ctx's tenant); EInvalidRequest for empty content; ESteerRejected when
 // the activation runs no turn, was interrupted, is settling, or its turn
 // ended before admitting content; ctx's error when ctx ended first (the
@@ -137,7 +138,7 @@ func (m *Manager) SteerActivation(ctx context.Context, runID string, content []m
 	act := m.runs[runID]
 	m.mu.Unlock()
 	if act == nil || act.c.key.tenant != store.Tenant(ctx) {
-		return "", Errorf(ERunNotFound, "run %s is no live activation of this server", runID)
+		return m.routeSteer(ctx, runID, content)
 	}
 	if len(content) == 0 {
 		return "", &Error{Code: EInvalidRequest, Message: "content is required", Fields: map[string]string{"content": "required"}}

@@ -33,9 +33,6 @@ const (
 	// EParentUnavailable: the reporting child's durable parent is gone, or
 	// the delivery to it failed.
 	EParentUnavailable = "PARENT_UNAVAILABLE"
-	// EOwnedElsewhere: another replica drives the child now (DESIGN §5);
-	// retry shortly.
-	EOwnedElsewhere = "OWNED_ELSEWHERE"
 	// EAgentUnavailable: an external agent could not be started, or failed
 	// its handshake; the message says why.
 	EAgentUnavailable = "AGENT_UNAVAILABLE"

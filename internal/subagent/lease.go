@@ -37,7 +37,14 @@ func (s *Service) RecoverOwned(ctx context.Context) error {
 // success lapse within a third of the lease, so this replica stops driving
 // its live runs (cancels them) before another replica may take them over;
 // their subagent/end is written once, by whichever replica gets there first.
+//
+// It also serves the control requests other replicas send this one
+// (Control), and each round takes over the resident agents whose owner's
+// lease lapsed, delivering their undelivered messages.
 func (s *Service) KeepLeases(ctx context.Context) {
+	served := make(chan struct{})
+	go func() { defer close(served); s.ctl.serve(ctx) }()
+	defer func() { <-served }()
 	tick := time.NewTicker(s.lease / 3)
 	defer tick.Stop()
 	renewed := time.Now()
@@ -67,12 +74,19 @@ func (s *Service) keepLeases(ctx context.Context, now time.Time) bool {
 	if err := s.reap(rctx, now); err != nil && ctx.Err() == nil {
 		s.log.ErrorContext(ctx, "close runs of lost replicas", slog.Any("error", err))
 	}
+	if err == nil {
+		// Deliveries of a takeover outlive the round's bound.
+		if err := s.ctl.takeOver(ctx, now); err != nil && ctx.Err() == nil {
+			s.log.ErrorContext(ctx, "take over resident agents of lost replicas", slog.Any("error", err))
+		}
+	}
 	return err == nil
 }
 
 // fence cancels every live run of this replica, whose lease (last renewed
-// at renewed) is about to lapse.
+// at renewed) is about to lapse, and stops driving its resident agents.
 func (s *Service) fence(ctx context.Context, renewed time.Time) {
+	s.ctl.fence(ctx)
 	s.mu.Lock()
 	live := slices.Collect(maps.Values(s.runs))
 	s.mu.Unlock()

@@ -63,6 +63,7 @@ type Service struct {
 	// maxLive is Config.MaxLiveRuns.
 	maxLive int
 	bus     bus
+	ctl     *Control
 
 	mu        sync.Mutex
 	providers []Provider // registration order
@@ -88,6 +89,7 @@ func NewService(cfg Config) *Service {
 		log:     cfg.Logger,
 		owner:   cfg.Owner,
 		lease:   lease,
+		ctl:     newControl(cfg.Store, cfg.Owner, lease, cfg.Logger),
 		retain:  retain,
 		maxLive: cfg.MaxLiveRuns,
 		bus:     bus{log: cfg.Logger},
@@ -95,6 +97,10 @@ func NewService(cfg Config) *Service {
 		live:    map[string]int{},
 	}
 }
+
+// Control returns the Service's cross-replica control (see Control): the
+// resident leases and control requests of this replica.
+func (s *Service) Control() *Control { return s.ctl }
 
 // Subscribe adds l for the lifecycle events of the runs of parentID, or of
 // every event (provider events included) when parentID is "" (R18). It
@@ -235,6 +241,9 @@ func (s *Service) Providers() []Provider {
 // ctx is the request's cancellation until publication; its tenant scopes
 // every store write of the run, also after ctx ends.
 func (s *Service) Start(ctx context.Context, provider string, req Request) (*RunHandle, error) {
+	// A one-shot child holds no resident lease: its writes are not fenced,
+	// also when a resident agent's tool starts it.
+	ctx = store.WithOwner(ctx, "")
 	p, resolved, err := s.admit(provider, req)
 	if err != nil {
 		return nil, err

@@ -45,6 +45,10 @@ type Config struct {
 	Hooks *Hooks
 	// Store is the store of the harness; nil means a new memstore.
 	Store store.Store
+	// Owner names the harness's replica in leases; "" means "test".
+	// LeaseDuration is its lease; zero means the Service's default.
+	Owner         string
+	LeaseDuration time.Duration
 }
 
 // Hooks are called after the store call they are named after. Set them
@@ -128,7 +132,11 @@ func New(t testing.TB, cfg Config) *Harness {
 	}
 	h.Deps = inprocess.Deps{Store: st, Routes: routes, Tools: h.Tools,
 		DeploymentPersona: cfg.DeploymentPersona, Vars: cfg.Vars, Logger: h.Logger}
-	h.Service = subagent.NewService(subagent.Config{Store: h.Store, Logger: h.Logger, Owner: "test"})
+	owner := cfg.Owner
+	if owner == "" {
+		owner = "test"
+	}
+	h.Service = subagent.NewService(subagent.Config{Store: h.Store, Logger: h.Logger, Owner: owner, LeaseDuration: cfg.LeaseDuration})
 	for _, p := range []subagent.Provider{spawn.New(h.Deps), fork.New(h.Deps)} {
 		if err := h.Service.Register(Ctx(t), p); err != nil {
 			t.Fatal(err)

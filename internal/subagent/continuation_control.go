@@ -1,0 +1,268 @@
+package subagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// The Manager across replicas (DESIGN §5, see Control): a continuable
+// child is driven by the replica holding its resident lease, claimed in
+// the child's loop before an activation starts (hold) and released by the
+// first command that ends with no activation left (see do). Requests for a
+// child another replica drives go to it as control requests, answered by
+// the same methods a local call runs.
+
+// Control request ops of the Manager.
+const (
+	opFollowup        = "child.followup"
+	opInterrupt       = "child.interrupt"
+	opSteer           = "child.steer"
+	opSteerRun        = "run.steer"
+	opDeliver         = "child.deliver"
+	opCancelRun       = "run.cancel"
+	opDisposeRun      = "run.dispose"
+	opCancelActivity  = "activation.cancel"
+	opDisposeActivity = "activation.dispose"
+)
+
+type followupArgs struct {
+	Parent string             `json:"parent"`
+	Row    store.InboxMessage `json:"row"`
+}
+
+type steerArgs struct {
+	RunID   string        `json:"runId"`
+	Content []model.Block `json:"content"`
+}
+
+type deliverArgs struct {
+	Row    store.InboxMessage `json:"row"`
+	Waking bool               `json:"waking"`
+}
+
+// handle registers the Manager's control handlers and resident kind.
+func (m *Manager) handle() {
+	ctl := m.svc.ctl
+	ctl.AddResidents(m)
+	ctl.Handle(opFollowup, func(ctx context.Context, _ string, raw json.RawMessage) (any, error) {
+		var a followupArgs
+		if err := json.Unmarshal(raw, &a); err != nil {
+			return nil, err
+		}
+		return m.followupRow(ctx, a.Parent, a.Row)
+	})
+	ctl.Handle(opInterrupt, func(ctx context.Context, child string, raw json.RawMessage) (any, error) {
+		var parent string
+		if err := json.Unmarshal(raw, &parent); err != nil {
+			return nil, err
+		}
+		return nil, m.Interrupt(ctx, parent, child)
+	})
+	ctl.Handle(opSteer, func(ctx context.Context, _ string, raw json.RawMessage) (any, error) {
+		var a steerArgs
+		if err := json.Unmarshal(raw, &a); err != nil {
+			return nil, err
+		}
+		return m.SteerActivation(ctx, a.RunID, a.Content)
+	})
+	ctl.Handle(opSteerRun, func(ctx context.Context, runID string, raw json.RawMessage) (any, error) {
+		var a steerArgs
+		if err := json.Unmarshal(raw, &a); err != nil {
+			return nil, err
+		}
+		return m.steerRun(ctx, runID, a.Content)
+	})
+	ctl.Handle(opDeliver, func(ctx context.Context, _ string, raw json.RawMessage) (any, error) {
+		var a deliverArgs
+		if err := json.Unmarshal(raw, &a); err != nil {
+			return nil, err
+		}
+		return nil, m.deliverRow(ctx, a.Row, a.Waking)
+	})
+	for op, dispose := range map[string]bool{opCancelRun: false, opDisposeRun: true, opCancelActivity: false, opDisposeActivity: true} {
+		ctl.Handle(op, func(ctx context.Context, _ string, raw json.RawMessage) (any, error) {
+			var runID string
+			if err := json.Unmarshal(raw, &runID); err != nil {
+				return nil, err
+			}
+			return nil, m.controlRun(ctx, runID, dispose)
+		})
+	}
+}
+
+// hold claims c's resident lease for this replica before it is driven.
+// Returns ErrHeldElsewhere when another replica holds it live. It runs in
+// c's loop.
+func (m *Manager) hold(ctx context.Context, c *child) error {
+	if c.held {
+		return nil
+	}
+	if err := m.svc.ctl.Claim(ctx, c.key.id); err != nil {
+		return err
+	}
+	c.held = true
+	return nil
+}
+
+// unhold releases c's lease once nothing drives c. It runs in c's loop, at
+// the end of every command.
+func (m *Manager) unhold(c *child) {
+	if c.held && c.act == nil {
+		c.held = false
+		m.svc.ctl.Release(store.WithTenant(context.Background(), c.key.tenant), c.key.id)
+	}
+}
+
+// followupRow is Followup of an accepted-to-be row: here when no other
+// replica drives the child, else on the replica that does. The row's id
+// is kept across replicas, so a request retried after its owner was lost
+// stores the message once.
+func (m *Manager) followupRow(ctx context.Context, parent string, row store.InboxMessage) (FollowupResult, error) {
+	return Route(ctx, m.svc.ctl, row.ChildID, opFollowup, followupArgs{parent, row}, func() (FollowupResult, error) {
+		return m.followup(ctx, parent, row)
+	})
+}
+
+// deliverRow is deliverInbox of row (a notice or a report to a continuable
+// parent), on the replica that drives the parent.
+func (m *Manager) deliverRow(ctx context.Context, row store.InboxMessage, waking bool) error {
+	_, err := Route(ctx, m.svc.ctl, row.ChildID, opDeliver, deliverArgs{row, waking}, func() (struct{}, error) {
+		return struct{}{}, m.deliver(ctx, row, waking)
+	})
+	return err
+}
+
+// CancelRun stops live run runID, whichever replica drives it (POST
+// /v1/runs/{runId}/cancel): a one-shot run is cancelled; an activation's
+// turn is interrupted like Interrupt does. A settled run is a no-op.
+// Returns ERunNotFound.
+func (m *Manager) CancelRun(ctx context.Context, runID string) error {
+	return m.routeRun(ctx, runID, false)
+}
+
+// DisposeRun disposes run runID, whichever replica drives it (DELETE
+// /v1/runs/{runId}): a live one is stopped and waited for until it
+// settled, then it is marked disposed. Idempotent. Returns ERunNotFound.
+func (m *Manager) DisposeRun(ctx context.Context, runID string) error {
+	return m.routeRun(ctx, runID, true)
+}
+
+// routeRun is CancelRun (dispose false) or DisposeRun, sent to the run's
+// driver.
+func (m *Manager) routeRun(ctx context.Context, runID string, dispose bool) error {
+	run, err := m.store.GetRun(ctx, runID)
+	if errors.Is(err, store.ErrNotFound) {
+		return &Error{Code: ERunNotFound, Message: fmt.Sprintf("no run %q", runID), Err: err}
+	}
+	if err != nil {
+		return fmt.Errorf("read run %s: %w", runID, err)
+	}
+	local := func() (struct{}, error) { return struct{}{}, m.controlRun(ctx, runID, dispose) }
+	if run.State != store.StateRunning {
+		_, err = local()
+		return err
+	}
+	if run.Kind == store.KindActivation {
+		op := map[bool]string{false: opCancelActivity, true: opDisposeActivity}[dispose]
+		_, err = Route(ctx, m.svc.ctl, run.ChildID, op, runID, local)
+		return err
+	}
+	op := map[bool]string{false: opCancelRun, true: opDisposeRun}[dispose]
+	_, err = RouteRun(ctx, m.svc.ctl, run, op, runID, local)
+	return err
+}
+
+// controlRun cancels or disposes run runID on this replica.
+func (m *Manager) controlRun(ctx context.Context, runID string, dispose bool) error {
+	if h, ok := m.svc.Run(ctx, runID); ok {
+		if !dispose {
+			h.Cancel()
+			return nil
+		}
+		return h.Dispose(ctx)
+	}
+	m.mu.Lock()
+	act := m.runs[runID]
+	m.mu.Unlock()
+	if act != nil && act.c.key.tenant == store.Tenant(ctx) {
+		m.do(act.c.key, func(c *child) {
+			if c.act == act && !act.closing && !act.interrupted {
+				act.interrupted = true
+				act.agent.Cancel(agent.CauseUser, true)
+			}
+		})
+		if !dispose {
+			return nil
+		}
+		select {
+		case <-act.done:
+		case <-ctx.Done():
+			return fmt.Errorf("dispose activation %s: %w", runID, ctx.Err())
+		}
+	}
+	if !dispose {
+		return nil // settled, or lost with its owner: the reaper closes it
+	}
+	err := m.store.DisposeRun(ctx, runID)
+	if errors.Is(err, store.ErrConflict) {
+		return Errorf(ERunNotFound, "run %s is running but no live replica drives it; it is closed once its lease lapses", runID)
+	}
+	if err != nil {
+		return fmt.Errorf("dispose run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// routeSteer is SteerActivation of a run this process does not drive —
+// an activation, or a one-shot run — sent to the replica that does.
+func (m *Manager) routeSteer(ctx context.Context, runID string, content []model.Block) (string, error) {
+	run, err := m.store.GetRun(ctx, runID)
+	if err != nil || run.State != store.StateRunning {
+		return "", Errorf(ERunNotFound, "run %s is no live run", runID)
+	}
+	if run.Kind == store.KindOneShot {
+		return RouteRun(ctx, m.svc.ctl, run, opSteerRun, steerArgs{runID, content}, func() (string, error) {
+			return m.steerRun(ctx, runID, content)
+		})
+	}
+	return Route(ctx, m.svc.ctl, run.ChildID, opSteer, steerArgs{runID, content}, func() (string, error) {
+		return "", Errorf(ERunNotFound, "run %s is no live activation of any replica", runID)
+	})
+}
+
+// steerRun steers live one-shot run runID of this process. Returns
+// ERunNotFound when it has none, else RunHandle.Steer's errors.
+func (m *Manager) steerRun(ctx context.Context, runID string, content []model.Block) (string, error) {
+	h, ok := m.svc.Run(ctx, runID)
+	if !ok {
+		return "", Errorf(ERunNotFound, "run %s is no live run of any replica", runID)
+	}
+	return h.Steer(ctx, content)
+}
+
+// TakeOver resumes sess when it is a continuable child whose owner was
+// lost, delivering its undelivered messages (Control.takeOver).
+func (m *Manager) TakeOver(ctx context.Context, sess store.Session) (bool, error) {
+	if sess.ParentID == "" {
+		return false, nil
+	}
+	return true, m.recoverChild(ctx, sess.ID)
+}
+
+// Fence stops the turn of every live activation, keeping its inbox: this
+// replica is about to lose its leases. The activations settle (their
+// writes fail once another replica took the child over), and the messages
+// they had not admitted stay in the durable inbox for the next owner.
+func (m *Manager) Fence(context.Context) {
+	m.children.Each(func(c *child) {
+		if act := c.act; act != nil && !act.closing {
+			act.agent.Cancel(agent.CauseDisposed, true)
+		}
+	})
+}

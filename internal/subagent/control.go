@@ -1,0 +1,401 @@
+package subagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// Control is where requests cross replicas (DESIGN §5). Every resident
+// agent — a root session or a continuable child — is driven by the one
+// replica that holds its resident lease (store.ClaimResident), renewed
+// with the run leases (KeepLeases). A request for an agent, or a run,
+// another replica drives live is not refused: it is written as a control
+// request for the owner, which is woken through the store (NOTIFY), carries
+// it out through the same code path as a local call, and writes the answer
+// back; the requester answers its client with exactly that. When the
+// owner's lease lapses while a request waits, the requester claims the
+// agent and acts itself. The Manager and Roots keep their seam API and call
+// Route; this file is all the cross-replica plumbing there is.
+//
+// A Service has one Control (Service.Control). Safe for concurrent use.
+type Control struct {
+	st    store.Store
+	owner string
+	lease time.Duration
+	log   *slog.Logger
+
+	mu       sync.Mutex
+	handlers map[string]ControlHandler
+	// residents are the kinds of resident agents of this process (the
+	// Manager's children, Roots): KeepLeases takes over the lapsed ones
+	// and fence stops driving them.
+	residents []ResidentKind
+	serving   map[string]bool // ids of requests being carried out here
+}
+
+// ControlHandler carries out op for target (ctx has the request's tenant)
+// and returns its result, to be marshalled as the answer, or its error.
+type ControlHandler func(ctx context.Context, target string, payload json.RawMessage) (any, error)
+
+// ResidentKind is one kind of resident agent, as Control sees it.
+type ResidentKind interface {
+	// TakeOver resumes sess, a resident agent whose owner's lease lapsed
+	// and which has undelivered messages, if it is of this kind; it
+	// reports whether it was. It claims the agent itself.
+	TakeOver(ctx context.Context, sess store.Session) (bool, error)
+	// Fence stops driving every resident agent of this kind at once: this
+	// replica could not renew its leases, which are about to lapse.
+	Fence(ctx context.Context)
+}
+
+// ErrHeldElsewhere: a local path found, when it went to claim the agent
+// (Claim), that another replica took it since Route looked; returned to
+// Route, it asks again and sends the request there.
+var ErrHeldElsewhere = errors.New("resident agent is held by another replica")
+
+// errOwnerLapsed: the owner a request was sent to stopped renewing its
+// lease before answering.
+var errOwnerLapsed = errors.New("owner's lease lapsed before it answered")
+
+// controlPoll is the safety net of a requester waiting for its answer (a
+// lost wake-up) and of an owner waiting for requests.
+const controlPoll = time.Second
+
+func newControl(st store.Store, owner string, lease time.Duration, log *slog.Logger) *Control {
+	return &Control{st: st, owner: owner, lease: lease, log: log,
+		handlers: map[string]ControlHandler{}, serving: map[string]bool{}}
+}
+
+// Owner is the name of this replica in leases.
+func (c *Control) Owner() string { return c.owner }
+
+// Handle registers h for requests of op. Call it before KeepLeases.
+func (c *Control) Handle(op string, h ControlHandler) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.handlers[op] = h
+}
+
+// AddResidents registers a kind of resident agent for takeover and fencing.
+func (c *Control) AddResidents(k ResidentKind) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.residents = append(c.residents, k)
+}
+
+// Fenced returns ctx whose writes to a resident agent's log are
+// conditional on this replica holding its lease (store.WithOwner).
+func (c *Control) Fenced(ctx context.Context) context.Context {
+	return store.WithOwner(ctx, c.owner)
+}
+
+// Claim makes this replica the driver of resident agent id, unless another
+// replica holds its lease live: then it returns ErrHeldElsewhere. Call it
+// before driving the agent (loading it, starting an activation); Release
+// once it is no longer driven.
+func (c *Control) Claim(ctx context.Context, id string) error {
+	now := time.Now()
+	r, claimed, err := c.st.ClaimResident(ctx, id, c.owner, now, now.Add(c.lease))
+	if err != nil {
+		return fmt.Errorf("claim %s: %w", id, err)
+	}
+	if !claimed {
+		return fmt.Errorf("%w: %s holds %s until %v", ErrHeldElsewhere, r.Owner, id, r.LeaseUntil)
+	}
+	return nil
+}
+
+// Release gives up this replica's lease of id. A failure is logged: the
+// lease is then renewed with the others, and requests keep coming here.
+func (c *Control) Release(ctx context.Context, id string) {
+	if err := c.st.ReleaseResident(ctx, id, c.owner); err != nil {
+		c.log.WarnContext(ctx, "release resident lease", slog.String("session_id", id), slog.Any("error", err))
+	}
+}
+
+// holder returns the other replica that holds id's lease live, "" when
+// none does (free, lapsed, or this replica's).
+func (c *Control) holder(ctx context.Context, id string) (string, error) {
+	r, err := c.st.GetResident(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("look up the driver of %s: %w", id, err)
+	case r.Owner == c.owner || !r.LeaseUntil.After(time.Now()):
+		return "", nil
+	}
+	return r.Owner, nil
+}
+
+// answerJSON is a control request's answer: the result, or the error as a
+// client would see it.
+type answerJSON struct {
+	Result json.RawMessage   `json:"result,omitempty"`
+	Error  *controlErrorJSON `json:"error,omitempty"`
+}
+
+type controlErrorJSON struct {
+	Code    string            `json:"code"`
+	Message string            `json:"message"`
+	Fields  map[string]string `json:"fields,omitempty"`
+}
+
+// Route runs op on resident agent target: local when no other replica
+// holds target's lease live (local claims it as it starts driving, and may
+// return ErrHeldElsewhere when it lost that race), else as a control
+// request to the holder, whose answer — result or *Error — it returns as
+// local would have. When the holder's lease lapses before it answers, the
+// agent is free: Route runs local.
+func Route[R any](ctx context.Context, c *Control, target, op string, payload any, local func() (R, error)) (R, error) {
+	var zero R
+	for {
+		owner, err := c.holder(ctx, target)
+		if err != nil {
+			return zero, err
+		}
+		if owner == "" {
+			r, err := local()
+			if errors.Is(err, ErrHeldElsewhere) {
+				continue
+			}
+			return r, err
+		}
+		r, err := send[R](ctx, c, owner, target, op, payload, func(ctx context.Context) (bool, error) {
+			holder, err := c.holder(ctx, target)
+			return holder == owner, err
+		})
+		if errors.Is(err, errOwnerLapsed) {
+			continue
+		}
+		return r, err
+	}
+}
+
+// RouteRun runs op on run runID of kind one-shot that owner drives: as a
+// control request when owner is another replica whose lease on the run is
+// live, else local.
+func RouteRun[R any](ctx context.Context, c *Control, run store.Run, op string, payload any, local func() (R, error)) (R, error) {
+	if run.State != store.StateRunning || run.Owner == c.owner || !run.LeaseUntil.After(time.Now()) {
+		return local()
+	}
+	r, err := send[R](ctx, c, run.Owner, run.ID, op, payload, func(ctx context.Context) (bool, error) {
+		cur, err := c.st.GetRun(ctx, run.ID)
+		return cur.State == store.StateRunning && cur.LeaseUntil.After(time.Now()), err
+	})
+	if errors.Is(err, errOwnerLapsed) {
+		return local()
+	}
+	return r, err
+}
+
+// send writes op for target as a control request to owner and waits for
+// its answer, woken by the answer's topic with a slow poll as the safety
+// net; on each poll alive says whether owner still drives target
+// (errOwnerLapsed when not). ctx bounds the wait; the request is deleted
+// when send returns.
+func send[R any](ctx context.Context, c *Control, owner, target, op string, payload any, alive func(context.Context) (bool, error)) (R, error) {
+	var zero R
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return zero, fmt.Errorf("encode %s request for %s: %w", op, target, err)
+	}
+	id := uuid.NewString()
+	wake, stop := c.st.Subscribe(store.AnswerTopic(id))
+	defer stop()
+	if err := c.st.SendControl(ctx, store.Control{ID: id, Target: target, Op: op, Payload: raw, Owner: owner}); err != nil {
+		return zero, fmt.Errorf("send %s request for %s to %s: %w", op, target, owner, err)
+	}
+	defer func() {
+		if err := c.st.DeleteControl(context.WithoutCancel(ctx), id); err != nil {
+			c.log.WarnContext(ctx, "delete answered control request", slog.String("id", id), slog.Any("error", err))
+		}
+	}()
+	tick := time.NewTicker(controlPoll)
+	defer tick.Stop()
+	for {
+		ctl, err := c.st.GetControl(ctx, id)
+		if err != nil {
+			return zero, fmt.Errorf("read the answer to %s request for %s: %w", op, target, err)
+		}
+		if !ctl.AnsweredAt.IsZero() {
+			return decodeAnswer[R](ctl.Answer, owner)
+		}
+		select {
+		case <-wake:
+		case <-tick.C:
+			ok, err := alive(ctx)
+			if err != nil {
+				return zero, err
+			}
+			if !ok {
+				return zero, errOwnerLapsed
+			}
+		case <-ctx.Done():
+			return zero, &Error{Code: EAborted, Err: context.Cause(ctx),
+				Message: fmt.Sprintf("stopped waiting for replica %s to carry out the request", owner)}
+		}
+	}
+}
+
+// decodeAnswer returns the result or the error an answer carries.
+func decodeAnswer[R any](raw json.RawMessage, owner string) (R, error) {
+	var zero R
+	var a answerJSON
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return zero, fmt.Errorf("answer of replica %s: %w", owner, err)
+	}
+	if e := a.Error; e != nil {
+		if e.Code == EInternal {
+			return zero, fmt.Errorf("replica %s: %s", owner, e.Message)
+		}
+		return zero, &Error{Code: e.Code, Message: e.Message, Fields: e.Fields}
+	}
+	var r R
+	if len(a.Result) > 0 {
+		if err := json.Unmarshal(a.Result, &r); err != nil {
+			return zero, fmt.Errorf("answer of replica %s: %w", owner, err)
+		}
+	}
+	return r, nil
+}
+
+// serve carries out the control requests sent to this replica until ctx
+// ends: on every wake-up of its topic, and every controlPoll, it reads the
+// unanswered ones and runs each not yet running, concurrently.
+func (c *Control) serve(ctx context.Context) {
+	wake, stop := c.st.Subscribe(store.ControlTopic(c.owner))
+	defer stop()
+	tick := time.NewTicker(controlPoll)
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		list, err := c.st.Controls(ctx, c.owner)
+		if err != nil && ctx.Err() == nil {
+			c.log.WarnContext(ctx, "read control requests", slog.Any("error", err))
+		}
+		for _, ctl := range list {
+			c.mu.Lock()
+			busy := c.serving[ctl.ID]
+			c.serving[ctl.ID] = true
+			c.mu.Unlock()
+			if !busy {
+				wg.Go(func() { c.carryOut(ctx, ctl) })
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// carryOut runs one control request and writes its answer.
+func (c *Control) carryOut(ctx context.Context, ctl store.Control) {
+	defer func() {
+		c.mu.Lock()
+		delete(c.serving, ctl.ID)
+		c.mu.Unlock()
+	}()
+	ctx = store.WithTenant(ctx, ctl.Tenant)
+	c.mu.Lock()
+	h := c.handlers[ctl.Op]
+	c.mu.Unlock()
+	var a answerJSON
+	var err error
+	if h == nil {
+		err = fmt.Errorf("no handler for control %q", ctl.Op)
+	} else {
+		var res any
+		if res, err = h(ctx, ctl.Target, ctl.Payload); err == nil {
+			a.Result, err = json.Marshal(res)
+		}
+	}
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			a.Error = &controlErrorJSON{Code: e.Code, Message: e.Message, Fields: e.Fields}
+		} else {
+			c.log.ErrorContext(ctx, "control request failed", slog.String("op", ctl.Op), slog.String("target", ctl.Target), slog.Any("error", err))
+			a.Error = &controlErrorJSON{Code: EInternal, Message: err.Error()}
+		}
+	}
+	raw, err := json.Marshal(a)
+	if err == nil {
+		err = c.st.AnswerControl(ctx, ctl.ID, raw)
+	}
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		c.log.WarnContext(ctx, "answer control request", slog.String("op", ctl.Op), slog.Any("error", err))
+	}
+}
+
+// takeOver claims the resident agents whose owner's lease lapsed before
+// now and delivers their undelivered messages (their kinds resume them);
+// one with nothing undelivered is only released. The claim makes this
+// exactly one replica's job.
+func (c *Control) takeOver(ctx context.Context, now time.Time) error {
+	lapsed, err := c.st.ExpiredResidents(ctx, now)
+	if err != nil {
+		return fmt.Errorf("list lapsed resident leases: %w", err)
+	}
+	c.mu.Lock()
+	kinds := append([]ResidentKind(nil), c.residents...)
+	c.mu.Unlock()
+	var errs []error
+	for _, r := range lapsed {
+		rctx := store.WithTenant(ctx, r.Tenant)
+		if err := c.Claim(rctx, r.SessionID); err != nil {
+			continue // another replica got there first
+		}
+		c.log.WarnContext(rctx, "took over a resident agent of a lost owner", slog.String("session_id", r.SessionID), slog.String("owner", r.Owner))
+		if err := c.resumeLapsed(rctx, r.SessionID, kinds); err != nil {
+			errs = append(errs, fmt.Errorf("take over %s of %q: %w", r.SessionID, r.Owner, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// resumeLapsed hands a claimed lapsed agent with undelivered messages to
+// its kind, which drives it under the claim (and releases it when done);
+// one with nothing to deliver, or of no kind here, is released.
+func (c *Control) resumeLapsed(ctx context.Context, id string, kinds []ResidentKind) error {
+	pending, err := c.st.Pending(ctx, id)
+	if err != nil || len(pending) == 0 {
+		c.Release(ctx, id)
+		return err
+	}
+	sess, err := c.st.GetSession(ctx, id)
+	if err != nil {
+		c.Release(ctx, id)
+		return err
+	}
+	for _, k := range kinds {
+		if ok, err := k.TakeOver(ctx, sess); ok || err != nil {
+			return err
+		}
+	}
+	c.Release(ctx, id)
+	return nil
+}
+
+// fence stops driving every resident agent of this replica.
+func (c *Control) fence(ctx context.Context) {
+	c.mu.Lock()
+	kinds := append([]ResidentKind(nil), c.residents...)
+	c.mu.Unlock()
+	for _, k := range kinds {
+		k.Fence(ctx)
+	}
+}
