@@ -206,11 +206,20 @@ func TestReplicas_EveryRouteOnEveryReplica_AndTakeoverAfterSIGKILL(t *testing.T)
 	var rootMsg struct{ MessageID string }
 	b.call(t, http.MethodPost, "/v1/sessions/"+driven.ID+"/messages", fmt.Sprintf(`{"content":%s}`, prompt("second turn")), http.StatusAccepted, &rootMsg)
 
-	// (b) Cancel, dispose and interrupt through B stop A's runs.
-	for _, op := range []string{"cancel", "dispose", "interrupt"} {
-		child, task := a.spawnChild(t, parent.ID, op, "/sleep 5m\nhold")
-		runID := events.start(t, "taskId", task).data["runId"].(string)
-		switch op {
+	// (b) Cancel, dispose and interrupt through B stop A's runs: its
+	// children's activations and its one-shot runs.
+	for _, op := range []string{"cancel", "dispose", "interrupt", "cancel one-shot", "dispose one-shot"} {
+		var child, runID string
+		if strings.HasSuffix(op, " one-shot") {
+			var run struct{ RunID string }
+			a.call(t, http.MethodPost, "/v1/runs", fmt.Sprintf(`{"provider":"spawn","parentSessionId":%q,"prompt":%s}`, parent.ID, prompt("/sleep 5m\nhold")), http.StatusCreated, &run)
+			runID = events.start(t, "runId", run.RunID).data["runId"].(string)
+		} else {
+			var task string
+			child, task = a.spawnChild(t, parent.ID, op, "/sleep 5m\nhold")
+			runID = events.start(t, "taskId", task).data["runId"].(string)
+		}
+		switch strings.TrimSuffix(op, " one-shot") {
 		case "cancel":
 			b.call(t, http.MethodPost, "/v1/runs/"+runID+"/cancel", "", http.StatusAccepted, nil)
 		case "dispose":
