@@ -377,3 +377,71 @@ func must[T any](v T, err error) func(*testing.T) T {
 		return v
 	}
 }
+
+// A request B took for a child of A that stops renewing (and serving) is
+// carried out by B itself once A's lease lapsed: B claims the child and
+// resumes it.
+func TestControl_ARequestWaitingForALostOwnerIsCarriedOutByTheRequester(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	const lease = 900 * time.Millisecond
+	g := newGate()
+	defer g.open()
+	a := newReplica(t, url, "replica-a", lease, g.model())
+	res := a.start(t, a.h.Parent, "one")
+	<-g.reached
+	a.stop()
+	<-a.kept
+	open := newGate()
+	open.open()
+	b := newReplica(t, url, "replica-b", lease, open.model())
+
+	asked := time.Now()
+	f, err := b.m.Followup(inprocesstest.Ctx(t), a.h.Parent.Session.ID, res.ChildID, inprocesstest.Text("two"), agent.Source{})
+	if err != nil || f.Route != subagent.RouteStarted {
+		t.Fatalf("followup through B for a lost owner: %+v, %v; want started", f, err)
+	}
+	t.Logf("B resumed the child %v after it was asked (lease %v)", time.Since(asked), lease)
+	if owner := taskOwner(t, b.h.Store, f.TaskID); owner != "replica-b" {
+		t.Fatalf("the resumed task is driven by %q, want replica-b", owner)
+	}
+	b.end(t, f.TaskID)
+	evs := waitLog(t, b.h.Store, res.ChildID, "the followup", hasText(t, "two"))
+	if n := countUser(t, evs, "two"); n != 1 {
+		t.Fatalf("the followup is %d times in the log, want once", n)
+	}
+	if end := b.end(t, res.TaskID); end.StopReason != subagent.StopError {
+		t.Fatalf("A's activation closed by B: %+v, want error", end)
+	}
+}
+
+// The round trip of a control request — B writes it, A is woken, carries
+// it out and answers, B reads the answer — measured with an interrupt that
+// A refuses (wrong parent): it is routed to A while A drives the child,
+// and answered with A's FORBIDDEN, as a local call would be.
+func TestControl_RoundTripLatency(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	g := newGate()
+	defer g.open()
+	a := newReplica(t, url, "replica-a", 0, g.model())
+	b := newReplica(t, url, "replica-b", 0, newGate().model())
+	res := a.start(t, a.h.Parent, "one")
+	<-g.reached
+	if r := must(b.h.Store.GetResident(inprocesstest.Ctx(t), res.ChildID))(t); r.Owner != "replica-a" || !r.LeaseUntil.After(time.Now()) {
+		t.Fatalf("the child's lease: %+v; want replica-a's, live", r)
+	}
+	const n = 40
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		began := time.Now()
+		err := b.m.Interrupt(inprocesstest.Ctx(t), "not-the-parent", res.ChildID)
+		lat = append(lat, time.Since(began))
+		if subagent.ErrorCode(err) != subagent.EUnauthorized {
+			t.Fatalf("interrupt through B with the wrong parent: %v, want %s", err, subagent.EUnauthorized)
+		}
+	}
+	slices.Sort(lat)
+	t.Logf("control round trip through another replica, %d requests: p50 %v, p99 %v, max %v",
+		n, lat[n/2], lat[n*99/100], lat[n-1])
+}

@@ -80,7 +80,8 @@ func LoggedMessages(events []store.Event) map[string]bool {
 // first, with ctx scoped to the session's tenant and without cancellation.
 // Roots and the Manager both recover through it, each taking its own kind
 // of session. Failures are logged per session and returned joined; the
-// other sessions are still recovered.
+// other sessions are still recovered. A session another replica drives
+// (its lease is live) is left to that replica.
 func RecoverInboxes(ctx context.Context, st store.Store, log *slog.Logger, recover func(ctx context.Context, sess store.Session) error) error {
 	tried := map[store.PendingChild]bool{}
 	var errs []error
@@ -101,6 +102,9 @@ func RecoverInboxes(ctx context.Context, st store.Store, log *slog.Logger, recov
 			sess, err := st.GetSession(base, p.ChildID)
 			if err == nil {
 				err = recover(base, sess)
+			}
+			if errors.Is(err, ErrHeldElsewhere) {
+				continue // another replica drives it and delivers its messages
 			}
 			if err != nil {
 				log.ErrorContext(base, "recover accepted messages", slog.String("session_id", p.ChildID), slog.Any("error", err))

@@ -17,8 +17,9 @@ import (
 const OwnerLostDiagnostic = "owner lost: replica %q stopped renewing the run's lease"
 
 // RecoverOwned closes the runs that an earlier incarnation of this replica
-// (same Config.Owner) left running: they died with it. Call it at start-up,
-// before the first Start; each such run gets its subagent/end (stop reason
+// (same Config.Owner) left running, and drops its resident leases: they
+// died with it. Call it at start-up, before the first Start and before a
+// Manager or Roots is built; each such run gets its subagent/end (stop reason
 // error) exactly once, also when several replicas recover at the same time.
 func (s *Service) RecoverOwned(ctx context.Context) error {
 	// A lease in the past marks every running run of this owner expired;
@@ -26,7 +27,14 @@ func (s *Service) RecoverOwned(ctx context.Context) error {
 	if err := s.store.RenewLeases(ctx, s.owner, time.Unix(0, 0)); err != nil {
 		return fmt.Errorf("expire runs of a previous %q: %w", s.owner, err)
 	}
-	return s.reap(ctx, time.Now())
+	now := time.Now()
+	if err := s.reap(ctx, now); err != nil {
+		return err
+	}
+	// The resident leases it left are released (no kind of resident agent
+	// is registered yet); Manager.Recover and Roots.Recover deliver what
+	// their agents had not.
+	return s.ctl.takeOver(ctx, now)
 }
 
 // KeepLeases renews the leases of this replica's runs and closes the runs
