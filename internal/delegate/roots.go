@@ -279,6 +279,7 @@ func (r *Roots) watch(s *root) (<-chan error, func(context.Context, *root, error
 			r.log.ErrorContext(ctx, "notice was not delivered", slog.String("session_id", s.key.id), slog.Any("error", err))
 		}
 		r.sweep(ctx, s.key.id, s)
+		r.unhold(s)
 	}
 }
 
@@ -613,6 +614,7 @@ func (r *Roots) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		s.agent = nil
+		r.unhold(s)
 	})
 	if err := r.roots.Wait(ctx); err != nil {
 		errs = append(errs, err)

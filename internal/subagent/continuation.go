@@ -625,6 +625,9 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 // EAborted: when ctx ends, or the manager shuts down, while the message
 // waits for its route (a message parked by an interrupt waits for the next
 // followup), the message stays accepted and will still be delivered (R91).
+//
+// A child another replica drives gets the followup there (see Control),
+// and this call answers what that replica answered.
 func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src agent.Source) (FollowupResult, error) {
 	if err := m.admitting(); err != nil {
 		return FollowupResult{}, err
@@ -773,7 +776,8 @@ func (m *Manager) header(ctx context.Context, c *child) (store.Session, error) {
 // A child that is not live, a one-shot child, or an activation already
 // settling is an accepted no-op (R98, R104). Returns ESessionNotFound for
 // an unknown child and EUnauthorized when parentSessionID is not its
-// durable parent — checked for live and settled children alike.
+// durable parent — checked for live and settled children alike. A child
+// another replica drives is interrupted there (see Control).
 func (m *Manager) Interrupt(ctx context.Context, parentSessionID, childID string) error {
 	_, err := Route(ctx, m.svc.ctl, childID, opInterrupt, parentSessionID, func() (struct{}, error) {
 		var err error

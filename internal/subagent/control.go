@@ -75,9 +75,6 @@ func newControl(st store.Store, owner string, lease time.Duration, log *slog.Log
 		handlers: map[string]ControlHandler{}, serving: map[string]bool{}}
 }
 
-// Owner is the name of this replica in leases.
-func (c *Control) Owner() string { return c.owner }
-
 // Handle registers h for requests of op. Call it before KeepLeases.
 func (c *Control) Handle(op string, h ControlHandler) {
 	c.mu.Lock()
