@@ -173,17 +173,19 @@ func readFrames(r *bufio.Reader, fn func(frame) bool) error {
 	}
 }
 
-// endEvent is the part of subagent/end data the bench reads.
+// endEvent is the part of subagent/start and subagent/end data the bench
+// reads.
 type endEvent struct {
 	RunID      string `json:"runId"`
 	TaskID     string `json:"taskId"`
 	StopReason string `json:"stopReason"`
+	typ        string // the frame's event
 	at         time.Time
 }
 
-// endWatch follows subagent/end on /v1/events and lets callers wait for
-// the end of a run id or task id, whether it arrived before or after they
-// asked.
+// endWatch follows run edges on /v1/events and lets callers wait for the
+// subagent/end (or, when subscribed to, the subagent/start) of a run id or
+// task id, whether it arrived before or after they asked.
 type endWatch struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -194,12 +196,18 @@ type endWatch struct {
 	err     error
 }
 
-// watchEnds subscribes to /v1/events (live, subagent/end only, narrowed by
-// query, e.g. "parentSessionId=…") and returns once the subscription is in
-// place: the service sends the headers only after subscribing.
+// watchEnds subscribes to the subagent/end events of /v1/events (see
+// watchEdges).
 func (a *api) watchEnds(ctx context.Context, query string) (*endWatch, error) {
+	return a.watchEdges(ctx, []string{"subagent/end"}, query)
+}
+
+// watchEdges subscribes to /v1/events (live, the run edges types, narrowed
+// by query, e.g. "parentSessionId=…") and returns once the subscription is
+// in place: the service sends the headers only after subscribing.
+func (a *api) watchEdges(ctx context.Context, types []string, query string) (*endWatch, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	path := a.base + "/v1/events?types=subagent/end"
+	path := a.base + "/v1/events?types=" + strings.Join(types, ",")
 	if query != "" {
 		path += "&" + query
 	}
@@ -225,15 +233,15 @@ func (a *api) watchEnds(ctx context.Context, query string) (*endWatch, error) {
 		defer resp.Body.Close()
 		err := readFrames(bufio.NewReader(resp.Body), func(f frame) bool {
 			at := time.Now()
-			if f.event != "subagent/end" {
+			if f.event != "subagent/end" && f.event != "subagent/start" {
 				return true
 			}
 			var e endEvent
 			if err := json.Unmarshal(f.data, &e); err != nil {
-				w.fail(fmt.Errorf("subagent/end data %s: %w", f.data, err))
+				w.fail(fmt.Errorf("%s data %s: %w", f.event, f.data, err))
 				return false
 			}
-			e.at = at
+			e.typ, e.at = f.event, at
 			w.deliver(e)
 			return true
 		})
@@ -250,10 +258,11 @@ func (a *api) watchEnds(ctx context.Context, query string) (*endWatch, error) {
 func (w *endWatch) deliver(e endEvent) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, key := range []string{"run:" + e.RunID, "task:" + e.TaskID} {
-		if strings.HasSuffix(key, ":") {
+	for _, id := range []string{"run:" + e.RunID, "task:" + e.TaskID} {
+		if strings.HasSuffix(id, ":") {
 			continue // a one-shot run has no task
 		}
+		key := e.typ + " " + id
 		if ch, ok := w.waiters[key]; ok {
 			ch <- e
 			delete(w.waiters, key)
@@ -273,15 +282,22 @@ func (w *endWatch) fail(err error) {
 
 // run waits for the end of runID.
 func (w *endWatch) run(ctx context.Context, runID string) (endEvent, error) {
-	return w.wait(ctx, "run:"+runID)
+	return w.wait(ctx, "subagent/end run:"+runID)
 }
 
 // task waits for the end of the activation taskID.
 func (w *endWatch) task(ctx context.Context, taskID string) (endEvent, error) {
-	return w.wait(ctx, "task:"+taskID)
+	return w.wait(ctx, "subagent/end task:"+taskID)
 }
 
-// wait returns the end event filed under key, waiting up to a minute.
+// taskStarted waits for the start of the activation taskID (of a watch
+// subscribed to subagent/start).
+func (w *endWatch) taskStarted(ctx context.Context, taskID string) (endEvent, error) {
+	return w.wait(ctx, "subagent/start task:"+taskID)
+}
+
+// wait returns the run edge filed under key ("subagent/end run:<id>"),
+// waiting up to a minute.
 func (w *endWatch) wait(ctx context.Context, key string) (endEvent, error) {
 	w.mu.Lock()
 	if e, ok := w.seen[key]; ok {
@@ -309,9 +325,9 @@ func (w *endWatch) wait(ctx context.Context, key string) (endEvent, error) {
 		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return endEvent{}, fmt.Errorf("waiting for the subagent/end of %s: %v", key, w.err)
+		return endEvent{}, fmt.Errorf("waiting for the %s: %v", key, w.err)
 	case <-t.C:
-		return endEvent{}, fmt.Errorf("no subagent/end of %s within a minute", key)
+		return endEvent{}, fmt.Errorf("no %s within a minute", key)
 	case <-ctx.Done():
 		return endEvent{}, ctx.Err()
 	}

@@ -16,9 +16,13 @@
 //     hold 100 to 10,000 events;
 //  5. memory and CPU per run: RSS after 20,000 and 200,000 disposed runs on
 //     the in-memory store, and CPU time per run, against an a2a-style task
-//     server.
+//     server;
+//  6. replicas: two replicas on one Postgres database; followups steered
+//     into a child one drives, sent through the other (routed) against
+//     sent to the owner itself, and the takeover time after a SIGKILL of
+//     the owner, against the lease TTL.
 //
-// Usage: go run ./bench [-quick] [-scenario=1,2,3,4,5] [-cpuprofile=file] [-pg=url].
+// Usage: go run ./bench [-quick] [-scenario=1,2,3,4,5,6] [-cpuprofile=file] [-pg=url].
 // See bench/README.md.
 package main
 
@@ -78,7 +82,7 @@ func parseFlags(args []string) (options, bool, error) {
 	var scen string
 	var serve bool
 	fs.BoolVar(&o.quick, "quick", false, "small sizes and short measurements (under 2 minutes on 2 cores)")
-	fs.StringVar(&scen, "scenario", "1,2,3,4,5", "comma-separated scenarios to run")
+	fs.StringVar(&scen, "scenario", "1,2,3,4,5,6", "comma-separated scenarios to run")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write the bench's CPU profile to `file`, and each service subprocess's to file.<name>.service")
 	fs.StringVar(&o.pgURL, "pg", "postgres://postgres@127.0.0.1:5432/postgres", "Postgres server `url`; bench databases are created on it and dropped")
 	fs.StringVar(&o.apiPkg, "api", "./cmd/api", "the service `package` to build and run")
@@ -93,8 +97,8 @@ func parseFlags(args []string) (options, bool, error) {
 	o.scenarios = map[int]bool{}
 	for _, s := range strings.Split(scen, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 5 {
-			return o, false, fmt.Errorf("-scenario: %q is not one of 1, 2, 3, 4, 5", s)
+		if err != nil || n < 1 || n > 6 {
+			return o, false, fmt.Errorf("-scenario: %q is not one of 1, 2, 3, 4, 5, 6", s)
 		}
 		o.scenarios[n] = true
 	}
@@ -129,6 +133,7 @@ func run(ctx context.Context, opts options, log *slog.Logger, out io.Writer) (er
 		{3, "session-log append", b.appendLog},
 		{4, "cold resume", b.coldResume},
 		{5, "memory and CPU per run", b.memory},
+		{6, "replicas", b.replicas},
 	}
 	var errs []error
 	for _, s := range scenarios {

@@ -162,6 +162,17 @@ func (p *proc) stop() error {
 	return nil
 }
 
+// kill ends the process with SIGKILL, as a crash would, and waits for it;
+// a later stop is a no-op.
+func (p *proc) kill() {
+	if p.done == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	p.done = nil
+}
+
 // logTail returns the last lines of the process's log, for error messages.
 func (p *proc) logTail() string {
 	if p.logPath == "" {

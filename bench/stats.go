@@ -74,12 +74,14 @@ func kib(bytes float64) string {
 	return fmt.Sprintf("%.1f KiB", bytes/1024)
 }
 
-// table is one scenario's markdown table with a title and notes below it.
+// table is one scenario's markdown table with a title and notes below it,
+// and the scenario's further tables, if it has several.
 type table struct {
 	title string
 	head  []string
 	rows  [][]string
 	notes []string
+	more  []*table
 }
 
 func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
@@ -119,6 +121,9 @@ func (t *table) write(w io.Writer) {
 	}
 	if len(t.notes) > 0 {
 		fmt.Fprintln(w)
+	}
+	for _, m := range t.more {
+		m.write(w)
 	}
 }
 

@@ -191,6 +191,39 @@ type frame struct {
 	id    int64
 	event string
 	data  map[string]any
+	raw   string // data as sent
+}
+
+// scanFrames calls fn with each frame of an SSE stream of /v1/events
+// until fn returns false or the stream ends.
+func scanFrames(r io.Reader, fn func(frame) bool) error {
+	var cur frame
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "id: "):
+			id, err := strconv.ParseInt(strings.TrimPrefix(line, "id: "), 10, 64)
+			if err != nil {
+				return fmt.Errorf("frame id: %w", err)
+			}
+			cur.id = id
+		case strings.HasPrefix(line, "event: "):
+			cur.event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			cur.raw = strings.TrimPrefix(line, "data: ")
+			if err := json.Unmarshal([]byte(cur.raw), &cur.data); err != nil {
+				return fmt.Errorf("frame data: %w", err)
+			}
+		case line == "" && cur.event != "":
+			if !fn(cur) {
+				return nil
+			}
+			cur = frame{}
+		}
+	}
+	return sc.Err()
 }
 
 // readFrames reads frames from /v1/events after lastID until it has n, or
@@ -208,28 +241,12 @@ func (s *server) readFrames(t *testing.T, lastID int64, n int) []frame {
 	}
 	defer resp.Body.Close()
 	var frames []frame
-	var cur frame
-	sc := bufio.NewScanner(resp.Body)
-	for len(frames) < n && sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "id: "):
-			if cur.id, err = strconv.ParseInt(strings.TrimPrefix(line, "id: "), 10, 64); err != nil {
-				t.Fatalf("frame id: %v", err)
-			}
-		case strings.HasPrefix(line, "event: "):
-			cur.event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &cur.data); err != nil {
-				t.Fatal(err)
-			}
-		case line == "" && cur.event != "":
-			frames = append(frames, cur)
-			cur = frame{}
-		}
-	}
+	err = scanFrames(resp.Body, func(f frame) bool {
+		frames = append(frames, f)
+		return len(frames) < n
+	})
 	if len(frames) < n {
-		t.Fatalf("read %d frames after %d, want %d (%v)", len(frames), lastID, n, sc.Err())
+		t.Fatalf("read %d frames after %d, want %d (%v)", len(frames), lastID, n, err)
 	}
 	return frames
 }
