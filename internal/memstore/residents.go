@@ -189,6 +189,18 @@ func (s *Store) DeleteControl(ctx context.Context, id string) error {
 	return nil
 }
 
+// SweepControls deletes the requests of every tenant sent before before.
+func (s *Store) SweepControls(_ context.Context, before time.Time) (int64, error) {
+	t := &s.controls
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := sweep(t.byID, func(c *store.Control) bool { return c.CreatedAt.Before(before) })
+	if n > 0 {
+		t.order = slices.DeleteFunc(t.order, func(id string) bool { _, ok := t.byID[id]; return !ok })
+	}
+	return n, nil
+}
+
 func cloneControl(c store.Control) store.Control {
 	c.Payload, c.Answer = cloneJSON(c.Payload), cloneJSON(c.Answer)
 	return c

@@ -167,3 +167,10 @@ func (s *Store) DeleteControl(ctx context.Context, id string) (err error) {
 	_, err = s.pool.Exec(ctx, `DELETE FROM controls WHERE tenant = $1 AND id = $2`, store.Tenant(ctx), id)
 	return err
 }
+
+// SweepControls deletes the requests of every tenant sent before before.
+func (s *Store) SweepControls(ctx context.Context, before time.Time) (n int64, err error) {
+	defer wrap(&err, "sweep controls")
+	tag, err := s.pool.Exec(ctx, `DELETE FROM controls WHERE created_at < $1`, before)
+	return tag.RowsAffected(), err
+}

@@ -219,3 +219,7 @@ func (b *bounded) GetControl(ctx context.Context, id string) (Control, error) {
 func (b *bounded) DeleteControl(ctx context.Context, id string) error {
 	return do(b, ctx, func(c context.Context) error { return b.Store.DeleteControl(c, id) })
 }
+
+func (b *bounded) SweepControls(ctx context.Context, before time.Time) (int64, error) {
+	return call(b, ctx, func(c context.Context) (int64, error) { return b.Store.SweepControls(c, before) })
+}

@@ -88,6 +88,10 @@ type Residents interface {
 	// DeleteControl removes request id, answered or not: its requester is
 	// done with it. Unknown ids are ignored.
 	DeleteControl(ctx context.Context, id string) error
+	// SweepControls deletes the requests of every tenant sent before
+	// before, answered or not, and returns how many: their requesters died
+	// while waiting (a live requester deletes its own), so nobody reads them.
+	SweepControls(ctx context.Context, before time.Time) (int64, error)
 }
 
 // ControlTopic is the wake-up topic of the control requests for owner.

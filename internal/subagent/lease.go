@@ -12,6 +12,11 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
+// ControlRetention is how long a control request stays stored: a live
+// requester deletes its own once answered or given up on, so one older
+// than this belongs to a requester that died waiting (DESIGN §5).
+const ControlRetention = time.Hour
+
 // OwnerLostDiagnostic is the diagnostic of a run closed because the replica
 // that owned it stopped renewing its lease (DESIGN §5).
 const OwnerLostDiagnostic = "owner lost: replica %q stopped renewing the run's lease"
@@ -83,6 +88,9 @@ func (s *Service) keepLeases(ctx context.Context, now time.Time) bool {
 		s.log.ErrorContext(ctx, "close runs of lost replicas", slog.Any("error", err))
 	}
 	if err == nil {
+		if _, err := s.store.SweepControls(rctx, now.Add(-ControlRetention)); err != nil && ctx.Err() == nil {
+			s.log.ErrorContext(ctx, "sweep abandoned control requests", slog.Any("error", err))
+		}
 		// Deliveries of a takeover outlive the round's bound.
 		if err := s.ctl.takeOver(ctx, now); err != nil && ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "take over resident agents of lost replicas", slog.Any("error", err))

@@ -151,6 +151,21 @@ var residentTests = []test{
 		ok(t, s.DeleteControl(ctx, "c2"))
 		isErr(t, s.AnswerControl(ctx, "c2", json.RawMessage(`{}`)), store.ErrNotFound, "AnswerControl of a deleted request")
 	}},
+	{"SweepControls_DeletesOnlyOldRequestsOfEveryTenant", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		ok(t, s.SendControl(ctx, store.Control{ID: "old", Target: "x", Op: "followup", Owner: "a", CreatedAt: sec(10)}))
+		ok(t, s.SendControl(other(ctx), store.Control{ID: "old-other", Target: "y", Op: "followup", Owner: "a", CreatedAt: sec(20)}))
+		ok(t, s.SendControl(ctx, store.Control{ID: "new", Target: "x", Op: "followup", Owner: "a", CreatedAt: sec(40)}))
+		ok(t, s.AnswerControl(ctx, "old", json.RawMessage(`{}`)))
+		if n := must(s.SweepControls(ctx, sec(30)))(t); n != 2 {
+			t.Fatalf("SweepControls before 30s deleted %d requests, want the 2 older ones (answered or not, any tenant)", n)
+		}
+		_, err := s.GetControl(ctx, "old")
+		isErr(t, err, store.ErrNotFound, "GetControl of a swept request")
+		if list := must(s.Controls(ctx, "a"))(t); len(list) != 1 || list[0].ID != "new" {
+			t.Fatalf("a's controls after the sweep: %+v; want only the new one", list)
+		}
+	}},
 }
 
 // claim claims sessionID for owner at sec(now) until sec(until).
