@@ -61,15 +61,41 @@ func collectRuns(rows pgx.Rows) ([]store.Run, error) {
 // store.ErrConflict if the run id exists, in any tenant.
 func (s *Store) StartRun(ctx context.Context, r store.Run, start store.LifecycleEvent) (_ store.LifecycleEvent, err error) {
 	defer wrap(&err, "start run %q", r.ID)
-	tenant, started := store.Tenant(ctx), now(r.StartedAt)
-	err = s.w.do(ctx, &op{topic: store.LifecycleTopic, event: &start, tenant: tenant, data: func(b *pgx.Batch) {
-		b.Queue(`INSERT INTO runs
-			(tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, owner, lease_until)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11)`,
-			tenant, r.ID, r.Kind, r.Provider, r.ChildID, r.ParentID, r.TaskID, r.Local,
-			started, r.Owner, nullTime(r.LeaseUntil))
-	}})
+	tenant := store.Tenant(ctx)
+	err = s.w.do(ctx, &op{event: &start, tenant: tenant, data: func(b *pgx.Batch) { queueStart(b, tenant, r) }})
 	return start, err
+}
+
+// StartRunWithSession stores the child session h with evs as the start of
+// its log, r as running and start, in one flush, so one commit (one round
+// trip). Returns store.ErrConflict if the session or run id exists, in any
+// tenant, and an error (storing nothing) if an event is invalid.
+func (s *Store) StartRunWithSession(ctx context.Context, h store.Session, evs []store.NewEvent, r store.Run, start store.LifecycleEvent) (log []store.Event, _ store.LifecycleEvent, err error) {
+	defer wrap(&err, "start run %q with session %q", r.ID, h.ID)
+	if err := store.CheckEvents(evs); err != nil {
+		return nil, start, err
+	}
+	tenant := store.Tenant(ctx)
+	h.CreatedAt = now(h.CreatedAt)
+	o := &op{topic: store.SessionTopic(h.ID), key: "s:" + h.ID, event: &start, tenant: tenant}
+	o.data = func(b *pgx.Batch) {
+		queueCreate(b, tenant, h)
+		if len(evs) > 0 {
+			queueAppend(b, o, tenant, h.ID, evs, &log)
+		}
+		queueStart(b, tenant, r)
+	}
+	err = s.w.do(ctx, o)
+	return log, start, err
+}
+
+// queueStart queues the insert of r as running.
+func queueStart(b *pgx.Batch, tenant string, r store.Run) {
+	b.Queue(`INSERT INTO runs
+		(tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, owner, lease_until)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11)`,
+		tenant, r.ID, r.Kind, r.Provider, r.ChildID, r.ParentID, r.TaskID, r.Local,
+		now(r.StartedAt), r.Owner, nullTime(r.LeaseUntil))
 }
 
 // EndRun settles the run with res and appends end in one transaction; a
@@ -79,7 +105,7 @@ func (s *Store) StartRun(ctx context.Context, r store.Run, start store.Lifecycle
 func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent) (_ store.LifecycleEvent, err error) {
 	defer wrap(&err, "end run %q", runID)
 	tenant, ended := store.Tenant(ctx), now(res.EndedAt)
-	o := &op{topic: store.LifecycleTopic, key: "r:" + runID, event: &end, tenant: tenant, conditional: true}
+	o := &op{key: "r:" + runID, event: &end, tenant: tenant, conditional: true}
 	o.data = func(b *pgx.Batch) {
 		b.Queue(`UPDATE runs
 			SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7
@@ -97,6 +123,72 @@ func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, e
 		return end, notRunning(ctx, s.pool, tenant, runID, "already ended")
 	}
 	return end, nil
+}
+
+// EndRunWithEvents appends evs to the log of the run's child session,
+// settles the run with res and appends end, in one transaction: one
+// statement settles the run only if it is running and its child has a
+// session, and appends evs only if it did. Returns store.ErrNotFound (no
+// run, or a child without a session), store.ErrConflict if the run already
+// ended, an error for an invalid event; nothing is stored on any of them.
+//
+// The op is keyed by the run's row, like EndRun; the child's session row
+// is locked after it, which only the run's own driver writes to, so no
+// flush of this replica holds it meanwhile.
+func (s *Store) EndRunWithEvents(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent, evs ...store.NewEvent) (_ store.LifecycleEvent, log []store.Event, err error) {
+	if len(evs) == 0 {
+		end, err = s.EndRun(ctx, runID, res, end)
+		return end, nil, err
+	}
+	defer wrap(&err, "end run %q with %d events", runID, len(evs))
+	if err := store.CheckEvents(evs); err != nil {
+		return end, nil, err
+	}
+	tenant, ended := store.Tenant(ctx), now(res.EndedAt)
+	types, times, data := eventColumns(evs)
+	o := &op{key: "r:" + runID, event: &end, tenant: tenant, conditional: true}
+	o.data = func(b *pgx.Batch) {
+		b.Queue(`
+			WITH r AS (
+				UPDATE runs
+				SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7
+				WHERE tenant = $1 AND id = $2 AND state = 'running'
+					AND EXISTS (SELECT 1 FROM sessions WHERE tenant = $1 AND id = runs.child_id)
+				RETURNING child_id
+			), s AS (
+				UPDATE sessions SET last_seq = last_seq + cardinality($8::text[])
+				FROM r WHERE sessions.tenant = $1 AND sessions.id = r.child_id
+				RETURNING sessions.id, last_seq - cardinality($8::text[]) AS before
+			), ins AS (
+				INSERT INTO session_events (tenant, session_id, seq, type, time, data)
+				SELECT $1, s.id, s.before + e.n, e.type, e.time, e.data::jsonb
+				FROM s, unnest($8::text[], $9::timestamptz[], $10::text[]) WITH ORDINALITY AS e (type, time, data, n)
+				RETURNING seq, type, time, data
+			)
+			SELECT seq, type, time, data FROM ins ORDER BY seq`,
+			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic,
+			types, times, data,
+		).Query(func(rows pgx.Rows) error {
+			list, err := pgx.AppendRows(make([]store.Event, 0, len(evs)), rows, scanEvent)
+			log = list
+			o.skip = len(list) == 0 // not running, or no session: the lifecycle phase leaves end out
+			return err
+		})
+	}
+	if err := s.w.do(ctx, o); err != nil {
+		return end, nil, err
+	}
+	if !o.skip {
+		return end, log, nil
+	}
+	var state string
+	if err := s.pool.QueryRow(ctx, `SELECT state FROM runs WHERE tenant = $1 AND id = $2`, tenant, runID).Scan(&state); err != nil {
+		return end, nil, err
+	}
+	if state == store.StateRunning {
+		return end, nil, fmt.Errorf("the run's child has no session: %w", store.ErrNotFound)
+	}
+	return end, nil, fmt.Errorf("run already ended (%s): %w", state, store.ErrConflict)
 }
 
 // DisposeRun marks a settled run disposed; disposing again is a no-op.

@@ -79,6 +79,8 @@ const (
 
 // op is one caller's write.
 type op struct {
+	// topic is woken after the commit ("" if none); an op with an event
+	// wakes store.LifecycleTopic as well.
 	topic string
 	// key names the row the data phase locks ("" if none): flushes lock
 	// rows in key order.
@@ -310,18 +312,34 @@ func (w *writer) answer(ops []*op) {
 		if o.err == nil {
 			o.err = o.fail
 		}
-		if o.err == nil && o.topic != "" {
-			w.topics[o.topic] = struct{}{}
+		if o.err == nil {
+			for _, t := range o.topics() {
+				w.topics[t] = struct{}{}
+			}
 		}
 	}
 	w.mu.Unlock()
 	signal(w.wakeNtf)
 	for _, o := range ops {
-		if o.err == nil && o.topic != "" {
-			w.hub.Wake(o.topic)
+		if o.err == nil {
+			for _, t := range o.topics() {
+				w.hub.Wake(t)
+			}
 		}
 		close(o.done)
 	}
+}
+
+// topics returns the topics a committed o wakes.
+func (o *op) topics() []string {
+	var ts []string
+	if o.topic != "" {
+		ts = append(ts, o.topic)
+	}
+	if o.event != nil {
+		ts = append(ts, store.LifecycleTopic)
+	}
+	return ts
 }
 
 // flush commits ops in one transaction.
