@@ -75,8 +75,27 @@ type Config struct {
 
 	// Created, when set, is the session as its creator just stored it
 	// (CreateSessionWithEvents), Header and whole Log: New then reads
-	// neither back from the store, so a new child costs no read.
+	// neither back from the store, so a new child costs no read. A creator
+	// that stores the session only later, with the agent's first turn
+	// (PrepareFollowup), passes the log it will store, Seqs from 0, and
+	// hands the stored log to Launch.
 	Created *Created
+
+	// EndTurn, when set, writes the append that ends a turn (the last
+	// step's unlogged events and turn/end) instead of Store.AppendEvents,
+	// and returns the events as stored: its creator stores them in one
+	// write with what the turn's end settles (a one-shot run's result and
+	// subagent/end). An error is a failed append.
+	EndTurn func(ctx context.Context, end TurnEnd) ([]store.Event, error)
+}
+
+// TurnEnd is what EndTurn is given: the events that end the turn, the log
+// before them (read-only, valid only during the call) and the committed
+// structured capture, nil without one.
+type TurnEnd struct {
+	Log        []store.Event
+	Events     []store.NewEvent
+	Structured json.RawMessage
 }
 
 // Created is a session its creator has just stored, with every event of its
@@ -113,6 +132,7 @@ type Agent struct {
 	idle     chan struct{} // closed when driving becomes false
 	cur      *turnRun      // the open turn, nil between turns
 	hookDone bool
+	prepared *UserMessage // PrepareFollowup's message until Launch
 	capture  capture
 	wg       sync.WaitGroup
 }
@@ -261,6 +281,24 @@ func (a *Agent) appendLocked(evs ...store.NewEvent) error {
 	stored, err := a.store.AppendEvents(a.base, a.id, evs...)
 	if err != nil {
 		return fmt.Errorf("agent %s: append %s: %w", a.id, evs[0].Type, err)
+	}
+	a.events = append(a.events, stored...)
+	return nil
+}
+
+// endTurnLocked is appendLocked for the events that end a turn, through
+// Config.EndTurn when it is set. a.mu must be held.
+func (a *Agent) endTurnLocked(evs ...store.NewEvent) error {
+	if a.cfg.EndTurn == nil {
+		return a.appendLocked(evs...)
+	}
+	end := TurnEnd{Log: a.events, Events: evs}
+	if a.capture.committed {
+		end.Structured = append(json.RawMessage(nil), a.capture.value...)
+	}
+	stored, err := a.cfg.EndTurn(a.base, end)
+	if err != nil {
+		return fmt.Errorf("agent %s: end turn: %w", a.id, err)
 	}
 	a.events = append(a.events, stored...)
 	return nil

@@ -77,23 +77,77 @@ func (a *Agent) FollowupMessage(ctx context.Context, msg UserMessage) (string, e
 	if a.received[msg.ID] {
 		return msg.ID, nil
 	}
-	evs := []store.NewEvent{event(EventInboxSpliced, InboxSplicedData{
-		Target: TargetNextTurn, Start: len(a.queue), Inserted: []UserMessage{msg}})}
-	queue := append(slices.Clip(a.queue), msg)
-	start := !a.driving
-	if start {
-		evs = append(evs, a.openTurnEvents(queue[0])...)
-	}
+	evs := a.followupEventsLocked(msg)
 	if err := a.appendLocked(evs...); err != nil {
 		return "", fmt.Errorf("followup: %w", err)
 	}
+	a.acceptLocked(msg)
+	return msg.ID, nil
+}
+
+// PrepareFollowup is FollowupMessage for an agent whose session is not
+// stored yet: it returns the events that insert msg and open its turn
+// without appending them, for the creator to store with the session (see
+// Config.Created); Launch then runs the turn. Until Launch the agent
+// writes nothing. Returns ErrClosed after Close, and an error when the
+// agent has queued or prepared work already.
+func (a *Agent) PrepareFollowup(msg UserMessage) ([]store.NewEvent, error) {
+	msg, err := checkMessage(msg)
+	if err != nil {
+		return nil, fmt.Errorf("followup %s: %w", a.id, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.closed:
+		return nil, fmt.Errorf("followup %s: %w", a.id, ErrClosed)
+	case a.driving || a.prepared != nil || len(a.queue) > 0:
+		return nil, fmt.Errorf("followup %s: a prepared followup needs an agent without work", a.id)
+	}
+	a.prepared = &msg
+	return a.followupEventsLocked(msg), nil
+}
+
+// Launch takes log, the whole session log as its creator stored it (the
+// log New was given plus PrepareFollowup's events), as the agent's log and
+// runs the prepared turn. Without a prepared followup, or after Close, it
+// does nothing.
+func (a *Agent) Launch(log []store.Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	msg := a.prepared
+	if msg == nil || a.closed {
+		return
+	}
+	a.prepared = nil
+	a.events = log
+	a.acceptLocked(*msg)
+}
+
+// followupEventsLocked returns the events that insert msg into the inbox
+// and, when the agent is idle, open the turn of the inbox head.
+func (a *Agent) followupEventsLocked(msg UserMessage) []store.NewEvent {
+	evs := []store.NewEvent{event(EventInboxSpliced, InboxSplicedData{
+		Target: TargetNextTurn, Start: len(a.queue), Inserted: []UserMessage{msg}})}
+	if !a.driving {
+		head := msg
+		if len(a.queue) > 0 {
+			head = a.queue[0]
+		}
+		evs = append(evs, a.openTurnEvents(head)...)
+	}
+	return evs
+}
+
+// acceptLocked applies the logged followupEventsLocked of msg: msg joins
+// the inbox and, on an idle agent, the head's turn starts.
+func (a *Agent) acceptLocked(msg UserMessage) {
 	a.received[msg.ID] = true
-	a.queue = queue
+	a.queue = append(slices.Clip(a.queue), msg)
 	a.parked = false
-	if start {
+	if !a.driving {
 		a.startDriver(a.claimTurnLocked())
 	}
-	return msg.ID, nil
 }
 
 // Steer is confirmed steering (seam-spec R96): it durably inserts content

@@ -105,13 +105,13 @@ func (a *Agent) conclude(t *turnRun, reason TurnReason, stepEnd []store.NewEvent
 		a.log.Error("end step", "error", err)
 		reason, stepEnd = failed(logFailed), nil
 	}
-	err := a.appendLocked(append(stepEnd, event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason}))...)
+	err := a.endTurnLocked(append(stepEnd, event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason}))...)
 	if err != nil && len(stepEnd) > 0 {
 		// What the step still had to log is lost: the turn fails, as on
 		// any lost write, if its end can still be logged.
 		a.log.Error("end step", "error", err)
 		reason = failed(logFailed)
-		err = a.appendLocked(event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason}))
+		err = a.endTurnLocked(event(EventTurnEnd, TurnEndData{Turn: t.n, Reason: reason}))
 	}
 	if err != nil {
 		a.log.Error("end turn", "turn", t.n, "error", err)

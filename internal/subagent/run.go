@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/subagentd/subagentd/internal/model"
@@ -48,6 +49,15 @@ type RunHandle struct {
 	disposeOnce sync.Once
 	disposed    chan struct{}
 	disposeErr  error
+
+	// settled is the end settleWith recorded, for watch to dispatch.
+	settled atomic.Pointer[settlement]
+}
+
+// settlement is a recorded end and the result it settled.
+type settlement struct {
+	end Event
+	res Result
 }
 
 // ID is the run id: a fresh UUID per start, never reused (R17).
@@ -157,24 +167,64 @@ func (h *RunHandle) event(typ string) Event {
 }
 
 // watch waits for the provider's result, then records and dispatches
-// subagent/end exactly once (R14–R16) and closes done.
+// subagent/end exactly once (R14–R16) and closes done. An end the run
+// recorded itself (settleWith) is only dispatched.
 func (h *RunHandle) watch() {
 	<-h.run.Done()
+	if st := h.settled.Load(); st != nil {
+		h.svc.bus.dispatch(h.ctx, st.end)
+		h.finish(st.res, nil)
+		return
+	}
 	res, resErr := h.run.Result()
 	res = h.settle(res, resErr)
+	end, dispatch := h.recordEnd(h.endEvent(res), res)
+	if dispatch {
+		h.svc.bus.dispatch(h.ctx, end)
+	}
+	h.finish(res, resErr)
+}
+
+// finish keeps the result, arms the expiry and closes done.
+func (h *RunHandle) finish(res Result, resErr error) {
+	h.result, h.resultErr = res, resErr
+	h.expiry = time.AfterFunc(h.svc.retain, h.expire)
+	h.release()
+	close(h.done)
+}
+
+// endEvent returns the subagent/end of res.
+func (h *RunHandle) endEvent(res Result) Event {
 	end := h.event(EventEnd)
 	end.StopReason = res.StopReason
 	if len(res.Output) > 0 {
 		end.LastAssistantMessage = res.Output
 	}
-	end, dispatch := h.recordEnd(end, res)
-	if dispatch {
-		h.svc.bus.dispatch(h.ctx, end)
+	return end
+}
+
+// settleWith is the Settle of a prepared child's run: it records res, its
+// subagent/end and evs in one store write, once; watch dispatches that end
+// when the run is done.
+func (h *RunHandle) settleWith(ctx context.Context, res Result, evs []store.NewEvent) ([]store.Event, error) {
+	res = h.settle(res, nil)
+	end := h.endEvent(res)
+	row, err := lifecycleRow(end, time.Now())
+	if err != nil {
+		return nil, err
 	}
-	h.result, h.resultErr = res, resErr
-	h.expiry = time.AfterFunc(h.svc.retain, h.expire)
-	h.release()
-	close(h.done)
+	rr, err := storeResult(res)
+	if err != nil {
+		return nil, err
+	}
+	rr.EndedAt = row.Time
+	stored, log, err := h.svc.store.EndRunWithEvents(ctx, h.id, rr, row, evs...)
+	if err != nil {
+		return nil, fmt.Errorf("record end of run %s: %w", h.id, err)
+	}
+	end.Seq = stored.ID
+	h.settled.Store(&settlement{end: end, res: res})
+	return log, nil
 }
 
 // expire disposes of a run its starter left settled for RetainSettled.
@@ -208,12 +258,19 @@ func (h *RunHandle) settle(res Result, err error) Result {
 
 // recordEnd settles the run row and appends end (see Service.recordEnd).
 func (h *RunHandle) recordEnd(end Event, res Result) (Event, bool) {
-	output, err := json.Marshal(res.Output)
+	rr, err := storeResult(res)
 	if err != nil {
 		h.log.ErrorContext(h.ctx, "encode run output", slog.Any("error", err))
 		return end, true
 	}
-	return h.svc.recordEnd(h.ctx, h.log, end, store.RunResult{
-		StopReason: res.StopReason, Output: output, Structured: res.Structured, Diagnostic: res.Diagnostic,
-	})
+	return h.svc.recordEnd(h.ctx, h.log, end, rr)
+}
+
+// storeResult is res as the run row stores it.
+func storeResult(res Result) (store.RunResult, error) {
+	output, err := json.Marshal(res.Output)
+	if err != nil {
+		return store.RunResult{}, fmt.Errorf("encode run output: %w", err)
+	}
+	return store.RunResult{StopReason: res.StopReason, Output: output, Structured: res.Structured, Diagnostic: res.Diagnostic}, nil
 }
