@@ -2,12 +2,10 @@ package pg
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -105,22 +103,18 @@ func queueStart(b *pgx.Batch, tenant string, r store.Run) {
 func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent) (_ store.LifecycleEvent, err error) {
 	defer wrap(&err, "end run %q", runID)
 	tenant, ended := store.Tenant(ctx), now(res.EndedAt)
-	o := &op{key: "r:" + runID, event: &end, tenant: tenant, conditional: true}
+	o := &op{key: "r:" + runID, event: &end, tenant: tenant, settles: runID}
 	o.data = func(b *pgx.Batch) {
 		b.Queue(`UPDATE runs
 			SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7
 			WHERE tenant = $1 AND id = $2 AND state = 'running'`,
-			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic,
-		).Exec(func(tag pgconn.CommandTag) error {
-			o.skip = tag.RowsAffected() == 0 // the lifecycle phase leaves end out
-			return nil
-		})
+			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic)
 	}
 	if err := s.w.do(ctx, o); err != nil {
 		return end, err
 	}
 	if o.skip {
-		return end, notRunning(ctx, s.pool, tenant, runID, "already ended")
+		return end, s.notEnded(ctx, tenant, runID)
 	}
 	return end, nil
 }
@@ -146,7 +140,7 @@ func (s *Store) EndRunWithEvents(ctx context.Context, runID string, res store.Ru
 	}
 	tenant, ended := store.Tenant(ctx), now(res.EndedAt)
 	types, times, data := eventColumns(evs)
-	o := &op{key: "r:" + runID, event: &end, tenant: tenant, conditional: true}
+	o := &op{key: "r:" + runID, event: &end, tenant: tenant, settles: runID}
 	o.data = func(b *pgx.Batch) {
 		b.Queue(`
 			WITH r AS (
@@ -169,55 +163,56 @@ func (s *Store) EndRunWithEvents(ctx context.Context, runID string, res store.Ru
 			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic,
 			types, times, data,
 		).Query(func(rows pgx.Rows) error {
-			list, err := pgx.AppendRows(make([]store.Event, 0, len(evs)), rows, scanEvent)
-			log = list
-			o.skip = len(list) == 0 // not running, or no session: the lifecycle phase leaves end out
+			var err error
+			log, err = pgx.AppendRows(make([]store.Event, 0, len(evs)), rows, scanEvent)
 			return err
 		})
 	}
 	if err := s.w.do(ctx, o); err != nil {
 		return end, nil, err
 	}
-	if !o.skip {
-		return end, log, nil
+	if o.skip {
+		return end, nil, s.notEnded(ctx, tenant, runID)
 	}
-	var state string
-	if err := s.pool.QueryRow(ctx, `SELECT state FROM runs WHERE tenant = $1 AND id = $2`, tenant, runID).Scan(&state); err != nil {
-		return end, nil, err
-	}
-	if state == store.StateRunning {
-		return end, nil, fmt.Errorf("the run's child has no session: %w", store.ErrNotFound)
-	}
-	return end, nil, fmt.Errorf("run already ended (%s): %w", state, store.ErrConflict)
+	return end, log, nil
 }
 
 // DisposeRun marks a settled run disposed; disposing again is a no-op.
 // Returns store.ErrNotFound, or store.ErrConflict while the run is running.
+// One autocommit statement: the update, and the run's state before it to
+// say why it matched nothing.
 func (s *Store) DisposeRun(ctx context.Context, runID string) (err error) {
 	defer wrap(&err, "dispose run %q", runID)
-	tenant := store.Tenant(ctx)
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var state string
-		err := tx.QueryRow(ctx, `UPDATE runs SET state = 'disposed'
-			WHERE tenant = $1 AND id = $2 AND state <> 'running' RETURNING state`, tenant, runID).Scan(&state)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notRunning(ctx, tx, tenant, runID, "is running")
-		}
+	var disposed bool
+	var state *string
+	err = s.pool.QueryRow(ctx, `
+		WITH u AS (
+			UPDATE runs SET state = 'disposed' WHERE tenant = $1 AND id = $2 AND state <> 'running' RETURNING 1
+		)
+		SELECT EXISTS (SELECT 1 FROM u), (SELECT state FROM runs WHERE tenant = $1 AND id = $2)`,
+		store.Tenant(ctx), runID).Scan(&disposed, &state)
+	switch {
+	case err != nil || disposed:
 		return err
-	})
+	case state == nil:
+		return pgx.ErrNoRows
+	}
+	return fmt.Errorf("run is running: %w", store.ErrConflict)
 }
 
-// notRunning explains why an update conditional on the run's state matched
-// no row: the run does not exist (pgx.ErrNoRows), or its state is not the
-// one wanted (store.ErrConflict, with why).
-func notRunning(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, tenant, runID, why string) error {
+// notEnded explains why an end matched no running run: the run does not
+// exist (pgx.ErrNoRows), has ended already (store.ErrConflict), or is
+// running but its child has no session (store.ErrNotFound; only an end
+// with events needs one).
+func (s *Store) notEnded(ctx context.Context, tenant, runID string) error {
 	var state string
-	if err := q.QueryRow(ctx, `SELECT state FROM runs WHERE tenant = $1 AND id = $2`, tenant, runID).Scan(&state); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT state FROM runs WHERE tenant = $1 AND id = $2`, tenant, runID).Scan(&state); err != nil {
 		return err
 	}
-	return fmt.Errorf("run %s (%s): %w", why, state, store.ErrConflict)
+	if state == store.StateRunning {
+		return fmt.Errorf("the run's child has no session: %w", store.ErrNotFound)
+	}
+	return fmt.Errorf("run already ended (%s): %w", state, store.ErrConflict)
 }
 
 // GetRun returns one run. Returns store.ErrNotFound.

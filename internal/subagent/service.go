@@ -410,7 +410,7 @@ func (s *Service) publish(ctx context.Context, provider, parentID string, run Ru
 // its start edge for handle h. An *Error from record is returned as it is.
 func (s *Service) publishWith(ctx context.Context, provider, parentID string, run Run, release func(),
 	record func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error)) (*RunHandle, error) {
-	now := time.Now()
+	now := storedTime(time.Now())
 	h := &RunHandle{
 		svc:      s,
 		ctx:      context.WithoutCancel(ctx),
@@ -436,13 +436,14 @@ func (s *Service) publishWith(ctx context.Context, provider, parentID string, ru
 	s.mu.Unlock()
 
 	start := h.event(EventStart)
+	h.row = store.Run{
+		ID: h.id, Tenant: h.tenant, Kind: store.KindOneShot, Provider: provider, ChildID: h.childID,
+		ParentID: parentID, Local: h.local, State: store.StateRunning, StartedAt: now,
+		Owner: s.owner, LeaseUntil: now.Add(s.lease),
+	}
 	row, err := lifecycleRow(start, now)
 	if err == nil {
-		row, err = record(h, store.Run{
-			ID: h.id, Kind: store.KindOneShot, Provider: provider, ChildID: h.childID,
-			ParentID: parentID, Local: h.local, State: store.StateRunning, StartedAt: now,
-			Owner: s.owner, LeaseUntil: now.Add(s.lease),
-		}, row)
+		row, err = record(h, h.row, row)
 	}
 	if err != nil {
 		s.forget(h)
