@@ -133,6 +133,7 @@ type Agent struct {
 	cur      *turnRun      // the open turn, nil between turns
 	hookDone bool
 	prepared *UserMessage // PrepareFollowup's message until Launch
+	entered  int          // the turn whose step 1 PrepareFollowup logged ahead
 	capture  capture
 	wg       sync.WaitGroup
 }

@@ -86,10 +86,12 @@ func (a *Agent) FollowupMessage(ctx context.Context, msg UserMessage) (string, e
 }
 
 // PrepareFollowup is FollowupMessage for an agent whose session is not
-// stored yet: it returns the events that insert msg and open its turn
-// without appending them, for the creator to store with the session (see
-// Config.Created); Launch then runs the turn. Until Launch the agent
-// writes nothing. Returns ErrClosed after Close, and an error when the
+// stored yet: it returns the events that insert msg, open its turn and
+// enter the turn's first step (the BeforeFirstStep hook and step/start;
+// not when the step cannot start, see enterFirstLocked) without appending
+// them, for the creator to store with the session (see Config.Created);
+// Launch then runs the turn, calling the model first. Until Launch the
+// agent writes nothing. Returns ErrClosed after Close, and an error when the
 // agent has queued or prepared work already.
 func (a *Agent) PrepareFollowup(msg UserMessage) ([]store.NewEvent, error) {
 	msg, err := checkMessage(msg)
@@ -105,7 +107,7 @@ func (a *Agent) PrepareFollowup(msg UserMessage) ([]store.NewEvent, error) {
 		return nil, fmt.Errorf("followup %s: a prepared followup needs an agent without work", a.id)
 	}
 	a.prepared = &msg
-	return a.followupEventsLocked(msg), nil
+	return append(a.followupEventsLocked(msg), a.enterFirstLocked(a.turn+1)...), nil
 }
 
 // Launch takes log, the whole session log as its creator stored it (the

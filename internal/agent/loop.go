@@ -138,12 +138,23 @@ func failed(msg string) TurnReason { return TurnReason{Kind: ReasonError, Messag
 // of pending steers, the model stream, and the tool calls. It returns the
 // turn's reason, whether another step must follow, and, once the model was
 // called, the step's last events still unlogged (see finishStep, then its
-// step/end), for the caller to log together with the turn's end.
+// step/end), for the caller to log together with the turn's end. A step
+// logged ahead with its turn's opening (PrepareFollowup) is not entered
+// again: its steers wait for the next step.
 func (a *Agent) runStep(t *turnRun, n int) (TurnReason, bool, []store.NewEvent) {
-	if t.ctx.Err() != nil {
-		return a.aborted(t), false, nil
+	stepEnd := event(EventStepEnd, StepData{Turn: t.n, Step: n})
+	entered := a.takeEntered(t, n)
+	var open []store.NewEvent // what an entered step still has to log
+	if entered {
+		open = []store.NewEvent{stepEnd}
 	}
-	hook := a.takeHook()
+	if t.ctx.Err() != nil {
+		return a.aborted(t), false, open
+	}
+	var hook []store.NewEvent
+	if !entered {
+		hook = a.takeHook()
+	}
 	system, err := a.systemPrompt()
 	if err == nil && a.cfg.Model == nil {
 		err = errors.New("no model route is configured for this agent")
@@ -153,13 +164,18 @@ func (a *Agent) runStep(t *turnRun, n int) (TurnReason, bool, []store.NewEvent) 
 			a.log.Error("before-first-step hook", "error", err)
 			return failed(logFailed), false, nil
 		}
-		return failed(err.Error()), false, nil
+		return failed(err.Error()), false, open
 	}
 	var specs []model.ToolSpec
 	for _, tool := range a.visibleTools() {
 		specs = append(specs, tool.spec())
 	}
-	msgs, err := a.enterStep(t, n, hook)
+	var msgs []model.Message
+	if entered {
+		msgs = a.history()
+	} else {
+		msgs, err = a.enterStep(t, n, hook)
+	}
 	switch {
 	case err != nil && t.ctx.Err() != nil:
 		return a.aborted(t), false, nil
@@ -170,7 +186,7 @@ func (a *Agent) runStep(t *turnRun, n int) (TurnReason, bool, []store.NewEvent) 
 	req := model.Request{Model: a.cfg.ModelName, System: system, Messages: msgs, Tools: specs, MaxTokens: a.cfg.MaxTokens}
 	res := a.stream(t, n, req)
 	reason, more, pending := a.finishStep(t, n, res)
-	return reason, more, append(pending, event(EventStepEnd, StepData{Turn: t.n, Step: n}))
+	return reason, more, append(pending, stepEnd)
 }
 
 // takeHook returns the BeforeFirstStep events the first time a step is
@@ -184,6 +200,46 @@ func (a *Agent) takeHook() []store.NewEvent {
 		return nil
 	}
 	return a.cfg.BeforeFirstStep()
+}
+
+// takeEntered reports, once, whether step n of turn t was logged ahead
+// with the turn's opening.
+func (a *Agent) takeEntered(t *turnRun, n int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n != 1 || a.entered != t.n {
+		return false
+	}
+	a.entered = 0
+	return true
+}
+
+// history returns the model history of the log.
+func (a *Agent) history() []model.Message {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return history(a.events)
+}
+
+// enterFirstLocked returns the events that enter step 1 of turn ahead of
+// the turn's start — the pre-step hook and step/start — and marks that step
+// entered, or none when the step could not be entered now (no model, a
+// system prompt that fails: the step then reports it). Steers cannot be
+// pending before the turn starts. a.mu must be held.
+func (a *Agent) enterFirstLocked(turn int) []store.NewEvent {
+	if a.cfg.Model == nil {
+		return nil
+	}
+	if _, err := a.systemPrompt(); err != nil {
+		return nil
+	}
+	var evs []store.NewEvent
+	if !a.hookDone && a.cfg.BeforeFirstStep != nil {
+		evs = a.cfg.BeforeFirstStep()
+	}
+	a.hookDone = true
+	a.entered = turn
+	return append(evs, event(EventStepStart, StepData{Turn: turn, Step: 1}))
 }
 
 // enterStep admits the pending steers (claim splice plus their

@@ -72,7 +72,7 @@ func (c *tripCounter) snapshot() (trips, statements int, sqls []string) {
 
 // TestRoundTrips_OneShotRun counts what one in-process one-shot run costs
 // Postgres, start to settlement, run after run: its child, prompt, run row
-// and subagent/start are one round trip, the log's appends one each, the
+// and subagent/start (up to the first step's step/start) are one round trip, the log's appends one each, the
 // settlement with the turn's end one. Nothing is read back.
 func TestRoundTrips_OneShotRun(t *testing.T) {
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
@@ -94,7 +94,7 @@ func TestRoundTrips_OneShotRun(t *testing.T) {
 	mdl := scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "done"} })
 	h := inprocesstest.New(t, inprocesstest.Config{Routes: []model.Route{inprocesstest.Route("script", mdl)}, Store: st})
 	const runs = 5
-	const wantTrips = 4 // start; step/start; chunks; the settlement
+	const wantTrips = 3 // start (with step 1 entered); chunks; the settlement
 	for i := range runs {
 		trips0, stmts0, sqls0 := counter.snapshot()
 		run := h.Start(t, spawn.Name, h.Request("go"))
