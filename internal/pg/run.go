@@ -105,9 +105,14 @@ func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, e
 	tenant, ended := store.Tenant(ctx), now(res.EndedAt)
 	o := &op{key: "r:" + runID, event: &end, tenant: tenant, settles: runID}
 	o.data = func(b *pgx.Batch) {
-		b.Queue(`UPDATE runs
-			SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7
-			WHERE tenant = $1 AND id = $2 AND state = 'running'`,
+		b.Queue(`
+			WITH r AS (
+				UPDATE runs
+				SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7
+				WHERE tenant = $1 AND id = $2 AND state = 'running'
+				RETURNING id
+			)
+			SELECT `+markSettled+` FROM r`,
 			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic)
 	}
 	if err := s.w.do(ctx, o); err != nil {
@@ -119,16 +124,26 @@ func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, e
 	return end, nil
 }
 
+// markSettled, selected from a CTE r of settled runs' ids, notes them in a
+// transaction-local setting that the flush's lifecycle statement reads
+// (settledFilter): an end is appended only if its run was settled in this
+// transaction, without a second look at the runs table.
+const markSettled = `set_config('subagentd.settled',
+	coalesce(nullif(current_setting('subagentd.settled', true), ''), ',') || r.id || ',', true)`
+
 // EndRunWithEvents appends evs to the log of the run's child session,
 // settles the run with res and appends end, in one transaction: one
-// statement settles the run only if it is running and its child has a
-// session, and appends evs only if it did. Returns store.ErrNotFound (no
+// statement appends evs only if the run is running and its child has a
+// session, and settles the run only if it did. Every row it touches is
+// found by its primary key (parameters and one-row subqueries only), so
+// its plan does not depend on the tables' statistics. Returns store.ErrNotFound (no
 // run, or a child without a session), store.ErrConflict if the run already
 // ended, an error for an invalid event; nothing is stored on any of them.
 //
 // The op is keyed by the run's row, like EndRun; the child's session row
-// is locked after it, which only the run's own driver writes to, so no
-// flush of this replica holds it meanwhile.
+// is locked after it (the run's row first, FOR UPDATE), which only the
+// run's own driver writes to, so no flush of this replica holds it
+// meanwhile.
 func (s *Store) EndRunWithEvents(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent, evs ...store.NewEvent) (_ store.LifecycleEvent, log []store.Event, err error) {
 	if len(evs) == 0 {
 		end, err = s.EndRun(ctx, runID, res, end)
@@ -143,23 +158,25 @@ func (s *Store) EndRunWithEvents(ctx context.Context, runID string, res store.Ru
 	o := &op{key: "r:" + runID, event: &end, tenant: tenant, settles: runID}
 	o.data = func(b *pgx.Batch) {
 		b.Queue(`
-			WITH r AS (
+			WITH s AS (
+				UPDATE sessions SET last_seq = last_seq + cardinality($8::text[])
+				WHERE tenant = $1 AND id = (
+					SELECT child_id FROM runs WHERE tenant = $1 AND id = $2 AND state = 'running' FOR UPDATE)
+				RETURNING id, last_seq - cardinality($8::text[]) AS before
+			), r AS (
 				UPDATE runs
 				SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7
-				WHERE tenant = $1 AND id = $2 AND state = 'running'
-					AND EXISTS (SELECT 1 FROM sessions WHERE tenant = $1 AND id = runs.child_id)
-				RETURNING child_id
-			), s AS (
-				UPDATE sessions SET last_seq = last_seq + cardinality($8::text[])
-				FROM r WHERE sessions.tenant = $1 AND sessions.id = r.child_id
-				RETURNING sessions.id, last_seq - cardinality($8::text[]) AS before
+				WHERE tenant = $1 AND id = $2 AND state = 'running' AND EXISTS (SELECT 1 FROM s)
+				RETURNING id
 			), ins AS (
 				INSERT INTO session_events (tenant, session_id, seq, type, time, data)
 				SELECT $1, s.id, s.before + e.n, e.type, e.time, e.data::jsonb
 				FROM s, unnest($8::text[], $9::timestamptz[], $10::text[]) WITH ORDINALITY AS e (type, time, data, n)
 				RETURNING seq, type, time, data
+			), mark AS (
+				SELECT `+markSettled+` FROM r
 			)
-			SELECT seq, type, time, data FROM ins ORDER BY seq`,
+			SELECT seq, type, time, data FROM ins, (SELECT count(*) FROM mark) AS m ORDER BY seq`,
 			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic,
 			types, times, data,
 		).Query(func(rows pgx.Rows) error {

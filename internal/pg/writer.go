@@ -373,9 +373,9 @@ func (w *writer) flush(ctx context.Context, ops []*op) (err error) {
 
 // queueLifecycle appends the lifecycle events of ops, in op order, in one
 // statement that takes the counter once. The event of an op that settles a
-// run is left out unless this transaction updated the run's row (its xmin
-// is this transaction's id): the data phase found it running. take never
-// puts two such ops of one run in one flush.
+// run is left out unless the data phase settled it (found it running),
+// which that phase notes in the transaction (markSettled); take never puts
+// two such ops of one run in one flush.
 func queueLifecycle(b *pgx.Batch, ops []*op) {
 	var (
 		owners                               []*op
@@ -407,9 +407,8 @@ func queueLifecycle(b *pgx.Batch, ops []*op) {
 			SELECT e.*, row_number() OVER (ORDER BY e.n) AS k
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $7::text[])
 				WITH ORDINALITY AS e (tenant, type, parent, run, time, payload, settles, n)
-			WHERE e.settles = '' OR EXISTS (
-				SELECT 1 FROM runs r
-				WHERE r.tenant = e.tenant AND r.id = e.settles AND r.xmin = pg_current_xact_id()::xid)
+			WHERE e.settles = ''
+				OR strpos(coalesce(current_setting('subagentd.settled', true), ''), ',' || e.settles || ',') > 0
 		), c AS (
 			UPDATE lifecycle_counter SET last_id = last_id + (SELECT count(*) FROM e)
 			RETURNING last_id - (SELECT count(*) FROM e) AS before
