@@ -377,13 +377,6 @@ func abortedBefore(ctx context.Context) error {
 		Err: context.Cause(ctx)}
 }
 
-// abortedDuring is the start failure of a request that ended while the
-// child was being set up; it wraps ctx's error (R22).
-func abortedDuring(ctx context.Context) error {
-	return &subagent.Error{Code: subagent.EAborted, Message: "subagent request was aborted during child setup",
-		Err: context.Cause(ctx)}
-}
-
 // invalid is an EInvalidRequest error about one request field.
 func invalid(field, msg string) error {
 	return &subagent.Error{Code: subagent.EInvalidRequest, Message: msg, Fields: map[string]string{field: msg}}
