@@ -82,8 +82,28 @@ type Config struct {
 
 	// Created, when set, is the session as its creator just stored it
 	// (CreateSessionWithEvents), Header and whole Log: New then reads
-	// neither back from the store, so a new child costs no read.
+	// neither back from the store, so a new child costs no read. A creator
+	// that stores the session only later, with the agent's first turn
+	// (PrepareFollowup), passes the log it will store, Seqs from 0, and
+	// hands the stored log to Launch.
 	Created *Created
+
+	// EndTurn, when set, writes the append that ends a turn (the last
+	// step's unlogged events and turn/end) instead of Store.AppendEvents,
+	// and returns the events as stored: its creator stores them in one
+	// write with what the turn's end settles (a one-shot run's result and
+	// subagent/end). An error is a failed append.
+	EndTurn func(ctx context.Context, end TurnEnd) ([]store.Event, error)
+}
+
+// TurnEnd is what EndTurn is given: the events that end the turn, the
+// outcome the agent's Outcome will report once they are stored (that of no
+// events before Track), and the committed structured capture, nil without
+// one.
+type TurnEnd struct {
+	Events     []store.NewEvent
+	Outcome    sessionlog.Outcome
+	Structured json.RawMessage
 }
 
 // Created is a session its creator has just stored, with every event of its
@@ -127,6 +147,8 @@ type Agent struct {
 	idle     chan struct{} // closed when driving becomes false
 	cur      *turnRun      // the open turn, nil between turns
 	hookDone bool
+	prepared *prepared // PrepareFollowup's message and events until Launch
+	entered  int       // the turn whose step 1 PrepareFollowup logged ahead
 	capture  capture
 	// snap is the index in events of the newest history/snapshot, -1 when
 	// none; snapSize is its size in bytes.
@@ -136,6 +158,13 @@ type Agent struct {
 	logged   []string
 	loggedTo int
 	wg       sync.WaitGroup
+}
+
+// prepared is a followup PrepareFollowup returned the events of, for
+// Launch to accept once its creator stored them.
+type prepared struct {
+	msg sessionlog.UserMessage
+	evs []sessionlog.Entry
 }
 
 // turnRun is an open turn.
@@ -301,22 +330,74 @@ func (a *Agent) appendLocked(evs ...sessionlog.Entry) error {
 	if len(evs) == 0 {
 		return nil
 	}
+	stored, err := a.store.AppendEvents(a.base, a.id, newEvents(evs)...)
+	if err != nil {
+		return fmt.Errorf("agent %s: append %s: %w", a.id, evs[0].Type, err)
+	}
+	a.recordLocked(stored, evs)
+	return nil
+}
+
+// endTurnLocked is appendLocked for the events that end a turn, through
+// Config.EndTurn when it is set. a.mu must be held.
+func (a *Agent) endTurnLocked(evs ...sessionlog.Entry) error {
+	if a.cfg.EndTurn == nil {
+		return a.appendLocked(evs...)
+	}
+	end := TurnEnd{Events: newEvents(evs), Outcome: a.outcomeAfterLocked(evs)}
+	if a.capture.committed {
+		end.Structured = append(json.RawMessage(nil), a.capture.value...)
+	}
+	stored, err := a.cfg.EndTurn(a.base, end)
+	if err != nil {
+		return fmt.Errorf("agent %s: end turn: %w", a.id, err)
+	}
+	a.recordLocked(stored, evs)
+	return nil
+}
+
+// recordLocked takes stored, evs as the store stored them, into the mirror
+// and feeds them to the history and outcome folds with the payloads of
+// evs, so nothing is decoded again. a.mu must be held.
+func (a *Agent) recordLocked(stored []store.Event, evs []sessionlog.Entry) {
+	a.events = append(a.events, stored...)
+	for i, e := range stored {
+		var payload any // decoded by the folds when evs lacks it
+		if i < len(evs) {
+			payload = evs[i].Payload
+		}
+		a.history.Fold(e, payload)
+		if a.outcome != nil {
+			a.outcome.Fold(e, payload)
+		}
+	}
+}
+
+// outcomeAfterLocked is the outcome Outcome reports once evs are stored,
+// folded on a copy so that a failed write leaves the fold as it was. The
+// events' Seqs are those they will get. a.mu must be held.
+func (a *Agent) outcomeAfterLocked(evs []sessionlog.Entry) sessionlog.Outcome {
+	if a.outcome == nil {
+		return (&sessionlog.OutcomeFold{}).Outcome()
+	}
+	f := a.outcome.Clone()
+	next := int64(0)
+	if n := len(a.events); n > 0 {
+		next = a.events[n-1].Seq + 1
+	}
+	for i, e := range evs {
+		f.Fold(store.Event{Seq: next + int64(i), Type: e.Type, Time: e.Time, Data: e.Data}, e.Payload)
+	}
+	return f.Outcome()
+}
+
+// newEvents returns the store events of evs.
+func newEvents(evs []sessionlog.Entry) []store.NewEvent {
 	batch := make([]store.NewEvent, len(evs))
 	for i, e := range evs {
 		batch[i] = e.NewEvent
 	}
-	stored, err := a.store.AppendEvents(a.base, a.id, batch...)
-	if err != nil {
-		return fmt.Errorf("agent %s: append %s: %w", a.id, evs[0].Type, err)
-	}
-	a.events = append(a.events, stored...)
-	for i, e := range stored {
-		a.history.Fold(e, evs[i].Payload)
-		if a.outcome != nil {
-			a.outcome.Fold(e, evs[i].Payload)
-		}
-	}
-	return nil
+	return batch
 }
 
 // append is appendLocked for callers not holding a.mu.

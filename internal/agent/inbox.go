@@ -10,6 +10,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
+	"github.com/subagentd/subagentd/internal/store"
 )
 
 // steer is a pending confirmed steer; done is closed once it was admitted
@@ -77,23 +78,83 @@ func (a *Agent) FollowupMessage(ctx context.Context, msg sessionlog.UserMessage)
 	if a.received[msg.ID] {
 		return msg.ID, nil
 	}
-	evs := []sessionlog.Entry{event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{
-		Target: sessionlog.TargetNextTurn, Start: len(a.queue), Inserted: []sessionlog.UserMessage{msg}})}
-	queue := append(slices.Clip(a.queue), msg)
-	start := !a.driving
-	if start {
-		evs = append(evs, a.openTurnEvents(queue[0])...)
-	}
+	evs := a.followupEventsLocked(msg)
 	if err := a.appendLocked(evs...); err != nil {
 		return "", fmt.Errorf("followup: %w", err)
 	}
+	a.acceptLocked(msg)
+	return msg.ID, nil
+}
+
+// PrepareFollowup is FollowupMessage for an agent whose session is not
+// stored yet: it returns the events that insert msg, open its turn and
+// enter the turn's first step (the BeforeFirstStep hook and step/start;
+// not when the step cannot start, see enterFirstLocked) without appending
+// them, for the creator to store with the session (see Config.Created);
+// Launch then runs the turn, calling the model first. Until Launch the
+// agent writes nothing. Returns ErrClosed after Close, and an error when the
+// agent has queued or prepared work already.
+func (a *Agent) PrepareFollowup(msg sessionlog.UserMessage) ([]store.NewEvent, error) {
+	msg, err := checkMessage(msg)
+	if err != nil {
+		return nil, fmt.Errorf("followup %s: %w", a.id, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.closed:
+		return nil, fmt.Errorf("followup %s: %w", a.id, ErrClosed)
+	case a.driving || a.prepared != nil || len(a.queue) > 0:
+		return nil, fmt.Errorf("followup %s: a prepared followup needs an agent without work", a.id)
+	}
+	evs := append(a.followupEventsLocked(msg), a.enterFirstLocked(a.turn+1)...)
+	a.prepared = &prepared{msg: msg, evs: evs}
+	return newEvents(evs), nil
+}
+
+// Launch takes log, the whole session log as its creator stored it (the
+// log New was given plus PrepareFollowup's events), as the agent's log and
+// runs the prepared turn. PrepareFollowup's events are folded as an append
+// folds them (history, and the outcome once Track started it). Without a
+// prepared followup, or after Close, it does nothing.
+func (a *Agent) Launch(log []store.Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.prepared
+	if p == nil || a.closed {
+		return
+	}
+	a.prepared = nil
+	given := min(len(a.events), len(log))
+	a.events = log[:given:given]
+	a.recordLocked(log[given:], p.evs)
+	a.acceptLocked(p.msg)
+}
+
+// followupEventsLocked returns the events that insert msg into the inbox
+// and, when the agent is idle, open the turn of the inbox head.
+func (a *Agent) followupEventsLocked(msg sessionlog.UserMessage) []sessionlog.Entry {
+	evs := []sessionlog.Entry{event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{
+		Target: sessionlog.TargetNextTurn, Start: len(a.queue), Inserted: []sessionlog.UserMessage{msg}})}
+	if !a.driving {
+		head := msg
+		if len(a.queue) > 0 {
+			head = a.queue[0]
+		}
+		evs = append(evs, a.openTurnEvents(head)...)
+	}
+	return evs
+}
+
+// acceptLocked applies the logged followupEventsLocked of msg: msg joins
+// the inbox and, on an idle agent, the head's turn starts.
+func (a *Agent) acceptLocked(msg sessionlog.UserMessage) {
 	a.received[msg.ID] = true
-	a.queue = queue
+	a.queue = append(slices.Clip(a.queue), msg)
 	a.parked = false
-	if start {
+	if !a.driving {
 		a.startDriver(a.claimTurnLocked())
 	}
-	return msg.ID, nil
 }
 
 // Steer is confirmed steering (seam-spec R96): it durably inserts content

@@ -105,13 +105,13 @@ func (a *Agent) conclude(t *turnRun, reason sessionlog.TurnReason, stepEnd []ses
 		a.log.Error("end step", "error", err)
 		reason, stepEnd = failed(logFailed), nil
 	}
-	err := a.appendLocked(append(stepEnd, event(sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: t.n, Reason: reason}))...)
+	err := a.endTurnLocked(append(stepEnd, event(sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: t.n, Reason: reason}))...)
 	if err != nil && len(stepEnd) > 0 {
 		// What the step still had to log is lost: the turn fails, as on
 		// any lost write, if its end can still be logged.
 		a.log.Error("end step", "error", err)
 		reason = failed(logFailed)
-		err = a.appendLocked(event(sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: t.n, Reason: reason}))
+		err = a.endTurnLocked(event(sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: t.n, Reason: reason}))
 	}
 	if err != nil {
 		a.log.Error("end turn", "turn", t.n, "error", err)
@@ -143,12 +143,23 @@ func failed(msg string) sessionlog.TurnReason {
 // of pending steers, the model stream, and the tool calls. It returns the
 // turn's reason, whether another step must follow, and, once the model was
 // called, the step's last events still unlogged (see finishStep, then its
-// step/end), for the caller to log together with the turn's end.
+// step/end), for the caller to log together with the turn's end. A step
+// logged ahead with its turn's opening (PrepareFollowup) is not entered
+// again: its steers wait for the next step.
 func (a *Agent) runStep(t *turnRun, n int) (sessionlog.TurnReason, bool, []sessionlog.Entry) {
-	if t.ctx.Err() != nil {
-		return a.aborted(t), false, nil
+	stepEnd := event(sessionlog.EventStepEnd, sessionlog.StepData{Turn: t.n, Step: n})
+	entered := a.takeEntered(t, n)
+	var open []sessionlog.Entry // what an entered step still has to log
+	if entered {
+		open = []sessionlog.Entry{stepEnd}
 	}
-	hook := a.takeHook()
+	if t.ctx.Err() != nil {
+		return a.aborted(t), false, open
+	}
+	var hook []sessionlog.Entry
+	if !entered {
+		hook = a.takeHook()
+	}
 	system, err := a.systemPrompt()
 	if err == nil && a.cfg.Model == nil {
 		err = errors.New("no model route is configured for this agent")
@@ -158,13 +169,18 @@ func (a *Agent) runStep(t *turnRun, n int) (sessionlog.TurnReason, bool, []sessi
 			a.log.Error("before-first-step hook", "error", err)
 			return failed(logFailed), false, nil
 		}
-		return failed(err.Error()), false, nil
+		return failed(err.Error()), false, open
 	}
 	var specs []model.ToolSpec
 	for _, tool := range a.visibleTools() {
 		specs = append(specs, tool.spec())
 	}
-	msgs, err := a.enterStep(t, n, hook)
+	var msgs []model.Message
+	if entered {
+		msgs = a.historyMessages()
+	} else {
+		msgs, err = a.enterStep(t, n, hook)
+	}
 	switch {
 	case err != nil && t.ctx.Err() != nil:
 		return a.aborted(t), false, nil
@@ -175,7 +191,7 @@ func (a *Agent) runStep(t *turnRun, n int) (sessionlog.TurnReason, bool, []sessi
 	req := model.Request{Model: a.cfg.ModelName, System: system, Messages: msgs, Tools: specs, MaxTokens: a.cfg.MaxTokens}
 	res := a.stream(t, n, req)
 	reason, more, pending := a.finishStep(t, n, res)
-	return reason, more, append(pending, event(sessionlog.EventStepEnd, sessionlog.StepData{Turn: t.n, Step: n}))
+	return reason, more, append(pending, stepEnd)
 }
 
 // takeHook returns the BeforeFirstStep events the first time a step is
@@ -188,11 +204,57 @@ func (a *Agent) takeHook() []sessionlog.Entry {
 	if skip {
 		return nil
 	}
+	return a.hookEntries()
+}
+
+// hookEntries calls the BeforeFirstStep hook, which must be set, and
+// returns its events as entries.
+func (a *Agent) hookEntries() []sessionlog.Entry {
 	var hook []sessionlog.Entry
 	for _, e := range a.cfg.BeforeFirstStep() {
 		hook = append(hook, sessionlog.Entry{NewEvent: e})
 	}
 	return hook
+}
+
+// takeEntered reports, once, whether step n of turn t was logged ahead
+// with the turn's opening.
+func (a *Agent) takeEntered(t *turnRun, n int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n != 1 || a.entered != t.n {
+		return false
+	}
+	a.entered = 0
+	return true
+}
+
+// historyMessages returns the model history of the log.
+func (a *Agent) historyMessages() []model.Message {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.history.Messages()
+}
+
+// enterFirstLocked returns the events that enter step 1 of turn ahead of
+// the turn's start — the pre-step hook and step/start — and marks that step
+// entered, or none when the step could not be entered now (no model, a
+// system prompt that fails: the step then reports it). Steers cannot be
+// pending before the turn starts. a.mu must be held.
+func (a *Agent) enterFirstLocked(turn int) []sessionlog.Entry {
+	if a.cfg.Model == nil {
+		return nil
+	}
+	if _, err := a.systemPrompt(); err != nil {
+		return nil
+	}
+	var evs []sessionlog.Entry
+	if !a.hookDone && a.cfg.BeforeFirstStep != nil {
+		evs = a.hookEntries()
+	}
+	a.hookDone = true
+	a.entered = turn
+	return append(evs, event(sessionlog.EventStepStart, sessionlog.StepData{Turn: turn, Step: 1}))
 }
 
 // enterStep admits the pending steers (claim splice plus their

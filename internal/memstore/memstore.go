@@ -138,25 +138,33 @@ func (s *Store) CreateSessionWithEvents(ctx context.Context, hdr store.Session, 
 	if err := store.CheckEvents(evs); err != nil {
 		return nil, fmt.Errorf("memstore: create session %q: %w", hdr.ID, err)
 	}
-	tenant := store.Tenant(ctx)
+	s.mu.Lock()
+	out, err := s.createLocked(store.Tenant(ctx), hdr, evs)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("memstore: %w", err)
+	}
+	if len(evs) > 0 {
+		s.hub.Wake(store.SessionTopic(hdr.ID))
+	}
+	return out, nil
+}
+
+// createLocked stores hdr with the checked evs as the start of its log and
+// returns them as stored. Returns store.ErrConflict if the id exists. The
+// caller holds s.mu.
+func (s *Store) createLocked(tenant string, hdr store.Session, evs []store.NewEvent) ([]store.Event, error) {
+	if _, ok := s.sessions[hdr.ID]; ok {
+		return nil, fmt.Errorf("create session %q: %w", hdr.ID, store.ErrConflict)
+	}
 	hdr = cloneSession(hdr)
 	hdr.CreatedAt = stamp(hdr.CreatedAt)
-	s.mu.Lock()
-	if _, ok := s.sessions[hdr.ID]; ok {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("memstore: create session %q: %w", hdr.ID, store.ErrConflict)
-	}
 	sess := &session{tenant: tenant, hdr: hdr, snapshot: -1}
 	s.sessions[hdr.ID] = sess
 	s.byTenant[tenant] = insertSorted(s.byTenant[tenant], sess, cmpSession)
 	key := [2]string{tenant, hdr.ParentID}
 	s.byParent[key] = insertSorted(s.byParent[key], sess, cmpSession)
-	out := sess.append(evs)
-	s.mu.Unlock()
-	if len(evs) > 0 {
-		s.hub.Wake(store.SessionTopic(hdr.ID))
-	}
-	return out, nil
+	return sess.append(evs), nil
 }
 
 // GetSession returns one header. Returns store.ErrNotFound.
@@ -330,34 +338,94 @@ func (s *Store) StartRun(ctx context.Context, r store.Run, start store.Lifecycle
 	if err := checkJSON(start.Payload); err != nil {
 		return store.LifecycleEvent{}, fmt.Errorf("memstore: start run %q: payload: %w", r.ID, err)
 	}
+	s.mu.Lock()
+	start, err := s.startLocked(store.Tenant(ctx), r, start)
+	s.mu.Unlock()
+	if err != nil {
+		return store.LifecycleEvent{}, fmt.Errorf("memstore: %w", err)
+	}
+	s.hub.Wake(store.LifecycleTopic)
+	return start, nil
+}
+
+// StartRunWithSession stores the child session hdr with evs as the start
+// of its log, r as running and start, atomically. Returns
+// store.ErrConflict if the session or run id exists, in any tenant, and an
+// error (storing nothing) if an event or start's payload is invalid.
+func (s *Store) StartRunWithSession(ctx context.Context, hdr store.Session, evs []store.NewEvent, r store.Run, start store.LifecycleEvent) ([]store.Event, store.LifecycleEvent, error) {
+	if err := store.CheckEvents(evs); err != nil {
+		return nil, store.LifecycleEvent{}, fmt.Errorf("memstore: start run %q with session %q: %w", r.ID, hdr.ID, err)
+	}
+	if err := checkJSON(start.Payload); err != nil {
+		return nil, store.LifecycleEvent{}, fmt.Errorf("memstore: start run %q: payload: %w", r.ID, err)
+	}
 	tenant := store.Tenant(ctx)
-	r = store.Run{
+	s.mu.Lock()
+	var log []store.Event
+	err := s.startFree(r.ID)
+	if err == nil {
+		log, err = s.createLocked(tenant, hdr, evs)
+	}
+	if err == nil {
+		start, err = s.startLocked(tenant, r, start)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return nil, store.LifecycleEvent{}, fmt.Errorf("memstore: %w", err)
+	}
+	if len(evs) > 0 {
+		s.hub.Wake(store.SessionTopic(hdr.ID))
+	}
+	s.hub.Wake(store.LifecycleTopic)
+	return log, start, nil
+}
+
+// startFree returns store.ErrConflict if run id exists. The caller holds
+// s.mu.
+func (s *Store) startFree(id string) error {
+	if _, ok := s.runs[id]; ok {
+		return fmt.Errorf("start run %q: %w", id, store.ErrConflict)
+	}
+	return nil
+}
+
+// startLocked stores r as running and appends start (its payload checked).
+// Returns store.ErrConflict if the run id exists. The caller holds s.mu.
+func (s *Store) startLocked(tenant string, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error) {
+	s.evict(time.Now())
+	if err := s.startFree(r.ID); err != nil {
+		return store.LifecycleEvent{}, err
+	}
+	rec := &run{tenant: tenant, r: store.Run{
 		ID: r.ID, Kind: r.Kind, Provider: r.Provider, ChildID: r.ChildID, ParentID: r.ParentID,
 		TaskID: r.TaskID, Local: r.Local, State: store.StateRunning, StartedAt: stamp(r.StartedAt),
 		Owner: r.Owner, LeaseUntil: norm(r.LeaseUntil), Tenant: tenant,
-	}
-	s.mu.Lock()
-	s.evict(time.Now())
-	if _, ok := s.runs[r.ID]; ok {
-		s.mu.Unlock()
-		return store.LifecycleEvent{}, fmt.Errorf("memstore: start run %q: %w", r.ID, store.ErrConflict)
-	}
-	rec := &run{tenant: tenant, r: r}
+	}}
 	s.runs[r.ID] = rec
 	s.runList[tenant] = insertSorted(s.runList[tenant], rec, cmpRun)
-	start = s.appendLifecycle(tenant, start)
-	s.mu.Unlock()
-	s.hub.Wake(store.LifecycleTopic)
-	return start, nil
+	return s.appendLifecycle(tenant, start), nil
 }
 
 // EndRun settles the run with res and appends end, atomically. Returns
 // store.ErrNotFound, or store.ErrConflict if the run already ended.
 func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent) (store.LifecycleEvent, error) {
+	end, _, err := s.EndRunWithEvents(ctx, runID, res, end)
+	return end, err
+}
+
+// EndRunWithEvents appends evs to the log of the run's child session,
+// settles the run with res and appends end, atomically. Returns
+// store.ErrNotFound for an unknown run (or, with events, a child without
+// a session), store.ErrConflict if the run already ended, and an error
+// (storing nothing) for an invalid event or payload.
+func (s *Store) EndRunWithEvents(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent, evs ...store.NewEvent) (store.LifecycleEvent, []store.Event, error) {
 	for _, b := range []json.RawMessage{res.Output, res.Structured, end.Payload} {
 		if err := checkJSON(b); err != nil {
-			return store.LifecycleEvent{}, fmt.Errorf("memstore: end run %q: %w", runID, err)
+			return store.LifecycleEvent{}, nil, fmt.Errorf("memstore: end run %q: %w", runID, err)
 		}
+	}
+	if err := store.CheckEvents(evs); err != nil {
+		return store.LifecycleEvent{}, nil, fmt.Errorf("memstore: end run %q: %w", runID, err)
 	}
 	s.mu.Lock()
 	rec, err := s.run(ctx, runID)
@@ -367,9 +435,17 @@ func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, e
 	if err == nil && rec.r.Kind == store.KindActivation {
 		err = s.fenced(ctx, rec.tenant, rec.r.ChildID)
 	}
+	var child *session
+	if err == nil && len(evs) > 0 {
+		child, err = s.session(ctx, rec.r.ChildID)
+	}
 	if err != nil {
 		s.mu.Unlock()
-		return store.LifecycleEvent{}, fmt.Errorf("memstore: end run: %w", err)
+		return store.LifecycleEvent{}, nil, fmt.Errorf("memstore: end run: %w", err)
+	}
+	var log []store.Event
+	if child != nil {
+		log = child.append(evs)
 	}
 	rec.r.State = store.StateSettled
 	rec.r.EndedAt = stamp(res.EndedAt)
@@ -379,8 +455,11 @@ func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, e
 	rec.r.Diagnostic = res.Diagnostic
 	end = s.appendLifecycle(rec.tenant, end)
 	s.mu.Unlock()
+	if child != nil {
+		s.hub.Wake(store.SessionTopic(child.hdr.ID))
+	}
 	s.hub.Wake(store.LifecycleTopic)
-	return end, nil
+	return end, log, nil
 }
 
 // DisposeRun marks a settled run disposed; disposing again is a no-op.

@@ -21,7 +21,7 @@ type lifecycleRow struct {
 // AppendLifecycle appends e with the next id; a zero Time is now.
 func (s *Store) AppendLifecycle(ctx context.Context, e store.LifecycleEvent) (_ store.LifecycleEvent, err error) {
 	defer wrap(&err, "append lifecycle event %q", e.Type)
-	err = s.w.do(ctx, &op{topic: store.LifecycleTopic, event: &e, tenant: store.Tenant(ctx)})
+	err = s.w.do(ctx, &op{event: &e, tenant: store.Tenant(ctx)})
 	return e, err
 }
 

@@ -2,12 +2,10 @@ package pg
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -61,15 +59,41 @@ func collectRuns(rows pgx.Rows) ([]store.Run, error) {
 // store.ErrConflict if the run id exists, in any tenant.
 func (s *Store) StartRun(ctx context.Context, r store.Run, start store.LifecycleEvent) (_ store.LifecycleEvent, err error) {
 	defer wrap(&err, "start run %q", r.ID)
-	tenant, started := store.Tenant(ctx), now(r.StartedAt)
-	err = s.w.do(ctx, &op{topic: store.LifecycleTopic, event: &start, tenant: tenant, data: func(b *pgx.Batch) {
-		b.Queue(`INSERT INTO runs
-			(tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, owner, lease_until)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11)`,
-			tenant, r.ID, r.Kind, r.Provider, r.ChildID, r.ParentID, r.TaskID, r.Local,
-			started, r.Owner, nullTime(r.LeaseUntil))
-	}})
+	tenant := store.Tenant(ctx)
+	err = s.w.do(ctx, &op{event: &start, tenant: tenant, data: func(b *pgx.Batch) { queueStart(b, tenant, r) }})
 	return start, err
+}
+
+// StartRunWithSession stores the child session h with evs as the start of
+// its log, r as running and start, in one flush, so one commit (one round
+// trip). Returns store.ErrConflict if the session or run id exists, in any
+// tenant, and an error (storing nothing) if an event is invalid.
+func (s *Store) StartRunWithSession(ctx context.Context, h store.Session, evs []store.NewEvent, r store.Run, start store.LifecycleEvent) (log []store.Event, _ store.LifecycleEvent, err error) {
+	defer wrap(&err, "start run %q with session %q", r.ID, h.ID)
+	if err := store.CheckEvents(evs); err != nil {
+		return nil, start, err
+	}
+	tenant := store.Tenant(ctx)
+	h.CreatedAt = now(h.CreatedAt)
+	o := &op{topic: store.SessionTopic(h.ID), key: "s:" + h.ID, event: &start, tenant: tenant}
+	o.data = func(b *pgx.Batch) {
+		queueCreate(b, tenant, h)
+		if len(evs) > 0 {
+			queueAppend(b, o, tenant, h.ID, "", evs, &log)
+		}
+		queueStart(b, tenant, r)
+	}
+	err = s.w.do(ctx, o)
+	return log, start, err
+}
+
+// queueStart queues the insert of r as running.
+func queueStart(b *pgx.Batch, tenant string, r store.Run) {
+	b.Queue(`INSERT INTO runs
+		(tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, owner, lease_until)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11)`,
+		tenant, r.ID, r.Kind, r.Provider, r.ChildID, r.ParentID, r.TaskID, r.Local,
+		now(r.StartedAt), r.Owner, nullTime(r.LeaseUntil))
 }
 
 // EndRun settles the run with res and appends end in one transaction; a
@@ -79,69 +103,145 @@ func (s *Store) StartRun(ctx context.Context, r store.Run, start store.Lifecycle
 func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent) (_ store.LifecycleEvent, err error) {
 	defer wrap(&err, "end run %q", runID)
 	tenant, ended, owner := store.Tenant(ctx), now(res.EndedAt), store.Owner(ctx)
-	o := &op{topic: store.LifecycleTopic, key: "r:" + runID, event: &end, tenant: tenant, conditional: true}
+	o := &op{key: "r:" + runID, event: &end, tenant: tenant, settles: runID}
 	o.data = func(b *pgx.Batch) {
-		b.Queue(`UPDATE runs
-			SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7
-			WHERE tenant = $1 AND id = $2 AND state = 'running' AND (kind <> 'activation' OR `+fenceCond("child_id", "$8")+`)`,
-			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic, owner,
-		).Exec(func(tag pgconn.CommandTag) error {
-			o.skip = tag.RowsAffected() == 0 // the lifecycle phase leaves end out
-			return nil
-		})
+		b.Queue(`
+			WITH r AS (
+				UPDATE runs
+				SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7
+				WHERE tenant = $1 AND id = $2 AND state = 'running' AND `+activationFence("$8")+`
+				RETURNING id
+			)
+			SELECT `+markSettled+` FROM r`,
+			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic, owner)
 	}
 	if err := s.w.do(ctx, o); err != nil {
 		return end, err
 	}
 	if o.skip {
-		state, err := runState(ctx, s.pool, tenant, runID)
-		switch {
-		case err != nil:
-			return end, err
-		case state == store.StateRunning && owner != "":
-			return end, fencedError(owner, runID) // still running: the lease is gone
-		}
-		return end, fmt.Errorf("run already ended (%s): %w", state, store.ErrConflict)
+		return end, s.notEnded(ctx, tenant, runID, owner)
 	}
 	return end, nil
 }
 
+// markSettled, selected from a CTE r of settled runs' ids, notes them in a
+// transaction-local setting that the flush's lifecycle statement reads
+// (settledFilter): an end is appended only if its run was settled in this
+// transaction, without a second look at the runs table.
+const markSettled = `set_config('subagentd.settled',
+	coalesce(nullif(current_setting('subagentd.settled', true), ''), ',') || r.id || ',', true)`
+
+// EndRunWithEvents appends evs to the log of the run's child session,
+// settles the run with res and appends end, in one transaction: one
+// statement appends evs only if the run is running and its child has a
+// session, and settles the run only if it did. Every row it touches is
+// found by its primary key (parameters and one-row subqueries only), so
+// its plan does not depend on the tables' statistics. Returns store.ErrNotFound (no
+// run, or a child without a session), store.ErrConflict if the run already
+// ended, an error for an invalid event; nothing is stored on any of them.
+//
+// The op is keyed by the run's row, like EndRun; the child's session row
+// is locked after it (the run's row first, FOR UPDATE), which only the
+// run's own driver writes to, so no flush of this replica holds it
+// meanwhile.
+func (s *Store) EndRunWithEvents(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent, evs ...store.NewEvent) (_ store.LifecycleEvent, log []store.Event, err error) {
+	if len(evs) == 0 {
+		end, err = s.EndRun(ctx, runID, res, end)
+		return end, nil, err
+	}
+	defer wrap(&err, "end run %q with %d events", runID, len(evs))
+	if err := store.CheckEvents(evs); err != nil {
+		return end, nil, err
+	}
+	tenant, ended, owner := store.Tenant(ctx), now(res.EndedAt), store.Owner(ctx)
+	types, times, data := eventColumns(evs)
+	o := &op{key: "r:" + runID, event: &end, tenant: tenant, settles: runID}
+	o.data = func(b *pgx.Batch) {
+		b.Queue(`
+			WITH s AS (
+				UPDATE sessions SET last_seq = last_seq + cardinality($8::text[])
+				WHERE tenant = $1 AND id = (
+					SELECT child_id FROM runs WHERE tenant = $1 AND id = $2 AND state = 'running' AND `+activationFence("$11")+`
+					FOR UPDATE)
+				RETURNING id, last_seq - cardinality($8::text[]) AS before
+			), r AS (
+				UPDATE runs
+				SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7
+				WHERE tenant = $1 AND id = $2 AND state = 'running' AND EXISTS (SELECT 1 FROM s)
+				RETURNING id
+			), ins AS (
+				INSERT INTO session_events (tenant, session_id, seq, type, time, data)
+				SELECT $1, s.id, s.before + e.n, e.type, e.time, e.data::jsonb
+				FROM s, unnest($8::text[], $9::timestamptz[], $10::text[]) WITH ORDINALITY AS e (type, time, data, n)
+				RETURNING seq, type, time, data
+			), mark AS (
+				SELECT `+markSettled+` FROM r
+			)
+			SELECT seq, type, time, data FROM ins, (SELECT count(*) FROM mark) AS m ORDER BY seq`,
+			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic,
+			types, times, data, owner,
+		).Query(func(rows pgx.Rows) error {
+			var err error
+			log, err = pgx.AppendRows(make([]store.Event, 0, len(evs)), rows, scanEvent)
+			return err
+		})
+	}
+	if err := s.w.do(ctx, o); err != nil {
+		return end, nil, err
+	}
+	if o.skip {
+		return end, nil, s.notEnded(ctx, tenant, runID, owner)
+	}
+	return end, log, nil
+}
+
 // DisposeRun marks a settled run disposed; disposing again is a no-op.
 // Returns store.ErrNotFound, or store.ErrConflict while the run is running.
+// One autocommit statement: the update, and the run's state before it to
+// say why it matched nothing.
 func (s *Store) DisposeRun(ctx context.Context, runID string) (err error) {
 	defer wrap(&err, "dispose run %q", runID)
-	tenant := store.Tenant(ctx)
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var state string
-		err := tx.QueryRow(ctx, `UPDATE runs SET state = 'disposed'
-			WHERE tenant = $1 AND id = $2 AND state <> 'running' RETURNING state`, tenant, runID).Scan(&state)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notRunning(ctx, tx, tenant, runID, "is running")
-		}
+	var disposed bool
+	var state *string
+	err = s.pool.QueryRow(ctx, `
+		WITH u AS (
+			UPDATE runs SET state = 'disposed' WHERE tenant = $1 AND id = $2 AND state <> 'running' RETURNING 1
+		)
+		SELECT EXISTS (SELECT 1 FROM u), (SELECT state FROM runs WHERE tenant = $1 AND id = $2)`,
+		store.Tenant(ctx), runID).Scan(&disposed, &state)
+	switch {
+	case err != nil || disposed:
 		return err
-	})
-}
-
-// notRunning explains why an update conditional on the run's state matched
-// no row: the run does not exist (pgx.ErrNoRows), or its state is not the
-// one wanted (store.ErrConflict, with why).
-func notRunning(ctx context.Context, q querier, tenant, runID, why string) error {
-	state, err := runState(ctx, q, tenant, runID)
-	if err != nil {
-		return err
+	case state == nil:
+		return pgx.ErrNoRows
 	}
-	return fmt.Errorf("run %s (%s): %w", why, state, store.ErrConflict)
+	return fmt.Errorf("run is running: %w", store.ErrConflict)
 }
 
-type querier interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
+// notEnded explains why an end matched no running run: the run does not
+// exist (pgx.ErrNoRows), has ended already (store.ErrConflict), is an
+// activation whose child owner no longer holds the lease
+// (store.ErrFenced), or is running but its child has no session
+// (store.ErrNotFound; only an end with events needs one).
+func (s *Store) notEnded(ctx context.Context, tenant, runID, owner string) error {
+	var state, kind string
+	err := s.pool.QueryRow(ctx, `SELECT state, kind FROM runs WHERE tenant = $1 AND id = $2`, tenant, runID).Scan(&state, &kind)
+	switch {
+	case err != nil:
+		return err
+	case state != store.StateRunning:
+		return fmt.Errorf("run already ended (%s): %w", state, store.ErrConflict)
+	case kind == store.KindActivation && owner != "":
+		return fencedError(owner, runID) // still running: the lease is gone
+	}
+	return fmt.Errorf("the run's child has no session: %w", store.ErrNotFound)
 }
 
-// runState reads the state of a run; pgx.ErrNoRows when there is none.
-func runState(ctx context.Context, q querier, tenant, runID string) (string, error) {
-	var state string
-	err := q.QueryRow(ctx, `SELECT state FROM runs WHERE tenant = $1 AND id = $2`, tenant, runID).Scan(&state)
-	return state, err
+// activationFence is the condition, on a statement over runs whose $1 is
+// the tenant, that the run is not an activation or its child is still
+// leased to the owner in parameter ownerParam (see fenceCond).
+func activationFence(ownerParam string) string {
+	return `(kind <> 'activation' OR ` + fenceCond("child_id", ownerParam) + `)`
 }
 
 // GetRun returns one run. Returns store.ErrNotFound.

@@ -152,13 +152,7 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs ...store
 // statement, whose callback sets *out; an unknown session fails o. Bumping sessions.last_seq locks the session row until commit, so
 // concurrent appenders queue and seqs stay contiguous.
 func queueAppend(b *pgx.Batch, o *op, tenant, sessionID, owner string, evs []store.NewEvent, out *[]store.Event) {
-	types, times, data := make([]string, len(evs)), make([]time.Time, len(evs)), make([]string, len(evs))
-	for i, e := range evs {
-		types[i], times[i], data[i] = e.Type, now(e.Time), string(e.Data)
-		if len(e.Data) == 0 {
-			data[i] = "null"
-		}
-	}
+	types, times, data := eventColumns(evs)
 	b.Queue(`
 		WITH s AS (
 			UPDATE sessions SET last_seq = last_seq + cardinality($3::text[])
@@ -183,6 +177,19 @@ func queueAppend(b *pgx.Batch, o *op, tenant, sessionID, owner string, evs []sto
 		*out = list
 		return nil
 	})
+}
+
+// eventColumns returns the columns of evs as arrays for unnest; a zero
+// Time is now, a nil Data JSON null.
+func eventColumns(evs []store.NewEvent) (types []string, times []time.Time, data []string) {
+	types, times, data = make([]string, len(evs)), make([]time.Time, len(evs)), make([]string, len(evs))
+	for i, e := range evs {
+		types[i], times[i], data[i] = e.Type, now(e.Time), string(e.Data)
+		if len(e.Data) == 0 {
+			data[i] = "null"
+		}
+	}
+	return types, times, data
 }
 
 // Events returns up to n events with Seq > after, in seq order. Returns

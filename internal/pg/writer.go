@@ -25,10 +25,9 @@ import (
 // commit overlaps the next one's batch), the writer takes every write
 // waiting — except those to a row a running flush holds, which would only
 // wait for its lock and go in the next flush — and commits them together in
-// one transaction, sent as pipelined
-// batches: a flush is one round trip (two when it carries a run's end),
-// however many sessions it touches. A caller is answered only after the
-// commit that holds its write.
+// one transaction, sent as one pipelined batch: a flush is one round trip
+// (an implicit transaction), however many sessions and runs it touches. A
+// caller is answered only after the commit that holds its write.
 //
 // A flush runs in two phases. The data phase writes sessions, session
 // events and runs, ordered by the row each write locks (a session's
@@ -37,12 +36,9 @@ import (
 // lifecycle phase then takes the lifecycle_counter row once, for every
 // lifecycle event of the flush, in one statement at the end of the
 // transaction: the counter is locked only from there to the commit, ids
-// stay gap-free, and they become visible in commit order. Both phases go
-// out as one batch (one round trip, an implicit transaction), unless a
-// write's lifecycle event depends on its data-phase result (a run's end,
-// appended only if the run was still running): then the data phase is
-// read first, in an explicit transaction, and the lifecycle phase and
-// COMMIT follow in a second round trip.
+// stay gap-free, and they become visible in commit order. A run's end is
+// appended only if the data phase settled the run (it was still running);
+// that statement checks it itself, so an end costs no second round trip.
 //
 // If any statement of a flush fails (a duplicate id, a lost connection),
 // the flush is rolled back and its writes are retried one by one, each in
@@ -79,22 +75,26 @@ const (
 
 // op is one caller's write.
 type op struct {
+	// topic is woken after the commit ("" if none); an op with an event
+	// wakes store.LifecycleTopic as well.
 	topic string
 	// key names the row the data phase locks ("" if none): flushes lock
 	// rows in key order.
 	key string
 	// data queues the op's data-phase statements on b (nil: none). Their
-	// callbacks record the op's results and may set skip or fail. It runs
-	// again if the op is retried alone, so it must overwrite what it sets.
+	// callbacks record the op's results and may set fail. It runs again if
+	// the op is retried alone, so it must overwrite what it sets.
 	data func(b *pgx.Batch)
-	// event, if set, is appended in the lifecycle phase unless skip is set;
-	// it gets its ID and stored Time there.
+	// event, if set, is appended in the lifecycle phase; it gets its ID and
+	// stored Time there.
 	event *store.LifecycleEvent
-	// conditional is set when data may set skip: the flush must read the
-	// data phase before it sends the lifecycle phase.
-	conditional bool
-	tenant      string
-	skip        bool
+	// settles, if set, names a run whose row the data phase updates only
+	// when it is still running (an end): event is then appended only if
+	// the data phase did update it, which the lifecycle statement checks
+	// itself, and skip reports that it did not.
+	settles string
+	tenant  string
+	skip    bool
 	// fail is the op's own answer (e.g. not found), which does not abort
 	// the flush.
 	fail error
@@ -245,6 +245,10 @@ func (w *writer) take() []*op {
 			keep = append(keep, o) // a running flush holds its row
 			continue
 		}
+		if o.settles != "" && slices.ContainsFunc(ops, func(t *op) bool { return t.settles == o.settles }) {
+			keep = append(keep, o) // one end of a run per flush: see queueLifecycle
+			continue
+		}
 		if o.state.CompareAndSwap(opQueued, opTaken) {
 			ops = append(ops, o)
 		} // else cancelled: dropped
@@ -310,18 +314,34 @@ func (w *writer) answer(ops []*op) {
 		if o.err == nil {
 			o.err = o.fail
 		}
-		if o.err == nil && o.topic != "" {
-			w.topics[o.topic] = struct{}{}
+		if o.err == nil {
+			for _, t := range o.topics() {
+				w.topics[t] = struct{}{}
+			}
 		}
 	}
 	w.mu.Unlock()
 	signal(w.wakeNtf)
 	for _, o := range ops {
-		if o.err == nil && o.topic != "" {
-			w.hub.Wake(o.topic)
+		if o.err == nil {
+			for _, t := range o.topics() {
+				w.hub.Wake(t)
+			}
 		}
 		close(o.done)
 	}
+}
+
+// topics returns the topics a committed o wakes.
+func (o *op) topics() []string {
+	var ts []string
+	if o.topic != "" {
+		ts = append(ts, o.topic)
+	}
+	if o.event != nil {
+		ts = append(ts, store.LifecycleTopic)
+	}
+	return ts
 }
 
 // flush commits ops in one transaction.
@@ -332,39 +352,18 @@ func (w *writer) flush(ctx context.Context, ops []*op) (err error) {
 	}
 	defer conn.Release()
 
-	events, conditional := false, false
+	events := false
 	for _, o := range ops {
 		o.skip, o.fail = false, nil
 		events = events || o.event != nil
-		conditional = conditional || o.conditional
 	}
-	twoTrips := events && conditional
 	data := slices.Clone(ops)
 	slices.SortStableFunc(data, func(a, b *op) int { return strings.Compare(a.key, b.key) })
 	b := &pgx.Batch{}
-	if twoTrips {
-		b.Queue("BEGIN")
-	}
 	for _, o := range data {
 		if o.data != nil {
 			o.data(b)
 		}
-	}
-	if twoTrips {
-		if err = conn.SendBatch(ctx, b).Close(); err == nil {
-			b = &pgx.Batch{}
-			queueLifecycle(b, ops)
-			b.Queue("COMMIT")
-			err = conn.SendBatch(ctx, b).Close()
-		}
-		if err != nil {
-			// The transaction may be open and aborted: end it, or drop the
-			// connection.
-			if _, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
-				_ = conn.Conn().Close(context.WithoutCancel(ctx))
-			}
-		}
-		return err
 	}
 	if events {
 		queueLifecycle(b, ops)
@@ -372,22 +371,26 @@ func (w *writer) flush(ctx context.Context, ops []*op) (err error) {
 	return conn.SendBatch(ctx, b).Close()
 }
 
-// queueLifecycle appends the lifecycle events of ops that are not skipped,
-// in op order, in one statement that takes the counter once.
+// queueLifecycle appends the lifecycle events of ops, in op order, in one
+// statement that takes the counter once. The event of an op that settles a
+// run is left out unless the data phase settled it (found it running),
+// which that phase notes in the transaction (markSettled); take never puts
+// two such ops of one run in one flush.
 func queueLifecycle(b *pgx.Batch, ops []*op) {
 	var (
-		owners                        []*op
-		tenants, types, parents, runs []string
-		times                         []time.Time
-		payloads                      []*string
+		owners                               []*op
+		tenants, types, parents, runs, conds []string
+		times                                []time.Time
+		payloads                             []*string
 	)
 	for _, o := range ops {
-		if o.event == nil || o.skip || o.fail != nil {
+		if o.event == nil || o.fail != nil {
 			continue
 		}
 		e := o.event
 		owners = append(owners, o)
 		tenants, types, parents, runs = append(tenants, o.tenant), append(types, e.Type), append(parents, e.ParentID), append(runs, e.RunID)
+		conds = append(conds, o.settles)
 		times = append(times, now(e.Time))
 		var p *string
 		if len(e.Payload) > 0 {
@@ -400,36 +403,51 @@ func queueLifecycle(b *pgx.Batch, ops []*op) {
 		return
 	}
 	b.Queue(`
-		WITH c AS (
-			UPDATE lifecycle_counter SET last_id = last_id + cardinality($1::text[])
-			RETURNING last_id - cardinality($1::text[]) AS before
+		WITH e AS (
+			SELECT e.*, row_number() OVER (ORDER BY e.n) AS k
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $7::text[])
+				WITH ORDINALITY AS e (tenant, type, parent, run, time, payload, settles, n)
+			WHERE e.settles = ''
+				OR strpos(coalesce(current_setting('subagentd.settled', true), ''), ',' || e.settles || ',') > 0
+		), c AS (
+			UPDATE lifecycle_counter SET last_id = last_id + (SELECT count(*) FROM e)
+			RETURNING last_id - (SELECT count(*) FROM e) AS before
 		), ins AS (
 			INSERT INTO lifecycle_events (tenant, id, type, parent_id, run_id, time, payload)
-			SELECT e.tenant, c.before + e.n, e.type, e.parent, e.run, e.time, e.payload::jsonb
-			FROM c, unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[])
-				WITH ORDINALITY AS e (tenant, type, parent, run, time, payload, n)
-			RETURNING id, time
+			SELECT e.tenant, c.before + e.k, e.type, e.parent, e.run, e.time, e.payload::jsonb
+			FROM c, e
 		)
-		SELECT id, time FROM ins ORDER BY id`,
-		tenants, types, parents, runs, times, payloads,
+		SELECT e.n, c.before + e.k, e.time FROM c, e ORDER BY e.n`,
+		tenants, types, parents, runs, times, payloads, conds,
 	).Query(func(rows pgx.Rows) error {
 		// Results are read after the server ran the batch, which may have
 		// committed already: a surprise here fails the callers, never the
 		// flush (a failed flush is retried).
-		i := 0
-		for rows.Next() && i < len(owners) {
-			e := owners[i].event
-			if err := rows.Scan(&e.ID, &e.Time); err != nil {
+		stored := make([]bool, len(owners))
+		for rows.Next() {
+			var n int
+			var id int64
+			var at time.Time
+			if err := rows.Scan(&n, &id, &at); err != nil {
 				return err // not a PgError: every caller gets it, nothing is retried
 			}
-			e.Time = e.Time.UTC()
-			i++
+			if n < 1 || n > len(owners) {
+				return fmt.Errorf("lifecycle insert returned event %d of %d", n, len(owners))
+			}
+			e := owners[n-1].event
+			e.ID, e.Time, stored[n-1] = id, at.UTC(), true
 		}
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		for _, o := range owners[i:] {
-			o.fail = fmt.Errorf("lifecycle insert returned %d rows, want %d", i, len(owners))
+		for i, o := range owners {
+			switch {
+			case stored[i]:
+			case o.settles != "":
+				o.skip = true // the run was not running: no end
+			default:
+				o.fail = fmt.Errorf("lifecycle event %d of %d was not stored", i+1, len(owners))
+			}
 		}
 		return nil
 	})

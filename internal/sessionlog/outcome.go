@@ -3,6 +3,8 @@ package sessionlog
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"slices"
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
@@ -111,6 +113,18 @@ func (f *OutcomeFold) Fold(e store.Event, payload any) {
 		}
 		f.open = 0
 	}
+}
+
+// Clone returns a fold with the state of f that shares nothing with it, so
+// a writer can fold events it has not stored yet without changing f.
+func (f *OutcomeFold) Clone() *OutcomeFold {
+	c := *f
+	c.output = slices.Clone(f.output)
+	c.streamed = slices.Clone(f.streamed)
+	c.stepped = maps.Clone(f.stepped)
+	c.claimed = maps.Clone(f.claimed)
+	c.messages = slices.Clone(f.messages)
+	return &c
 }
 
 // Outcome returns the outcome of the events folded so far. It shares

@@ -164,3 +164,25 @@ func TestOutcome_ConsumedWork(t *testing.T) {
 		}
 	}
 }
+
+// TestOutcomeFold_CloneSharesNothing: folding a turn's work and end into a
+// clone leaves the original fold's outcome as it was.
+func TestOutcomeFold_CloneSharesNothing(t *testing.T) {
+	t.Parallel()
+	var f OutcomeFold
+	for _, r := range entriesOf(EventTurnStart, turnStart(1), EventUserMessage, UserMessage{ID: "m1"}) {
+		f.Fold(r.event, r.payload)
+	}
+	before, _ := json.Marshal(f.Outcome())
+	c := f.Clone()
+	for _, r := range entriesOf(EventStepStart, step(1), EventAssistantChunk, chunk(string(model.ChunkText), "hi"),
+		EventUserMessage, UserMessage{ID: "m2"}, EventTurnEnd, turnEnd(1, ReasonCompleted)) {
+		c.Fold(r.event, r.payload)
+	}
+	if o := c.Outcome(); o.End == nil || o.End.Turn != 1 || len(o.Messages) != 2 || model.Text(o.Output) != "hi" {
+		t.Fatalf("clone outcome %+v, want turn 1 accounted, two messages, output hi", o)
+	}
+	if after, _ := json.Marshal(f.Outcome()); string(after) != string(before) {
+		t.Errorf("original outcome changed from %s to %s", before, after)
+	}
+}

@@ -84,6 +84,30 @@ func (b *bounded) EndRun(ctx context.Context, runID string, res RunResult, end L
 	return call(b, ctx, func(c context.Context) (LifecycleEvent, error) { return b.Store.EndRun(c, runID, res, end) })
 }
 
+func (b *bounded) StartRunWithSession(ctx context.Context, s Session, evs []NewEvent, r Run, start LifecycleEvent) ([]Event, LifecycleEvent, error) {
+	type out struct {
+		log   []Event
+		start LifecycleEvent
+	}
+	v, err := call(b, ctx, func(c context.Context) (out, error) {
+		log, start, err := b.Store.StartRunWithSession(c, s, evs, r, start)
+		return out{log, start}, err
+	})
+	return v.log, v.start, err
+}
+
+func (b *bounded) EndRunWithEvents(ctx context.Context, runID string, res RunResult, end LifecycleEvent, evs ...NewEvent) (LifecycleEvent, []Event, error) {
+	type out struct {
+		end LifecycleEvent
+		log []Event
+	}
+	v, err := call(b, ctx, func(c context.Context) (out, error) {
+		end, log, err := b.Store.EndRunWithEvents(c, runID, res, end, evs...)
+		return out{end, log}, err
+	})
+	return v.end, v.log, err
+}
+
 func (b *bounded) DisposeRun(ctx context.Context, runID string) error {
 	return do(b, ctx, func(c context.Context) error { return b.Store.DisposeRun(c, runID) })
 }

@@ -261,6 +261,24 @@ type Store interface {
 	// Returns ErrNotFound, or ErrConflict if the run already ended: this is
 	// what makes subagent/end exactly-once, also across restarts.
 	EndRun(ctx context.Context, runID string, res RunResult, end LifecycleEvent) (LifecycleEvent, error)
+	// StartRunWithSession is CreateSessionWithEvents and StartRun in one
+	// transaction: it stores the child session s with evs as the start of
+	// its log, r (State running) and start, and returns the events and
+	// start as stored. A one-shot run and everything its start promises
+	// (the child, its prompt, the run row, subagent/start) are one commit,
+	// durable together or not at all. Returns ErrConflict if the session
+	// or run id exists (any tenant), ErrInvalid for a bad event or
+	// payload; either way nothing is stored.
+	StartRunWithSession(ctx context.Context, s Session, evs []NewEvent, r Run, start LifecycleEvent) ([]Event, LifecycleEvent, error)
+	// EndRunWithEvents is AppendEvents and EndRun in one transaction: it
+	// appends evs to the log of the run's child session (Run.ChildID),
+	// settles the run with res and appends end, returning end and the
+	// events as stored, so that a child's last events and its run's
+	// settlement are one commit. Returns ErrNotFound for an unknown run or
+	// a child without a session, ErrConflict if the run already ended,
+	// ErrInvalid for a bad event or payload; on any error nothing is
+	// stored.
+	EndRunWithEvents(ctx context.Context, runID string, res RunResult, end LifecycleEvent, evs ...NewEvent) (LifecycleEvent, []Event, error)
 	// DisposeRun marks a settled run disposed. Idempotent. Returns
 	// ErrNotFound, or ErrConflict if the run is still running.
 	DisposeRun(ctx context.Context, runID string) error

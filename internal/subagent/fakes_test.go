@@ -352,3 +352,64 @@ func waitDone(t *testing.T, h *RunHandle) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// fakePreparer is a Preparer whose children are fakePrepared, over a
+// fakeRun; prepareFn, if set, runs first.
+type fakePreparer struct {
+	fakeProvider
+	prepareFn func(ctx context.Context)
+	children  chan *fakePrepared
+}
+
+var _ Preparer = (*fakePreparer)(nil)
+
+func (p *fakePreparer) Prepare(ctx context.Context, req ResolvedRequest) (PreparedChild, error) {
+	if p.prepareFn != nil {
+		p.prepareFn(ctx)
+	}
+	c := &fakePrepared{run: newFakeRun("child-"+p.name, true), launched: make(chan Settle, 1)}
+	p.children <- c
+	return c, nil
+}
+
+// fakePrepared is a PreparedChild whose Launch hands its Settle to the test.
+type fakePrepared struct {
+	run      *fakeRun
+	log      []store.Event
+	launched chan Settle
+}
+
+func (c *fakePrepared) Session() (store.Session, []store.NewEvent) {
+	return store.Session{ID: c.run.childID}, []store.NewEvent{{Type: "turn/start", Data: []byte(`{}`)}}
+}
+
+func (c *fakePrepared) Run() Run { return c.run }
+
+func (c *fakePrepared) Launch(log []store.Event, settle Settle) {
+	c.log = log
+	c.launched <- settle
+}
+
+func (s *fakeStore) StartRunWithSession(ctx context.Context, h store.Session, evs []store.NewEvent, r store.Run, start store.LifecycleEvent) ([]store.Event, store.LifecycleEvent, error) {
+	start, err := s.StartRun(ctx, r, start)
+	if err != nil {
+		return nil, start, err
+	}
+	log := make([]store.Event, len(evs))
+	for i, e := range evs {
+		log[i] = store.Event{Seq: int64(i), Type: e.Type, Data: e.Data}
+	}
+	return log, start, nil
+}
+
+func (s *fakeStore) EndRunWithEvents(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent, evs ...store.NewEvent) (store.LifecycleEvent, []store.Event, error) {
+	end, err := s.EndRun(ctx, runID, res, end)
+	if err != nil {
+		return end, nil, err
+	}
+	log := make([]store.Event, len(evs))
+	for i, e := range evs {
+		log[i] = store.Event{Seq: int64(100 + i), Type: e.Type, Data: e.Data}
+	}
+	return end, log, nil
+}

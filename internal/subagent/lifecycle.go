@@ -107,6 +107,10 @@ func ParseEvent(le store.LifecycleEvent) (Event, error) {
 	}, nil
 }
 
+// storedTime is t as a store keeps it (UTC, whole microseconds, like a
+// timestamptz), so that a row this process builds equals the one read back.
+func storedTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
 // lifecycleRow returns the store row of e, stamped at.
 func lifecycleRow(e Event, at time.Time) (store.LifecycleEvent, error) {
 	payload, err := EventPayload(e)
@@ -128,14 +132,17 @@ const endRetryFor = 10 * time.Minute
 // store says the run already ended (another replica closed it after this
 // one lost its lease: that end was the only one). After a failure that
 // outlasted the retries the end is still dispatched, so local listeners see
-// every run end.
+// every run end. A zero res.EndedAt is now; e.Seq is set only when the end
+// was recorded.
 func (s *Service) recordEnd(ctx context.Context, log *slog.Logger, e Event, res store.RunResult) (Event, bool) {
-	row, err := lifecycleRow(e, time.Now())
+	if res.EndedAt.IsZero() {
+		res.EndedAt = time.Now()
+	}
+	row, err := lifecycleRow(e, res.EndedAt)
 	if err != nil {
 		log.ErrorContext(ctx, "encode run end", slog.Any("error", err))
 		return e, true
 	}
-	res.EndedAt = row.Time
 	wait, deadline := 100*time.Millisecond, time.Now().Add(endRetryFor)
 	for {
 		stored, err := s.store.EndRun(ctx, e.RunID, res, row)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/subagentd/subagentd/internal/model"
@@ -46,6 +47,35 @@ type RunHandle struct {
 	disposeOnce sync.Once
 	disposed    chan struct{}
 	disposeErr  error
+
+	// settled is the end settleWith recorded, for watch to dispatch.
+	settled atomic.Pointer[settlement]
+	// row is the run row as recorded at the start, and once done is
+	// closed as settled, if its end was recorded (ended).
+	row   store.Run
+	ended bool
+}
+
+// settlement is a recorded end, the result it settled and how the run row
+// stores it.
+type settlement struct {
+	end Event
+	res Result
+	rr  store.RunResult
+}
+
+// Row returns the run row as this process recorded it — what the store
+// returns for it, up to the spacing and key order of its JSON — so that an
+// answer needs no read back: running until Done is closed, then settled
+// with its result. ok is false once the run is done but its end could not
+// be recorded: read the store.
+func (h *RunHandle) Row() (store.Run, bool) {
+	select {
+	case <-h.done:
+		return h.row, h.ended
+	default:
+		return h.row, true
+	}
 }
 
 // logger is the service's logger naming the run. It is built on use, not
@@ -162,24 +192,76 @@ func (h *RunHandle) event(typ string) Event {
 }
 
 // watch waits for the provider's result, then records and dispatches
-// subagent/end exactly once (R14–R16) and closes done.
+// subagent/end exactly once (R14–R16) and closes done. An end the run
+// recorded itself (settleWith) is only dispatched.
 func (h *RunHandle) watch() {
 	<-h.run.Done()
+	if st := h.settled.Load(); st != nil {
+		h.svc.bus.dispatch(h.ctx, st.end)
+		h.finish(st.res, nil, st.rr, true)
+		return
+	}
 	res, resErr := h.run.Result()
 	res = h.settle(res, resErr)
+	rr, err := storeResult(res)
+	if err != nil {
+		h.logger().ErrorContext(h.ctx, "encode run output", slog.Any("error", err))
+		h.svc.bus.dispatch(h.ctx, h.endEvent(res))
+		h.finish(res, resErr, rr, false)
+		return
+	}
+	end, dispatch := h.svc.recordEnd(h.ctx, h.logger(), h.endEvent(res), rr)
+	if dispatch {
+		h.svc.bus.dispatch(h.ctx, end)
+	}
+	h.finish(res, resErr, rr, end.Seq != 0)
+}
+
+// finish keeps the result, and the settled row if rr was recorded, arms
+// the expiry and closes done.
+func (h *RunHandle) finish(res Result, resErr error, rr store.RunResult, recorded bool) {
+	h.result, h.resultErr = res, resErr
+	if recorded {
+		h.row.State, h.row.EndedAt, h.row.StopReason = store.StateSettled, rr.EndedAt, rr.StopReason
+		h.row.Output, h.row.Structured, h.row.Diagnostic = rr.Output, rr.Structured, rr.Diagnostic
+		h.ended = true
+	}
+	h.expiry = time.AfterFunc(h.svc.retain, h.expire)
+	h.release()
+	close(h.done)
+}
+
+// endEvent returns the subagent/end of res.
+func (h *RunHandle) endEvent(res Result) Event {
 	end := h.event(EventEnd)
 	end.StopReason = res.StopReason
 	if len(res.Output) > 0 {
 		end.LastAssistantMessage = res.Output
 	}
-	end, dispatch := h.recordEnd(end, res)
-	if dispatch {
-		h.svc.bus.dispatch(h.ctx, end)
+	return end
+}
+
+// settleWith is the Settle of a prepared child's run: it records res, its
+// subagent/end and evs in one store write, once; watch dispatches that end
+// when the run is done.
+func (h *RunHandle) settleWith(ctx context.Context, res Result, evs []store.NewEvent) ([]store.Event, error) {
+	res = h.settle(res, nil)
+	end := h.endEvent(res)
+	rr, err := storeResult(res)
+	if err != nil {
+		return nil, err
 	}
-	h.result, h.resultErr = res, resErr
-	h.expiry = time.AfterFunc(h.svc.retain, h.expire)
-	h.release()
-	close(h.done)
+	row, err := lifecycleRow(end, rr.EndedAt)
+	if err != nil {
+		return nil, err
+	}
+	stored, log, err := h.svc.store.EndRunWithEvents(ctx, h.id, rr, row, evs...)
+	if err != nil {
+		return nil, fmt.Errorf("record end of run %s: %w", h.id, err)
+	}
+	end.Seq = stored.ID
+	h.settled.Store(&settlement{end: end, res: res, rr: rr})
+	return log, nil
 }
 
 // expire disposes of a run its starter left settled for RetainSettled.
@@ -211,14 +293,12 @@ func (h *RunHandle) settle(res Result, err error) Result {
 	return res
 }
 
-// recordEnd settles the run row and appends end (see Service.recordEnd).
-func (h *RunHandle) recordEnd(end Event, res Result) (Event, bool) {
+// storeResult is res as the run row stores it, ended now.
+func storeResult(res Result) (store.RunResult, error) {
 	output, err := model.MarshalBlocks(res.Output)
 	if err != nil {
-		h.logger().ErrorContext(h.ctx, "encode run output", slog.Any("error", err))
-		return end, true
+		return store.RunResult{}, fmt.Errorf("encode run output: %w", err)
 	}
-	return h.svc.recordEnd(h.ctx, h.logger(), end, store.RunResult{
-		StopReason: res.StopReason, Output: output, Structured: res.Structured, Diagnostic: res.Diagnostic,
-	})
+	return store.RunResult{StopReason: res.StopReason, Output: output, Structured: res.Structured,
+		Diagnostic: res.Diagnostic, EndedAt: storedTime(time.Now())}, nil
 }

@@ -255,6 +255,9 @@ func (s *Service) Start(ctx context.Context, provider string, req Request) (*Run
 	if err != nil {
 		return nil, err
 	}
+	if pp, ok := p.(Preparer); ok {
+		return s.startPrepared(ctx, pp, resolved, release)
+	}
 	run, err := p.Start(ctx, resolved)
 	if err == nil && run == nil {
 		err = errors.New("provider returned no run")
@@ -369,6 +372,36 @@ func clonePtr[T any](p *T) *T {
 	return &v
 }
 
+// startPrepared is Start for a Preparer: the provider composes the child,
+// and the child's session with the start of its log, the run row and
+// subagent/start are one store write, after which the child runs (R13: the
+// start edge is recorded with the run, before the run is returned). A
+// cancellation before that write stores nothing (R22); one after it
+// cancels the published run (R24).
+func (s *Service) startPrepared(ctx context.Context, p Preparer, req ResolvedRequest, release func()) (*RunHandle, error) {
+	child, err := p.Prepare(ctx, req)
+	if err != nil {
+		release()
+		return nil, fmt.Errorf("start %s child: %w", p.Name(), err)
+	}
+	hdr, evs := child.Session()
+	h, err := s.publishWith(ctx, p.Name(), req.Parent.Session.ID, child.Run(), release,
+		func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error) {
+			if err := ctx.Err(); err != nil {
+				return start, &Error{Code: EAborted, Message: "subagent request was aborted during child setup", Err: context.Cause(ctx)}
+			}
+			log, start, err := s.store.StartRunWithSession(h.ctx, hdr, evs, r, start)
+			if err == nil {
+				child.Launch(log, h.settleWith)
+			}
+			return start, err
+		})
+	if err == nil && ctx.Err() != nil {
+		h.Cancel() // published: the abort is a cancellation (R24)
+	}
+	return h, err
+}
+
 // publish records a run the provider published, dispatches subagent/start
 // and starts the watcher that ends it. When the run cannot be recorded (or
 // the service began draining meanwhile) the run is disposed and nothing is
@@ -377,7 +410,16 @@ func clonePtr[T any](p *T) *T {
 // release gives back the run's live-run slot; the handle calls it when the
 // run settles (or is abandoned), before done is closed.
 func (s *Service) publish(ctx context.Context, provider, parentID string, run Run, release func()) (*RunHandle, error) {
-	now := time.Now()
+	return s.publishWith(ctx, provider, parentID, run, release, func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error) {
+		return s.store.StartRun(h.ctx, r, start)
+	})
+}
+
+// publishWith is publish with record as the write of the run row r and
+// its start edge for handle h. An *Error from record is returned as it is.
+func (s *Service) publishWith(ctx context.Context, provider, parentID string, run Run, release func(),
+	record func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error)) (*RunHandle, error) {
+	now := storedTime(time.Now())
 	h := &RunHandle{
 		svc:      s,
 		ctx:      context.WithoutCancel(ctx),
@@ -402,17 +444,21 @@ func (s *Service) publish(ctx context.Context, provider, parentID string, run Ru
 	s.mu.Unlock()
 
 	start := h.event(EventStart)
+	h.row = store.Run{
+		ID: h.id, Tenant: h.tenant, Kind: store.KindOneShot, Provider: provider, ChildID: h.childID,
+		ParentID: parentID, Local: h.local, State: store.StateRunning, StartedAt: now,
+		Owner: s.owner, LeaseUntil: now.Add(s.lease),
+	}
 	row, err := lifecycleRow(start, now)
 	if err == nil {
-		row, err = s.store.StartRun(h.ctx, store.Run{
-			ID: h.id, Kind: store.KindOneShot, Provider: provider, ChildID: h.childID,
-			ParentID: parentID, Local: h.local, State: store.StateRunning, StartedAt: now,
-			Owner: s.owner, LeaseUntil: now.Add(s.lease),
-		}, row)
+		row, err = record(h, h.row, row)
 	}
 	if err != nil {
 		s.forget(h)
 		h.abandon()
+		if e := (*Error)(nil); errors.As(err, &e) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("record start of %s run: %w", provider, err)
 	}
 	start.Seq = row.ID

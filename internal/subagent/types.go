@@ -131,6 +131,42 @@ type Provider interface {
 	Start(ctx context.Context, req ResolvedRequest) (Run, error)
 }
 
+// Preparer is a Provider whose children the service stores itself, in
+// the run's first commit: Prepare composes the child of req and writes
+// nothing, and the service stores the child's session and the start of its
+// log (setup events and the accepted prompt) with the run row and
+// subagent/start in one write (store.StartRunWithSession) before the child
+// runs. Start is what a caller without the service uses. ctx is the
+// request's cancellation, as for Start; Prepare returns Start's errors.
+type Preparer interface {
+	Provider
+	Prepare(ctx context.Context, req ResolvedRequest) (PreparedChild, error)
+}
+
+// PreparedChild is a child Prepare composed and nothing has stored yet.
+type PreparedChild interface {
+	// Session returns the child's header and the start of its log, to be
+	// stored with its run.
+	Session() (store.Session, []store.NewEvent)
+	// Run is the child's run, which works once launched. Cancelled before
+	// Launch, it settles aborted once launched; disposed before Launch,
+	// the child is abandoned (its result settles at once) and Launch does
+	// nothing.
+	Run() Run
+	// Launch starts the child over its log as stored. settle, if not nil,
+	// is how the run stores the last events of the child's log together
+	// with its settlement.
+	Launch(log []store.Event, settle Settle)
+}
+
+// Settle settles a launched run with res and stores evs, the child's last
+// log events, with its settlement and subagent/end in one write
+// (store.EndRunWithEvents); it returns them as stored. The run's Result
+// must then be res. On an error nothing was stored and the run settles as
+// any other (its end recorded once its Result is known); an error
+// matching store.ErrConflict means that the run was ended elsewhere.
+type Settle func(ctx context.Context, res Result, evs []store.NewEvent) ([]store.Event, error)
+
 // Lifecycle event types.
 const (
 	EventStart           = "subagent/start"

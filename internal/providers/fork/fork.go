@@ -59,6 +59,18 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 	return p.driver.Start(ctx, req, p.seed)
 }
 
+var _ subagent.Preparer = (*Provider)(nil)
+
+// Prepare composes a child seeded as Start seeds it without storing it, for the service to
+// store with its run in one write; see inprocess.Driver.Prepare.
+func (p *Provider) Prepare(ctx context.Context, req subagent.ResolvedRequest) (subagent.PreparedChild, error) {
+	c, err := p.driver.Prepare(ctx, req, p.seed)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 var _ subagent.ContinuableProvider = (*Provider)(nil)
 
 // PrepareContinuable seeds a continuable fork child like a one-shot one:

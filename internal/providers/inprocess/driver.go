@@ -85,24 +85,52 @@ func NewDriver(d Deps) *Driver {
 
 // Start composes the child of req, publishes it and returns its run with
 // the prompt already accepted (R12): the child session exists with its
-// header (R46), its seed and delegation policy events (R49), and its agent
-// holds the delegation statement (R50), persona, tool filter, structured
-// output runtime and one-shot descriptor hook (R48). seed is nil for a
-// fresh child.
+// header (R46), its seed and delegation policy events (R49) and the
+// prompt's turn, all stored in one write, and its agent holds the
+// delegation statement (R50), persona, tool filter, structured output
+// runtime and one-shot descriptor hook (R48). seed is nil for a fresh
+// child. A subagent.Service does not call Start: it stores what Prepare
+// composed with the run row, in the same write.
 //
 // ctx is the request's cancellation until publication. Done on entry, or
-// while the seed is read, Start returns an EAborted *subagent.Error and
-// creates nothing (R21). Done once the child exists, the child is closed and
-// Start returns an EAborted error wrapping ctx's error (R22); the session
-// stays in the append-only store, without a turn. Done after the prompt was
-// accepted, the run is returned cancelled and settles aborted (R24).
+// before the child is stored (while the seed is read), Start returns an
+// EAborted *subagent.Error and creates nothing (R21, R22). Done once the
+// child is stored — with its prompt accepted — the run is returned
+// cancelled and settles aborted (R24).
 //
 // Returns EInvalidRequest for an unknown model route, an invalid maxTokens,
 // a persona that is not UTF-8 or a tool filter naming an unknown global tool,
 // EUnsupportedSchema for an output schema outside the subset, and other
 // (internal) errors when the store fails. Nothing is created on any of
-// them except a store failure after the session was created.
+// them.
 func (d *Driver) Start(ctx context.Context, req subagent.ResolvedRequest, seed SeedFunc) (subagent.Run, error) {
+	p, err := d.Prepare(ctx, req, seed)
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		p.abandon()
+		return nil, abortedBefore(ctx)
+	}
+	hdr, evs := p.Session()
+	log, err := d.deps.Store.CreateSessionWithEvents(p.run.base, hdr, evs...)
+	if err != nil {
+		p.abandon()
+		return nil, fmt.Errorf("in-process child: create session: %w", err)
+	}
+	p.Launch(log, nil)
+	if ctx.Err() != nil {
+		p.run.Cancel() // published: an abort is a cancellation of the run (R24)
+	}
+	return p.run, nil
+}
+
+// Prepare composes the child of req as Start does, with its agent, and
+// stores nothing: the returned child's Session is what Start would store,
+// and its run works once launched (subagent.Preparer). Returns Start's
+// errors; done on entry or while the seed is read, ctx makes it an
+// EAborted *subagent.Error.
+func (d *Driver) Prepare(ctx context.Context, req subagent.ResolvedRequest, seed SeedFunc) (*Prepared, error) {
 	if ctx.Err() != nil {
 		return nil, abortedBefore(ctx)
 	}
@@ -124,28 +152,9 @@ func (d *Driver) Start(ctx context.Context, req subagent.ResolvedRequest, seed S
 	if ctx.Err() != nil {
 		return nil, abortedBefore(ctx)
 	}
-	// Store writes must not be cut half-way by the request's cancellation;
-	// ctx is checked between steps instead.
-	base := context.WithoutCancel(ctx)
-	a, err := d.create(base, c)
-	if err != nil {
-		return nil, err
-	}
-	if ctx.Err() != nil {
-		d.rollback(base, a)
-		return nil, abortedDuring(ctx)
-	}
-	r := newRun(base, a, c, c.cfg.Logger)
-	if err := r.begin(); err != nil {
-		d.rollback(base, a)
-		return nil, err
-	}
-	if ctx.Err() != nil {
-		// The child is published: from here an abort is a cancellation of
-		// the run (R24).
-		r.Cancel()
-	}
-	return r, nil
+	// The agent's writes must not be cut half-way by the request's
+	// cancellation.
+	return d.prepare(context.WithoutCancel(ctx), c)
 }
 
 // child is a composed, not yet created child.
@@ -289,10 +298,10 @@ func checkSeed(seed []store.Event) error {
 	return nil
 }
 
-// create writes the child's header and setup events — the seed verbatim,
-// session/end-seed after it, the approval pin (R49) — in one store call,
-// and builds its agent over them without reading them back.
-func (d *Driver) create(ctx context.Context, c child) (*agent.Agent, error) {
+// prepare builds the agent of c over its setup events — the seed verbatim,
+// session/end-seed after it, the approval pin (R49) — and has it prepare
+// the prompt's turn; nothing is stored.
+func (d *Driver) prepare(ctx context.Context, c child) (*Prepared, error) {
 	c.header.SeedLength = len(c.seed)
 	setup := make([]store.NewEvent, 0, len(c.seed)+2)
 	for _, e := range c.seed {
@@ -302,11 +311,13 @@ func (d *Driver) create(ctx context.Context, c child) (*agent.Agent, error) {
 		setup = append(setup, store.NewEvent{Type: sessionlog.EventEndSeed, Data: []byte(`{}`)})
 	}
 	setup = append(setup, sessionlog.DelegationPin())
-	log, err := d.deps.Store.CreateSessionWithEvents(ctx, c.header, setup...)
-	if err != nil {
-		return nil, fmt.Errorf("in-process child: create session: %w", err)
+	planned := make([]store.Event, len(setup))
+	for i, e := range setup {
+		planned[i] = store.Event{Seq: int64(i), Type: e.Type, Time: e.Time, Data: e.Data}
 	}
-	c.cfg.Created = &agent.Created{Header: c.header, Log: log}
+	r := newRun(ctx, d.deps.Store, c, c.cfg.Logger)
+	c.cfg.Created = &agent.Created{Header: c.header, Log: planned}
+	c.cfg.EndTurn = r.endTurn
 	a, err := agent.New(ctx, c.cfg)
 	if errors.Is(err, agent.ErrToolFilter) {
 		// The registry changed since compose checked the filter.
@@ -315,7 +326,44 @@ func (d *Driver) create(ctx context.Context, c child) (*agent.Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("in-process child: %w", err)
 	}
-	return a, nil
+	// Result selection reads only the child's own events (R42): those the
+	// agent logs from its prompt on, after the seed and the setup events.
+	a.Track()
+	r.agent = a
+	prompt, err := a.PrepareFollowup(sessionlog.UserMessage{Content: c.prompt, Source: sessionlog.Source{Kind: "user"}})
+	if err != nil {
+		d.rollback(ctx, a)
+		return nil, fmt.Errorf("in-process child: deliver prompt: %w", err)
+	}
+	return &Prepared{header: c.header, log: append(setup, prompt...), run: r}, nil
+}
+
+// Prepared is a child Prepare composed (subagent.PreparedChild).
+type Prepared struct {
+	header store.Session
+	log    []store.NewEvent
+	run    *run
+}
+
+var _ subagent.PreparedChild = (*Prepared)(nil)
+
+// Session returns the child's header and its log up to the prompt's
+// turn: setup events, the prompt's inbox insert and the opening of its
+// turn.
+func (p *Prepared) Session() (store.Session, []store.NewEvent) { return p.header, p.log }
+
+// Run is the child's run.
+func (p *Prepared) Run() subagent.Run { return p.run }
+
+// Launch starts the prompt's turn over log, the child's log as stored;
+// settle, if not nil, stores the turn's end with the run's settlement.
+func (p *Prepared) Launch(log []store.Event, settle subagent.Settle) { p.run.launch(log, settle) }
+
+// abandon releases a child that was never stored.
+func (p *Prepared) abandon() {
+	if err := p.run.Dispose(p.run.base); err != nil {
+		p.run.log.ErrorContext(p.run.base, "abandon a child that was never stored", slog.Any("error", err))
+	}
 }
 
 // rollback closes an unpublished child's agent.
@@ -329,13 +377,6 @@ func (d *Driver) rollback(ctx context.Context, a *agent.Agent) {
 // child existed.
 func abortedBefore(ctx context.Context) error {
 	return &subagent.Error{Code: subagent.EAborted, Message: "subagent request was aborted before child publication",
-		Err: context.Cause(ctx)}
-}
-
-// abortedDuring is the start failure of a request that ended while the
-// child was being set up; it wraps ctx's error (R22).
-func abortedDuring(ctx context.Context) error {
-	return &subagent.Error{Code: subagent.EAborted, Message: "subagent request was aborted during child setup",
 		Err: context.Cause(ctx)}
 }
 

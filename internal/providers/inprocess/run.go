@@ -10,24 +10,32 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
+	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// run is a published in-process one-shot child: its agent runs the prompt
-// as one turn, and the result is the outcome of the events it appends after
-// the seed, folded as they are appended. The
-// agent is closed and dropped once the result has settled: a settled run
-// keeps only its result until it is disposed.
+// run is an in-process one-shot child: its agent runs the prompt as one
+// turn once launched, and the result is the outcome of the events it logs
+// from its prompt on, after the seed, folded as they are logged. The agent
+// is closed and dropped once the result has settled: a settled run keeps
+// only its result until it is disposed.
 type run struct {
 	childID string
 	base    context.Context // the tenant of the start, without its cancellation
+	store   store.Store
 	log     *slog.Logger
-	prompt  []model.Block
 	schema  bool
 
 	mu        sync.Mutex
 	cancelled bool
 	agent     *agent.Agent // nil once the result has settled
+	// launched is set by launch, abandoned by a disposal before it: one
+	// of them closes done (through settle, or at once).
+	launched, abandoned bool
+	// settleFn stores the turn's end with the run's settlement (nil:
+	// the turn's end is a plain append); settled is the result it stored.
+	settleFn subagent.Settle
+	settled  *subagent.Result
 
 	done   chan struct{}
 	result subagent.Result
@@ -42,46 +50,82 @@ var (
 	_ subagent.Steerer = (*run)(nil)
 )
 
-func newRun(base context.Context, a *agent.Agent, c child, log *slog.Logger) *run {
-	// Result selection reads only the child's own events (R42): those the
-	// agent appends from now on, after the seed and the setup events.
-	a.Track()
+func newRun(base context.Context, st store.Store, c child, log *slog.Logger) *run {
 	return &run{
-		childID:  a.ID(),
-		agent:    a,
+		childID:  c.id,
 		base:     base,
+		store:    st,
 		log:      log,
-		prompt:   c.prompt,
 		schema:   c.schema,
 		done:     make(chan struct{}),
 		disposed: make(chan struct{}),
 	}
 }
 
-// begin hands the prompt to the child as its first own turn, attributed to
-// the user (seam-spec §4.1 step 7), and starts the goroutine that settles
-// the result. Returns the agent's error when the prompt was not accepted.
-func (r *run) begin() error {
-	if _, err := r.live().Followup(r.base, r.prompt, sessionlog.Source{Kind: "user"}); err != nil {
-		return fmt.Errorf("in-process child: deliver prompt: %w", err)
+// launch runs the prepared prompt's turn over log, the child's log as
+// stored (seam-spec §4.1 step 7), and starts the goroutine that settles
+// the result; a cancellation that came first aborts the turn at once.
+// After a disposal it does nothing.
+func (r *run) launch(log []store.Event, settle subagent.Settle) {
+	r.mu.Lock()
+	if r.abandoned {
+		r.mu.Unlock()
+		return
 	}
+	r.launched, r.settleFn = true, settle
+	a := r.agent
+	r.mu.Unlock()
+	a.Launch(log)
 	go r.settle()
-	return nil
+	r.mu.Lock()
+	cancelled := r.cancelled
+	r.mu.Unlock()
+	if cancelled {
+		a.Cancel(sessionlog.CauseParent, false)
+	}
 }
 
-// settle waits until the child is idle, then takes the result from the
-// outcome of its own events (seam-spec §4.1 step 8). Child failures are stop reasons, never
-// errors (R27).
+// endTurn is the agent's Config.EndTurn: with a settleFn, the events that
+// end the turn are stored together with the run's result, the outcome the
+// agent's fold reports once they are stored; else, or if the run was ended
+// elsewhere (store.ErrConflict), they are appended alone.
+func (r *run) endTurn(ctx context.Context, end agent.TurnEnd) ([]store.Event, error) {
+	r.mu.Lock()
+	settle, cancelled := r.settleFn, r.cancelled
+	r.mu.Unlock()
+	if settle != nil {
+		res := subagent.OneShotResult(end.Outcome, cancelled, r.schema, end.Structured)
+		stored, err := settle(ctx, res, end.Events)
+		if err == nil {
+			r.mu.Lock()
+			r.settled = &res
+			r.mu.Unlock()
+			return stored, nil
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return nil, err
+		}
+	}
+	return r.store.AppendEvents(ctx, r.childID, end.Events...)
+}
+
+// settle waits until the child is idle, then takes the result endTurn
+// stored or the outcome of the child's own events (seam-spec §4.1 step 8).
+// Child failures are stop reasons, never errors (R27).
 func (r *run) settle() {
 	defer close(r.done)
 	a := r.live()
 	// Background never ends, so WaitIdle returns only once the child is idle.
 	_ = a.WaitIdle(context.Background())
 	r.mu.Lock()
-	cancelled := r.cancelled
+	cancelled, settled := r.cancelled, r.settled
 	r.mu.Unlock()
-	structured, _ := a.Structured() // nil without a committed capture
-	r.result = subagent.OneShotResult(a.Outcome(), cancelled, r.schema, structured)
+	if settled != nil {
+		r.result = *settled
+	} else {
+		structured, _ := a.Structured() // nil without a committed capture
+		r.result = subagent.OneShotResult(a.Outcome(), cancelled, r.schema, structured)
+	}
 	// Nothing drives a one-shot child after its turn: release the agent
 	// (its history mirror, model client and goroutine) now, not at dispose.
 	r.mu.Lock()
@@ -150,10 +194,22 @@ func (r *run) Dispose(ctx context.Context) error {
 func (r *run) dispose() {
 	defer close(r.disposed)
 	r.Cancel()
+	r.mu.Lock()
+	abandon := !r.launched
+	r.abandoned = abandon
+	r.mu.Unlock()
 	if a := r.live(); a != nil {
 		if err := a.Close(r.base); err != nil {
 			r.disposeErr = fmt.Errorf("dispose child %s: %w", r.ChildID(), err)
 		}
+	}
+	if abandon {
+		// Never launched: nothing settles the result but this.
+		r.result = subagent.Result{Output: []model.Block{}, StopReason: subagent.StopAborted}
+		r.mu.Lock()
+		r.agent = nil
+		r.mu.Unlock()
+		close(r.done)
 	}
 	<-r.done
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -126,44 +128,19 @@ func hookHarness(t *testing.T, steps ...scripted.Step) (*inprocesstest.Harness, 
 	return h, hooks
 }
 
-func TestStart_R22_AbortDuringSetupRollsBack(t *testing.T) {
-	baseline := goroutines()
-	h, hs := hookHarness(t)
-	ctx, cancel := context.WithCancel(inprocesstest.Ctx(t))
-	defer cancel()
-	hs.OnCreate = func(store.Session) { cancel() }
-	run, err := h.Service.Start(ctx, spawn.Name, h.Request("go"))
-	if run != nil || subagent.ErrorCode(err) != subagent.EAborted || !errors.Is(err, context.Canceled) {
-		t.Fatalf("start: run %v err %v; want ABORTED wrapping context.Canceled", run, err)
-	}
-	if evs := h.RunEvents(t); len(evs) != 0 {
-		t.Errorf("lifecycle events %+v", evs)
-	}
-	// The append-only store keeps the created session, but it never got
-	// its prompt, a turn or a descriptor.
-	for _, kid := range h.Children(t, h.Parent.Session.ID) {
-		for _, typ := range []string{sessionlog.EventInboxSpliced, sessionlog.EventTurnStart, sessionlog.EventDescriptor} {
-			if n := len(inprocesstest.OfType(h.Log(t, kid.ID), typ)); n != 0 {
-				t.Errorf("rolled-back child has %d %s events", n, typ)
-			}
-		}
-	}
-	inprocesstest.WaitGoroutines(t, baseline)
-}
-
-func TestStart_R24_AbortAfterPromptAcceptedIsACancelledRun(t *testing.T) {
+// TestStart_R24_AbortAsTheChildIsStoredIsACancelledRun: the child, its
+// prompt's turn and the run are stored in one write, so a cancellation
+// that lands as they are stored is after publication: the run is returned
+// and settles aborted, its turn ended aborted in the log.
+func TestStart_R24_AbortAsTheChildIsStoredIsACancelledRun(t *testing.T) {
 	t.Parallel()
 	h, hs := hookHarness(t, scripted.Step{Text: "never sent"})
 	ctx, cancel := context.WithCancel(inprocesstest.Ctx(t))
 	defer cancel()
-	hs.OnAppend = func(evs []store.NewEvent) {
-		if len(evs) > 0 && evs[0].Type == sessionlog.EventInboxSpliced {
-			cancel()
-		}
-	}
+	hs.OnCreate = func(store.Session) { cancel() }
 	run, err := h.Service.Start(ctx, spawn.Name, h.Request("go"))
 	if err != nil {
-		t.Fatalf("start: %v; an abort after the prompt was accepted is a cancellation", err)
+		t.Fatalf("start: %v; an abort once the child is stored is a cancellation", err)
 	}
 	t.Cleanup(func() { _ = run.Dispose(context.Background()) })
 	res := inprocesstest.Settle(t, run)
@@ -172,6 +149,34 @@ func TestStart_R24_AbortAfterPromptAcceptedIsACancelledRun(t *testing.T) {
 	}
 	if evs := h.RunEvents(t); len(evs) != 2 {
 		t.Errorf("lifecycle %+v, want start and end", evs)
+	}
+	ends := inprocesstest.OfType(h.Log(t, run.ChildID()), sessionlog.EventTurnEnd)
+	if len(ends) != 1 || !strings.Contains(string(ends[0].Data), `"aborted"`) {
+		t.Errorf("turn ends %+v, want one, aborted", ends)
+	}
+}
+
+// TestStart_R22_DriverAbortBeforeStoringCreatesNothing calls the provider
+// directly: a cancellation while the child is composed (here: the
+// parent's seed is read) stores nothing.
+func TestStart_R22_DriverAbortBeforeStoringCreatesNothing(t *testing.T) {
+	t.Parallel()
+	h, m := newHarness(t)
+	ctx, cancel := context.WithCancel(inprocesstest.Ctx(t))
+	defer cancel()
+	req := subagent.ResolvedRequest{Request: h.Request("go"), ChildDepth: 1,
+		Descriptor: subagent.Descriptor{Mode: subagent.ModeOneShot, Provider: spawn.Name}}
+	seed := func(context.Context, store.Session) ([]store.Event, error) {
+		cancel()
+		return nil, nil
+	}
+	run, err := inprocess.NewDriver(h.Deps).Start(ctx, req, seed)
+	if run != nil || subagent.ErrorCode(err) != subagent.EAborted || !errors.Is(err, context.Canceled) {
+		t.Fatalf("start: run %v err %v; want ABORTED wrapping context.Canceled", run, err)
+	}
+	h.AssertNothingPublished(t)
+	if n := len(m.Requests()); n != 0 {
+		t.Errorf("model called %d times", n)
 	}
 }
 

@@ -51,6 +51,18 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 	return p.driver.Start(ctx, req, nil)
 }
 
+var _ subagent.Preparer = (*Provider)(nil)
+
+// Prepare composes a fresh child without storing it, for the service to
+// store with its run in one write; see inprocess.Driver.Prepare.
+func (p *Provider) Prepare(ctx context.Context, req subagent.ResolvedRequest) (subagent.PreparedChild, error) {
+	c, err := p.driver.Prepare(ctx, req, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 var _ subagent.ContinuableProvider = (*Provider)(nil)
 
 // PrepareContinuable returns an empty spec: a continuable spawn child

@@ -97,6 +97,8 @@ var residentTests = []test{
 		isErr(t, err, store.ErrFenced, "append of the former owner")
 		_, err = s.EndRun(asA, "act", completed, endEvent("act", ""))
 		isErr(t, err, store.ErrFenced, "settlement by the former owner")
+		_, _, err = s.EndRunWithEvents(asA, "act", completed, endEvent("act", ""), ev("x", `{"by":"a, settling"}`))
+		isErr(t, err, store.ErrFenced, "settlement with events by the former owner")
 		if r := must(s.GetRun(ctx, "act"))(t); r.State != store.StateRunning {
 			t.Fatalf("a fenced settlement changed the run: %+v", r)
 		}

@@ -27,6 +27,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Sessions", sessionTests},
 		{"Events", eventTests},
 		{"Runs", runTests},
+		{"ChildRuns", childRunTests},
 		{"Leases", leaseTests},
 		{"Residents", residentTests},
 		{"Lifecycle", lifecycleTests},

@@ -40,8 +40,8 @@ type Config struct {
 	DeploymentPersona string
 	Vars              map[string]func() (string, bool)
 	// Hooks, when set, are called from inside the store calls of the
-	// providers (the service uses the store directly), so tests can act
-	// at an exact point of a child's setup.
+	// providers and the service, so tests can act at an exact point of a
+	// child's setup.
 	Hooks *Hooks
 	// Store is the store of the harness; nil means a new memstore.
 	Store store.Store
@@ -79,6 +79,14 @@ func (s hookStore) CreateSessionWithEvents(ctx context.Context, sess store.Sessi
 		s.hooks.OnCreate(sess)
 	}
 	return out, err
+}
+
+func (s hookStore) StartRunWithSession(ctx context.Context, sess store.Session, evs []store.NewEvent, r store.Run, start store.LifecycleEvent) ([]store.Event, store.LifecycleEvent, error) {
+	log, stored, err := s.Store.StartRunWithSession(ctx, sess, evs, r, start)
+	if s.hooks.OnCreate != nil {
+		s.hooks.OnCreate(sess)
+	}
+	return log, stored, err
 }
 
 func (s hookStore) AppendEvents(ctx context.Context, id string, evs ...store.NewEvent) ([]store.Event, error) {
@@ -136,7 +144,7 @@ func New(t testing.TB, cfg Config) *Harness {
 	if owner == "" {
 		owner = "test"
 	}
-	h.Service = subagent.NewService(subagent.Config{Store: h.Store, Logger: h.Logger, Owner: owner, LeaseDuration: cfg.LeaseDuration})
+	h.Service = subagent.NewService(subagent.Config{Store: st, Logger: h.Logger, Owner: owner, LeaseDuration: cfg.LeaseDuration})
 	for _, p := range []subagent.Provider{spawn.New(h.Deps), fork.New(h.Deps)} {
 		if err := h.Service.Register(Ctx(t), p); err != nil {
 			t.Fatal(err)

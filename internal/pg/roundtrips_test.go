@@ -1,0 +1,124 @@
+package pg_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/pg"
+	"github.com/subagentd/subagentd/internal/pg/pgtest"
+	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// tripCounter is a pgx tracer that counts round trips (a query, or a
+// batch) and statements, leaving out the notifier's wake-ups.
+type tripCounter struct {
+	mu                       sync.Mutex
+	trips, statements, wakes int
+	sqls                     []string
+}
+
+func (c *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.count([]string{d.SQL})
+	return ctx
+}
+
+func (c *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	sqls := make([]string, len(d.Batch.QueuedQueries))
+	for i, q := range d.Batch.QueuedQueries {
+		sqls[i] = q.SQL
+	}
+	c.count(sqls)
+	return ctx
+}
+
+func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+func (c *tripCounter) count(sqls []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, q := range sqls {
+		if strings.Contains(q, "pg_notify") || strings.HasPrefix(strings.TrimSpace(q), "LISTEN") {
+			c.wakes++
+			return
+		}
+	}
+	c.trips++
+	all := strings.Join(sqls, ";")
+	kind := "other"
+	switch {
+	case strings.Contains(all, "INSERT INTO sessions"):
+		kind = "start"
+	case strings.Contains(all, "UPDATE runs"):
+		kind = "settle"
+	case strings.Contains(all, "INSERT INTO session_events"):
+		kind = "append"
+	}
+	c.sqls = append(c.sqls, kind)
+	for _, q := range sqls {
+		if q != "BEGIN" && q != "COMMIT" {
+			c.statements++
+		}
+	}
+}
+
+func (c *tripCounter) snapshot() (trips, statements int, sqls []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.trips, c.statements, append([]string(nil), c.sqls...)
+}
+
+// TestRoundTrips_OneShotRun counts what one in-process one-shot run costs
+// Postgres, start to settlement, run after run: its child, prompt, run row
+// and subagent/start (up to the first step's step/start) are one round trip, the log's appends one each, the
+// settlement with the turn's end one. Nothing is read back.
+func TestRoundTrips_OneShotRun(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &tripCounter{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st, err := pg.New(t.Context(), pool, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	mdl := scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "done"} })
+	h := inprocesstest.New(t, inprocesstest.Config{Routes: []model.Route{inprocesstest.Route("script", mdl)}, Store: st})
+	const runs = 5
+	for i := range runs {
+		trips0, stmts0, kinds0 := counter.snapshot()
+		run := h.Start(t, spawn.Name, h.Request("go"))
+		if res := inprocesstest.Settle(t, run); res.StopReason != subagent.StopCompleted {
+			t.Fatalf("run %d: %+v", i, res)
+		}
+		trips, stmts, kinds := counter.snapshot()
+		kinds = kinds[len(kinds0):]
+		t.Logf("run %d: %d round trips, %d statements: %q", i, trips-trips0, stmts-stmts0, kinds)
+		// The model streams two deltas: one append, or two when the chunk
+		// writer takes the first before the second arrives.
+		appends := len(kinds) - 2
+		if len(kinds) < 3 || kinds[0] != "start" || kinds[len(kinds)-1] != "settle" || appends > 2 ||
+			slices.ContainsFunc(kinds[1:len(kinds)-1], func(k string) bool { return k != "append" }) {
+			t.Errorf("run %d: round trips %q, want the start, 1–2 chunk appends, the settlement", i, kinds)
+		}
+	}
+}
