@@ -188,6 +188,13 @@ func TestReplicas_EveryRouteOnEveryReplica_AndTakeoverAfterSIGKILL(t *testing.T)
 	a.call(t, http.MethodPost, "/v1/sessions/"+driven.ID+"/messages", fmt.Sprintf(`{"content":%s}`, prompt("/sleep 4s\nfirst turn")), http.StatusAccepted, nil)
 	events.start(t, "taskId", steeredTask)
 	b.waitStream(t, "/v1/sessions/"+driven.ID+"/stream?after=-1", func(typ, _ string) bool { return typ == "step/start" })
+	// B reports the root A is driving as running: activity is read from
+	// the store, not from B's own agents.
+	var seen struct{ Activity string }
+	b.call(t, http.MethodGet, "/v1/sessions/"+driven.ID, "", http.StatusOK, &seen)
+	if seen.Activity != "running" {
+		t.Fatalf("B reports the root A drives through a turn as %q, want running", seen.Activity)
+	}
 
 	// (a) A followup through B is steered into A's running child.
 	// It answers once a step admitted it: a second, meanwhile, goes on.

@@ -297,18 +297,24 @@ func sessionError(id string, err error) error {
 	return fmt.Errorf("read session %s: %w", id, err)
 }
 
-// activity reports, for a page of sessions, which are working: a root
-// session whose agent runs a turn in this process, or a running child
-// (subagent.Running) — one store query for the whole page.
+// activity reports, for a page of sessions, which are working, whichever
+// replica drives them: a root session whose agent runs a turn (here, or
+// on the replica holding its lease: store.Driving), or a running child
+// (subagent.Running) — one store query each for the page's roots and
+// children.
 func (s *Server) activity(ctx context.Context, rows []store.Session) (map[string]bool, error) {
 	working := map[string]bool{}
-	var children []string
+	var roots, children []string
 	for _, row := range rows {
 		switch {
 		case row.ParentID != "":
 			children = append(children, row.ID)
 		case s.roots != nil:
-			_, working[row.ID] = s.roots.Live(ctx, row.ID)
+			if _, running := s.roots.Live(ctx, row.ID); running {
+				working[row.ID] = true
+			} else {
+				roots = append(roots, row.ID)
+			}
 		}
 	}
 	running, err := subagent.Running(ctx, s.store, children...)
@@ -316,6 +322,13 @@ func (s *Server) activity(ctx context.Context, rows []store.Session) (map[string
 		return nil, err
 	}
 	maps.Copy(working, running)
+	if len(roots) > 0 {
+		driven, err := s.store.Driving(ctx, roots, time.Now())
+		if err != nil {
+			return nil, fmt.Errorf("read the activity of %d root sessions: %w", len(roots), err)
+		}
+		maps.Copy(working, driven)
+	}
 	return working, nil
 }
 

@@ -55,6 +55,30 @@ func (s *Store) ReleaseResident(ctx context.Context, sessionID, owner string) er
 	return nil
 }
 
+// Driving returns which of sessionIDs have a live lease and an open turn.
+func (s *Store) Driving(ctx context.Context, sessionIDs []string, now time.Time) (map[string]bool, error) {
+	tenant := store.Tenant(ctx)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := map[string]bool{}
+	for _, id := range sessionIDs[:min(len(sessionIDs), maxLimit)] {
+		r, ok := s.residents[[2]string{tenant, id}]
+		sess := s.sessions[id]
+		if !ok || r.LeaseUntil.Before(now) || sess == nil || sess.tenant != tenant {
+			continue
+		}
+		for _, e := range slices.Backward(sess.events) {
+			if e.Type == store.TurnStartEvent || e.Type == store.TurnEndEvent {
+				if e.Type == store.TurnStartEvent {
+					out[id] = true
+				}
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
 // ExpiredResidents returns the leases of every tenant that ended before
 // now, oldest first, at most 1000.
 func (s *Store) ExpiredResidents(_ context.Context, now time.Time) ([]store.Resident, error) {

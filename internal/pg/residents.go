@@ -67,6 +67,26 @@ func (s *Store) ExpiredResidents(ctx context.Context, now time.Time) (_ []store.
 	})
 }
 
+// Driving returns which of sessionIDs have a live lease and an open turn.
+func (s *Store) Driving(ctx context.Context, sessionIDs []string, now time.Time) (_ map[string]bool, err error) {
+	defer wrap(&err, "list driven sessions")
+	rows, _ := s.pool.Query(ctx, `SELECT r.session_id FROM residents r
+		WHERE r.tenant = $1 AND r.session_id = ANY($2) AND r.lease_until >= $3
+		  AND (SELECT e.type FROM session_events e
+		       WHERE e.session_id = r.session_id AND e.type IN ($4, $5)
+		       ORDER BY e.seq DESC LIMIT 1) = $4`,
+		store.Tenant(ctx), sessionIDs[:min(len(sessionIDs), maxLimit)], now, store.TurnStartEvent, store.TurnEndEvent)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out, nil
+}
+
 // fenceCond is the condition, on a statement whose $1 is the tenant, that
 // the session named by col is still leased to the owner in parameter
 // ownerParam, or that no owner is given (an unfenced write).

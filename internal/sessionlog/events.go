@@ -11,8 +11,8 @@ import (
 // §3.2), written by the agent and the providers. The vocabulary is open:
 // readers must skip types they do not know.
 const (
-	EventTurnStart        = "turn/start"
-	EventTurnEnd          = "turn/end"
+	EventTurnStart        = store.TurnStartEvent
+	EventTurnEnd          = store.TurnEndEvent
 	EventStepStart        = "step/start"
 	EventStepEnd          = "step/end"
 	EventUserMessage      = "user/message"

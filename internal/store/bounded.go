@@ -244,6 +244,10 @@ func (b *bounded) DeleteControl(ctx context.Context, id string) error {
 	return do(b, ctx, func(c context.Context) error { return b.Store.DeleteControl(c, id) })
 }
 
+func (b *bounded) Driving(ctx context.Context, sessionIDs []string, now time.Time) (map[string]bool, error) {
+	return call(b, ctx, func(c context.Context) (map[string]bool, error) { return b.Store.Driving(c, sessionIDs, now) })
+}
+
 func (b *bounded) SweepControls(ctx context.Context, before time.Time) (int64, error) {
 	return call(b, ctx, func(c context.Context) (int64, error) { return b.Store.SweepControls(c, before) })
 }

@@ -69,6 +69,13 @@ type Residents interface {
 	// ReleaseResident drops sessionID's lease if owner holds it; another
 	// owner's lease is left alone.
 	ReleaseResident(ctx context.Context, sessionID, owner string) error
+	// Driving returns which of sessionIDs (at most 1000) a replica drives
+	// through a turn at now: a resident lease live at now, and a log whose
+	// newest TurnStartEvent has no TurnEndEvent after it. It is the
+	// activity of root sessions, which have no runs rows (DESIGN §5), the
+	// same on every replica; a turn a crash left open is not driven once
+	// its lease lapsed.
+	Driving(ctx context.Context, sessionIDs []string, now time.Time) (map[string]bool, error)
 	// ExpiredResidents returns, across tenants, the leases that ended
 	// before now, oldest first, at most 1000: agents whose owner is gone.
 	ExpiredResidents(ctx context.Context, now time.Time) ([]Resident, error)

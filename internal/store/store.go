@@ -345,6 +345,13 @@ type Store interface {
 	Ping(ctx context.Context) error
 }
 
+// TurnStartEvent and TurnEndEvent are the types of the session-log events
+// that open and close a turn (internal/sessionlog), which Driving reads.
+const (
+	TurnStartEvent = "turn/start"
+	TurnEndEvent   = "turn/end"
+)
+
 // SnapshotEvent is the type of the session-log event that folds the
 // history before it (written by the agent, internal/agent). Stores index it
 // for LogTail; to every other reader it is an ordinary event.

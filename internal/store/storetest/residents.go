@@ -153,6 +153,37 @@ var residentTests = []test{
 		ok(t, s.DeleteControl(ctx, "c2"))
 		isErr(t, s.AnswerControl(ctx, "c2", json.RawMessage(`{}`)), store.ErrNotFound, "AnswerControl of a deleted request")
 	}},
+	{"Driving_NeedsALiveLeaseAndAnOpenTurn", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		for _, id := range []string{"turning", "idle", "unleased"} {
+			newSession(t, s, id)
+		}
+		turn := func(id, typ string) {
+			t.Helper()
+			must(s.AppendEvents(ctx, id, store.NewEvent{Type: typ, Data: json.RawMessage(`{"turn":1}`)}))(t)
+		}
+		turn("turning", store.TurnStartEvent)
+		must(s.AppendEvents(ctx, "turning", store.NewEvent{Type: "assistant/chunk", Data: json.RawMessage(`{}`)}))(t)
+		turn("idle", store.TurnStartEvent)
+		turn("idle", store.TurnEndEvent)
+		turn("unleased", store.TurnStartEvent)
+		claim(t, s, "turning", "a", 0, 100)
+		claim(t, s, "idle", "a", 0, 100)
+		ids := []string{"turning", "idle", "unleased", "missing"}
+		if got := must(s.Driving(ctx, ids, sec(50)))(t); len(got) != 1 || !got["turning"] {
+			t.Fatalf("Driving at 50s = %v; want only the leased session with an open turn", got)
+		}
+		if got := must(s.Driving(ctx, ids, sec(200)))(t); len(got) != 0 {
+			t.Fatalf("Driving after the lease ended = %v; want none (a turn a crash left open)", got)
+		}
+		if got := must(s.Driving(other(ctx), ids, sec(50)))(t); len(got) != 0 {
+			t.Fatalf("Driving in another tenant = %v; want none", got)
+		}
+		turn("turning", store.TurnEndEvent)
+		if got := must(s.Driving(ctx, ids, sec(50)))(t); len(got) != 0 {
+			t.Fatalf("Driving after the turn ended = %v; want none", got)
+		}
+	}},
 	{"SweepControls_DeletesOnlyOldRequestsOfEveryTenant", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		ok(t, s.SendControl(ctx, store.Control{ID: "old", Target: "x", Op: "followup", Owner: "a", CreatedAt: sec(10)}))
