@@ -12,8 +12,14 @@
 //  1. The handler — internal/http followupSubagent for POST
 //     /v1/subagents/{childId}/followup, or the delegate tool's sendMessage —
 //     calls Manager.Followup (followup.go).
-//  2. Followup checks the request and sends one command to the child's loop
-//     (Manager.do, a resident.Group loop that owns the child's state): it
+//  2. Followup checks the request and builds the inbox row, then routes it
+//     (followupRow, continuation_control.go → Route, control.go): when
+//     another live replica holds the child's resident lease, the row goes
+//     there as a control request (store.SendControl, woken by NOTIFY), that
+//     replica runs the steps below, and its answer comes back through the
+//     database. Otherwise followup, on this replica, sends one command to
+//     the child's loop (Manager.do, a resident.Group loop that owns the
+//     child's state; it claims the lease before an activation starts): it
 //     checks the parent and the descriptor (resumable), takes a live-run
 //     slot when no activation is live, writes the inbox row (store.Enqueue)
 //     — the message is accepted — and hands it to route.
