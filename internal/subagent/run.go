@@ -50,10 +50,12 @@ type RunHandle struct {
 
 	// settled is the end settleWith recorded, for watch to dispatch.
 	settled atomic.Pointer[settlement]
-	// row is the run row as recorded at the start, and once done is
-	// closed as settled, if its end was recorded (ended).
-	row   store.Run
-	ended bool
+	// row is the run row as recorded at the start; it never changes once
+	// published. ended is the row as settled, set before done is closed
+	// when its end was recorded (recorded): Row reads it only after done.
+	row      store.Run
+	ended    store.Run
+	recorded bool
 }
 
 // settlement is a recorded end, the result it settled and how the run row
@@ -72,7 +74,7 @@ type settlement struct {
 func (h *RunHandle) Row() (store.Run, bool) {
 	select {
 	case <-h.done:
-		return h.row, h.ended
+		return h.ended, h.recorded
 	default:
 		return h.row, true
 	}
@@ -222,9 +224,10 @@ func (h *RunHandle) watch() {
 func (h *RunHandle) finish(res Result, resErr error, rr store.RunResult, recorded bool) {
 	h.result, h.resultErr = res, resErr
 	if recorded {
-		h.row.State, h.row.EndedAt, h.row.StopReason = store.StateSettled, rr.EndedAt, rr.StopReason
-		h.row.Output, h.row.Structured, h.row.Diagnostic = rr.Output, rr.Structured, rr.Diagnostic
-		h.ended = true
+		h.ended = h.row
+		h.ended.State, h.ended.EndedAt, h.ended.StopReason = store.StateSettled, rr.EndedAt, rr.StopReason
+		h.ended.Output, h.ended.Structured, h.ended.Diagnostic = rr.Output, rr.Structured, rr.Diagnostic
+		h.recorded = true
 	}
 	h.expiry = time.AfterFunc(h.svc.retain, h.expire)
 	h.release()
