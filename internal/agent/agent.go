@@ -276,9 +276,6 @@ func (a *Agent) Track() {
 func (a *Agent) Outcome() sessionlog.Outcome {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.outcome == nil {
-		return (&sessionlog.OutcomeFold{}).Outcome()
-	}
 	return a.outcome.Outcome()
 }
 
@@ -378,7 +375,7 @@ func (a *Agent) recordLocked(stored []store.Event, evs []sessionlog.Entry) {
 // events' Seqs are those they will get. a.mu must be held.
 func (a *Agent) outcomeAfterLocked(evs []sessionlog.Entry) sessionlog.Outcome {
 	if a.outcome == nil {
-		return (&sessionlog.OutcomeFold{}).Outcome()
+		return a.outcome.Outcome()
 	}
 	f := a.outcome.Clone()
 	next := int64(0)

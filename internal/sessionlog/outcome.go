@@ -127,9 +127,12 @@ func (f *OutcomeFold) Clone() *OutcomeFold {
 	return &c
 }
 
-// Outcome returns the outcome of the events folded so far. It shares
-// nothing that later folding changes.
+// Outcome returns the outcome of the events folded so far; a nil fold's
+// is that of no events. It shares nothing that later folding changes.
 func (f *OutcomeFold) Outcome() Outcome {
+	if f == nil {
+		f = &OutcomeFold{}
+	}
 	o := Outcome{Output: f.output, DroppedUnrun: f.dropped, Messages: f.messages[:len(f.messages):len(f.messages)]}
 	switch {
 	case o.Output != nil:

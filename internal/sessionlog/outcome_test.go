@@ -2,6 +2,7 @@ package sessionlog
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/subagentd/subagentd/internal/model"
@@ -184,5 +185,15 @@ func TestOutcomeFold_CloneSharesNothing(t *testing.T) {
 	}
 	if after, _ := json.Marshal(f.Outcome()); string(after) != string(before) {
 		t.Errorf("original outcome changed from %s to %s", before, after)
+	}
+}
+
+// A nil fold reports the outcome of no events, as an empty fold does.
+func TestOutcome_NilFoldIsEmpty(t *testing.T) {
+	t.Parallel()
+	var f *OutcomeFold
+	got, want := f.Outcome(), (&OutcomeFold{}).Outcome()
+	if !reflect.DeepEqual(got, want) || got.Output == nil || len(got.Output) != 0 {
+		t.Fatalf("nil fold's outcome = %+v, want the empty fold's %+v (no output, not nil)", got, want)
 	}
 }

@@ -550,9 +550,6 @@ func (r *resident) Track() {
 func (r *resident) Outcome() sessionlog.Outcome {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.fold == nil {
-		return (&sessionlog.OutcomeFold{}).Outcome()
-	}
 	return r.fold.Outcome()
 }
 
