@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/schema"
@@ -79,6 +80,10 @@ type Config struct {
 	// newest history/snapshot for the agent to write a new one (see
 	// snapshotLocked); 0 means 256, a negative value never.
 	SnapshotEvery int
+
+	// ChunkLinger is how long a stream delta waits for the ones after it
+	// before they are appended together (see chunkWriter); 0 means 2 ms.
+	ChunkLinger time.Duration
 
 	// Created, when set, is the session as its creator just stored it
 	// (CreateSessionWithEvents), Header and whole Log: New then reads

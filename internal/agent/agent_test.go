@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/echo"
@@ -290,7 +291,8 @@ func TestTurn_EchoModelDrivesToolsOffline(t *testing.T) {
 
 // TestTurn_StepBoundariesShareAppends: the hook's events go out with the
 // first step/start, and a last step without tools logs its message, its
-// step/end and turn/end in one append.
+// step/end and turn/end in one append, behind the stream's deltas when the
+// stream was done within the linger.
 func TestTurn_StepBoundariesShareAppends(t *testing.T) {
 	t.Parallel()
 	st := newFakeStore()
@@ -308,13 +310,13 @@ func TestTurn_StepBoundariesShareAppends(t *testing.T) {
 	hook := func() []store.NewEvent {
 		return []store.NewEvent{{Type: "subagent/descriptor", Data: json.RawMessage(`{}`)}}
 	}
-	a := newAgent(t, st, Config{Model: scripted.New(scripted.Step{Text: "done"}), BeforeFirstStep: hook})
+	a := newAgent(t, st, Config{Model: scripted.New(scripted.Step{Text: "done"}), BeforeFirstStep: hook, ChunkLinger: time.Hour})
 	followup(t, a, "one")
 	waitIdle(t, a)
 	mu.Lock()
 	defer mu.Unlock()
 	first := fmt.Sprint([]string{"subagent/descriptor", sessionlog.EventStepStart})
-	last := fmt.Sprint([]string{sessionlog.EventAssistantMessage, sessionlog.EventStepEnd, sessionlog.EventTurnEnd})
+	last := fmt.Sprint([]string{sessionlog.EventAssistantChunk, sessionlog.EventAssistantChunk, sessionlog.EventAssistantMessage, sessionlog.EventStepEnd, sessionlog.EventTurnEnd})
 	if !slices.Contains(batches, first) || batches[len(batches)-1] != last {
 		t.Fatalf("append batches %v: want %s in one and %s last", batches, first, last)
 	}

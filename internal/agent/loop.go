@@ -299,16 +299,18 @@ type streamed struct {
 	finish          model.FinishReason
 	err             error // the model's error
 	logErr          error // a chunk could not be logged
+	// unlogged are the stream's last chunks, which the chunk writer left
+	// for the step's next append (see Config.ChunkLinger).
+	unlogged []sessionlog.Entry
 }
 
-// stream runs the model and logs every chunk as assistant/chunk; the
-// chunks are all in the log when it returns.
+// stream runs the model and logs every chunk as assistant/chunk: when it
+// returns, the chunks are in the log but for res.unlogged, which must go
+// in front of whatever the step appends next.
 func (a *Agent) stream(t *turnRun, n int, req model.Request) (res streamed) {
 	chunks := a.newChunkWriter()
 	defer func() {
-		if err := chunks.close(); err != nil {
-			res.logErr = err
-		}
+		res.unlogged, res.logErr = chunks.close()
 	}()
 	for c, err := range a.cfg.Model.Stream(t.ctx, req) {
 		if err != nil {
@@ -378,9 +380,10 @@ func (res streamed) content(calls []model.ToolCall) []model.Block {
 // turn: its message is returned unlogged, for the caller to log with the
 // step's and the turn's end.
 func (a *Agent) finishStep(t *turnRun, n int, res streamed) (sessionlog.TurnReason, bool, []sessionlog.Entry) {
+	// msg is the step's message, behind the chunks still unlogged.
 	msg := func(content []model.Block, interrupted bool) []sessionlog.Entry {
-		return []sessionlog.Entry{event(sessionlog.EventAssistantMessage, sessionlog.AssistantMessageData{Turn: t.n, Step: n,
-			Message: sessionlog.AssistantMessage{Role: "assistant", Content: content}, Usage: res.usage, Interrupted: interrupted})}
+		return append(res.unlogged, event(sessionlog.EventAssistantMessage, sessionlog.AssistantMessageData{Turn: t.n, Step: n,
+			Message: sessionlog.AssistantMessage{Role: "assistant", Content: content}, Usage: res.usage, Interrupted: interrupted}))
 	}
 	if res.logErr != nil {
 		a.log.Error("log chunk", "error", res.logErr)
@@ -389,7 +392,7 @@ func (a *Agent) finishStep(t *turnRun, n int, res streamed) (sessionlog.TurnReas
 	if res.err != nil || t.ctx.Err() != nil {
 		// A cut stream keeps its partial text and reasoning; its tool calls
 		// never run.
-		var pending []sessionlog.Entry
+		pending := res.unlogged
 		if partial := res.content(nil); len(partial) > 0 {
 			pending = msg(partial, true)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
@@ -21,7 +22,7 @@ func TestPrepareFollowup_LaunchRunsTheStoredTurn(t *testing.T) {
 	m := scripted.New(scripted.Step{Text: "hi"})
 	planned := []store.Event{{Seq: 0, Type: sessionlog.EventApprovalPolicy, Data: []byte(`{"policy":"never"}`)}}
 	var ended []TurnEnd
-	cfg := Config{ID: "s", Store: st, Logger: testLogger(t), Model: m,
+	cfg := Config{ID: "s", Store: st, Logger: testLogger(t), Model: m, ChunkLinger: time.Hour,
 		Created:         &Created{Header: store.Session{ID: "s"}, Log: planned},
 		BeforeFirstStep: func() []store.NewEvent { return []store.NewEvent{{Type: "subagent/descriptor", Data: []byte(`{}`)}} },
 		EndTurn: func(ctx context.Context, end TurnEnd) ([]store.Event, error) {
@@ -87,7 +88,8 @@ func TestPrepareFollowup_LaunchRunsTheStoredTurn(t *testing.T) {
 	for _, e := range ended[0].Events {
 		endTypes = append(endTypes, e.Type)
 	}
-	if !slices.Equal(endTypes, []string{sessionlog.EventAssistantMessage, sessionlog.EventStepEnd, sessionlog.EventTurnEnd}) {
+	// The stream was done within the linger: its deltas go with the end.
+	if !slices.Equal(endTypes, []string{sessionlog.EventAssistantChunk, sessionlog.EventAssistantChunk, sessionlog.EventAssistantMessage, sessionlog.EventStepEnd, sessionlog.EventTurnEnd}) {
 		t.Errorf("EndTurn wrote %v", endTypes)
 	}
 	if got := a.Events(); len(got) != len(log) {

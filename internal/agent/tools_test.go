@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
@@ -243,11 +244,12 @@ func TestTools_ConcurrentSiblingsRunInParallelResultsInOrder(t *testing.T) {
 	}
 }
 
-// streamThenSignal is a model that streams n text deltas, closes streamed
-// once it handed them all over, then finishes.
+// streamThenSignal is a model that streams one text delta, waits until
+// appending is closed (the chunk writer took it), streams n-1 more, closes
+// streamed once it handed them all over, then finishes.
 type streamThenSignal struct {
-	n        int
-	streamed chan struct{}
+	n                   int
+	appending, streamed chan struct{}
 }
 
 func (m streamThenSignal) Stream(ctx context.Context, _ model.Request) iter.Seq2[model.Chunk, error] {
@@ -256,36 +258,47 @@ func (m streamThenSignal) Stream(ctx context.Context, _ model.Request) iter.Seq2
 			if !yield(model.Chunk{Kind: model.ChunkText, Text: fmt.Sprint(i, " ")}, nil) {
 				return
 			}
+			if i == 0 {
+				<-m.appending
+			}
 		}
 		close(m.streamed)
 		yield(model.Chunk{Kind: model.ChunkFinish, FinishReason: model.FinishStop}, nil)
 	}
 }
 
-// While one append of stream deltas is in flight, the deltas that arrive
-// queue up and go to the store together: a slow store costs one commit per
-// batch, not one per delta. Nothing is lost or reordered.
+// A model that streams for longer than the linger gets its first delta
+// appended on its own; while that append is in flight, the deltas that
+// arrive queue up and go to the store together: a slow store costs one
+// commit per batch, not one per delta. Nothing is lost or reordered.
 func TestStream_DeltasAreGroupCommittedWhileTheStoreIsBusy(t *testing.T) {
 	t.Parallel()
 	st := newFakeStore()
-	m := streamThenSignal{n: 50, streamed: make(chan struct{})}
+	m := streamThenSignal{n: 50, appending: make(chan struct{}), streamed: make(chan struct{})}
 	var mu sync.Mutex
-	var chunkAppends []int // size of each append that carries deltas
+	var chunkAppends []int // deltas in each append that carries some
 	first := true
 	st.beforeAppend = func(evs []store.NewEvent) {
-		if evs[0].Type != sessionlog.EventAssistantChunk {
+		n := 0
+		for _, e := range evs {
+			if e.Type == sessionlog.EventAssistantChunk {
+				n++
+			}
+		}
+		if n == 0 {
 			return
 		}
 		mu.Lock()
-		chunkAppends = append(chunkAppends, len(evs))
+		chunkAppends = append(chunkAppends, n)
 		hold := first
 		first = false
 		mu.Unlock()
 		if hold {
+			close(m.appending)
 			<-m.streamed // the store is busy until the model streamed all
 		}
 	}
-	a := newAgent(t, st, Config{Model: m})
+	a := newAgent(t, st, Config{Model: m, ChunkLinger: time.Millisecond})
 	followup(t, a, "go")
 	waitIdle(t, a)
 	var texts, want []string
@@ -302,14 +315,76 @@ func TestStream_DeltasAreGroupCommittedWhileTheStoreIsBusy(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	// At most: the first delta, the ones that queued behind it, and the
-	// finish chunk if it came after that drain.
+	// The first delta alone, then the ones that queued behind it, and the
+	// finish chunk if it came after that drain (then with the step's end).
 	total := 0
 	for _, n := range chunkAppends {
 		total += n
 	}
-	if total != m.n+1 || len(chunkAppends) > 3 {
-		t.Fatalf("appends of sizes %v for %d deltas: want them grouped", chunkAppends, m.n+1)
+	if total != m.n+1 || len(chunkAppends) > 3 || chunkAppends[0] != 1 {
+		t.Fatalf("appends of %v deltas for %d: want the first alone, the rest grouped", chunkAppends, m.n+1)
 	}
 	checkSeqs(t, st.log("s"))
+}
+
+// A stream that queues maxChunkBatch deltas does not wait out the linger:
+// the full batch is appended at once, and the model is never held for
+// longer than that append. Nothing is lost or reordered.
+func TestStream_AFullBatchDoesNotLinger(t *testing.T) {
+	t.Parallel()
+	st := newFakeStore()
+	const n = 3*maxChunkBatch + 7
+	m := streamThenSignal{n: n, appending: make(chan struct{}), streamed: make(chan struct{})}
+	close(m.appending) // the model never waits
+	// A linger of an hour: only a full batch is appended before the end.
+	a := newAgent(t, st, Config{Model: m, ChunkLinger: time.Hour})
+	followup(t, a, "go")
+	waitIdle(t, a)
+	var texts []string
+	for _, c := range ofType[sessionlog.ChunkData](t, st.log("s"), sessionlog.EventAssistantChunk) {
+		if c.Chunk.Type == string(model.ChunkText) {
+			texts = append(texts, c.Chunk.Text)
+		}
+	}
+	if len(texts) != n {
+		t.Fatalf("logged %d deltas, want %d", len(texts), n)
+	}
+	for i, s := range texts {
+		if s != fmt.Sprint(i, " ") {
+			t.Fatalf("delta %d is %q", i, s)
+		}
+	}
+	if ends := turnEnds(t, st.log("s")); !slices.Equal(ends, []string{sessionlog.ReasonCompleted}) {
+		t.Fatalf("turn ends %v", ends)
+	}
+	checkSeqs(t, st.log("s"))
+}
+
+// When appending a delta fails, the turn fails as on any lost write, the
+// deltas after it are dropped rather than queued without bound, and the
+// stream is never blocked by them.
+func TestStream_AFailedChunkAppendFailsTheTurn(t *testing.T) {
+	t.Parallel()
+	st := newFakeStore()
+	m := streamThenSignal{n: 2 * maxChunkBatch, appending: make(chan struct{}), streamed: make(chan struct{})}
+	first := true
+	st.beforeAppend = func(evs []store.NewEvent) {
+		fail := first && evs[0].Type == sessionlog.EventAssistantChunk
+		st.setFail(fail)
+		if fail {
+			first = false
+			close(m.appending)
+		}
+	}
+	a := newAgent(t, st, Config{Model: m, ChunkLinger: time.Millisecond})
+	followup(t, a, "go")
+	waitIdle(t, a)
+	log := st.log("s")
+	if chunks := ofType[sessionlog.ChunkData](t, log, sessionlog.EventAssistantChunk); len(chunks) != 0 {
+		t.Errorf("%d deltas logged after the failed append", len(chunks))
+	}
+	ends := ofType[sessionlog.TurnEndData](t, log, sessionlog.EventTurnEnd)
+	if len(ends) != 1 || ends[0].Reason.Kind != sessionlog.ReasonError || ends[0].Reason.Message != logFailed {
+		t.Fatalf("turn ends %+v, want one failed with %q", ends, logFailed)
+	}
 }
