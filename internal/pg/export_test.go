@@ -14,3 +14,6 @@ func (s *Store) Queued() int {
 
 // InFlight returns how many flushes may run at once.
 func (s *Store) InFlight() int { return s.w.inFlight }
+
+// Self is the name this Store's writer gives its wake-ups.
+func (s *Store) Self() string { return s.self }

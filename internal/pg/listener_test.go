@@ -50,3 +50,45 @@ func TestListener_ReconnectsAndWakesEverySubscriber(t *testing.T) {
 	}
 	waitWake(t, session, 10*time.Second, "by NOTIFY after the listener reconnected")
 }
+
+// TestListener_SkipsItsOwnWakeUps: a Store's writer wakes its own
+// subscribers at the commit, so its listener skips the NOTIFY that names
+// it; a wake-up from another Store's writer, or a bare topic (a replica of
+// the previous release), wakes the topic.
+func TestListener_SkipsItsOwnWakeUps(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	s := newStore(t, pool)
+	notify := func(payload string) {
+		t.Helper()
+		if _, err := pool.Exec(t.Context(), `SELECT pg_notify('subagentd', $1)`, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bare, cancelBare := s.Subscribe("bare")
+	defer cancelBare()
+	notify("bare")
+	waitWake(t, bare, 10*time.Second, "by a bare topic")
+
+	// Every pollInterval every subscriber is woken: an attempt the poll
+	// hit in between is retried.
+	for attempt := 1; ; attempt++ {
+		own, cancelOwn := s.Subscribe("own")
+		other, cancelOther := s.Subscribe("other")
+		notify("@" + s.Self() + " own")
+		notify("@someone-else other") // delivered after the first, in order
+		waitWake(t, other, 10*time.Second, "by another writer's wake-up")
+		select {
+		case <-own:
+		default:
+			cancelOwn()
+			cancelOther()
+			return // skipped
+		}
+		cancelOwn()
+		cancelOther()
+		if attempt == 5 {
+			t.Fatal("the Store's own wake-up woke its subscriber, 5 times")
+		}
+	}
+}

@@ -14,6 +14,7 @@ package pg
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,7 +32,9 @@ import (
 )
 
 const (
-	// notifyChannel carries every wake-up; the payload is the topic.
+	// notifyChannel carries every wake-up. The payload is the topic, or,
+	// from a writer's notifier, "@<writer> <topic>": the writer already woke
+	// its own process's subscribers, so its Store's listener skips it.
 	notifyChannel = "subagentd"
 	// listenerName is the application_name of the LISTEN connection, so
 	// operators (and tests) can find it in pg_stat_activity.
@@ -51,10 +54,12 @@ type Store struct {
 	log    *slog.Logger
 	latest uint // newest embedded migration; Ping wants the schema there
 
-	hub  store.Hub
-	w    *writer
-	stop context.CancelFunc
-	done chan struct{} // closed when the listener has stopped
+	hub     store.Hub
+	self    string // names this Store's writer in its wake-ups (notifyChannel)
+	w       *writer
+	headers headers
+	stop    context.CancelFunc
+	done    chan struct{} // closed when the listener has stopped
 }
 
 var _ store.Store = (*Store)(nil)
@@ -78,7 +83,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Store, err
 		LogError:       s.logListenerError,
 		ReconnectDelay: reconnectDelay,
 	}
-	l.Handle(notifyChannel, &wakeHandler{hub: &s.hub, log: log, ready: ready})
+	s.self = rand.Text()
+	l.Handle(notifyChannel, &wakeHandler{hub: &s.hub, log: log, ready: ready, self: s.self})
 	var listenCtx context.Context
 	listenCtx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
@@ -87,7 +93,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Store, err
 	}()
 	select {
 	case <-ready:
-		s.w = newWriter(pool, log, &s.hub)
+		s.w = newWriter(pool, log, &s.hub, s.self)
 		return s, nil
 	case <-ctx.Done():
 		s.Close()
@@ -150,11 +156,19 @@ type wakeHandler struct {
 	hub       *store.Hub
 	log       *slog.Logger
 	ready     chan struct{}
+	self      string // this Store's writer (notifyChannel)
 	connected sync.Once
 }
 
 func (h *wakeHandler) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
-	h.hub.Wake(n.Payload)
+	topic := n.Payload
+	if from, t, ok := strings.Cut(topic, " "); ok && strings.HasPrefix(from, "@") {
+		if from[1:] == h.self {
+			return nil // woken at the commit already
+		}
+		topic = t
+	}
+	h.hub.Wake(topic)
 	return nil
 }
 

@@ -83,8 +83,11 @@ func (s *Store) StartRunWithSession(ctx context.Context, h store.Session, evs []
 		}
 		queueStart(b, tenant, r)
 	}
-	err = s.w.do(ctx, o)
-	return log, start, err
+	if err = s.w.do(ctx, o); err != nil {
+		return nil, start, err
+	}
+	s.headers.put(tenant, h)
+	return log, start, nil
 }
 
 // queueStart queues the insert of r as running.

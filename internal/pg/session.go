@@ -57,7 +57,11 @@ func (s *Store) CreateSession(ctx context.Context, h store.Session) (err error) 
 	defer wrap(&err, "create session %q", h.ID)
 	tenant := store.Tenant(ctx)
 	h.CreatedAt = now(h.CreatedAt)
-	return s.w.do(ctx, &op{data: func(b *pgx.Batch) { queueCreate(b, tenant, h) }})
+	if err := s.w.do(ctx, &op{data: func(b *pgx.Batch) { queueCreate(b, tenant, h) }}); err != nil {
+		return err
+	}
+	s.headers.put(tenant, h)
+	return nil
 }
 
 // CreateSessionWithEvents stores a new header and evs as the start of its
@@ -78,8 +82,11 @@ func (s *Store) CreateSessionWithEvents(ctx context.Context, h store.Session, ev
 		queueCreate(b, tenant, h)
 		queueAppend(b, o, tenant, h.ID, "", evs, &out)
 	}
-	err = s.w.do(ctx, o)
-	return out, err
+	if err = s.w.do(ctx, o); err != nil {
+		return nil, err
+	}
+	s.headers.put(tenant, h)
+	return out, nil
 }
 
 // queueCreate queues the insert of header h.
@@ -90,12 +97,22 @@ func queueCreate(b *pgx.Batch, tenant string, h store.Session) {
 		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, h.CreatedAt)
 }
 
-// GetSession returns one header. Returns store.ErrNotFound.
+// GetSession returns one header, from the header cache when this Store
+// stored or read it lately. Returns store.ErrNotFound.
 func (s *Store) GetSession(ctx context.Context, id string) (_ store.Session, err error) {
+	tenant := store.Tenant(ctx)
+	if h, ok := s.headers.get(tenant, id); ok {
+		return h, nil
+	}
 	defer wrap(&err, "get session %q", id)
-	rows, _ := s.pool.Query(ctx, `SELECT `+sessionCols+` FROM sessions WHERE tenant = $1 AND id = $2`, store.Tenant(ctx), id)
+	rows, _ := s.pool.Query(ctx, `SELECT `+sessionCols+` FROM sessions WHERE tenant = $1 AND id = $2`, tenant, id)
 	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[sessionRow])
-	return row.session(), err
+	if err != nil {
+		return store.Session{}, err
+	}
+	h := row.session()
+	s.headers.put(tenant, h)
+	return h, nil
 }
 
 // ListSessions returns headers ordered by (CreatedAt, ID). Returns

@@ -49,7 +49,9 @@ import (
 // sends them with pg_notify in a transaction of its own, after the commit,
 // with synchronous_commit off: a wake-up need not wait for a WAL flush, and
 // one lost in a crash is caught, like any lost NOTIFY, by the slow poll
-// (pollInterval) and the listener's re-query on reconnect.
+// (pollInterval) and the listener's re-query on reconnect. Each names the
+// writer, so that its own listener does not wake the subscribers it woke
+// already a second time.
 
 const (
 	// maxFlush bounds the writes one flush carries.
@@ -109,9 +111,14 @@ type writer struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	hub  *store.Hub
+	// self names the writer in its notifications (notifyChannel).
+	self string
 	// inFlight bounds the flushes running at once, each on a connection of
 	// its own, so one flush's commit wait overlaps the next one's batch.
 	inFlight int
+
+	// slots holds a token per running flush, at most inFlight.
+	slots chan struct{}
 
 	mu      sync.Mutex
 	queue   []*op
@@ -126,15 +133,16 @@ type writer struct {
 	notified chan struct{} // closed when the notifier has stopped
 }
 
-func newWriter(pool *pgxpool.Pool, log *slog.Logger, hub *store.Hub) *writer {
+func newWriter(pool *pgxpool.Pool, log *slog.Logger, hub *store.Hub, self string) *writer {
 	w := &writer{
-		pool: pool, log: log, hub: hub,
+		pool: pool, log: log, hub: hub, self: "@" + self + " ",
 		inFlight: max(1, int(pool.Config().MaxConns)/2),
 		topics:   make(map[string]struct{}),
 		held:     make(map[string]int),
 		wake:     make(chan struct{}, 1),
 		wakeNtf:  make(chan struct{}, 1),
 	}
+	w.slots = make(chan struct{}, w.inFlight)
 	w.stop, w.stopped, w.notified = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go w.run()
 	go w.notifier()
@@ -169,7 +177,24 @@ func (w *writer) do(ctx context.Context, o *op) error {
 	}
 	w.queue = append(w.queue, o)
 	w.mu.Unlock()
-	signal(w.wake)
+	select {
+	case w.slots <- struct{}{}:
+		// A flush slot is free: flush what waits (o, and whatever queued
+		// meanwhile) on this goroutine, which saves the hand-off to the
+		// writer and back, two goroutine wake-ups, per commit.
+		if ops := w.take(); len(ops) > 0 {
+			w.flushTaken(ops)
+		}
+		<-w.slots
+		w.mu.Lock()
+		waiting := len(w.queue) > 0 // queued meanwhile, or behind a held row
+		w.mu.Unlock()
+		if waiting {
+			signal(w.wake)
+		}
+	default:
+		signal(w.wake)
+	}
 	select {
 	case <-o.done:
 		return o.err
@@ -189,7 +214,7 @@ func (w *writer) do(ctx context.Context, o *op) error {
 func (w *writer) run() {
 	defer close(w.stopped)
 	ctx := context.Background()
-	slots := make(chan struct{}, w.inFlight)
+	slots := w.slots
 	for {
 		stopping := false
 		select {
@@ -205,10 +230,7 @@ func (w *writer) run() {
 				break
 			}
 			go func() {
-				fctx, cancel := context.WithTimeout(ctx, flushTimeout)
-				w.commit(fctx, ops)
-				cancel()
-				w.release(ops)
+				w.flushTaken(ops)
 				<-slots
 				signal(w.wake) // ops that queued meanwhile
 			}()
@@ -225,6 +247,14 @@ func (w *writer) run() {
 			return
 		}
 	}
+}
+
+// flushTaken commits ops, which take returned, and releases their rows.
+func (w *writer) flushTaken(ops []*op) {
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	w.commit(ctx, ops)
+	w.release(ops)
 }
 
 // take removes up to maxFlush queued ops that their callers still wait
@@ -481,7 +511,7 @@ func (w *writer) notify(ctx context.Context) {
 	w.mu.Lock()
 	topics := make([]string, 0, len(w.topics))
 	for t := range w.topics {
-		topics = append(topics, t)
+		topics = append(topics, w.self+t)
 	}
 	clear(w.topics)
 	w.mu.Unlock()
