@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/subagentd/subagentd/internal/pg"
 	"github.com/subagentd/subagentd/internal/pg/pgtest"
 	"github.com/subagentd/subagentd/internal/store"
@@ -20,18 +18,8 @@ import (
 func TestGetSession_HeaderCache(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter := &tripCounter{}
-	cfg.ConnConfig.Tracer = counter
-	traced, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(traced.Close)
-	a, b := newStore(t, openPool(t, url)), newStore(t, traced)
+	b, counter := tracedStore(t, url)
+	a := newStore(t, openPool(t, url))
 	ctx := store.WithTenant(t.Context(), "t1")
 	persona := "a persona"
 	h := store.Session{ID: "root-1", Label: "l", Cwd: "/srv", AgentModel: "m", MaxTokens: 7, Persona: &persona,

@@ -55,6 +55,7 @@ type Store struct {
 	latest uint // newest embedded migration; Ping wants the schema there
 
 	hub     store.Hub
+	recent  *recent
 	self    string // names this Store's writer in its wake-ups (notifyChannel)
 	w       *writer
 	headers headers
@@ -72,7 +73,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Store, err
 	if err != nil {
 		return nil, fmt.Errorf("pg: new store: %w", err)
 	}
-	s := &Store{pool: pool, log: log, latest: latest, done: make(chan struct{})}
+	s := &Store{pool: pool, log: log, latest: latest, recent: newRecent(), done: make(chan struct{})}
 	if err := s.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("pg: new store: %w", err)
 	}
@@ -84,7 +85,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Store, err
 		ReconnectDelay: reconnectDelay,
 	}
 	s.self = rand.Text()
-	l.Handle(notifyChannel, &wakeHandler{hub: &s.hub, log: log, ready: ready, self: s.self})
+	l.Handle(notifyChannel, &wakeHandler{hub: &s.hub, recent: s.recent, log: log, ready: ready, self: s.self})
 	var listenCtx context.Context
 	listenCtx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
@@ -93,7 +94,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Store, err
 	}()
 	select {
 	case <-ready:
-		s.w = newWriter(pool, log, &s.hub, s.self)
+		s.w = newWriter(pool, log, &s.hub, s.recent, s.self)
 		return s, nil
 	case <-ctx.Done():
 		s.Close()
@@ -154,6 +155,7 @@ func (s *Store) logListenerError(ctx context.Context, err error) {
 // wakeHandler turns notifications into wake-ups.
 type wakeHandler struct {
 	hub       *store.Hub
+	recent    *recent
 	log       *slog.Logger
 	ready     chan struct{}
 	self      string // this Store's writer (notifyChannel)
@@ -168,6 +170,9 @@ func (h *wakeHandler) HandleNotification(_ context.Context, n *pgconn.Notificati
 		}
 		topic = t
 	}
+	if topic == store.LifecycleTopic {
+		h.recent.foreign() // another replica's events
+	}
 	h.hub.Wake(topic)
 	return nil
 }
@@ -181,6 +186,7 @@ func (h *wakeHandler) HandleBacklog(ctx context.Context, _ string, _ *pgx.Conn) 
 	if !first {
 		h.log.InfoContext(ctx, "pg: listener reconnected; waking every subscriber")
 	}
+	h.recent.foreign()
 	h.hub.WakeAll()
 	return nil
 }

@@ -80,13 +80,11 @@ func (c *tripCounter) snapshot() (trips, statements int, sqls []string) {
 	return c.trips, c.statements, append([]string(nil), c.sqls...)
 }
 
-// TestRoundTrips_OneShotRun counts what one in-process one-shot run costs
-// Postgres, start to settlement, run after run: its child, prompt, run row
-// and subagent/start (up to the first step's step/start) are one round
-// trip, and the settlement, with the stream's deltas and the turn's end,
-// one more. Nothing is read back.
-func TestRoundTrips_OneShotRun(t *testing.T) {
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+// tracedStore returns a Store on the database at url whose round trips
+// counter counts.
+func tracedStore(t *testing.T, url string) (*pg.Store, *tripCounter) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,11 +95,16 @@ func TestRoundTrips_OneShotRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	st, err := pg.New(t.Context(), pool, discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	return newStore(t, pool), counter
+}
+
+// TestRoundTrips_OneShotRun counts what one in-process one-shot run costs
+// Postgres, start to settlement, run after run: its child, prompt, run row
+// and subagent/start (up to the first step's step/start) are one round
+// trip, and the settlement, with the stream's deltas and the turn's end,
+// one more. Nothing is read back.
+func TestRoundTrips_OneShotRun(t *testing.T) {
+	st, counter := tracedStore(t, pgtest.URL(t))
 	mdl := scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "done"} })
 	h := inprocesstest.New(t, inprocesstest.Config{Routes: []model.Route{inprocesstest.Route("script", mdl)}, Store: st})
 	const runs = 5

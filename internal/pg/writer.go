@@ -97,6 +97,8 @@ type op struct {
 	settles string
 	tenant  string
 	skip    bool
+	// sent is the recent epoch the op's flush was sent in.
+	sent uint64
 	// fail is the op's own answer (e.g. not found), which does not abort
 	// the flush.
 	fail error
@@ -111,6 +113,8 @@ type writer struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	hub  *store.Hub
+	// recent gets the lifecycle events each flush committed.
+	recent *recent
 	// self names the writer in its notifications (notifyChannel).
 	self string
 	// inFlight bounds the flushes running at once, each on a connection of
@@ -133,9 +137,9 @@ type writer struct {
 	notified chan struct{} // closed when the notifier has stopped
 }
 
-func newWriter(pool *pgxpool.Pool, log *slog.Logger, hub *store.Hub, self string) *writer {
+func newWriter(pool *pgxpool.Pool, log *slog.Logger, hub *store.Hub, recent *recent, self string) *writer {
 	w := &writer{
-		pool: pool, log: log, hub: hub, self: "@" + self + " ",
+		pool: pool, log: log, hub: hub, recent: recent, self: "@" + self + " ",
 		inFlight: max(1, int(pool.Config().MaxConns)/2),
 		topics:   make(map[string]struct{}),
 		held:     make(map[string]int),
@@ -353,6 +357,11 @@ func (w *writer) answer(ops []*op) {
 	w.mu.Unlock()
 	signal(w.wakeNtf)
 	for _, o := range ops {
+		if o.err == nil && o.event != nil && !o.skip {
+			w.recent.committed(o.sent, o.tenant, *o.event) // before the wake-up
+		}
+	}
+	for _, o := range ops {
 		if o.err == nil {
 			for _, t := range o.topics() {
 				w.hub.Wake(t)
@@ -382,9 +391,9 @@ func (w *writer) flush(ctx context.Context, ops []*op) (err error) {
 	}
 	defer conn.Release()
 
-	events := false
+	events, sent := false, w.recent.now()
 	for _, o := range ops {
-		o.skip, o.fail = false, nil
+		o.skip, o.fail, o.sent = false, nil, sent
 		events = events || o.event != nil
 	}
 	data := slices.Clone(ops)
@@ -446,8 +455,9 @@ func queueLifecycle(b *pgx.Batch, ops []*op) {
 			INSERT INTO lifecycle_events (tenant, id, type, parent_id, run_id, time, payload)
 			SELECT e.tenant, c.before + e.k, e.type, e.parent, e.run, e.time, e.payload::jsonb
 			FROM c, e
+			RETURNING id, payload
 		)
-		SELECT e.n, c.before + e.k, e.time FROM c, e ORDER BY e.n`,
+		SELECT e.n, ins.id, e.time, ins.payload FROM c CROSS JOIN e JOIN ins ON ins.id = c.before + e.k ORDER BY e.n`,
 		tenants, types, parents, runs, times, payloads, conds,
 	).Query(func(rows pgx.Rows) error {
 		// Results are read after the server ran the batch, which may have
@@ -458,14 +468,16 @@ func queueLifecycle(b *pgx.Batch, ops []*op) {
 			var n int
 			var id int64
 			var at time.Time
-			if err := rows.Scan(&n, &id, &at); err != nil {
+			var payload []byte
+			if err := rows.Scan(&n, &id, &at, &payload); err != nil {
 				return err // not a PgError: every caller gets it, nothing is retried
 			}
 			if n < 1 || n > len(owners) {
 				return fmt.Errorf("lifecycle insert returned event %d of %d", n, len(owners))
 			}
 			e := owners[n-1].event
-			e.ID, e.Time, stored[n-1] = id, at.UTC(), true
+			// As the table holds it: jsonb normalises the payload.
+			e.ID, e.Time, e.Payload, stored[n-1] = id, at.UTC(), payload, true
 		}
 		if err := rows.Err(); err != nil {
 			return err
@@ -496,6 +508,7 @@ func (w *writer) notifier() {
 		case <-w.wakeNtf:
 			w.notify(ctx)
 		case <-tick.C:
+			w.recent.foreign() // a wake-up may have been lost
 			w.hub.WakeAll()
 		case <-w.stopped:
 			// Send what the writer committed last.

@@ -1,0 +1,96 @@
+package pg_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/subagentd/subagentd/internal/pg"
+	"github.com/subagentd/subagentd/internal/pg/pgtest"
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// TestLifecycle_RecentCommits: a Store answers a read of lifecycle events
+// it committed itself without a round trip, with exactly what the table
+// holds (as another replica reads it); a read that another replica's
+// commit falls into, by id or by its wake-up, goes to the table.
+func TestLifecycle_RecentCommits(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	a, counter := tracedStore(t, url)
+	b := newStore(t, openPool(t, url))
+	ctx := store.WithTenant(t.Context(), "t1")
+	appendTo := func(s *pg.Store, typ, parent string) store.LifecycleEvent {
+		t.Helper()
+		e, err := s.AppendLifecycle(ctx, store.LifecycleEvent{Type: typ, ParentID: parent, RunID: "r",
+			Payload: json.RawMessage(`{"zz":1,"a":  [1, 2],"b":{"y":null}}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	// read reads f from s, and from b's table, and wants both the same.
+	read := func(s *pg.Store, tenant string, f store.LifecycleFilter) (_ []store.LifecycleEvent, trips int) {
+		t.Helper()
+		ctx := store.WithTenant(t.Context(), tenant)
+		before, _, _ := counter.snapshot()
+		got, err := s.Lifecycle(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, _, _ := counter.snapshot()
+		want, err := b.Lifecycle(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("read %+v:\n got %+v\nwant %+v (the table)", f, got, want)
+		}
+		return got, after - before
+	}
+
+	// The poll, once a second, sends reads to the table until a's next
+	// commit: an attempt it hit is retried.
+	for attempt := 1; ; attempt++ {
+		e1 := appendTo(a, "subagent/start", "p1")
+		appendTo(a, "subagent/end", "p2")
+		trips := 0
+		for _, f := range []store.LifecycleFilter{
+			{After: e1.ID - 1}, {After: e1.ID}, {After: e1.ID - 1, Limit: 1}, {After: e1.ID - 1, ParentID: "p2"},
+			{After: e1.ID - 1, Types: []string{"subagent/start"}}, {After: e1.ID + 5},
+		} {
+			_, n := read(a, "t1", f)
+			trips += n
+		}
+		if trips == 0 {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("reads of the Store's own commits took %d round trips, want none", trips)
+		}
+	}
+	if got, _ := read(a, "t2", store.LifecycleFilter{}); len(got) != 0 {
+		t.Errorf("another tenant read %+v", got)
+	}
+
+	// Another replica's commit between two of a's: a's read has a gap at
+	// its id, and goes to the table.
+	appendTo(b, "subagent/start", "p3")
+	appendTo(a, "subagent/end", "p3")
+	if got, trips := read(a, "t1", store.LifecycleFilter{}); len(got) < 4 || trips != 1 {
+		t.Errorf("read %d events in %d round trips, want them all in 1 (from the table)", len(got), trips)
+	}
+
+	// Another replica's commit after a's newest: its wake-up (or the poll)
+	// sends a's next read to the table.
+	last := appendTo(a, "subagent/start", "p4")
+	woken, cancel := a.Subscribe(store.LifecycleTopic)
+	defer cancel()
+	foreign := appendTo(b, "subagent/end", "p5")
+	waitWake(t, woken, 10*time.Second, "by another replica's lifecycle event")
+	got, _ := read(a, "t1", store.LifecycleFilter{After: last.ID})
+	if len(got) != 1 || got[0].ID != foreign.ID {
+		t.Fatalf("after the wake-up a read %+v, want the other replica's event %d", got, foreign.ID)
+	}
+}
