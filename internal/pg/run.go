@@ -77,9 +77,10 @@ func (s *Store) StartRunWithSession(ctx context.Context, h store.Session, evs []
 	h.CreatedAt = now(h.CreatedAt)
 	o := &op{topic: store.SessionTopic(h.ID), key: "s:" + h.ID, event: &start, tenant: tenant}
 	o.data = func(b *pgx.Batch) {
-		queueCreate(b, tenant, h)
 		if len(evs) > 0 {
-			queueAppend(b, o, tenant, h.ID, "", evs, &log)
+			queueCreateWithEvents(b, tenant, h, evs, &log)
+		} else {
+			queueCreate(b, tenant, h)
 		}
 		queueStart(b, tenant, r)
 	}

@@ -78,10 +78,7 @@ func (s *Store) CreateSessionWithEvents(ctx context.Context, h store.Session, ev
 	tenant := store.Tenant(ctx)
 	h.CreatedAt = now(h.CreatedAt)
 	o := &op{topic: store.SessionTopic(h.ID), key: "s:" + h.ID}
-	o.data = func(b *pgx.Batch) {
-		queueCreate(b, tenant, h)
-		queueAppend(b, o, tenant, h.ID, "", evs, &out)
-	}
+	o.data = func(b *pgx.Batch) { queueCreateWithEvents(b, tenant, h, evs, &out) }
 	if err = s.w.do(ctx, o); err != nil {
 		return nil, err
 	}
@@ -95,6 +92,33 @@ func queueCreate(b *pgx.Batch, tenant string, h store.Session) {
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
 		tenant, h.ID, h.ParentID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
 		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, h.CreatedAt)
+}
+
+// queueCreateWithEvents queues the insert of header h with evs as its log's
+// first events, in one statement: the new row's last_seq is set as it is
+// inserted, not bumped by a second update of it.
+func queueCreateWithEvents(b *pgx.Batch, tenant string, h store.Session, evs []store.NewEvent, out *[]store.Event) {
+	types, times, data := eventColumns(evs)
+	b.Queue(`
+		WITH s AS (
+			INSERT INTO sessions (tenant, `+sessionCols+`, last_seq)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, cardinality($16::text[]) - 1)
+			RETURNING id
+		), ins AS (
+			INSERT INTO session_events (tenant, session_id, seq, type, time, data)
+			SELECT $1, s.id, e.n - 1, e.type, e.time, e.data::jsonb
+			FROM s, unnest($16::text[], $17::timestamptz[], $18::text[]) WITH ORDINALITY AS e (type, time, data, n)
+			RETURNING seq, type, time, data
+		)
+		SELECT seq, type, time, data FROM ins ORDER BY seq`,
+		tenant, h.ID, h.ParentID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
+		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, h.CreatedAt,
+		types, times, data,
+	).Query(func(rows pgx.Rows) error {
+		var err error
+		*out, err = pgx.AppendRows(make([]store.Event, 0, len(evs)), rows, scanEvent)
+		return err
+	})
 }
 
 // GetSession returns one header, from the header cache when this Store

@@ -399,6 +399,10 @@ func (w *writer) flush(ctx context.Context, ops []*op) (err error) {
 	data := slices.Clone(ops)
 	slices.SortStableFunc(data, func(a, b *op) int { return strings.Compare(a.key, b.key) })
 	b := &pgx.Batch{}
+	// A flush's statements look rows up by key, or insert from arrays whose
+	// length changes the custom plans' estimates but not the plan: with
+	// the default plan_cache_mode every bind planned them again.
+	b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
 	for _, o := range data {
 		if o.data != nil {
 			o.data(b)
