@@ -46,9 +46,8 @@ import (
 //
 // Wake-ups are coalesced: after a commit the writer wakes this process's
 // subscribers at once and hands the flush's topics to the notifier, which
-// sends them with pg_notify in a transaction of its own, after the commit,
-// with synchronous_commit off: a wake-up need not wait for a WAL flush, and
-// one lost in a crash is caught, like any lost NOTIFY, by the slow poll
+// sends them with pg_notify in a statement of its own, after the commit,
+// which waits for no WAL flush; a wake-up lost in a crash is caught, like any lost NOTIFY, by the slow poll
 // (pollInterval) and the listener's re-query on reconnect. Each names the
 // writer, so that its own listener does not wake the subscribers it woke
 // already a second time.
@@ -535,31 +534,12 @@ func (w *writer) notify(ctx context.Context) {
 	if len(topics) == 0 {
 		return
 	}
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue("SET LOCAL synchronous_commit TO off")
-	b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t`, notifyChannel, topics)
-	b.Queue("COMMIT")
-	err := w.sendAlone(ctx, b)
+	// One statement, its own transaction. It writes no WAL but its commit
+	// record, so its commit never waits for a WAL flush.
+	_, err := w.pool.Exec(ctx, `SELECT count(pg_notify($1, t)) FROM unnest($2::text[]) AS t`, notifyChannel, topics)
 	if err != nil && ctx.Err() == nil {
 		w.log.WarnContext(ctx, "pg: notify other replicas; their poll will catch up", slog.Int("topics", len(topics)), slog.Any("error", err))
 	}
-}
-
-// sendAlone sends b, which holds its own BEGIN and COMMIT, on a connection
-// of its own, rolling back or dropping the connection if it fails.
-func (w *writer) sendAlone(ctx context.Context, b *pgx.Batch) error {
-	conn, err := w.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	if err = conn.SendBatch(ctx, b).Close(); err != nil {
-		if _, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-	}
-	return err
 }
 
 // signal wakes a goroutine waiting on ch (buffer one), never blocking.
