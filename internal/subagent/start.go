@@ -208,14 +208,11 @@ func continuableRoute(req ContinuableRequest) (AgentOptions, error) {
 }
 
 // create writes a continuable child's header and creation log (seam-spec
-// §3.4): the seed verbatim, session/end-seed after it, the descriptor,
-// session/end-seed, and the delegation approval pin (R49) — all before the
-// first turn, so the descriptor is in the own suffix (seq >= seedLength)
-// and never reaches the model.
+// §3.4), in one commit: the seed verbatim, session/end-seed after it, the
+// descriptor, session/end-seed, and the delegation approval pin (R49) —
+// all before the first turn, so the descriptor is in the own suffix (seq
+// >= seedLength) and never reaches the model.
 func (m *Manager) create(ctx context.Context, header store.Session, seed []store.Event, descriptor json.RawMessage) error {
-	if err := m.store.CreateSession(ctx, header); err != nil {
-		return fmt.Errorf("create child session: %w", err)
-	}
 	endSeed := store.NewEvent{Type: sessionlog.EventEndSeed, Data: json.RawMessage(`{}`)}
 	var evs []store.NewEvent
 	for _, e := range seed {
@@ -228,8 +225,8 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 		store.NewEvent{Type: sessionlog.EventDescriptor, Data: descriptor},
 		endSeed,
 		sessionlog.DelegationPin())
-	if _, err := m.store.AppendEvents(ctx, header.ID, evs...); err != nil {
-		return fmt.Errorf("write child creation log: %w", err)
+	if _, err := m.store.CreateSessionWithEvents(ctx, header, evs...); err != nil {
+		return fmt.Errorf("create child session: %w", err)
 	}
 	return nil
 }
