@@ -168,7 +168,8 @@ func (s *server) countMessage(t *testing.T, session, msgID string) int {
 
 // Two replicas as real processes on one database (issue 13, done-when 1):
 // B serves every route for what A drives — a followup to A's running child
-// is steered into it, cancel, dispose and interrupt through B stop A's
+// is steered into it, so is a steer of A's one-shot run, cancel, dispose
+// and interrupt through B stop A's
 // runs, a prompt through B reaches the root A is driving — and B's
 // subscriber sees A's events exactly once, in order. After a SIGKILL of A,
 // B closes A's runs within 2 × the lease TTL and resumes A's child.
@@ -208,6 +209,15 @@ func TestReplicas_EveryRouteOnEveryReplica_AndTakeoverAfterSIGKILL(t *testing.T)
 		status, body, err := post(b.base, "/v1/subagents/"+steered+"/followup",
 			fmt.Sprintf(`{"parentSessionId":%q,"content":%s}`, parent.ID, prompt("second")))
 		followed <- answer{status, body, err}
+	}()
+	// A steer through B reaches the one-shot run A drives.
+	var steeredRun struct{ RunID, ChildSessionID string }
+	a.call(t, http.MethodPost, "/v1/runs", fmt.Sprintf(`{"provider":"spawn","parentSessionId":%q,"prompt":%s}`, parent.ID, prompt("/sleep 4s\nfirst")), http.StatusCreated, &steeredRun)
+	events.start(t, "runId", steeredRun.RunID)
+	steerDone := make(chan answer, 1)
+	go func() {
+		status, body, err := post(b.base, "/v1/runs/"+steeredRun.RunID+"/steer", fmt.Sprintf(`{"content":%s}`, prompt("steered run")))
+		steerDone <- answer{status, body, err}
 	}()
 	// A prompt through B reaches the root A is driving.
 	var rootMsg struct{ MessageID string }
@@ -256,6 +266,18 @@ func TestReplicas_EveryRouteOnEveryReplica_AndTakeoverAfterSIGKILL(t *testing.T)
 	}
 	if n := b.countMessage(t, steered, fu.MessageID); n != 1 {
 		t.Fatalf("the followup is in the child's log %d times, want once", n)
+	}
+
+	sa := <-steerDone
+	var steer struct{ MessageID string }
+	if sa.err != nil || sa.status != http.StatusOK || json.Unmarshal(sa.body, &steer) != nil || steer.MessageID == "" {
+		t.Fatalf("steer through B = %d %s (%v), want 200 with a message id", sa.status, sa.body, sa.err)
+	}
+	if end := events.end(t, "runId", steeredRun.RunID); end.data["stopReason"] != subagent.StopCompleted || !strings.Contains(end.raw, "echo: steered run") {
+		t.Fatalf("the steered one-shot run ended %s, want completed with the answer to the steer", end.raw)
+	}
+	if n := b.countMessage(t, steeredRun.ChildSessionID, steer.MessageID); n != 1 {
+		t.Fatalf("the steer is in the run's log %d times, want once", n)
 	}
 
 	// The root's second prompt ran as one turn after the first: no two

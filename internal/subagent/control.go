@@ -219,6 +219,7 @@ func send[R any](ctx context.Context, c *Control, owner, target, op string, payl
 	}()
 	tick := time.NewTicker(controlPoll)
 	defer tick.Stop()
+	gone := false // alive said no at the last poll
 	for {
 		ctl, err := c.st.GetControl(ctx, id)
 		if err != nil {
@@ -234,9 +235,15 @@ func send[R any](ctx context.Context, c *Control, owner, target, op string, payl
 			if err != nil {
 				return zero, err
 			}
-			if !ok {
+			// A live owner may let go of target as it carries the request
+			// out (a run that settles right after its steer was admitted,
+			// or because it was cancelled): its answer follows at once. So
+			// the owner counts as lapsed only when alive says no at two
+			// polls in a row and no answer came in between.
+			if !ok && gone {
 				return zero, errOwnerLapsed
 			}
+			gone = !ok
 		case <-ctx.Done():
 			return zero, &Error{Code: EAborted, Err: context.Cause(ctx),
 				Message: fmt.Sprintf("stopped waiting for replica %s to carry out the request", owner)}
