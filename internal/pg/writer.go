@@ -46,11 +46,15 @@ import (
 //
 // Wake-ups are coalesced: after a commit the writer wakes this process's
 // subscribers at once and hands the flush's topics to the notifier, which
-// sends them with pg_notify in a statement of its own, after the commit,
-// which waits for no WAL flush; a wake-up lost in a crash is caught, like any lost NOTIFY, by the slow poll
-// (pollInterval) and the listener's re-query on reconnect. Each names the
-// writer, so that its own listener does not wake the subscribers it woke
-// already a second time.
+// sends them with pg_notify in a statement of its own after the commit (it
+// waits for no WAL flush); one lost in a crash is caught, like any lost
+// NOTIFY, by the slow poll (pollInterval) and the listener's re-query on
+// reconnect. Each names the writer, so that its own listener does not wake
+// the subscribers it woke already a second time.
+//
+// A caller that finds a flush slot free runs the flush on its own
+// goroutine; the writer's goroutine starts the flushes of callers that
+// found none.
 
 const (
 	// maxFlush bounds the writes one flush carries.
