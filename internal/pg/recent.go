@@ -9,7 +9,10 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// recentSize bounds the lifecycle events recent keeps.
+// recentSize is how many lifecycle events recent keeps at least, once it
+// has committed that many; it holds at most twice as many, dropping the
+// older half at once, so that an insert copies no more than a few events
+// on average.
 const recentSize = 1024
 
 // recent holds the lifecycle events this Store's writer committed lately,
@@ -34,7 +37,7 @@ const recentSize = 1024
 //     from before trustFrom, the table answers.
 type recent struct {
 	mu     sync.Mutex
-	events []recentEvent // ascending ids, at most recentSize
+	events []recentEvent // ascending ids, at most 2 × recentSize
 	// epoch counts the signs of commits by other replicas.
 	epoch uint64
 	// trustEpoch is the epoch in which trustFrom was proven (see above);
@@ -72,8 +75,8 @@ func (r *recent) committed(sent uint64, tenant string, e store.LifecycleEvent) {
 	defer r.mu.Unlock()
 	i, _ := slices.BinarySearchFunc(r.events, e.ID, byID)
 	r.events = slices.Insert(r.events, i, recentEvent{tenant, e})
-	if n := len(r.events) - recentSize; n > 0 {
-		r.events = slices.Delete(r.events, 0, n)
+	if len(r.events) > 2*recentSize {
+		r.events = slices.Delete(r.events, 0, len(r.events)-recentSize)
 	}
 	if sent != r.epoch {
 		return // announced commits may be newer than e

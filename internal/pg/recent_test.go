@@ -2,9 +2,12 @@ package pg_test
 
 import (
 	"encoding/json"
+
 	"reflect"
 	"testing"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/subagentd/subagentd/internal/pg"
 	"github.com/subagentd/subagentd/internal/pg/pgtest"
@@ -80,6 +83,28 @@ func TestLifecycle_RecentCommits(t *testing.T) {
 	appendTo(a, "subagent/end", "p3")
 	if got, trips := read(a, "t1", store.LifecycleFilter{}); len(got) < 4 || trips != 1 {
 		t.Errorf("read %d events in %d round trips, want them all in 1 (from the table)", len(got), trips)
+	}
+
+	// Once the Store has committed more than it keeps, a read from before
+	// the oldest event it holds goes to the table.
+	oldest := appendTo(a, "subagent/start", "p6")
+	var g errgroup.Group
+	for range 16 {
+		g.Go(func() error {
+			for range 2 * 1024 / 16 {
+				if _, err := a.AppendLifecycle(ctx, store.LifecycleEvent{Type: "subagent/end", RunID: "r"}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got, trips := read(a, "t1", store.LifecycleFilter{After: oldest.ID - 1}); len(got) == 0 || got[0].ID != oldest.ID || trips != 1 {
+		t.Errorf("a read from the evicted event %d returned %d events in %d round trips, want them from it, from the table",
+			oldest.ID, len(got), trips)
 	}
 
 	// Another replica's commit after a's newest: its wake-up (or the poll)
