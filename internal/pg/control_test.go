@@ -155,13 +155,22 @@ func taskOwner(t *testing.T, st store.Store, task string) string {
 	return runs[0].Owner
 }
 
+// heldByA returns two replicas on a new database: A, whose model calls
+// wait at g until g opens (at the latest when the test ends), and B, whose
+// model is never let through.
+func heldByA(t *testing.T) (a, b *replica, g *gate) {
+	t.Helper()
+	url := pgtest.URL(t)
+	g = newGate()
+	a = newReplica(t, url, "replica-a", 0, g.model())
+	b = newReplica(t, url, "replica-b", 0, newGate().model())
+	t.Cleanup(g.open) // before the replicas' own cleanups, which wait for held calls
+	return a, b, g
+}
+
 func TestControl_FollowupThroughBIsSteeredIntoAsRunningChild(t *testing.T) {
 	t.Parallel()
-	url := pgtest.URL(t)
-	g := newGate()
-	defer g.open()
-	a := newReplica(t, url, "replica-a", 0, g.model())
-	b := newReplica(t, url, "replica-b", 0, newGate().model())
+	a, b, g := heldByA(t)
 	res := a.start(t, a.h.Parent, "one")
 	<-g.reached
 
@@ -203,11 +212,7 @@ func TestControl_FollowupThroughBIsSteeredIntoAsRunningChild(t *testing.T) {
 
 func TestControl_InterruptCancelAndDisposeThroughBStopAsWork(t *testing.T) {
 	t.Parallel()
-	url := pgtest.URL(t)
-	g := newGate()
-	defer g.open()
-	a := newReplica(t, url, "replica-a", 0, g.model())
-	b := newReplica(t, url, "replica-b", 0, newGate().model())
+	a, b, g := heldByA(t)
 	parentID := a.h.Parent.Session.ID
 
 	res := a.start(t, a.h.Parent, "one")
@@ -422,11 +427,7 @@ func TestControl_ARequestWaitingForALostOwnerIsCarriedOutByTheRequester(t *testi
 // and answered with A's FORBIDDEN, as a local call would be.
 func TestControl_RoundTripLatency(t *testing.T) {
 	t.Parallel()
-	url := pgtest.URL(t)
-	g := newGate()
-	defer g.open()
-	a := newReplica(t, url, "replica-a", 0, g.model())
-	b := newReplica(t, url, "replica-b", 0, newGate().model())
+	a, b, g := heldByA(t)
 	res := a.start(t, a.h.Parent, "one")
 	<-g.reached
 	if r := must(b.h.Store.GetResident(inprocesstest.Ctx(t), res.ChildID))(t); r.Owner != "replica-a" || !r.LeaseUntil.After(time.Now()) {
