@@ -160,12 +160,22 @@ func taskOwner(t *testing.T, st store.Store, task string) string {
 // model is never let through.
 func heldByA(t *testing.T) (a, b *replica, g *gate) {
 	t.Helper()
-	url := pgtest.URL(t)
-	g = newGate()
-	a = newReplica(t, url, "replica-a", 0, g.model())
+	url, a, g := heldA(t, 0)
 	b = newReplica(t, url, "replica-b", 0, newGate().model())
-	t.Cleanup(g.open) // before the replicas' own cleanups, which wait for held calls
+	t.Cleanup(g.open) // before B's cleanups too
 	return a, b, g
+}
+
+// heldA returns a new database and replica A on it with lease (0: the
+// default), whose model calls wait at g until g opens, at the latest when
+// the test ends.
+func heldA(t *testing.T, lease time.Duration) (url string, a *replica, g *gate) {
+	t.Helper()
+	url = pgtest.URL(t)
+	g = newGate()
+	a = newReplica(t, url, "replica-a", lease, g.model())
+	t.Cleanup(g.open) // before A's own cleanups, which wait for held calls
+	return url, a, g
 }
 
 func TestControl_FollowupThroughBIsSteeredIntoAsRunningChild(t *testing.T) {
@@ -298,11 +308,8 @@ func TestControl_PromptThroughBRunsOnTheReplicaDrivingTheRoot(t *testing.T) {
 
 func TestControl_ALostLeaseIsTakenOverByBAndAIsFenced(t *testing.T) {
 	t.Parallel()
-	url := pgtest.URL(t)
 	const lease = 900 * time.Millisecond
-	g := newGate()
-	defer g.open()
-	a := newReplica(t, url, "replica-a", lease, g.model())
+	url, a, g := heldA(t, lease)
 	res := a.start(t, a.h.Parent, "one")
 	<-g.reached
 	runs, err := a.h.Store.ListRuns(inprocesstest.Ctx(t), store.RunFilter{TaskID: res.TaskID})
@@ -389,11 +396,8 @@ func must[T any](v T, err error) func(*testing.T) T {
 // resumes it.
 func TestControl_ARequestWaitingForALostOwnerIsCarriedOutByTheRequester(t *testing.T) {
 	t.Parallel()
-	url := pgtest.URL(t)
 	const lease = 900 * time.Millisecond
-	g := newGate()
-	defer g.open()
-	a := newReplica(t, url, "replica-a", lease, g.model())
+	url, a, g := heldA(t, lease)
 	res := a.start(t, a.h.Parent, "one")
 	<-g.reached
 	a.stop()
