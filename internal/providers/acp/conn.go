@@ -52,7 +52,7 @@ const settledGrace = 200 * time.Millisecond
 // EAgentUnavailable one, naming the exec error, the agent's exit or its
 // JSON-RPC error, when the agent could not be started.
 func (p *Provider) launch(ctx context.Context, cwd string, h handler, log *slog.Logger) (*live, error) {
-	proc, err := spawn(p.cfg.Command, p.cfg.Args, cwd, childEnv(os.Environ(), p.cfg.Env, p.secretEnv), log)
+	proc, err := spawn(p.cfg.Command, p.cfg.Args, cwd, childEnv(os.Environ(), p.cfg.Env), log)
 	if err != nil {
 		return nil, p.unavailable("cannot start %s: %v", p.cfg.Command, err)
 	}

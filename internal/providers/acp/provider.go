@@ -6,8 +6,8 @@
 // and restarts. The child's progress is written to a child session in the
 // store so that streams and the dashboard show it live.
 //
-// Only the configured command ever runs, with a credential-scrubbed
-// environment and a working directory inside the workspace roots; nothing in
+// Only the configured command ever runs, with an allowlisted environment
+// (childEnv) and a working directory inside the workspace roots; nothing in
 // a request can change what is executed. No agent outlives the service
 // process (orphans.go).
 package acp
@@ -36,21 +36,30 @@ import (
 // Deps are the provider's collaborators.
 type Deps struct {
 	// Store receives the child sessions and their logs.
-	Store store.Store
+	Store Log
 	// Logger receives diagnostics, including the agents' stderr at debug
 	// level.
 	Logger *slog.Logger
 	// WorkspaceRoots bound every child cwd (config.File.WorkspaceRoots).
 	WorkspaceRoots []string
 	// SecretEnv names further variables that hold credentials whatever
-	// their names — the model routes' apiKeyEnv — and are never passed on.
+	// their names — the model routes' apiKeyEnv: their values are redacted
+	// from the diagnostics of agents (which never inherit them).
 	SecretEnv []string
+}
+
+// Log is the part of the store the provider writes child sessions and
+// their logs to.
+type Log interface {
+	CreateSession(ctx context.Context, s store.Session) error
+	AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error)
+	Events(ctx context.Context, sessionID string, after int64, limit int) ([]store.Event, error)
 }
 
 // Provider runs one configured ACP agent. It is safe for concurrent use.
 type Provider struct {
 	cfg   config.ProviderConfig
-	store store.Store
+	store Log
 	log   *slog.Logger
 	roots []string
 	// secretEnv is Deps.SecretEnv.
