@@ -335,9 +335,7 @@ func (p *Provider) decide(req sdk.RequestPermissionRequest, cancelled bool, turn
 	if req.ToolCall.Title != nil {
 		d.Title = *req.ToolCall.Title
 	}
-	resp := sdk.RequestPermissionResponse{Outcome: sdk.RequestPermissionOutcome{
-		Cancelled: &sdk.RequestPermissionOutcomeCancelled{Outcome: "cancelled"},
-	}}
+	resp := permissionCancelled()
 	if chosen != nil {
 		d.Outcome, d.OptionID, d.OptionKind = "selected", string(chosen.OptionId), string(chosen.Kind)
 		resp.Outcome = sdk.RequestPermissionOutcome{
