@@ -37,14 +37,21 @@ func (c *caps) changedLocked() {
 	c.changed = make(chan struct{})
 }
 
-// watch returns the state and a channel closed at its next change.
-func (c *caps) watch() (known, probing bool, probed bool, probeErr error, changed <-chan struct{}) {
+// capsState is a snapshot of caps, with a channel closed at its next
+// change.
+type capsState struct {
+	known, probing, probed bool
+	probeErr               error
+	changed                <-chan struct{}
+}
+
+func (c *caps) watch() capsState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.changed == nil {
 		c.changed = make(chan struct{})
 	}
-	return c.known, c.probing > 0, c.probed, c.probeErr, c.changed
+	return capsState{known: c.known, probing: c.probing > 0, probed: c.probed, probeErr: c.probeErr, changed: c.changed}
 }
 
 // noteCaps records what an agent advertised in initialize.
@@ -115,15 +122,15 @@ func (p *Provider) probe(ctx context.Context) error {
 // error when ctx ends first.
 func (p *Provider) WaitProbe(ctx context.Context) error {
 	for {
-		known, probing, probed, probeErr, changed := p.caps.watch()
+		st := p.caps.watch()
 		switch {
-		case known:
+		case st.known:
 			return nil
-		case probed && !probing:
-			return probeErr
+		case st.probed && !st.probing:
+			return st.probeErr
 		}
 		select {
-		case <-changed:
+		case <-st.changed:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -135,15 +142,15 @@ func (p *Provider) WaitProbe(ctx context.Context) error {
 // unknown. Returns Probe's errors, and EAborted when ctx ends first.
 func (p *Provider) learnCaps(ctx context.Context) error {
 	for {
-		known, probing, _, _, changed := p.caps.watch()
+		st := p.caps.watch()
 		switch {
-		case known:
+		case st.known:
 			return nil
-		case !probing:
+		case !st.probing:
 			return p.Probe(ctx)
 		}
 		select {
-		case <-changed:
+		case <-st.changed:
 		case <-ctx.Done():
 			return errAborted()
 		}
