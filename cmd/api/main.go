@@ -341,8 +341,9 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 			return nil, err
 		}
 		providers = append(providers, p)
-		// Learn whether the agent can resume sessions (GET /v1/providers
-		// shows it); a continuable start probes again if this failed.
+		// Learn whether the agent can resume sessions: /readyz waits for
+		// this, and GET /v1/providers while it runs; a continuable start
+		// probes again if it failed.
 		loops.Go(func() {
 			pctx, cancel := context.WithTimeout(bg, time.Minute)
 			defer cancel()

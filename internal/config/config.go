@@ -65,8 +65,9 @@ type ProviderConfig struct {
 	// in a request can change them.
 	Command string
 	Args    []string
-	// Env entries are added to the credential-scrubbed service environment;
-	// they survive the scrub even when their names look like credentials.
+	// Env entries are the agent's environment besides the few variables it
+	// inherits from the service (PATH, HOME, LANG, TERM, TMPDIR); they win
+	// over those.
 	Env map[string]string
 	// Cwd is an absolute existing directory (a relative one in the file is
 	// resolved once, against the start directory), or "" to run each child

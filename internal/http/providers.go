@@ -1,22 +1,58 @@
 package http
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// listProviders answers the registered providers in registration order.
+// prober is a provider whose capabilities are learnt by starting its agent
+// (acp.Provider). WaitProbe returns nil once they are known, the reason
+// they cannot be learnt (its agent does not start), or ctx's error while
+// they are still being learnt.
+type prober interface {
+	WaitProbe(ctx context.Context) error
+}
+
+// awaitProbe waits, within ctx, until p's capabilities are known or
+// cannot be, so that an unknown capability is never reported as false. It
+// returns why p's agent cannot be started ("" when it can, or p learns
+// nothing at run time), or NOT_READY (wrapping ctx's error) when ctx ended
+// first.
+func awaitProbe(ctx context.Context, p subagent.Provider) (unavailable string, err error) {
+	pr, ok := p.(prober)
+	if !ok {
+		return "", nil
+	}
+	err = pr.WaitProbe(ctx)
+	switch {
+	case ctx.Err() != nil:
+		return "", &subagent.Error{Code: codeNotReady, Err: ctx.Err(),
+			Message: fmt.Sprintf("provider %q is still starting its agent to learn its capabilities", p.Name())}
+	case err != nil:
+		return subagent.ErrorMessage(err), nil
+	}
+	return "", nil
+}
+
+// listProviders answers the registered providers in registration order,
+// once their capabilities are known (awaitProbe).
 func (s *Server) listProviders(w http.ResponseWriter, r *http.Request) error {
 	list := providerListJSON{Providers: []providerJSON{}}
 	for _, p := range s.svc.Providers() {
+		if _, err := awaitProbe(r.Context(), p); err != nil {
+			return err
+		}
 		list.Providers = append(list.Providers, providerOut(p, s.modelRoutes))
 	}
 	s.writeJSON(w, r, http.StatusOK, list)
 	return nil
 }
 
-// getProvider answers one provider or NO_PROVIDER.
+// getProvider answers one provider, once its capabilities are known
+// (awaitProbe), or NO_PROVIDER.
 func (s *Server) getProvider(w http.ResponseWriter, r *http.Request) error {
 	p := newParams(r)
 	name := p.id("name")
@@ -26,6 +62,9 @@ func (s *Server) getProvider(w http.ResponseWriter, r *http.Request) error {
 	prov, ok := s.svc.Provider(name)
 	if !ok {
 		return subagent.Errorf(subagent.ENoProvider, "no subagent provider named %q", name)
+	}
+	if _, err := awaitProbe(r.Context(), prov); err != nil {
+		return err
 	}
 	s.writeJSON(w, r, http.StatusOK, providerOut(prov, s.modelRoutes))
 	return nil

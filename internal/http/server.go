@@ -374,8 +374,10 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 // database makes the replica unready, never a hanging probe.
 const readyTimeout = 2 * time.Second
 
-// ready answers 200 while the store answers Ping within readyTimeout,
-// NOT_READY when it does not, and DRAINING once Shutdown began.
+// ready answers 200 while the store answers Ping and every provider's
+// capabilities are known or cannot be (awaitProbe), both within
+// readyTimeout, listing the providers whose agent cannot be started;
+// NOT_READY when that takes longer, and DRAINING once Shutdown began.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) error {
 	select {
 	case <-s.done:
@@ -388,6 +390,16 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) error {
 		s.log.WarnContext(r.Context(), "store not ready", slog.Any("error", err))
 		return &subagent.Error{Code: codeNotReady, Message: "the store is not reachable or its schema is not current", Err: err}
 	}
-	s.writeJSON(w, r, http.StatusOK, healthJSON{Status: "ok", Version: s.version})
+	out := healthJSON{Status: "ok", Version: s.version}
+	for _, p := range s.svc.Providers() {
+		reason, err := awaitProbe(ctx, p)
+		if err != nil {
+			return err
+		}
+		if reason != "" {
+			out.UnavailableProviders = append(out.UnavailableProviders, unavailableProviderJSON{Name: p.Name(), Reason: reason})
+		}
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
 	return nil
 }

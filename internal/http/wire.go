@@ -459,6 +459,14 @@ func subagentOut(info subagent.ChildInfo) subagentJSON {
 type healthJSON struct {
 	Status  string `json:"status"`
 	Version string `json:"version,omitempty"`
+	// UnavailableProviders (readiness only) are the providers whose agent
+	// could not be started to learn its capabilities.
+	UnavailableProviders []unavailableProviderJSON `json:"unavailableProviders,omitempty"`
+}
+
+type unavailableProviderJSON struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 func deref[T any](p *T) T {

@@ -52,7 +52,7 @@ const settledGrace = 200 * time.Millisecond
 // EAgentUnavailable one, naming the exec error, the agent's exit or its
 // JSON-RPC error, when the agent could not be started.
 func (p *Provider) launch(ctx context.Context, cwd string, h handler, log *slog.Logger) (*live, error) {
-	proc, err := spawn(p.cfg.Command, p.cfg.Args, cwd, childEnv(os.Environ(), p.cfg.Env, p.secretEnv), log)
+	proc, err := spawn(p.cfg.Command, p.cfg.Args, cwd, childEnv(os.Environ(), p.cfg.Env), log)
 	if err != nil {
 		return nil, p.unavailable("cannot start %s: %v", p.cfg.Command, err)
 	}
@@ -335,9 +335,7 @@ func (p *Provider) decide(req sdk.RequestPermissionRequest, cancelled bool, turn
 	if req.ToolCall.Title != nil {
 		d.Title = *req.ToolCall.Title
 	}
-	resp := sdk.RequestPermissionResponse{Outcome: sdk.RequestPermissionOutcome{
-		Cancelled: &sdk.RequestPermissionOutcomeCancelled{Outcome: "cancelled"},
-	}}
+	resp := permissionCancelled()
 	if chosen != nil {
 		d.Outcome, d.OptionID, d.OptionKind = "selected", string(chosen.OptionId), string(chosen.Kind)
 		resp.Outcome = sdk.RequestPermissionOutcome{

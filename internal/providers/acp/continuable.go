@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -38,17 +37,13 @@ var (
 )
 
 // PrepareContinuable accepts a continuable child when the agent can resume
-// sessions, starting it once to find out if no agent of this provider was
-// initialized yet. Returns EUnsupportedCapability when it cannot, and the
-// probe's EAgentUnavailable or EAborted error.
+// sessions, waiting for the probe under way or starting the agent once to
+// find out if no agent of this provider was initialized yet (learnCaps).
+// Returns EUnsupportedCapability when it cannot, and the probe's
+// EAgentUnavailable or EAborted error.
 func (p *Provider) PrepareContinuable(ctx context.Context, _ subagent.ContinuableCreateRequest) (subagent.ContinuableSpec, error) {
-	p.capMu.Lock()
-	known := p.capsKnown
-	p.capMu.Unlock()
-	if !known {
-		if err := p.Probe(ctx); err != nil {
-			return subagent.ContinuableSpec{}, err
-		}
+	if err := p.learnCaps(ctx); err != nil {
+		return subagent.ContinuableSpec{}, err
 	}
 	if !p.CanResume() {
 		return subagent.ContinuableSpec{}, p.notContinuable()
@@ -109,28 +104,49 @@ type resident struct {
 	cwd    string          // checked at materialization
 
 	// mu guards the fields below and serialises log writes.
-	mu      sync.Mutex
-	live    *live // nil once closed
-	session sdk.SessionId
-	events  []store.Event           // the child log as loaded and written
-	fold    *sessionlog.OutcomeFold // of the events written since Track
-	turn    int                     // the last turn number in the log
-	queue   []sessionlog.UserMessage
-	running bool          // a turn runs or is about to
-	idle    chan struct{} // closed while no turn runs
-	cur     *acpTurn      // the running turn
-	closed  bool
+	//
+	// The child log is the record of what the agent did; the resident
+	// keeps only what its turns and settlement need, however long the
+	// agent lives and however much it streams: the running turn's
+	// (bounded) text, the outcome fold (which takes a turn's text from the
+	// assistant/message that ends it, never from its chunks) and the
+	// user/messages (Events).
+	mu       sync.Mutex
+	live     *live // nil once closed
+	session  sdk.SessionId
+	messages []store.Event           // the user/messages of the child log
+	fold     *sessionlog.OutcomeFold // of the events written since Track
+	turn     int                     // the last turn number in the log
+	queue    []sessionlog.UserMessage
+	running  bool          // a turn runs or is about to
+	idle     chan struct{} // closed while no turn runs
+	cur      *acpTurn      // the running turn
+	closed   bool
 }
 
 // acpTurn is one turn: one session/prompt.
 type acpTurn struct {
-	n     int
-	text  strings.Builder
-	stop  chan struct{} // closed by Cancel
-	cause string
+	n       int
+	content []model.Block // the prompt
+	text    outputText
+	stop    chan struct{} // closed by Cancel, or when the log failed
+	cause   string
+	// failed: a write to the child log failed, so the turn was stopped and
+	// fails.
+	failed bool
 	// prompting: the prompt was sent, so updates are this turn's (a
 	// session/load replays history before any turn).
 	prompting bool
+}
+
+// stopped is the outcome of a turn whose prompt was stopped: an error when
+// its log could not be written, else aborted by its cause. Read it once
+// t.stop is closed, or with mu held.
+func (t *acpTurn) stopped() outcome {
+	if t.failed {
+		return outcome{reason: subagent.StopError, diagnostic: logFailed}
+	}
+	return outcome{reason: subagent.StopAborted, cause: t.cause}
 }
 
 func closedChan() chan struct{} {
@@ -168,10 +184,10 @@ func (r *resident) create(ctx context.Context, createChild func(context.Context)
 	return nil
 }
 
-// load reads the child log, finds its ACP session and turn count, and
-// closes a turn a crash left open.
+// load reads the child log, a page at a time, for its ACP session, its
+// turn count and its user/messages, and closes a turn a crash left open.
 func (r *resident) load(ctx context.Context) error {
-	var evs []store.Event
+	open := 0
 	for after := int64(-1); ; {
 		page, err := r.p.store.Events(ctx, r.key.id, after, 1000)
 		if err != nil {
@@ -180,26 +196,25 @@ func (r *resident) load(ctx context.Context) error {
 		if len(page) == 0 {
 			break
 		}
-		evs = append(evs, page...)
-		after = page[len(page)-1].Seq
-	}
-	r.events = evs
-	open := 0
-	for _, e := range evs {
-		switch e.Type {
-		case sessionlog.EventACPSession:
-			var d sessionlog.ACPSessionData
-			if json.Unmarshal(e.Data, &d) == nil {
-				r.session = sdk.SessionId(d.SessionID)
+		for _, e := range page {
+			switch e.Type {
+			case sessionlog.EventACPSession:
+				var d sessionlog.ACPSessionData
+				if json.Unmarshal(e.Data, &d) == nil {
+					r.session = sdk.SessionId(d.SessionID)
+				}
+			case sessionlog.EventTurnStart:
+				var d sessionlog.TurnData
+				if json.Unmarshal(e.Data, &d) == nil {
+					r.turn, open = max(r.turn, d.Turn), d.Turn
+				}
+			case sessionlog.EventTurnEnd:
+				open = 0
+			case sessionlog.EventUserMessage:
+				r.messages = append(r.messages, e)
 			}
-		case sessionlog.EventTurnStart:
-			var d sessionlog.TurnData
-			if json.Unmarshal(e.Data, &d) == nil {
-				r.turn, open = max(r.turn, d.Turn), d.Turn
-			}
-		case sessionlog.EventTurnEnd:
-			open = 0
 		}
+		after = page[len(page)-1].Seq
 	}
 	if open != 0 {
 		// The process that ran this turn is gone (a crash or restart).
@@ -253,8 +268,9 @@ func resumable(caps sdk.AgentCapabilities) bool {
 	return caps.LoadSession || caps.SessionCapabilities.Resume != nil
 }
 
-// appendLocked writes evs to the child log and to r.events; call it with
-// mu held, or before r is shared.
+// appendLocked writes evs to the child log in one append, keeping its
+// user/messages and folding the rest but the chunks; call it with mu held,
+// or before r is shared.
 func (r *resident) appendLocked(evs ...typed) error {
 	batch, entries, err := encode(evs...)
 	if err != nil {
@@ -264,9 +280,14 @@ func (r *resident) appendLocked(evs ...typed) error {
 	if err != nil {
 		return fmt.Errorf("write log of ACP child %s: %w", r.key.id, err)
 	}
-	r.events = append(r.events, stored...)
-	if r.fold != nil {
-		for i, e := range stored {
+	for i, e := range stored {
+		switch {
+		case e.Type == sessionlog.EventUserMessage:
+			r.messages = append(r.messages, e)
+		case e.Type == sessionlog.EventAssistantChunk:
+			continue // the turn's assistant/message repeats its text
+		}
+		if r.fold != nil {
 			r.fold.Fold(e, entries[i].Payload)
 		}
 	}
@@ -310,7 +331,7 @@ func (r *resident) openLocked(msg sessionlog.UserMessage) error {
 		return err
 	}
 	r.turn = n
-	r.cur = &acpTurn{n: n, stop: make(chan struct{})}
+	r.cur = &acpTurn{n: n, content: msg.Content, stop: make(chan struct{})}
 	r.queue = slices.DeleteFunc(r.queue, func(m sessionlog.UserMessage) bool { return m.ID == msg.ID })
 	return nil
 }
@@ -322,26 +343,27 @@ func (r *resident) drive() {
 }
 
 // runTurn runs the open turn, closes it and opens the next queued one; it
-// reports whether it did.
+// reports whether it did. When the turn's end cannot be written (the
+// store fails, or this replica lost the child's lease) nothing more runs:
+// the queued messages stay in the durable inbox for a later activation.
 func (r *resident) runTurn() bool {
 	r.mu.Lock()
 	t, l, session := r.cur, r.live, r.session
-	content := sessionlog.LastTask(r.events)
 	t.prompting = true
 	r.mu.Unlock()
-	o := r.prompt(l, session, t, content)
+	o := r.prompt(l, session, t, t.content)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	output := []model.Block{}
-	if t.text.Len() > 0 {
-		output = []model.Block{model.TextBlock(t.text.String())}
+	if t.failed {
+		o = t.stopped()
 	}
 	o.diagnostic = subagent.TruncateDiagnostic(o.diagnostic)
-	if err := r.appendLocked(turnClose(t.n, 1, output, o)...); err != nil {
-		r.log.Warn("cannot close the ACP child's turn", slog.Any("error", err))
-	}
+	_, ended := closeTurn(r.appendLocked, r.log, t.n, t.text.blocks(), o)
 	r.cur = nil
+	if !ended {
+		r.queue = nil
+	}
 	if len(r.queue) > 0 && !r.closed {
 		if err := r.openLocked(r.queue[0]); err == nil {
 			return true
@@ -377,7 +399,7 @@ func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []
 		if err != nil {
 			select {
 			case <-t.stop:
-				return outcome{reason: subagent.StopAborted, cause: t.cause}
+				return t.stopped()
 			default:
 			}
 			return outcome{reason: subagent.StopError, diagnostic: subagent.ErrorMessage(err)}
@@ -390,7 +412,7 @@ func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []
 		r.mu.Unlock()
 		if closed {
 			l.discard()
-			return outcome{reason: subagent.StopAborted, cause: t.cause}
+			return t.stopped()
 		}
 	}
 	resp, err := l.prompt(session, sdkBlocks(textOnly(content)), t.stop, r.p.cfg.DisposeGrace)
@@ -399,7 +421,7 @@ func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []
 		if err != nil {
 			r.dropLive(l)
 		}
-		return outcome{reason: subagent.StopAborted, cause: t.cause}
+		return t.stopped()
 	default:
 	}
 	if err != nil {
@@ -433,24 +455,26 @@ func (r *resident) dropLive(l *live) {
 	}()
 }
 
-// sessionUpdate logs the running prompt's progress.
+// sessionUpdate logs the running prompt's progress. A write that fails
+// stops the turn, which then fails.
 func (r *resident) sessionUpdate(n sdk.SessionNotification) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.cur
-	if t == nil || !t.prompting || n.SessionId != r.session {
+	if t == nil || !t.prompting || t.failed || n.SessionId != r.session {
 		return
 	}
 	if typ, payload, text, ok := logUpdate(n.Update, t.n, 1); ok {
-		t.text.WriteString(text)
 		if err := r.appendLocked(typed{typ, payload}); err != nil {
-			r.log.Warn("cannot write the ACP child log", slog.String("event", typ), slog.Any("error", err))
+			r.failLocked(t, typ, err)
+			return
 		}
+		t.text.add(text)
 	}
 }
 
 // requestPermission answers by the configured policy; "cancelled" when no
-// turn runs or it was cancelled.
+// turn runs, it was cancelled, or its log cannot be written.
 func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPermissionResponse {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -465,12 +489,35 @@ func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.Reque
 		}
 	}
 	resp, d := r.p.decide(req, cancelled, n)
-	if t != nil {
+	if t != nil && !t.failed {
 		if err := r.appendLocked(typed{sessionlog.EventACPPermission, d}); err != nil {
-			r.log.Warn("cannot write the ACP child log", slog.String("event", sessionlog.EventACPPermission), slog.Any("error", err))
+			r.failLocked(t, sessionlog.EventACPPermission, err)
+			return permissionCancelled()
 		}
 	}
 	return resp
+}
+
+// failLocked stops turn t after a write to its log failed: a turn never
+// settles with events missing from its log. mu is held.
+func (r *resident) failLocked(t *acpTurn, typ string, err error) {
+	r.log.Error("cannot write the ACP child log; stopping its turn", slog.String("event", typ), slog.Any("error", err))
+	t.failed = true
+	r.stopLocked(t)
+}
+
+// stopLocked closes t.stop, unless it is closed, and sends session/cancel
+// for the prompt. mu is held.
+func (r *resident) stopLocked(t *acpTurn) {
+	select {
+	case <-t.stop:
+		return
+	default:
+	}
+	close(t.stop)
+	if l := r.live; l != nil {
+		go l.sendCancel(r.session)
+	}
 }
 
 // SubmitSteer is always rejected: ACP has no mid-turn injection.
@@ -500,10 +547,7 @@ func (r *resident) Cancel(cause string, _ bool) {
 	default:
 	}
 	t.cause = cause
-	close(t.stop)
-	if l := r.live; l != nil {
-		go l.sendCancel(r.session)
-	}
+	r.stopLocked(t)
 }
 
 // Running reports whether a turn runs or is about to.
@@ -531,11 +575,13 @@ func (r *resident) waitIdle(ctx context.Context) error {
 	}
 }
 
-// Events returns the child log as loaded and written.
+// Events returns the user/messages of the child log as loaded and
+// written: the only events a resident keeps (the log is the record), and
+// the ones the manager reads (which messages the log holds).
 func (r *resident) Events() []store.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.events)
+	return slices.Clone(r.messages)
 }
 
 // Track starts the outcome fold of the events written from now on,

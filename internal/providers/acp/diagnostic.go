@@ -72,7 +72,7 @@ const minSecret = 6
 func (p *Provider) secretValues() []string {
 	var out []string
 	add := func(name, value string) {
-		if len(value) >= minSecret && (scrubbed(name) || slices.Contains(p.secretEnv, name)) {
+		if len(value) >= minSecret && (credentialName(name) || slices.Contains(p.secretEnv, name)) {
 			out = append(out, value)
 		}
 	}
@@ -88,6 +88,22 @@ func (p *Provider) secretValues() []string {
 	// Longest first, so a secret that contains another is removed whole.
 	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
 	return out
+}
+
+// credentialWords mark the names of variables that usually hold a
+// credential (case-insensitive).
+var credentialWords = []string{"KEY", "PASSWORD", "SECRET", "TOKEN", "CREDENTIAL", "DSN"}
+
+// credentialName reports whether a variable's name marks a credential, or
+// a URL that usually embeds one (DATABASE_URL).
+func credentialName(name string) bool {
+	upper := strings.ToUpper(name)
+	for _, w := range credentialWords {
+		if strings.Contains(upper, w) {
+			return true
+		}
+	}
+	return upper == "DATABASE_URL"
 }
 
 // bound cuts s to at most n bytes on a character boundary, marking a cut

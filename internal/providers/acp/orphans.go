@@ -3,6 +3,8 @@ package acp
 import (
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,8 +14,8 @@ import (
 	"syscall"
 )
 
-// No agent outlives the service process that started it (issue 13). The
-// leader of each agent gets SIGKILL from the kernel when the service dies
+// No agent outlives the service process that started it. The leader of
+// each agent gets SIGKILL from the kernel when the service dies
 // (Pdeathsig), but its descendants do not; so every agent's process group
 // is also recorded on disk, in a directory of this service process, until
 // the group is gone. The next start on the machine (ReapOrphans) kills the
@@ -25,10 +27,54 @@ import (
 // named by its id and holding its leader's start time: a group whose
 // leader runs with another start time is someone else's (the id was
 // recycled) and is left alone.
+//
+// Whoever can write a record can make the next start kill a process
+// group, so the records are trusted only in directories the service made
+// itself: each is created with mode 0700, and one found existing must be
+// a real directory (not a link) of this user with no group or other
+// permissions (privateDir); a record must be a small regular file of this
+// user. Anything else is refused, never followed.
 
 // recordRoot is the directory of every service process's records.
 func recordRoot() string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("subagentd-agents-%d", os.Getuid()))
+}
+
+// privateDir creates dir with mode 0700 unless it exists, then checks it
+// with checkPrivate.
+func privateDir(dir string, uid int) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return checkPrivate(dir, uid, true)
+}
+
+// checkPrivate returns an error unless path (not followed if it is a link)
+// is a directory (dir) or a regular file owned by uid that neither group
+// nor others may write to, nor, for a directory, read or enter.
+func checkPrivate(path string, uid int, dir bool) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	loose := fs.FileMode(0o022)
+	if dir {
+		loose = 0o077
+	}
+	switch {
+	case dir && !fi.IsDir():
+		return fmt.Errorf("%s is not a directory (%v)", path, fi.Mode().Type())
+	case !dir && !fi.Mode().IsRegular():
+		return fmt.Errorf("%s is not a regular file (%v)", path, fi.Mode().Type())
+	case !ok:
+		return fmt.Errorf("%s: no owner information", path)
+	case int(st.Uid) != uid:
+		return fmt.Errorf("%s is owned by uid %d, not by this service's uid %d", path, st.Uid, uid)
+	case fi.Mode().Perm()&loose != 0:
+		return fmt.Errorf("%s has mode %v: others could plant records in it", path, fi.Mode().Perm())
+	}
+	return nil
 }
 
 var (
@@ -45,8 +91,12 @@ func ownRecordDir() (string, error) {
 			ownRecordsErr = errors.New("cannot read this process's start time from /proc")
 			return
 		}
-		ownRecords = filepath.Join(recordRoot(), fmt.Sprintf("%d.%d", os.Getpid(), start))
-		ownRecordsErr = os.MkdirAll(ownRecords, 0o700)
+		root := recordRoot()
+		ownRecords = filepath.Join(root, fmt.Sprintf("%d.%d", os.Getpid(), start))
+		ownRecordsErr = privateDir(root, os.Getuid())
+		if ownRecordsErr == nil {
+			ownRecordsErr = privateDir(ownRecords, os.Getuid())
+		}
 	})
 	return ownRecords, ownRecordsErr
 }
@@ -82,13 +132,17 @@ func forget(pgid int, log *slog.Logger) {
 // a service process on this machine that no longer runs, and removes the
 // records. Call it at start-up, before any agent starts. It returns the
 // number of groups that still had processes, and the errors of records it
-// could not read or remove.
+// could not read or remove, or refused to trust: when the record directory
+// is not private to this user (checkPrivate), nothing is killed.
 func ReapOrphans(log *slog.Logger) (int, error) {
 	root := recordRoot()
-	owners, err := os.ReadDir(root)
-	if errors.Is(err, os.ErrNotExist) {
+	uid := os.Getuid()
+	if err := checkPrivate(root, uid, true); errors.Is(err, os.ErrNotExist) {
 		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("reap orphaned agents: refusing the records: %w", err)
 	}
+	owners, err := os.ReadDir(root)
 	if err != nil {
 		return 0, fmt.Errorf("reap orphaned agents: %w", err)
 	}
@@ -105,49 +159,81 @@ func ReapOrphans(log *slog.Logger) (int, error) {
 			continue // its service process still runs
 		}
 		dir := filepath.Join(root, o.Name())
-		groups, err := os.ReadDir(dir)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("reap orphaned agents: %w", err))
+		if err := checkPrivate(dir, uid, true); err != nil {
+			errs = append(errs, fmt.Errorf("reap orphaned agents: refusing the records: %w", err))
 			continue
 		}
-		for _, g := range groups {
-			pgid, err := strconv.Atoi(g.Name())
-			if err != nil || pgid <= 1 {
-				continue
-			}
-			if ours(filepath.Join(dir, g.Name()), pgid) && groupAlive(pgid) {
-				killed++
-				log.Warn("killing an agent process group its dead service process left behind", slog.Int("pgid", pgid), slog.Int("owner_pid", pid))
-				if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-					errs = append(errs, fmt.Errorf("kill orphaned agent group %d: %w", pgid, err))
-					continue
-				}
-			}
-			if err := os.Remove(filepath.Join(dir, g.Name())); err != nil {
-				errs = append(errs, fmt.Errorf("reap orphaned agents: %w", err))
-			}
-		}
-		if err := os.Remove(dir); err != nil {
-			errs = append(errs, fmt.Errorf("reap orphaned agents: %w", err))
+		n, err := reapOwner(dir, log.With(slog.Int("owner_pid", pid)))
+		killed += n
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return killed, errors.Join(errs...)
 }
 
-// ours reports whether group pgid is still the one recorded in file: its
-// leader is gone (its id cannot be reused while the group has members) or
-// runs with the recorded start time.
-func ours(file string, pgid int) bool {
-	data, err := os.ReadFile(file)
+// reapOwner kills the live groups recorded in dir, the checked record
+// directory of a service process that no longer runs, and removes it.
+func reapOwner(dir string, log *slog.Logger) (int, error) {
+	groups, err := os.ReadDir(dir)
 	if err != nil {
-		return false
+		return 0, fmt.Errorf("reap orphaned agents: %w", err)
+	}
+	var errs []error
+	killed := 0
+	for _, g := range groups {
+		file := filepath.Join(dir, g.Name())
+		pgid, ok := readRecord(file)
+		if ok && groupAlive(pgid) {
+			killed++
+			log.Warn("killing an agent process group its dead service process left behind", slog.Int("pgid", pgid))
+			if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				errs = append(errs, fmt.Errorf("kill orphaned agent group %d: %w", pgid, err))
+				continue
+			}
+		}
+		if err := os.Remove(file); err != nil {
+			errs = append(errs, fmt.Errorf("reap orphaned agents: %w", err))
+		}
+	}
+	if err := os.Remove(dir); err != nil {
+		errs = append(errs, fmt.Errorf("reap orphaned agents: %w", err))
+	}
+	return killed, errors.Join(errs...)
+}
+
+// maxRecord bounds a record file: a start time in decimal.
+const maxRecord = 20
+
+// readRecord returns the process group a record file names, if the record
+// is sound and the group is still the one recorded: the file is a small
+// regular file of this user (checkPrivate), its name a group id other
+// than init's and this process's own, its content a start time, and the
+// group's leader is gone (its id cannot be reused while the group has
+// members) or runs with the recorded start time.
+func readRecord(file string) (pgid int, ok bool) {
+	pgid, err := strconv.Atoi(filepath.Base(file))
+	if err != nil || pgid <= 1 || pgid == syscall.Getpgrp() {
+		return 0, false
+	}
+	if checkPrivate(file, os.Getuid(), false) != nil {
+		return 0, false
+	}
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxRecord+1))
+	if err != nil || len(data) > maxRecord {
+		return 0, false
 	}
 	recorded, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	start, alive := procStart(pgid)
-	return !alive || start == recorded
+	return pgid, !alive || start == recorded
 }
 
 // procStart is the start time of process pid (field 22 of its

@@ -29,6 +29,12 @@ func peerServer(t *testing.T) (*httptest.Server, *bundle) {
 		c.Command, c.Args = node, []string{script}
 		c.DisposeEOFGrace = 2 * time.Second
 	})
+	return serve(t, p, b), b
+}
+
+// serve serves the HTTP API with p registered, until the test ends.
+func serve(t *testing.T, p *Provider, b *bundle) *httptest.Server {
+	t.Helper()
 	svc := subagent.NewService(subagent.Config{Store: b.store, Logger: p.log, Owner: "test"})
 	if err := svc.Register(t.Context(), p); err != nil {
 		t.Fatal(err)
@@ -43,7 +49,7 @@ func peerServer(t *testing.T) (*httptest.Server, *bundle) {
 		}
 		srv.Close()
 	})
-	return srv, b
+	return srv
 }
 
 // post sends body to path and decodes the answer, failing unless the

@@ -220,22 +220,22 @@ func parseStat(stat []byte) (state string, pgrp int, ok bool) {
 	return f[0], pgrp, err == nil
 }
 
-// credentialWords mark environment variables that must not reach an agent
-// unless the configuration sets them explicitly (case-insensitive).
-var credentialWords = []string{"KEY", "PASSWORD", "SECRET", "TOKEN"}
+// inheritedEnv are the only variables of the service environment an agent
+// inherits: what a program needs to find its tools, its home, its locale,
+// its terminal and its temporary directory. Everything else — credentials
+// whatever their names, DSNs, the service's own settings — stays with the
+// service; what an agent needs besides is named in its provider's env.
+var inheritedEnv = []string{"PATH", "HOME", "LANG", "TERM", "TMPDIR"}
 
-// childEnv is the service environment without credentials, overlaid by the
-// configured entries (which survive the scrub). Besides names holding a
-// credential word it drops DATABASE_URL (its URL usually embeds a password)
-// and the service's own SUBAGENTD_* settings.
-func childEnv(environ []string, extra map[string]string, secret []string) []string {
-	env := make([]string, 0, len(environ)+len(extra))
+// childEnv is the agent's environment: the inheritedEnv variables of
+// environ, then the configured entries, which win.
+func childEnv(environ []string, extra map[string]string) []string {
+	env := make([]string, 0, len(inheritedEnv)+len(extra))
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if _, set := extra[name]; set || scrubbed(name) || slices.Contains(secret, name) {
-			continue
+		if _, set := extra[name]; !set && slices.Contains(inheritedEnv, name) {
+			env = append(env, kv)
 		}
-		env = append(env, kv)
 	}
 	names := make([]string, 0, len(extra))
 	for name := range extra {
@@ -246,14 +246,4 @@ func childEnv(environ []string, extra map[string]string, secret []string) []stri
 		env = append(env, name+"="+extra[name])
 	}
 	return env
-}
-
-func scrubbed(name string) bool {
-	upper := strings.ToUpper(name)
-	for _, w := range credentialWords {
-		if strings.Contains(upper, w) {
-			return true
-		}
-	}
-	return upper == "DATABASE_URL" || strings.HasPrefix(upper, "SUBAGENTD_")
 }

@@ -6,8 +6,8 @@
 // and restarts. The child's progress is written to a child session in the
 // store so that streams and the dashboard show it live.
 //
-// Only the configured command ever runs, with a credential-scrubbed
-// environment and a working directory inside the workspace roots; nothing in
+// Only the configured command ever runs, with an allowlisted environment
+// (childEnv) and a working directory inside the workspace roots; nothing in
 // a request can change what is executed. No agent outlives the service
 // process (orphans.go).
 package acp
@@ -15,7 +15,6 @@ package acp
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os/exec"
@@ -36,31 +35,37 @@ import (
 // Deps are the provider's collaborators.
 type Deps struct {
 	// Store receives the child sessions and their logs.
-	Store store.Store
+	Store Log
 	// Logger receives diagnostics, including the agents' stderr at debug
 	// level.
 	Logger *slog.Logger
 	// WorkspaceRoots bound every child cwd (config.File.WorkspaceRoots).
 	WorkspaceRoots []string
 	// SecretEnv names further variables that hold credentials whatever
-	// their names — the model routes' apiKeyEnv — and are never passed on.
+	// their names — the model routes' apiKeyEnv: their values are redacted
+	// from the diagnostics of agents (which never inherit them).
 	SecretEnv []string
+}
+
+// Log is the part of the store the provider writes child sessions and
+// their logs to.
+type Log interface {
+	CreateSession(ctx context.Context, s store.Session) error
+	AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error)
+	Events(ctx context.Context, sessionID string, after int64, limit int) ([]store.Event, error)
 }
 
 // Provider runs one configured ACP agent. It is safe for concurrent use.
 type Provider struct {
 	cfg   config.ProviderConfig
-	store store.Store
+	store Log
 	log   *slog.Logger
 	roots []string
 	// secretEnv is Deps.SecretEnv.
 	secretEnv []string
 
-	// capMu guards what the last initialize said about session
-	// persistence.
-	capMu     sync.Mutex
-	capsKnown bool
-	resumable bool
+	// caps is what the agent's initialize said (caps.go).
+	caps caps
 
 	// idleMu guards the agents of continuable children kept between
 	// activations.
@@ -95,15 +100,6 @@ func New(cfg config.ProviderConfig, deps Deps) (*Provider, error) {
 	}, nil
 }
 
-// noteCaps records whether the agent can resume its sessions: it advertised
-// loadSession or sessionCapabilities.resume in initialize.
-func (p *Provider) noteCaps(caps sdk.AgentCapabilities) {
-	p.capMu.Lock()
-	defer p.capMu.Unlock()
-	p.capsKnown = true
-	p.resumable = resumable(caps)
-}
-
 // Name is the configured provider name.
 func (p *Provider) Name() string { return p.cfg.Name }
 
@@ -125,39 +121,18 @@ func (p *Provider) Capabilities() subagent.Capabilities {
 // InheritsParentContext is false: the agent sees only its prompt.
 func (p *Provider) InheritsParentContext() bool { return false }
 
-// CanResume reports whether the agent advertised session persistence
-// (loadSession or sessionCapabilities.resume) in its last initialize; false
-// while no agent of this provider was initialized yet (see Probe).
-func (p *Provider) CanResume() bool {
-	p.capMu.Lock()
-	defer p.capMu.Unlock()
-	return p.resumable
-}
-
-// Probe starts the agent once in the first workspace root, only to learn
-// its capabilities from initialize, and stops it again. Returns the
-// start's error (EAgentUnavailable, EAborted).
-func (p *Provider) Probe(ctx context.Context) error {
-	if len(p.roots) == 0 {
-		return errors.New("probe: no workspace root")
-	}
-	dir := p.cfg.Cwd
-	if dir == "" {
-		dir = p.roots[0]
-	}
-	l, err := p.launch(ctx, dir, ignore{}, p.log)
-	if err != nil {
-		return err
-	}
-	return l.release(true, "")
-}
-
 // ignore is the handler of a probe: it takes no session.
 type ignore struct{}
 
 func (ignore) sessionUpdate(sdk.SessionNotification) {}
 
 func (ignore) requestPermission(sdk.RequestPermissionRequest) sdk.RequestPermissionResponse {
+	return permissionCancelled()
+}
+
+// permissionCancelled is the answer to a permission request when no turn
+// is there to take it (the turn was cancelled or stopped).
+func permissionCancelled() sdk.RequestPermissionResponse {
 	return sdk.RequestPermissionResponse{Outcome: sdk.RequestPermissionOutcome{
 		Cancelled: &sdk.RequestPermissionOutcomeCancelled{Outcome: "cancelled"}}}
 }

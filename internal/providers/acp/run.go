@@ -2,7 +2,6 @@ package acp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
-	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -51,11 +49,12 @@ type run struct {
 
 	// mu guards the fields below and serialises log writes, so that nothing
 	// is appended after the turn/end that settlement writes.
-	mu      sync.Mutex
-	logging bool // the child session exists
-	text    strings.Builder
-	settled bool
-	result  subagent.Result
+	mu        sync.Mutex
+	logging   bool // the child session exists
+	logFailed bool // a write to the child log failed: the turn fails
+	text      outputText
+	settled   bool
+	result    subagent.Result
 }
 
 var _ subagent.Run = (*run)(nil)
@@ -91,7 +90,12 @@ func (r *run) Result() (subagent.Result, error) {
 // sends session/cancel without waiting for the agent (R23, R26).
 func (r *run) Cancel() { r.cancel(sessionlog.CauseParent) }
 
-func (r *run) cancel(cause string) {
+func (r *run) cancel(cause string) { r.stop(outcome{reason: subagent.StopAborted, cause: cause}) }
+
+// stop settles the run with o at once, unless it already settled, and
+// sends session/cancel without waiting for the agent. Only the first call
+// does anything.
+func (r *run) stop(o outcome) {
 	r.cancelOnce.Do(func() {
 		close(r.cancelled)
 		go func() {
@@ -99,8 +103,14 @@ func (r *run) cancel(cause string) {
 			// Best effort: disposal is what actually stops the agent.
 			r.live.sendCancel(r.sessionID)
 		}()
-		r.settle(outcome{reason: subagent.StopAborted, cause: cause})
+		r.settle(o)
 	})
+}
+
+// failLog stops the turn after a write to the child log failed.
+func (r *run) failLog(typ string, err error) {
+	r.log.Error("cannot write the ACP child log; stopping its turn", slog.String("event", typ), slog.Any("error", err))
+	r.stop(outcome{reason: subagent.StopError, diagnostic: logFailed})
 }
 
 // Dispose cancels (sending session/cancel), then tears the agent down: stdin
@@ -245,7 +255,8 @@ func turnReason(o outcome) sessionlog.TurnReason {
 
 // settle records the result once, with the text streamed so far as output,
 // closes the turn in the child log and then closes done, so a reader woken
-// by Done finds the log complete.
+// by Done finds the log complete. A turn whose log misses an event, or
+// whose end cannot be written, settles "error" (closeTurn).
 func (r *run) settle(o outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -253,50 +264,52 @@ func (r *run) settle(o outcome) {
 		return
 	}
 	r.settled = true
-	output := []model.Block{}
-	if r.text.Len() > 0 {
-		output = []model.Block{model.TextBlock(r.text.String())}
+	if r.logFailed {
+		o = outcome{reason: subagent.StopError, diagnostic: logFailed}
 	}
-	r.result = subagent.Result{
-		Output:     output,
-		StopReason: o.reason,
-		Diagnostic: subagent.TruncateDiagnostic(o.diagnostic),
+	o.diagnostic = subagent.TruncateDiagnostic(o.diagnostic)
+	output := r.text.blocks()
+	if r.logging {
+		o, _ = closeTurn(r.appendLocked, r.log, turn, output, o)
 	}
-	o.diagnostic = r.result.Diagnostic
-	for _, e := range turnClose(turn, step, output, o) {
-		r.appendLocked(e.typ, e.data)
-	}
+	r.result = subagent.Result{Output: output, StopReason: o.reason, Diagnostic: o.diagnostic}
 	close(r.done)
 }
 
-// appendLocked writes one event to the child log, once it exists; call it
-// with mu held. Logging is best effort: a failed write is logged and the run
-// goes on (R31).
-func (r *run) appendLocked(typ string, payload any) {
-	if !r.logging {
-		return
-	}
-	data, err := json.Marshal(payload)
+// appendLocked writes evs to the child log, which must exist, in one
+// append; call it with mu held. A failure is remembered: the turn then
+// fails.
+func (r *run) appendLocked(evs ...typed) error {
+	batch, _, err := encode(evs...)
 	if err == nil {
-		_, err = r.p.store.AppendEvents(r.logCtx, r.childID, store.NewEvent{Type: typ, Data: data})
+		_, err = r.p.store.AppendEvents(r.logCtx, r.childID, batch...)
 	}
 	if err != nil {
-		r.log.Warn("cannot write the ACP child log", slog.String("event", typ), slog.Any("error", err))
+		r.logFailed = true
+		return fmt.Errorf("write log of ACP child %s: %w", r.childID, err)
 	}
+	return nil
 }
 
 // sessionUpdate streams the agent's progress into the child log. Nothing
-// is recorded before the child log exists (during the handshake) or after
-// the turn ended.
+// is recorded before the child log exists (during the handshake), after
+// the turn ended, or after a write failed, which stops the turn.
 func (r *run) sessionUpdate(n sdk.SessionNotification) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.logging || r.settled || n.SessionId != r.sessionID {
+	if !r.logging || r.settled || r.logFailed || n.SessionId != r.sessionID {
+		r.mu.Unlock()
 		return
 	}
-	if typ, payload, text, ok := logUpdate(n.Update, turn, step); ok {
-		r.text.WriteString(text)
-		r.appendLocked(typ, payload)
+	typ, payload, text, ok := logUpdate(n.Update, turn, step)
+	var err error
+	if ok {
+		if err = r.appendLocked(typed{typ, payload}); err == nil {
+			r.text.add(text)
+		}
+	}
+	r.mu.Unlock()
+	if err != nil {
+		r.failLog(typ, err)
 	}
 }
 
@@ -311,9 +324,14 @@ func (r *run) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPer
 	}
 	resp, d := r.p.decide(req, cancelled, turn)
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.settled {
-		r.appendLocked(sessionlog.EventACPPermission, d)
+	var err error
+	if r.logging && !r.settled && !r.logFailed {
+		err = r.appendLocked(typed{sessionlog.EventACPPermission, d})
+	}
+	r.mu.Unlock()
+	if err != nil {
+		r.failLog(sessionlog.EventACPPermission, err)
+		return permissionCancelled()
 	}
 	return resp
 }

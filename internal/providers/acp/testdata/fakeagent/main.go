@@ -31,7 +31,14 @@
 // prompts ("remembered: a | b"), so tests see that a resumed session kept
 // its context (prompts are single words); a prompt "crash" exits, "wait" blocks until
 // session/cancel, and one starting "block" until the test opens the FIFO
-// FAKE_RELEASE; both signal FAKE_READY first.
+// FAKE_RELEASE; both signal FAKE_READY first. A prompt "flood<n>" first
+// streams n chunks of floodChunk.
+//
+// FAKE_MODE=flood streams as many chunks of floodChunk as the prompt's
+// number says, then ends its turn.
+//
+// FAKE_INIT_RELEASE, when set, makes initialize wait until the test opens
+// that FIFO, after signalling FAKE_READY.
 package main
 
 import (
@@ -189,6 +196,12 @@ func (a *agent) answered(id string, result json.RawMessage) {
 func (a *agent) handle(id json.RawMessage, method string, params json.RawMessage) {
 	switch method {
 	case "initialize":
+		if release := os.Getenv("FAKE_INIT_RELEASE"); release != "" {
+			ready()
+			if f, err := os.Open(release); err == nil {
+				f.Close() // opened once the test writes to the FIFO
+			}
+		}
 		switch a.mode {
 		case "hanginit":
 			ready()
@@ -300,6 +313,9 @@ func (a *agent) prompt(id json.RawMessage, params json.RawMessage) {
 		a.remember(id, p.Prompt[0].Text)
 	case mode == "model":
 		a.callModel(id)
+	case mode == "flood":
+		a.flood(p.Prompt[0].Text)
+		stop("end_turn")
 	case mode == "autherror":
 		a.send(message{ID: &id, Error: &rpcError{Code: -32000, Message: "Authentication required"}})
 	case mode == "longerror":
@@ -425,6 +441,8 @@ func (a *agent) remember(id json.RawMessage, text string) {
 		a.mu.Unlock()
 		a.reply(id, map[string]any{"stopReason": "cancelled"})
 		return
+	case strings.HasPrefix(text, "flood"):
+		a.flood(strings.TrimPrefix(text, "flood"))
 	case strings.HasPrefix(text, "block"):
 		ready()
 		f, err := os.Open(os.Getenv("FAKE_RELEASE"))
@@ -474,4 +492,18 @@ func (a *agent) callModel(id json.RawMessage) {
 	}
 	a.say(string(body))
 	a.reply(id, map[string]any{"stopReason": "end_turn"})
+}
+
+// floodChunk is the text of each chunk flood streams: 1000 bytes, so
+// that a few hundred chunks, fewer than the client SDK queues, exceed what
+// a turn keeps of its output.
+var floodChunk = strings.Repeat("0123456789", 100)
+
+// flood streams n chunks of floodChunk, n given in decimal.
+func (a *agent) flood(n string) {
+	var count int
+	fmt.Sscan(n, &count)
+	for range count {
+		a.say(floodChunk)
+	}
 }
