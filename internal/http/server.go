@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/subagentd/subagentd/internal/config"
-	"github.com/subagentd/subagentd/internal/delegate"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
@@ -94,8 +93,6 @@ type Roots interface {
 	// it runs a turn.
 	Live(ctx context.Context, sessionID string) (live, running bool)
 }
-
-var _ Roots = (*delegate.Roots)(nil)
 
 // Defaults of Config.
 const (

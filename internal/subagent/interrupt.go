@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -27,7 +28,7 @@ import (
 func (m *Manager) Interrupt(ctx context.Context, parentSessionID, childID string) error {
 	_, err := Route(ctx, m.svc.ctl, childID, opInterrupt, parentSessionID, func() (struct{}, error) {
 		var err error
-		m.do(childKey{store.Tenant(ctx), childID}, func(c *child) { err = m.interrupt(ctx, c, parentSessionID) })
+		m.do(resident.Key{Tenant: store.Tenant(ctx), ID: childID}, func(c *child) { err = m.interrupt(ctx, c, parentSessionID) })
 		return struct{}{}, err
 	})
 	return err
@@ -35,7 +36,7 @@ func (m *Manager) Interrupt(ctx context.Context, parentSessionID, childID string
 
 // interrupt is Interrupt in c's loop.
 func (m *Manager) interrupt(ctx context.Context, c *child, parentSessionID string) error {
-	childID := c.key.id
+	childID := c.key.ID
 	sess, err := m.header(ctx, c)
 	if err != nil {
 		return err
