@@ -350,6 +350,7 @@ func NewManager(svc *Service, cfg ManagerConfig) *Manager {
 		},
 	})
 	m.handle()
+	svc.mgr = m
 	return m
 }
 

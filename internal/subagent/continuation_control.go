@@ -115,23 +115,8 @@ func (m *Manager) deliverRow(ctx context.Context, row store.InboxMessage, waking
 	return err
 }
 
-// CancelRun stops live run runID, whichever replica drives it (POST
-// /v1/runs/{runId}/cancel): a one-shot run is cancelled; an activation's
-// turn is interrupted like Interrupt does. A settled run is a no-op.
-// Returns ERunNotFound.
-func (m *Manager) CancelRun(ctx context.Context, runID string) error {
-	return m.routeRun(ctx, runID, false)
-}
-
-// DisposeRun disposes run runID, whichever replica drives it (DELETE
-// /v1/runs/{runId}): a live one is stopped and waited for until it
-// settled, then it is marked disposed. Idempotent. Returns ERunNotFound.
-func (m *Manager) DisposeRun(ctx context.Context, runID string) error {
-	return m.routeRun(ctx, runID, true)
-}
-
-// routeRun is CancelRun (dispose false) or DisposeRun, sent to the run's
-// driver.
+// routeRun is Service.CancelRun (dispose false) or Service.DisposeRun of
+// a Service with a Manager, sent to the run's driver.
 func (m *Manager) routeRun(ctx context.Context, runID string, dispose bool) error {
 	run, err := m.store.GetRun(ctx, runID)
 	if errors.Is(err, store.ErrNotFound) {
