@@ -268,18 +268,22 @@ func (r *Roots) Live(ctx context.Context, sessionID string) (live, running bool)
 }
 
 // do runs f in the loop of sessionID, starting the loop when there is
-// none, and returns f's error. With create set the loop first loads the
+// none, and returns f's error; EAborted, without running f, when ctx ends
+// before the loop took it. With create set the loop first loads the
 // agent when it has none — and gives it the inbox rows its log lacks
 // (resume) — or fails with EDraining after Close; with create false,
 // s.agent may be nil. After Close the agents are closed and only the log
 // still takes input.
 func (r *Roots) do(ctx context.Context, sessionID string, create bool, f func(s *root) error) error {
 	var err error
-	r.roots.Do(resident.Key{Tenant: store.Tenant(ctx), ID: sessionID}, func(s *root) {
+	derr := r.roots.DoContext(ctx, resident.Key{Tenant: store.Tenant(ctx), ID: sessionID}, func(s *root) {
 		if err = r.roots.Hold(ctx, s.key); err == nil {
 			err = r.load(ctx, s, create, f)
 		}
 	})
+	if derr != nil {
+		return &subagent.Error{Code: subagent.EAborted, Message: "the request was aborted before the session took it", Err: derr}
+	}
 	return err
 }
 

@@ -19,6 +19,7 @@ package resident
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 
@@ -96,6 +97,23 @@ func NewGroup[S, T any](p Policy[S, T]) *Group[S, T] {
 // Do runs f in key's loop, starting the loop when there is none, and
 // returns once f returned.
 func (g *Group[S, T]) Do(key Key, f func(s *S)) {
+	g.do(nil, key, f)
+}
+
+// DoContext is Do bounded by ctx: when ctx ends before key's loop took f
+// (it is busy with a long command), f never runs and ctx's error is
+// returned, so that a request never waits unboundedly for a loop. Once
+// taken, f runs to its end.
+func (g *Group[S, T]) DoContext(ctx context.Context, key Key, f func(s *S)) error {
+	if !g.do(ctx.Done(), key, f) {
+		return fmt.Errorf("waiting for the loop of %s: %w", key.ID, context.Cause(ctx))
+	}
+	return nil
+}
+
+// do is Do, giving up — and reporting false — once stop is closed before
+// the loop took f.
+func (g *Group[S, T]) do(stop <-chan struct{}, key Key, f func(s *S)) bool {
 	for {
 		g.mu.Lock()
 		l := g.loops[key]
@@ -106,8 +124,11 @@ func (g *Group[S, T]) Do(key Key, f func(s *S)) {
 			go g.run(key, l)
 		}
 		g.mu.Unlock()
-		if g.send(l, f) {
-			return
+		switch g.send(stop, l, f) {
+		case sent:
+			return true
+		case stopped:
+			return false
 		}
 		// The loop ended meanwhile: the next round starts a new one.
 	}
@@ -119,7 +140,7 @@ func (g *Group[S, T]) Peek(key Key, f func(s *S)) bool {
 	g.mu.Lock()
 	l := g.loops[key]
 	g.mu.Unlock()
-	return l != nil && g.send(l, f)
+	return l != nil && g.send(nil, l, f) == sent
 }
 
 // Each runs f in every loop running now, one after the other.
@@ -131,7 +152,7 @@ func (g *Group[S, T]) Each(f func(s *S)) {
 	}
 	g.mu.Unlock()
 	for _, l := range all {
-		g.send(l, f)
+		g.send(nil, l, f)
 	}
 }
 
@@ -201,21 +222,32 @@ func (g *Group[S, T]) Recover(ctx context.Context, st store.Store, log *slog.Log
 	})
 }
 
-// send runs f in l, then what f left in its outbox, and reports whether it
-// ran: false when l has ended.
-func (g *Group[S, T]) send(l *loop[S], f func(*S)) bool {
+// sendResult says what became of a command sent to a loop.
+type sendResult int
+
+const (
+	sent    sendResult = iota // it ran
+	ended                     // the loop had ended
+	stopped                   // the sender stopped waiting before the loop took it
+)
+
+// send runs f in l, then what f left in its outbox, unless l has ended or
+// stop is closed before l takes f.
+func (g *Group[S, T]) send(stop <-chan struct{}, l *loop[S], f func(*S)) sendResult {
 	var out []func()
 	ran := make(chan struct{})
 	select {
 	case l.cmds <- command[S]{f, ran, &out}:
 		<-ran
 	case <-l.done:
-		return false
+		return ended
+	case <-stop:
+		return stopped
 	}
 	for _, run := range out {
 		run()
 	}
-	return true
+	return sent
 }
 
 // run is the loop of key: commands and watched values, one at a time,

@@ -97,3 +97,34 @@ func TestGroup_WaitReturnsCtxErr(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGroup_DoContextGivesUpOnABusyLoop: while a loop runs a long
+// command, a command sent with a context that ends is never run and its
+// sender is answered with the context's error; the loop then takes the
+// next command as usual.
+func TestGroup_DoContextGivesUpOnABusyLoop(t *testing.T) {
+	t.Parallel()
+	g := newGroup()
+	k := Key{ID: "busy"}
+	inside, release := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.Do(k, func(s *counter) { s.n = 1; close(inside); <-release })
+	}()
+	<-inside
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	ran := false
+	if err := g.DoContext(ctx, k, func(*counter) { ran = true }); !errors.Is(err, context.Canceled) || ran {
+		t.Fatalf("DoContext on a busy loop with a done ctx: %v, ran %v", err, ran)
+	}
+	close(release)
+	<-done
+	if err := g.DoContext(t.Context(), k, func(s *counter) { s.n = 0 }); err != nil {
+		t.Fatalf("DoContext on a free loop: %v", err)
+	}
+	if err := g.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -254,8 +254,9 @@ type ContinuableStarted struct {
 }
 
 // FollowupResult says where accepted followup content went: Route is
-// RouteSteered or RouteStarted, TaskID the activation that runs it,
-// MessageID the message id the child logs it under.
+// RouteSteered, RouteStarted, RouteQueued or RouteParked; TaskID the
+// activation that runs it (none while parked), MessageID the message id
+// the child logs it under.
 type FollowupResult struct {
 	Route     string
 	TaskID    string

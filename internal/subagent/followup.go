@@ -74,7 +74,7 @@ func (m *Manager) followup(ctx context.Context, parentSessionID string, row stor
 	key := resident.Key{Tenant: store.Tenant(ctx), ID: childID}
 	w := make(chan answer, 1)
 	var err error
-	m.do(key, func(c *child) {
+	derr := m.children.DoContext(ctx, key, func(c *child) {
 		// Admission again in the child's loop: a Shutdown that began since
 		// must not find a new activation it never cancels (R113, R117).
 		if err = m.admitting(); err != nil {
@@ -106,6 +106,9 @@ func (m *Manager) followup(ctx context.Context, parentSessionID string, row stor
 		// followup there.
 		m.route(context.WithoutCancel(ctx), c, row, true)
 	})
+	if derr != nil {
+		return FollowupResult{}, followupAborted(ctx)
+	}
 	if err != nil {
 		return FollowupResult{}, err
 	}

@@ -28,7 +28,10 @@ import (
 func (m *Manager) Interrupt(ctx context.Context, parentSessionID, childID string) error {
 	_, err := Route(ctx, m.svc.ctl, childID, opInterrupt, parentSessionID, func() (struct{}, error) {
 		var err error
-		m.do(resident.Key{Tenant: store.Tenant(ctx), ID: childID}, func(c *child) { err = m.interrupt(ctx, c, parentSessionID) })
+		key := resident.Key{Tenant: store.Tenant(ctx), ID: childID}
+		if derr := m.children.DoContext(ctx, key, func(c *child) { err = m.interrupt(ctx, c, parentSessionID) }); derr != nil {
+			return struct{}{}, &Error{Code: EAborted, Message: "the interrupt was aborted before the child took it", Err: derr}
+		}
 		return struct{}{}, err
 	})
 	return err
