@@ -274,7 +274,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 	if err != nil {
 		return nil, err
 	}
-	routes, err := delegate.RoutesFromConfig(file, cfg.get, log)
+	routes, err := routesFromConfig(file, cfg.get, log)
 	if err != nil {
 		return nil, err
 	}

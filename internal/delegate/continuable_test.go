@@ -114,7 +114,7 @@ func TestContinuable_5_1_5_2_BackgroundDelegationAndControlTools(t *testing.T) {
 	}
 	msgs := userMessages(t, w.Log(t, childID))
 	if last := msgs[len(msgs)-1]; model.Text(last.Content) != "more" ||
-		last.Source != (sessionlog.Source{Kind: SourceCoordinator, Form: "relay", SenderSessionID: rootID}) {
+		last.Source != (sessionlog.Source{Kind: subagent.SourceCoordinator, Form: "relay", SenderSessionID: rootID}) {
 		t.Errorf("relayed message = %+v", last)
 	}
 	gates.open("more")

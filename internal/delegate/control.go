@@ -21,10 +21,6 @@ const (
 	ListAgentsTool     = "list_agents"
 )
 
-// SourceCoordinator is the source kind of a model-issued send_message
-// (seam-spec §1.19).
-const SourceCoordinator = "coordinator"
-
 // List scopes of list_agents.
 const (
 	ScopeChildren    = "children"
@@ -121,7 +117,7 @@ func (t *Tools) sendMessage(ctx context.Context, call agent.Call) ([]model.Block
 	}
 	caller := call.Agent.ID()
 	res, err := t.conts.Followup(ctx, caller, a.SubagentID, text(a.Message),
-		sessionlog.Source{Kind: SourceCoordinator, Form: "relay", SenderSessionID: caller})
+		sessionlog.Source{Kind: subagent.SourceCoordinator, Form: "relay", SenderSessionID: caller})
 	if err != nil {
 		return nil, t.safe(ctx, "send_message", err)
 	}

@@ -1,7 +1,7 @@
 // Package delegate is model-driven delegation: the agents of root sessions
-// (Roots), the model-facing tools of seam-spec §5 that let any in-process
-// agent start and steer subagents (Tools), and the model route table built
-// from configuration (RoutesFromConfig).
+// (Roots) and the model-facing tools of seam-spec §5 that let any in-process
+// agent start and steer subagents (Tools). The model route table is built
+// by cmd/api, which picks the adapters.
 //
 // The tools live in the deployment-global agent.Registry, so root agents and
 // in-process children see the same set, subject to a child's tool filter;

@@ -65,18 +65,15 @@ type RootsConfig struct {
 type Roots struct {
 	cfg   RootsConfig
 	log   *slog.Logger
-	roots *resident.Group[rootKey, root, error]
+	roots *resident.Group[root, error]
 
 	mu     sync.Mutex
 	closed bool
 }
 
-// rootKey identifies a root session across tenants.
-type rootKey struct{ tenant, id string }
-
 // root is the state of one root session, owned by its loop in Roots.roots.
 type root struct {
-	key rootKey
+	key resident.Key
 
 	agent    *agent.Agent
 	lastUsed time.Time
@@ -97,8 +94,6 @@ type root struct {
 	// may not hold yet; scanned is how many of agent's events sweep read.
 	unacked map[string]bool
 	scanned int
-	// held: this replica holds the root's resident lease.
-	held bool
 }
 
 // followup gives s's live agent msg, an accepted inbox row, as its next
@@ -141,19 +136,30 @@ var _ subagent.NoticeSink = (*Roots)(nil)
 // NewRoots returns Roots for cfg.
 func NewRoots(cfg RootsConfig) *Roots {
 	r := &Roots{cfg: cfg, log: cfg.Logger}
-	r.roots = resident.NewGroup(resident.Policy[rootKey, root, error]{
-		New: func(key rootKey) *root {
+	var leases *resident.Leases
+	if cfg.Control != nil {
+		leases = cfg.Control.Leases()
+	}
+	idle := func(s *root) bool { return s.agent == nil && len(s.notices) == 0 }
+	r.roots = resident.NewGroup(resident.Policy[root, error]{
+		Kind:   "root",
+		Leases: leases,
+		New: func(key resident.Key) *root {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			return &root{key: key, closed: r.closed}
 		},
-		// A loop ends once its root has neither an agent nor notices.
-		Idle:    func(s *root) bool { return s.agent == nil && len(s.notices) == 0 },
+		// A loop ends once its root has neither an agent nor notices; until
+		// then it drives the root, under its lease.
+		Idle:    idle,
+		Driving: func(s *root) bool { return !idle(s) },
 		Watch:   r.watch,
-		Context: func(key rootKey) context.Context { return store.WithTenant(context.Background(), key.tenant) },
+		Owns:    func(sess store.Session) bool { return sess.ParentID == "" },
+		Resume:  r.recoverIn,
+		Stop:    r.stop,
 	})
 	if ctl := cfg.Control; ctl != nil {
-		ctl.AddResidents(r)
+		ctl.AddResidents(r.roots)
 		ctl.Handle(opPrompt, func(ctx context.Context, _ string, raw json.RawMessage) (any, error) {
 			var row store.InboxMessage
 			if err := json.Unmarshal(raw, &row); err != nil {
@@ -204,6 +210,10 @@ func (r *Roots) prompt(ctx context.Context, row store.InboxMessage) error {
 	if err != nil {
 		return fmt.Errorf("prompt %s: %w", sessionID, err)
 	}
+	// The kind first: a refused request never reaches a loop or a lease.
+	if err := r.isRoot(ctx, sessionID); err != nil {
+		return err
+	}
 	return r.route(ctx, sessionID, opPrompt, row, func() error {
 		return r.do(ctx, sessionID, true, func(s *root) error {
 			if err := r.cfg.Store.Enqueue(ctx, row); err != nil && !errors.Is(err, store.ErrConflict) {
@@ -229,23 +239,27 @@ func (r *Roots) prompt(ctx context.Context, row store.InboxMessage) error {
 // subagent.Manager.Recover. Failures are logged per session and returned
 // joined; the other sessions are still recovered.
 func (r *Roots) Recover(ctx context.Context) error {
-	return subagent.RecoverInboxes(ctx, r.cfg.Store, r.log, func(ctx context.Context, sess store.Session) error {
-		if sess.ParentID != "" {
-			return nil // a child: its manager recovers it
-		}
-		return r.do(ctx, sess.ID, false, func(s *root) error {
-			if s.agent != nil || s.closed {
-				return nil // loaded meanwhile, or shutting down: the rows wait
-			}
-			return r.open(ctx, s, false)
-		})
-	})
+	return r.roots.Recover(ctx, r.cfg.Store, r.log)
+}
+
+// recoverIn delivers what root s's durable inbox holds, under its lease,
+// unless its agent is loaded already (resident.Policy.Resume): start-up
+// recovery, and the takeover of a root whose owner was lost. It runs in
+// s's loop.
+func (r *Roots) recoverIn(ctx context.Context, s *root) error {
+	if err := r.roots.Hold(ctx, s.key); err != nil {
+		return err
+	}
+	if s.agent != nil || s.closed {
+		return nil // loaded meanwhile, or shutting down: the rows wait
+	}
+	return r.open(ctx, s, false)
 }
 
 // Live reports whether sessionID has a live agent in this process and
 // whether a turn of it is running (activity of listings).
 func (r *Roots) Live(ctx context.Context, sessionID string) (live, running bool) {
-	r.roots.Peek(rootKey{store.Tenant(ctx), sessionID}, func(s *root) {
+	r.roots.Peek(resident.Key{Tenant: store.Tenant(ctx), ID: sessionID}, func(s *root) {
 		if s.agent != nil {
 			live, running = true, s.agent.Running()
 		}
@@ -254,19 +268,22 @@ func (r *Roots) Live(ctx context.Context, sessionID string) (live, running bool)
 }
 
 // do runs f in the loop of sessionID, starting the loop when there is
-// none, and returns f's error. With create set the loop first loads the
+// none, and returns f's error; EAborted, without running f, when ctx ends
+// before the loop took it. With create set the loop first loads the
 // agent when it has none — and gives it the inbox rows its log lacks
 // (resume) — or fails with EDraining after Close; with create false,
 // s.agent may be nil. After Close the agents are closed and only the log
 // still takes input.
 func (r *Roots) do(ctx context.Context, sessionID string, create bool, f func(s *root) error) error {
 	var err error
-	r.roots.Do(rootKey{store.Tenant(ctx), sessionID}, func(s *root) {
-		if err = r.hold(ctx, s); err == nil {
+	derr := r.roots.DoContext(ctx, resident.Key{Tenant: store.Tenant(ctx), ID: sessionID}, func(s *root) {
+		if err = r.roots.Hold(ctx, s.key); err == nil {
 			err = r.load(ctx, s, create, f)
 		}
-		r.unhold(s)
 	})
+	if derr != nil {
+		return &subagent.Error{Code: subagent.EAborted, Message: "the request was aborted before the session took it", Err: derr}
+	}
 	return err
 }
 
@@ -284,11 +301,10 @@ func (r *Roots) watch(s *root) (<-chan error, func(context.Context, *root, error
 		} else {
 			s.notices[0].steered = nil
 		}
-		if err := r.pump(ctx, s.key.id, s, nil); err != nil {
-			r.log.ErrorContext(ctx, "notice was not delivered", slog.String("session_id", s.key.id), slog.Any("error", err))
+		if err := r.pump(ctx, s.key.ID, s, nil); err != nil {
+			r.log.ErrorContext(ctx, "notice was not delivered", slog.String("session_id", s.key.ID), slog.Any("error", err))
 		}
-		r.sweep(ctx, s.key.id, s)
-		r.unhold(s)
+		r.sweep(ctx, s.key.ID, s)
 	}
 }
 
@@ -312,7 +328,7 @@ func (r *Roots) load(ctx context.Context, s *root, create bool, f func(s *root) 
 // when nothing else is pending and always is unset, no agent is loaded
 // and nothing wakes. It runs in s's loop and s has no agent.
 func (r *Roots) open(ctx context.Context, s *root, always bool) error {
-	id := s.key.id
+	id := s.key.ID
 	rows, err := r.foldQuiet(ctx, id)
 	if err != nil {
 		return err
@@ -694,11 +710,10 @@ func (r *Roots) CloseIdle(ctx context.Context, cutoff time.Time) (int, error) {
 		if s.agent == nil || len(s.notices) > 0 || s.agent.Running() || s.lastUsed.After(cutoff) {
 			return
 		}
-		if err := r.closeAgent(store.WithTenant(ctx, s.key.tenant), s.key.id, s); err != nil {
+		if err := r.closeAgent(store.WithTenant(ctx, s.key.Tenant), s.key.ID, s); err != nil {
 			errs = append(errs, err)
 			return
 		}
-		r.unhold(s)
 		n++
 	})
 	return n, errors.Join(errs...)
@@ -722,11 +737,10 @@ func (r *Roots) Close(ctx context.Context) error {
 		if s.agent == nil {
 			return
 		}
-		if err := r.closeAgent(store.WithTenant(ctx, s.key.tenant), s.key.id, s); err != nil {
+		if err := r.closeAgent(store.WithTenant(ctx, s.key.Tenant), s.key.ID, s); err != nil {
 			errs = append(errs, err)
 		}
 		s.agent = nil
-		r.unhold(s)
 	})
 	if err := r.roots.Wait(ctx); err != nil {
 		errs = append(errs, err)

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 
 	"github.com/subagentd/subagentd/internal/sessionlog"
-	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -22,8 +21,6 @@ type notifyArgs struct {
 	Quiet bool                   `json:"quiet"`
 }
 
-var _ subagent.ResidentKind = (*Roots)(nil)
-
 // route runs local here, or sends op to the replica that drives root id.
 func (r *Roots) route(ctx context.Context, id, op string, payload any, local func() error) error {
 	if r.cfg.Control == nil {
@@ -31,28 +28,6 @@ func (r *Roots) route(ctx context.Context, id, op string, payload any, local fun
 	}
 	_, err := subagent.Route(ctx, r.cfg.Control, id, op, payload, func() (struct{}, error) { return struct{}{}, local() })
 	return err
-}
-
-// hold claims s's resident lease before a command of its loop runs.
-// Returns subagent.ErrHeldElsewhere when another replica holds it live.
-func (r *Roots) hold(ctx context.Context, s *root) error {
-	if r.cfg.Control == nil || s.held {
-		return nil
-	}
-	if err := r.cfg.Control.Claim(ctx, s.key.id); err != nil {
-		return err
-	}
-	s.held = true
-	return nil
-}
-
-// unhold releases s's lease once it holds nothing live. It runs in s's
-// loop.
-func (r *Roots) unhold(s *root) {
-	if s.held && s.agent == nil && len(s.notices) == 0 {
-		s.held = false
-		r.cfg.Control.Release(store.WithTenant(context.Background(), s.key.tenant), s.key.id)
-	}
 }
 
 // fenced returns ctx whose writes are conditional on this replica holding
@@ -64,26 +39,14 @@ func (r *Roots) fenced(ctx context.Context) context.Context {
 	return r.cfg.Control.Fenced(ctx)
 }
 
-// TakeOver loads root session sess, whose owner was lost, which delivers
-// its undelivered messages.
-func (r *Roots) TakeOver(ctx context.Context, sess store.Session) (bool, error) {
-	if sess.ParentID != "" {
-		return false, nil
+// stop is the fence of s's loop (resident.Policy.Stop): a live root agent
+// is closed — a running turn ends aborted and what it had not run stays in
+// the durable inbox — since this replica is about to lose its leases.
+func (r *Roots) stop(ctx context.Context, s *root) {
+	if s.agent == nil {
+		return
 	}
-	return true, r.do(ctx, sess.ID, true, func(*root) error { return nil })
-}
-
-// Fence closes every live root agent at once — a running turn ends aborted
-// and what it had not run stays in the durable inbox — since this replica
-// is about to lose its leases.
-func (r *Roots) Fence(ctx context.Context) {
-	r.roots.Each(func(s *root) {
-		if s.agent == nil {
-			return
-		}
-		if err := r.closeAgent(store.WithTenant(ctx, s.key.tenant), s.key.id, s); err != nil {
-			r.log.ErrorContext(ctx, "fence: close root agent", slog.String("session_id", s.key.id), slog.Any("error", err))
-		}
-		r.unhold(s)
-	})
+	if err := r.closeAgent(ctx, s.key.ID, s); err != nil {
+		r.log.ErrorContext(ctx, "fence: close root agent", slog.String("session_id", s.key.ID), slog.Any("error", err))
+	}
 }

@@ -63,7 +63,7 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 				t.Fatal(err)
 			}
 		}
-		w.roots = delegate.NewRoots(delegate.RootsConfig{Store: b.st, Routes: table, Tools: tools, Logger: b.log})
+		w.roots = delegate.NewRoots(delegate.RootsConfig{Store: b.st, Routes: table, Tools: tools, Logger: b.log, Control: b.svc.Control()})
 		w.mgr = subagent.NewManager(b.svc, subagent.ManagerConfig{
 			Materializer: inprocess.NewMaterializer(deps), Notices: w.roots, Logger: b.log})
 		cfg.Continuations, cfg.Roots, cfg.Routes = w.mgr, w.roots, table
@@ -655,7 +655,7 @@ func TestSessions_UnknownRouteIs422(t *testing.T) {
 // steer and resume and show the default model route (echo marked offline);
 // a provider that runs its own model shows none.
 func TestProviders_RuntimeCapabilitiesAndModel(t *testing.T) {
-	w := setupWorld(t, model.Route{Name: "echo", Kind: delegate.KindEcho, DefaultModel: "echo", Model: echo.New()},
+	w := setupWorld(t, model.Route{Name: "echo", Kind: model.KindEcho, DefaultModel: "echo", Model: echo.New()},
 		scriptedRoute("main", replying(nil)))
 	w.register(t, &fakeProvider{name: "remote"})
 	var list providerListJSON
@@ -663,7 +663,7 @@ func TestProviders_RuntimeCapabilitiesAndModel(t *testing.T) {
 	if len(list.Providers) != 3 {
 		t.Fatalf("providers %+v", list.Providers)
 	}
-	echoModel := providerModelJSON{Route: "echo", Kind: delegate.KindEcho, Model: "echo", Offline: true}
+	echoModel := providerModelJSON{Route: "echo", Kind: model.KindEcho, Model: "echo", Offline: true}
 	for i, name := range []string{spawn.Name, fork.Name} {
 		p := list.Providers[i]
 		if p.Name != name || !p.Steer || !p.Resume || !p.Local || p.Model == nil || *p.Model != echoModel {

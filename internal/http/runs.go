@@ -210,17 +210,8 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
 	if err := p.err(); err != nil {
 		return err
 	}
-	switch h, ok := s.svc.Run(r.Context(), id); {
-	case ok:
-		h.Cancel()
-	case s.conts != nil:
-		if err := s.conts.CancelRun(r.Context(), id); err != nil {
-			return err
-		}
-	default:
-		if err := s.notLive(r.Context(), id); err != nil {
-			return err
-		}
+	if err := s.svc.CancelRun(r.Context(), id); err != nil {
+		return err
 	}
 	run, err := s.run(r.Context(), id)
 	if err != nil {
@@ -239,38 +230,10 @@ func (s *Server) disposeRun(w http.ResponseWriter, r *http.Request) error {
 	if err := p.err(); err != nil {
 		return err
 	}
-	switch h, ok := s.svc.Run(r.Context(), id); {
-	case ok:
-		if err := h.Dispose(r.Context()); err != nil {
-			return fmt.Errorf("dispose run %s: %w", id, err)
-		}
-	case s.conts != nil:
-		if err := s.conts.DisposeRun(r.Context(), id); err != nil {
-			return err
-		}
-	default:
-		if err := s.notLive(r.Context(), id); err != nil {
-			return err
-		}
-		if err := s.store.DisposeRun(r.Context(), id); err != nil {
-			return runError(id, err)
-		}
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-// notLive checks a run that has no live handle here, on a server without
-// the continuation manager (which routes cancel and dispose to the run's
-// replica): it must exist and have settled, else it is RUN_NOT_FOUND here.
-func (s *Server) notLive(ctx context.Context, id string) error {
-	run, err := s.run(ctx, id)
-	if err != nil {
+	if err := s.svc.DisposeRun(r.Context(), id); err != nil {
 		return err
 	}
-	if run.State == store.StateRunning {
-		return subagent.Errorf(subagent.ERunNotFound, "run %s is running but not on this server", id)
-	}
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 

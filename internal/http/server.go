@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/subagentd/subagentd/internal/config"
-	"github.com/subagentd/subagentd/internal/delegate"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
@@ -43,6 +42,14 @@ type Service interface {
 	// Run returns the live handle of a run this process started in ctx's
 	// tenant and has not disposed.
 	Run(ctx context.Context, runID string) (*subagent.RunHandle, bool)
+	// CancelRun stops a live run or activation, whichever engine and
+	// replica drives it; a settled run is a no-op. RUN_NOT_FOUND for an
+	// unknown run.
+	CancelRun(ctx context.Context, runID string) error
+	// DisposeRun stops a live run or activation, whichever engine and
+	// replica drives it, waits until it settled and marks it disposed.
+	// Idempotent. RUN_NOT_FOUND for an unknown run.
+	DisposeRun(ctx context.Context, runID string) error
 }
 
 var _ Service = (*subagent.Service)(nil)
@@ -73,13 +80,6 @@ type Continuations interface {
 	// admitted it: RUN_NOT_FOUND when runID is no live activation here,
 	// STEER_REJECTED when it was not admitted (never queued or resumed).
 	SteerActivation(ctx context.Context, runID string, content []model.Block) (string, error)
-	// CancelRun stops a live run or activation, whichever replica drives
-	// it; a settled run is a no-op. RUN_NOT_FOUND for an unknown run.
-	CancelRun(ctx context.Context, runID string) error
-	// DisposeRun stops a live run or activation, whichever replica drives
-	// it, waits until it settled and marks it disposed. Idempotent.
-	// RUN_NOT_FOUND for an unknown run.
-	DisposeRun(ctx context.Context, runID string) error
 }
 
 var _ Continuations = (*subagent.Manager)(nil)
@@ -94,8 +94,6 @@ type Roots interface {
 	// it runs a turn.
 	Live(ctx context.Context, sessionID string) (live, running bool)
 }
-
-var _ Roots = (*delegate.Roots)(nil)
 
 // Defaults of Config.
 const (

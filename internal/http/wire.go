@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/subagentd/subagentd/internal/delegate"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
@@ -60,7 +59,7 @@ func providerOut(p subagent.Provider, routes *model.Routes) providerJSON {
 	}
 	if out.Local && routes != nil {
 		def := routes.Default()
-		out.Model = &providerModelJSON{Route: def.Name, Kind: def.Kind, Model: def.DefaultModel, Offline: def.Kind == delegate.KindEcho}
+		out.Model = &providerModelJSON{Route: def.Name, Kind: def.Kind, Model: def.DefaultModel, Offline: def.Kind == model.KindEcho}
 	}
 	return out
 }
@@ -395,8 +394,8 @@ type followupRequest struct {
 // coordinator message is a relay from the parent session, as send_message
 // writes it.
 func (f *followupRequest) source() sessionlog.Source {
-	if f.Source != nil && f.Source.Kind == delegate.SourceCoordinator {
-		return sessionlog.Source{Kind: delegate.SourceCoordinator, Form: "relay", SenderSessionID: f.ParentSessionID}
+	if f.Source != nil && f.Source.Kind == subagent.SourceCoordinator {
+		return sessionlog.Source{Kind: subagent.SourceCoordinator, Form: "relay", SenderSessionID: f.ParentSessionID}
 	}
 	return sessionlog.Source{Kind: subagent.SourceUser}
 }

@@ -10,6 +10,13 @@ import (
 // configured.
 var ErrUnknownRoute = errors.New("unknown model route")
 
+// Route kinds (Route.Kind). KindEcho is the offline deterministic model;
+// dashboards and /v1/providers label it as such.
+const (
+	KindEcho   = "echo"
+	KindOpenAI = "openai"
+)
+
 // Route is one named way to reach a model: the echo model, a scripted model in
 // tests, or an OpenAI-compatible server. DefaultModel is the model name used
 // when agentOptions.model is empty.

@@ -243,7 +243,7 @@ func TestControl_InterruptCancelAndDisposeThroughBStopAsWork(t *testing.T) {
 	if err != nil || len(runs) != 1 {
 		t.Fatalf("runs of task %s: %v, %v", f.TaskID, runs, err)
 	}
-	if err := b.m.DisposeRun(inprocesstest.Ctx(t), runs[0].ID); err != nil {
+	if err := b.h.Service.DisposeRun(inprocesstest.Ctx(t), runs[0].ID); err != nil {
 		t.Fatalf("dispose through B of A's activation: %v", err)
 	}
 	if end := a.end(t, f.TaskID); end.StopReason != subagent.StopAborted {
@@ -259,7 +259,7 @@ func TestControl_InterruptCancelAndDisposeThroughBStopAsWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-g.reached
-	if err := b.m.CancelRun(inprocesstest.Ctx(t), h.ID()); err != nil {
+	if err := b.h.Service.CancelRun(inprocesstest.Ctx(t), h.ID()); err != nil {
 		t.Fatalf("cancel through B of A's run: %v", err)
 	}
 	select {

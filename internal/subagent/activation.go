@@ -44,7 +44,7 @@ type activation struct {
 
 // event returns the lifecycle event of type typ for act.
 func (a *activation) event(typ string) Event {
-	return Event{Type: typ, RunID: a.runID, Provider: a.provider, ID: a.c.key.id, Local: a.local,
+	return Event{Type: typ, RunID: a.runID, Provider: a.provider, ID: a.c.key.ID, Local: a.local,
 		ParentID: a.parentID, TaskID: a.taskID}
 }
 
@@ -77,13 +77,13 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 	row, err := lifecycleRow(start, now)
 	if err == nil {
 		row, err = m.store.StartRun(ctx, store.Run{
-			ID: act.runID, Kind: store.KindActivation, Provider: act.provider, ChildID: c.key.id,
+			ID: act.runID, Kind: store.KindActivation, Provider: act.provider, ChildID: c.key.ID,
 			ParentID: act.parentID, TaskID: act.taskID, Local: act.local, State: store.StateRunning,
 			StartedAt: now, Owner: m.svc.owner, LeaseUntil: now.Add(m.svc.lease),
 		}, row)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("record start of activation of %s: %w", c.key.id, err)
+		return nil, fmt.Errorf("record start of activation of %s: %w", c.key.ID, err)
 	}
 	start.Seq = row.ID
 	inc.act = act
@@ -102,9 +102,9 @@ func (m *Manager) open(act *activation, row store.InboxMessage) error {
 		_, err = act.agent.FollowupMessage(act.base, msg)
 	}
 	if err != nil {
-		return fmt.Errorf("deliver message %s to %s: %w", row.ID, act.c.key.id, err)
+		return fmt.Errorf("deliver message %s to %s: %w", row.ID, act.c.key.ID, err)
 	}
-	m.ack(act.base, act.c.key.id, row.ID)
+	m.ack(act.base, act.c.key.ID, row.ID)
 	return nil
 }
 
@@ -113,7 +113,7 @@ func (m *Manager) open(act *activation, row store.InboxMessage) error {
 // R60, R75). It runs in c's loop and act is starting.
 func (m *Manager) rollback(act *activation) {
 	act.mustTo(actSettled)
-	m.closeAgent(act.base, act.c.key.id, act.agent)
+	m.closeAgent(act.base, act.c.key.ID, act.agent)
 	act.c.outbox = append(act.c.outbox, m.end(act, StopAborted, []model.Block{}))
 	act.release()
 	close(act.done)
@@ -148,7 +148,7 @@ func (m *Manager) resume(ctx context.Context, c *child) error {
 		for id, w := range c.waiters {
 			w <- answer{err: err}
 			delete(c.waiters, id)
-			m.ack(ctx, c.key.id, id)
+			m.ack(ctx, c.key.ID, id)
 		}
 	}
 	return err
@@ -177,7 +177,7 @@ func wakes(ds []delivery) bool {
 // starts, and run in it in their place. It runs in c's loop; c.act is nil
 // and c.sess, c.desc are verified.
 func (m *Manager) coldResume(ctx context.Context, c *child) error {
-	id := c.key.id
+	id := c.key.ID
 	pending, err := m.store.Pending(ctx, id)
 	if err != nil {
 		return fmt.Errorf("resume %s: read inbox: %w", id, err)
@@ -189,7 +189,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	sess, desc := *c.sess, *c.desc
 	// This replica drives the child from here: its lease first, and its
 	// writes fenced by it.
-	if err := m.hold(ctx, c); err != nil {
+	if err := m.children.Hold(ctx, c.key); err != nil {
 		return err
 	}
 	ctx = m.svc.ctl.Fenced(ctx)
@@ -230,7 +230,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	release := c.slot
 	c.slot = nil
 	if release == nil {
-		release, _ = m.svc.reserveLive(c.key.tenant, true)
+		release, _ = m.svc.reserveLive(c.key.Tenant, true)
 	}
 	act, err := m.begin(ctx, c, ag, sess, desc, inc, release)
 	if err != nil {
@@ -276,8 +276,8 @@ func (m *Manager) decode(ctx context.Context, c *child, rows []store.InboxMessag
 	for _, r := range rows {
 		msg, err := RowMessage(r)
 		if err != nil {
-			m.log.ErrorContext(ctx, "dropping an undecodable inbox message", slog.String("child_id", c.key.id), slog.Any("error", err))
-			m.ack(ctx, c.key.id, r.ID)
+			m.log.ErrorContext(ctx, "dropping an undecodable inbox message", slog.String("child_id", c.key.ID), slog.Any("error", err))
+			m.ack(ctx, c.key.ID, r.ID)
 			m.answer(c, r.ID, answer{err: fmt.Errorf("deliver message %s: %w", r.ID, err)})
 			continue
 		}

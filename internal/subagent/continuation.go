@@ -58,11 +58,14 @@ const (
 	ActivityInactive = "inactive"
 )
 
-// Message source kinds the manager writes (seam-spec §1.19).
+// Message source kinds (seam-spec §1.19): the manager writes the first
+// three; SourceCoordinator marks a model-issued send_message relayed by
+// the delegation tools.
 const (
 	SourceUser            = "user"
 	SourceSubagentSettled = "subagent-settled"
 	SourceSubagentReport  = "subagent-report"
+	SourceCoordinator     = "coordinator"
 )
 
 // Report deliveries (seam-spec §1.18, R108).
@@ -251,8 +254,9 @@ type ContinuableStarted struct {
 }
 
 // FollowupResult says where accepted followup content went: Route is
-// RouteSteered or RouteStarted, TaskID the activation that runs it,
-// MessageID the message id the child logs it under.
+// RouteSteered, RouteStarted, RouteQueued or RouteParked; TaskID the
+// activation that runs it (none while parked), MessageID the message id
+// the child logs it under.
 type FollowupResult struct {
 	Route     string
 	TaskID    string
@@ -281,19 +285,16 @@ type Manager struct {
 	notices  NoticeSink
 	delivery string // of the report tool
 	log      *slog.Logger
-	children *resident.Group[childKey, child, struct{}]
+	children *resident.Group[child, struct{}]
 
 	draining atomic.Bool
 	wg       sync.WaitGroup // settlements and steer receipts
 }
 
-// childKey identifies a child across tenants.
-type childKey struct{ tenant, id string }
-
 // child is the in-process state of one child id, owned by its loop in
 // Manager.children.
 type child struct {
-	key childKey
+	key resident.Key
 	// sess and desc cache the verified durable header and resume
 	// descriptor (the first descriptor of the own suffix never changes).
 	sess *store.Session
@@ -310,10 +311,9 @@ type child struct {
 	// to the activation.
 	slot func()
 	// outbox holds the lifecycle dispatches a command decided, in order;
-	// do runs them once the command returned.
+	// its sender runs them once the command returned
+	// (resident.Policy.Outbox).
 	outbox []func()
-	// held: this replica holds c's resident lease (hold, unhold).
-	held bool
 }
 
 // answer is a followup's route, or why its message was not delivered.
@@ -332,32 +332,37 @@ func NewManager(svc *Service, cfg ManagerConfig) *Manager {
 		delivery: cfg.ReportDelivery,
 		log:      cfg.Logger,
 	}
-	m.children = resident.NewGroup(resident.Policy[childKey, child, struct{}]{
-		New: func(key childKey) *child { return &child{key: key, waiters: map[string]chan<- answer{}} },
-		// A loop ends once nothing is live or owed.
-		Idle:  func(c *child) bool { return c.state == childIdle && len(c.waiters) == 0 },
-		Watch: m.turnEnd,
+	m.children = resident.NewGroup(resident.Policy[child, struct{}]{
+		Kind:   "child",
+		Leases: svc.ctl.Leases(),
+		New:    func(key resident.Key) *child { return &child{key: key, waiters: map[string]chan<- answer{}} },
+		// A loop ends once nothing is live or owed; it drives the child,
+		// under its lease, while an activation is live.
+		Idle:    func(c *child) bool { return c.state == childIdle && len(c.waiters) == 0 },
+		Driving: func(c *child) bool { return c.act != nil },
+		Watch:   m.turnEnd,
+		Owns:    func(sess store.Session) bool { return sess.ParentID != "" },
+		Resume:  m.recoverIn,
+		Stop:    m.stop,
+		Outbox: func(c *child) []func() {
+			out := c.outbox
+			c.outbox = nil
+			return out
+		},
 	})
 	m.handle()
+	svc.mgr = m
 	return m
 }
 
 // do runs f in key's loop, then — back in the caller, off the loop — the
-// lifecycle dispatches f decided.
-func (m *Manager) do(key childKey, f func(c *child)) {
-	var out []func()
-	m.children.Do(key, func(c *child) {
-		f(c)
-		m.unhold(c)
-		out, c.outbox = c.outbox, nil
-	})
-	for _, dispatch := range out {
-		dispatch()
-	}
+// lifecycle dispatches f decided (child.outbox).
+func (m *Manager) do(key resident.Key, f func(c *child)) {
+	m.children.Do(key, f)
 }
 
 // liveActivation returns the live activation of key, if any.
-func (m *Manager) liveActivation(key childKey) *activation {
+func (m *Manager) liveActivation(key resident.Key) *activation {
 	var act *activation
 	m.children.Peek(key, func(c *child) { act = c.act })
 	return act

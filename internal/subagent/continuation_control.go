@@ -13,8 +13,8 @@ import (
 
 // The Manager across replicas (DESIGN §5, see Control): a continuable
 // child is driven by the replica holding its resident lease, claimed in
-// the child's loop before an activation starts (hold) and released by the
-// first command that ends with no activation left (see do). Requests for a
+// the child's loop before an activation starts (resident.Group.Hold) and
+// released by the loop once no activation is left. Requests for a
 // child another replica drives go to it as control requests, answered by
 // the same methods a local call runs.
 
@@ -49,7 +49,7 @@ type deliverArgs struct {
 // handle registers the Manager's control handlers and resident kind.
 func (m *Manager) handle() {
 	ctl := m.svc.ctl
-	ctl.AddResidents(m)
+	ctl.AddResidents(m.children)
 	ctl.Handle(opFollowup, func(ctx context.Context, _ string, raw json.RawMessage) (any, error) {
 		var a followupArgs
 		if err := json.Unmarshal(raw, &a); err != nil {
@@ -96,29 +96,6 @@ func (m *Manager) handle() {
 	}
 }
 
-// hold claims c's resident lease for this replica before it is driven.
-// Returns ErrHeldElsewhere when another replica holds it live. It runs in
-// c's loop.
-func (m *Manager) hold(ctx context.Context, c *child) error {
-	if c.held {
-		return nil
-	}
-	if err := m.svc.ctl.Claim(ctx, c.key.id); err != nil {
-		return err
-	}
-	c.held = true
-	return nil
-}
-
-// unhold releases c's lease once nothing drives c. It runs in c's loop, at
-// the end of every command.
-func (m *Manager) unhold(c *child) {
-	if c.held && c.act == nil {
-		c.held = false
-		m.svc.ctl.Release(store.WithTenant(context.Background(), c.key.tenant), c.key.id)
-	}
-}
-
 // followupRow is Followup of an accepted-to-be row: here when no other
 // replica drives the child, else on the replica that does. The row's id
 // is kept across replicas, so a request retried after its owner was lost
@@ -138,23 +115,8 @@ func (m *Manager) deliverRow(ctx context.Context, row store.InboxMessage, waking
 	return err
 }
 
-// CancelRun stops live run runID, whichever replica drives it (POST
-// /v1/runs/{runId}/cancel): a one-shot run is cancelled; an activation's
-// turn is interrupted like Interrupt does. A settled run is a no-op.
-// Returns ERunNotFound.
-func (m *Manager) CancelRun(ctx context.Context, runID string) error {
-	return m.routeRun(ctx, runID, false)
-}
-
-// DisposeRun disposes run runID, whichever replica drives it (DELETE
-// /v1/runs/{runId}): a live one is stopped and waited for until it
-// settled, then it is marked disposed. Idempotent. Returns ERunNotFound.
-func (m *Manager) DisposeRun(ctx context.Context, runID string) error {
-	return m.routeRun(ctx, runID, true)
-}
-
-// routeRun is CancelRun (dispose false) or DisposeRun, sent to the run's
-// driver.
+// routeRun is Service.CancelRun (dispose false) or Service.DisposeRun of
+// a Service with a Manager, sent to the run's driver.
 func (m *Manager) routeRun(ctx context.Context, runID string, dispose bool) error {
 	run, err := m.store.GetRun(ctx, runID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -246,23 +208,13 @@ func (m *Manager) steerRun(ctx context.Context, runID string, content []model.Bl
 	return h.Steer(ctx, content)
 }
 
-// TakeOver resumes sess when it is a continuable child whose owner was
-// lost, delivering its undelivered messages (Control.takeOver).
-func (m *Manager) TakeOver(ctx context.Context, sess store.Session) (bool, error) {
-	if sess.ParentID == "" {
-		return false, nil
+// stop is the fence of c's loop (resident.Policy.Stop): the turn of a live
+// activation stops, keeping its inbox, since this replica is about to lose
+// its leases. The activation settles (its writes fail once another replica
+// took the child over), and the messages it had not admitted stay in the
+// durable inbox for the next owner.
+func (m *Manager) stop(_ context.Context, c *child) {
+	if act := c.act; act != nil && act.state < actSettling {
+		act.agent.Cancel(sessionlog.CauseDisposed, true)
 	}
-	return true, m.recoverChild(ctx, sess.ID)
-}
-
-// Fence stops the turn of every live activation, keeping its inbox: this
-// replica is about to lose its leases. The activations settle (their
-// writes fail once another replica took the child over), and the messages
-// they had not admitted stay in the durable inbox for the next owner.
-func (m *Manager) Fence(context.Context) {
-	m.children.Each(func(c *child) {
-		if act := c.act; act != nil && act.state < actSettling {
-			act.agent.Cancel(sessionlog.CauseDisposed, true)
-		}
-	})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -311,7 +312,7 @@ func (e *contEnv) settled(t *testing.T, childID string) {
 	})
 	// The end is dispatched before the activation is removed: wait for the
 	// removal.
-	for act := e.m.liveActivation(childKey{store.DefaultTenant, childID}); act != nil; act = e.m.liveActivation(childKey{store.DefaultTenant, childID}) {
+	for act := e.m.liveActivation(resident.Key{Tenant: store.DefaultTenant, ID: childID}); act != nil; act = e.m.liveActivation(resident.Key{Tenant: store.DefaultTenant, ID: childID}) {
 		<-act.done
 	}
 }

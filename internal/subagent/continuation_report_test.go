@@ -9,6 +9,7 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -48,7 +49,7 @@ func TestReport_R110_SettlementWaitsForAReportBeingDelivered(t *testing.T) {
 	// from settling.
 	<-(<-agents).Idle()
 	var settling bool
-	e.m.do(childKey{store.DefaultTenant, res.ChildID}, func(c *child) { settling = c.act == nil || c.act.state == actSettling })
+	e.m.do(resident.Key{Tenant: store.DefaultTenant, ID: res.ChildID}, func(c *child) { settling = c.act == nil || c.act.state == actSettling })
 	if settling {
 		t.Error("the activation began to settle while a report was still being delivered")
 	}
@@ -94,7 +95,7 @@ func TestReport_R108_QuietReportParksInAContinuableParent(t *testing.T) {
 	if _, err := e.m.ReportFrom(t.Context(), kid.ChildID, txt("parked"), DeliveryQuiet); err != nil {
 		t.Fatalf("quiet report: %v", err)
 	}
-	if e.m.liveActivation(childKey{store.DefaultTenant, parent.ChildID}) != nil {
+	if e.m.liveActivation(resident.Key{Tenant: store.DefaultTenant, ID: parent.ChildID}) != nil {
 		t.Error("a quiet report started the parent")
 	}
 	// Quiet in the inbox too, so that a restart does not wake the parent.

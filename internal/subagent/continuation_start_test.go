@@ -9,6 +9,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -228,7 +229,7 @@ func TestContinuable_R60_FailureAfterStartEdgeClosesThePair(t *testing.T) {
 	if n := countType(e.log(t, "kid"), sessionlog.EventTurnStart); n != 0 {
 		t.Errorf("%d turns", n)
 	}
-	if e.m.liveActivation(childKey{store.DefaultTenant, "kid"}) != nil {
+	if e.m.liveActivation(resident.Key{Tenant: store.DefaultTenant, ID: "kid"}) != nil {
 		t.Error("rolled-back activation is live")
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -33,6 +34,10 @@ type Control struct {
 	lease time.Duration
 	log   *slog.Logger
 
+	// leases is the process's one registry of resident leases; its
+	// durable side is this Control's claim and release.
+	leases *resident.Leases
+
 	mu       sync.Mutex
 	handlers map[string]ControlHandler
 	// residents are the kinds of resident agents of this process (the
@@ -46,21 +51,21 @@ type Control struct {
 // and returns its result, to be marshalled as the answer, or its error.
 type ControlHandler func(ctx context.Context, target string, payload json.RawMessage) (any, error)
 
-// ResidentKind is one kind of resident agent, as Control sees it.
+// ResidentKind is one kind of resident agent, as Control sees it
+// (resident.Group implements it).
 type ResidentKind interface {
 	// TakeOver resumes sess, a resident agent whose owner's lease lapsed
 	// and which has undelivered messages, if it is of this kind; it
-	// reports whether it was. It claims the agent itself.
-	TakeOver(ctx context.Context, sess store.Session) (bool, error)
+	// reports whether it was. The lease, held by from, passes to the kind.
+	TakeOver(ctx context.Context, sess store.Session, from string) (bool, error)
 	// Fence stops driving every resident agent of this kind at once: this
 	// replica could not renew its leases, which are about to lapse.
 	Fence(ctx context.Context)
 }
 
-// ErrHeldElsewhere: a local path found, when it went to claim the agent
-// (Claim), that another replica took it since Route looked; returned to
-// Route, it asks again and sends the request there.
-var ErrHeldElsewhere = errors.New("resident agent is held by another replica")
+// holderTakeover is the holder of a lapsed agent's lease in Leases while
+// takeOver decides which kind resumes it.
+const holderTakeover = "takeover"
 
 // errOwnerLapsed: the owner a request was sent to stopped renewing its
 // lease before answering.
@@ -71,9 +76,15 @@ var errOwnerLapsed = errors.New("owner's lease lapsed before it answered")
 const controlPoll = time.Second
 
 func newControl(st store.Store, owner string, lease time.Duration, log *slog.Logger) *Control {
-	return &Control{st: st, owner: owner, lease: lease, log: log,
+	c := &Control{st: st, owner: owner, lease: lease, log: log,
 		handlers: map[string]ControlHandler{}, serving: map[string]bool{}}
+	c.leases = resident.NewLeases(claimer{c})
+	return c
 }
+
+// Leases returns the registry of the resident leases this process holds:
+// every kind of resident agent holds and releases its leases there.
+func (c *Control) Leases() *resident.Leases { return c.leases }
 
 // Handle registers h for requests of op. Call it before KeepLeases.
 func (c *Control) Handle(op string, h ControlHandler) {
@@ -95,27 +106,28 @@ func (c *Control) Fenced(ctx context.Context) context.Context {
 	return store.WithOwner(ctx, c.owner)
 }
 
+// claimer is the durable side of Control.leases (resident.Claimer).
+type claimer struct{ c *Control }
+
 // Claim makes this replica the driver of resident agent id, unless another
-// replica holds its lease live: then it returns ErrHeldElsewhere. Call it
-// before driving the agent (loading it, starting an activation); Release
-// once it is no longer driven.
-func (c *Control) Claim(ctx context.Context, id string) error {
+// replica holds its lease live: then it returns resident.ErrHeldElsewhere.
+func (c claimer) Claim(ctx context.Context, id string) error {
 	now := time.Now()
-	r, claimed, err := c.st.ClaimResident(ctx, id, c.owner, now, now.Add(c.lease))
+	r, claimed, err := c.c.st.ClaimResident(ctx, id, c.c.owner, now, now.Add(c.c.lease))
 	if err != nil {
 		return fmt.Errorf("claim %s: %w", id, err)
 	}
 	if !claimed {
-		return fmt.Errorf("%w: %s holds %s until %v", ErrHeldElsewhere, r.Owner, id, r.LeaseUntil)
+		return fmt.Errorf("%w: %s holds %s until %v", resident.ErrHeldElsewhere, r.Owner, id, r.LeaseUntil)
 	}
 	return nil
 }
 
 // Release gives up this replica's lease of id. A failure is logged: the
 // lease is then renewed with the others, and requests keep coming here.
-func (c *Control) Release(ctx context.Context, id string) {
-	if err := c.st.ReleaseResident(ctx, id, c.owner); err != nil {
-		c.log.WarnContext(ctx, "release resident lease", slog.String("session_id", id), slog.Any("error", err))
+func (c claimer) Release(ctx context.Context, id string) {
+	if err := c.c.st.ReleaseResident(ctx, id, c.c.owner); err != nil {
+		c.c.log.WarnContext(ctx, "release resident lease", slog.String("session_id", id), slog.Any("error", err))
 	}
 }
 
@@ -149,7 +161,7 @@ type controlErrorJSON struct {
 
 // Route runs op on resident agent target: local when no other replica
 // holds target's lease live (local claims it as it starts driving, and may
-// return ErrHeldElsewhere when it lost that race), else as a control
+// return resident.ErrHeldElsewhere when it lost that race), else as a control
 // request to the holder, whose answer — result or *Error — it returns as
 // local would have. When the holder's lease lapses before it answers, the
 // agent is free: Route runs local.
@@ -162,7 +174,7 @@ func Route[R any](ctx context.Context, c *Control, target, op string, payload an
 		}
 		if owner == "" {
 			r, err := local()
-			if errors.Is(err, ErrHeldElsewhere) {
+			if errors.Is(err, resident.ErrHeldElsewhere) {
 				continue
 			}
 			return r, err
@@ -348,7 +360,8 @@ func (c *Control) carryOut(ctx context.Context, ctl store.Control) {
 // takeOver claims the resident agents whose owner's lease lapsed before
 // now and delivers their undelivered messages (their kinds resume them);
 // one with nothing undelivered is only released. The claim makes this
-// exactly one replica's job.
+// exactly one replica's job. A lease a loop of this process holds is its
+// own, lapsed because renewals failed: it is left to that loop.
 func (c *Control) takeOver(ctx context.Context, now time.Time) error {
 	lapsed, err := c.st.ExpiredResidents(ctx, now)
 	if err != nil {
@@ -360,11 +373,14 @@ func (c *Control) takeOver(ctx context.Context, now time.Time) error {
 	var errs []error
 	for _, r := range lapsed {
 		rctx := store.WithTenant(ctx, r.Tenant)
-		if err := c.Claim(rctx, r.SessionID); err != nil {
-			continue // another replica got there first
+		key := resident.Key{Tenant: r.Tenant, ID: r.SessionID}
+		if err := c.leases.Hold(rctx, key, holderTakeover); err != nil {
+			continue // another replica got there first, or a loop here holds it
 		}
 		c.log.WarnContext(rctx, "took over a resident agent of a lost owner", slog.String("session_id", r.SessionID), slog.String("owner", r.Owner))
-		if err := c.resumeLapsed(rctx, r.SessionID, kinds); err != nil {
+		err := c.resumeLapsed(rctx, r.SessionID, kinds)
+		c.leases.Release(rctx, key, holderTakeover) // unless a kind took it
+		if err != nil {
 			errs = append(errs, fmt.Errorf("take over %s of %q: %w", r.SessionID, r.Owner, err))
 		}
 	}
@@ -373,24 +389,22 @@ func (c *Control) takeOver(ctx context.Context, now time.Time) error {
 
 // resumeLapsed hands a claimed lapsed agent with undelivered messages to
 // its kind, which drives it under the claim (and releases it when done);
-// one with nothing to deliver, or of no kind here, is released.
+// one with nothing to deliver, or of no kind here, stays with takeOver,
+// which releases it.
 func (c *Control) resumeLapsed(ctx context.Context, id string, kinds []ResidentKind) error {
 	pending, err := c.st.Pending(ctx, id)
 	if err != nil || len(pending) == 0 {
-		c.Release(ctx, id)
 		return err
 	}
 	sess, err := c.st.GetSession(ctx, id)
 	if err != nil {
-		c.Release(ctx, id)
 		return err
 	}
 	for _, k := range kinds {
-		if ok, err := k.TakeOver(ctx, sess); ok || err != nil {
+		if ok, err := k.TakeOver(ctx, sess, holderTakeover); ok || err != nil {
 			return err
 		}
 	}
-	c.Release(ctx, id)
 	return nil
 }
 

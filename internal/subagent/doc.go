@@ -18,8 +18,9 @@
 //     there as a control request (store.SendControl, woken by NOTIFY), that
 //     replica runs the steps below, and its answer comes back through the
 //     database. Otherwise followup, on this replica, sends one command to
-//     the child's loop (Manager.do, a resident.Group loop that owns the
-//     child's state; it claims the lease before an activation starts): it
+//     the child's loop (resident.Group.DoContext: a loop that owns the
+//     child's state; resident.Group.Hold claims the lease before an
+//     activation starts, and the loop releases it once none is live): it
 //     checks the parent and the descriptor (resumable), takes a live-run
 //     slot when no activation is live, writes the inbox row (store.Enqueue)
 //     — the message is accepted — and hands it to route.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -70,10 +71,10 @@ func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string,
 // it was sent to was lost) is taken as accepted.
 func (m *Manager) followup(ctx context.Context, parentSessionID string, row store.InboxMessage) (FollowupResult, error) {
 	childID := row.ChildID
-	key := childKey{store.Tenant(ctx), childID}
+	key := resident.Key{Tenant: store.Tenant(ctx), ID: childID}
 	w := make(chan answer, 1)
 	var err error
-	m.do(key, func(c *child) {
+	derr := m.children.DoContext(ctx, key, func(c *child) {
 		// Admission again in the child's loop: a Shutdown that began since
 		// must not find a new activation it never cancels (R113, R117).
 		if err = m.admitting(); err != nil {
@@ -89,7 +90,7 @@ func (m *Manager) followup(ctx context.Context, parentSessionID string, row stor
 		// A followup that will start an activation needs a live-run slot,
 		// before anything is written; one for a live activation does not.
 		if c.act == nil {
-			if c.slot, err = m.svc.reserveLive(key.tenant, false); err != nil {
+			if c.slot, err = m.svc.reserveLive(key.Tenant, false); err != nil {
 				return
 			}
 		}
@@ -101,10 +102,13 @@ func (m *Manager) followup(ctx context.Context, parentSessionID string, row stor
 		err = nil
 		c.waiters[row.ID] = w
 		// A cold resume that finds the child held by another replica
-		// withdraws the row and answers ErrHeldElsewhere: Route sends the
+		// withdraws the row and answers resident.ErrHeldElsewhere: Route sends the
 		// followup there.
 		m.route(context.WithoutCancel(ctx), c, row, true)
 	})
+	if derr != nil {
+		return FollowupResult{}, followupAborted(ctx)
+	}
 	if err != nil {
 		return FollowupResult{}, err
 	}
@@ -133,14 +137,14 @@ func (m *Manager) resumable(ctx context.Context, c *child, parentID string) erro
 		return err
 	}
 	if sess.ParentID != parentID {
-		return Errorf(EUnauthorized, "subagent %q belongs to another parent session", c.key.id)
+		return Errorf(EUnauthorized, "subagent %q belongs to another parent session", c.key.ID)
 	}
 	if c.desc != nil {
 		return nil
 	}
 	notResumable := func(err error) error {
 		return &Error{Code: ENotResumable, Err: err, Message: fmt.Sprintf(
-			"subagent %q has no supported continuation state; do not retry sending it messages", c.key.id)}
+			"subagent %q has no supported continuation state; do not retry sending it messages", c.key.ID)}
 	}
 	if sess.Mode == ModeOneShot {
 		return notResumable(nil)
@@ -162,12 +166,12 @@ func (m *Manager) header(ctx context.Context, c *child) (store.Session, error) {
 	if c.sess != nil {
 		return *c.sess, nil
 	}
-	sess, err := m.store.GetSession(ctx, c.key.id)
+	sess, err := m.store.GetSession(ctx, c.key.ID)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Session{}, Errorf(ESessionNotFound, "subagent %q not found", c.key.id)
+		return store.Session{}, Errorf(ESessionNotFound, "subagent %q not found", c.key.ID)
 	}
 	if err != nil {
-		return store.Session{}, fmt.Errorf("read subagent %s: %w", c.key.id, err)
+		return store.Session{}, fmt.Errorf("read subagent %s: %w", c.key.ID, err)
 	}
 	c.sess = &sess
 	return sess, nil
@@ -235,7 +239,7 @@ func (m *Manager) track(act *activation, id string, settled <-chan error, waking
 		m.do(act.c.key, func(c *child) {
 			defer m.release(c, act)
 			if err == nil {
-				m.ack(act.base, c.key.id, id)
+				m.ack(act.base, c.key.ID, id)
 				m.answer(c, id, answer{res: FollowupResult{Route: RouteSteered, TaskID: act.taskID, MessageID: id}})
 				return
 			}
@@ -291,7 +295,7 @@ func (m *Manager) SteerActivation(ctx context.Context, runID string, content []m
 			"was interrupted, is settling, or its turn ended first; send it a followup instead"}
 	}
 	if err != nil {
-		return "", fmt.Errorf("steer activation %s of %s: %w", runID, act.c.key.id, err)
+		return "", fmt.Errorf("steer activation %s of %s: %w", runID, act.c.key.ID, err)
 	}
 	return id, nil
 }
@@ -311,7 +315,7 @@ func (m *Manager) liveRun(ctx context.Context, runID string) (*activation, error
 		return nil, notFound
 	}
 	var act *activation
-	m.children.Peek(childKey{store.Tenant(ctx), run.ChildID}, func(c *child) {
+	m.children.Peek(resident.Key{Tenant: store.Tenant(ctx), ID: run.ChildID}, func(c *child) {
 		if c.act != nil && c.act.runID == runID {
 			act = c.act
 		}

@@ -3,7 +3,6 @@ package subagent
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 
@@ -20,7 +19,7 @@ import (
 // acceptance is answered, and is acknowledged (store.Ack) only once the
 // session's log holds it as a user/message with the row's id. A crash thus
 // leaves exactly the messages the log lacks, which start-up recovery
-// (RecoverInboxes) delivers.
+// (resident.RecoverInboxes) delivers.
 
 // InboxRow is the durable inbox row of msg for session sessionID; an empty
 // msg.ID gets a fresh one, which becomes the row's id. It returns an error
@@ -60,48 +59,6 @@ func RowMessage(row store.InboxMessage) (sessionlog.UserMessage, error) {
 		return msg, fmt.Errorf("inbox message %s: source: %w", row.ID, err)
 	}
 	return msg, nil
-}
-
-// RecoverInboxes calls recover, at start-up, for the header of every
-// session of any tenant that has undelivered inbox rows, oldest message
-// first, with ctx scoped to the session's tenant and without cancellation.
-// Roots and the Manager both recover through it, each taking its own kind
-// of session. Failures are logged per session and returned joined; the
-// other sessions are still recovered. A session another replica drives
-// (its lease is live) is left to that replica.
-func RecoverInboxes(ctx context.Context, st store.Store, log *slog.Logger, recover func(ctx context.Context, sess store.Session) error) error {
-	tried := map[store.PendingChild]bool{}
-	var errs []error
-	for {
-		// The store lists at most 1000 sessions a call: list again until a
-		// call names none that was not tried already.
-		pending, err := st.PendingChildren(ctx)
-		if err != nil {
-			return errors.Join(append(errs, fmt.Errorf("recover inboxes: %w", err))...)
-		}
-		more := false
-		for _, p := range pending {
-			if tried[p] {
-				continue
-			}
-			tried[p], more = true, true
-			base := store.WithTenant(context.WithoutCancel(ctx), p.Tenant)
-			sess, err := st.GetSession(base, p.ChildID)
-			if err == nil {
-				err = recover(base, sess)
-			}
-			if errors.Is(err, ErrHeldElsewhere) {
-				continue // another replica drives it and delivers its messages
-			}
-			if err != nil {
-				log.ErrorContext(base, "recover accepted messages", slog.String("session_id", p.ChildID), slog.Any("error", err))
-				errs = append(errs, fmt.Errorf("recover %s: %w", p.ChildID, err))
-			}
-		}
-		if !more {
-			return errors.Join(errs...)
-		}
-	}
 }
 
 // ack removes delivered (or withdrawn) rows from the durable inbox. A

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -27,7 +28,10 @@ import (
 func (m *Manager) Interrupt(ctx context.Context, parentSessionID, childID string) error {
 	_, err := Route(ctx, m.svc.ctl, childID, opInterrupt, parentSessionID, func() (struct{}, error) {
 		var err error
-		m.do(childKey{store.Tenant(ctx), childID}, func(c *child) { err = m.interrupt(ctx, c, parentSessionID) })
+		key := resident.Key{Tenant: store.Tenant(ctx), ID: childID}
+		if derr := m.children.DoContext(ctx, key, func(c *child) { err = m.interrupt(ctx, c, parentSessionID) }); derr != nil {
+			return struct{}{}, &Error{Code: EAborted, Message: "the interrupt was aborted before the child took it", Err: derr}
+		}
 		return struct{}{}, err
 	})
 	return err
@@ -35,7 +39,7 @@ func (m *Manager) Interrupt(ctx context.Context, parentSessionID, childID string
 
 // interrupt is Interrupt in c's loop.
 func (m *Manager) interrupt(ctx context.Context, c *child, parentSessionID string) error {
-	childID := c.key.id
+	childID := c.key.ID
 	sess, err := m.header(ctx, c)
 	if err != nil {
 		return err

@@ -134,7 +134,15 @@ const endRetryFor = 10 * time.Minute
 // outlasted the retries the end is still dispatched, so local listeners see
 // every run end. A zero res.EndedAt is now; e.Seq is set only when the end
 // was recorded.
-func (s *Service) recordEnd(ctx context.Context, log *slog.Logger, e Event, res store.RunResult) (Event, bool) {
+//
+// An end fenced by a resident lease this replica no longer holds
+// (store.ErrFenced: an activation's) is never retried as it is: reclaim
+// claims the lease again for the loop that holds it here, and the end is
+// retried under it; when another replica holds the lease live, the run row
+// is still this replica's (its run lease is renewed here, so no other
+// replica closes it), and it is ended without the fence — once, since an
+// end only settles a running run.
+func (s *Service) recordEnd(ctx context.Context, log *slog.Logger, e Event, res store.RunResult, reclaim func(context.Context) error) (Event, bool) {
 	if res.EndedAt.IsZero() {
 		res.EndedAt = time.Now()
 	}
@@ -153,6 +161,18 @@ func (s *Service) recordEnd(ctx context.Context, log *slog.Logger, e Event, res 
 		case errors.Is(err, store.ErrConflict):
 			log.WarnContext(ctx, "run was already ended elsewhere; not dispatching a second end")
 			return e, false
+		case errors.Is(err, store.ErrFenced) && store.Owner(ctx) != "":
+			if reclaim != nil {
+				if rerr := reclaim(ctx); rerr == nil {
+					log.WarnContext(ctx, "run end was fenced; reclaimed the lease", slog.Any("error", err))
+					reclaim = nil // once: a second fence ends it unfenced
+					continue
+				} else {
+					log.WarnContext(ctx, "run end was fenced; the lease could not be reclaimed", slog.Any("error", rerr))
+				}
+			}
+			ctx = store.WithOwner(ctx, "")
+			continue
 		case errors.Is(err, store.ErrNotFound) || ctx.Err() != nil || time.Now().After(deadline):
 			log.ErrorContext(ctx, "record run end", slog.Any("error", err))
 			return e, true

@@ -2,8 +2,6 @@ package subagent
 
 import (
 	"context"
-
-	"github.com/subagentd/subagentd/internal/store"
 )
 
 // Recover cold-resumes, at start-up, every child that has undelivered
@@ -15,30 +13,21 @@ import (
 // left to Roots. Failures are logged per child and returned joined; the
 // other children are still recovered.
 func (m *Manager) Recover(ctx context.Context) error {
-	return RecoverInboxes(ctx, m.store, m.log, func(ctx context.Context, sess store.Session) error {
-		if sess.ParentID == "" {
-			return nil // a root session
-		}
-		return m.recoverChild(ctx, sess.ID)
-	})
+	return m.children.Recover(ctx, m.store, m.log)
 }
 
-// recoverChild cold-resumes one child with pending messages unless it is
-// already live.
-func (m *Manager) recoverChild(ctx context.Context, childID string) error {
-	var err error
-	m.do(childKey{store.Tenant(ctx), childID}, func(c *child) {
-		if c.act != nil {
-			return
-		}
-		var sess store.Session
-		if sess, err = m.header(ctx, c); err != nil {
-			return
-		}
-		if err = m.resumable(ctx, c, sess.ParentID); err != nil {
-			return
-		}
-		err = m.resume(ctx, c)
-	})
-	return err
+// recoverIn cold-resumes child c with pending messages unless it is
+// already live (resident.Policy.Resume). It runs in c's loop.
+func (m *Manager) recoverIn(ctx context.Context, c *child) error {
+	if c.act != nil {
+		return nil
+	}
+	sess, err := m.header(ctx, c)
+	if err != nil {
+		return err
+	}
+	if err := m.resumable(ctx, c, sess.ParentID); err != nil {
+		return err
+	}
+	return m.resume(ctx, c)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -36,13 +37,13 @@ import (
 // settlement began. Then EParentUnavailable when the parent session is
 // gone or the delivery to it failed, the cause wrapped.
 func (m *Manager) ReportFrom(ctx context.Context, childID string, content []model.Block, delivery string) (string, error) {
-	return m.report(ctx, childKey{store.Tenant(ctx), childID}, nil, content, delivery)
+	return m.report(ctx, resident.Key{Tenant: store.Tenant(ctx), ID: childID}, nil, content, delivery)
 }
 
 // reporter is MaterializeRequest.Report for the materialization inc
 // identifies: ReportFrom with the manager's delivery, honoured only while
 // that very activation is resident.
-func (m *Manager) reporter(key childKey, inc *incarnation) func(context.Context, []model.Block) (string, error) {
+func (m *Manager) reporter(key resident.Key, inc *incarnation) func(context.Context, []model.Block) (string, error) {
 	return func(ctx context.Context, content []model.Block) (string, error) {
 		return m.report(ctx, key, inc, content, m.delivery)
 	}
@@ -50,7 +51,7 @@ func (m *Manager) reporter(key childKey, inc *incarnation) func(context.Context,
 
 // report is ReportFrom; a non-nil inc also requires the resident activation
 // to be the one inc became.
-func (m *Manager) report(ctx context.Context, key childKey, inc *incarnation, content []model.Block, delivery string) (string, error) {
+func (m *Manager) report(ctx context.Context, key resident.Key, inc *incarnation, content []model.Block, delivery string) (string, error) {
 	quiet, err := quietDelivery(delivery)
 	if err != nil {
 		return "", err
@@ -63,8 +64,8 @@ func (m *Manager) report(ctx context.Context, key childKey, inc *incarnation, co
 		return "", &Error{Code: EInvalidRequest, Message: "report content is not valid JSON",
 			Fields: map[string]string{"content": "not valid JSON"}, Err: err}
 	}
-	msg := append([]model.Block{model.TextBlock(fmt.Sprintf("Background subagent %s reported:", key.id))}, content...)
-	src := sessionlog.Source{Kind: SourceSubagentReport, Form: "relay", SenderSessionID: key.id}
+	msg := append([]model.Block{model.TextBlock(fmt.Sprintf("Background subagent %s reported:", key.ID))}, content...)
+	src := sessionlog.Source{Kind: SourceSubagentReport, Form: "relay", SenderSessionID: key.ID}
 
 	act, err := m.admitReport(ctx, key, inc)
 	if err != nil {
@@ -76,7 +77,7 @@ func (m *Manager) report(ctx context.Context, key childKey, inc *incarnation, co
 	id, err := m.send(context.WithoutCancel(ctx), act.parentID, msg, src, quiet)
 	if err != nil {
 		return "", &Error{Code: EParentUnavailable, Message: "direct parent is not live; report was not delivered",
-			Err: fmt.Errorf("report from %s to %s: %w", key.id, act.parentID, err)}
+			Err: fmt.Errorf("report from %s to %s: %w", key.ID, act.parentID, err)}
 	}
 	return id, nil
 }
@@ -85,7 +86,7 @@ func (m *Manager) report(ctx context.Context, key childKey, inc *incarnation, co
 // accepted, and counts it as inflight work of the resident activation,
 // which the caller releases. Returns EAborted, EDraining, EUnauthorized or
 // EActivationClosing.
-func (m *Manager) admitReport(ctx context.Context, key childKey, inc *incarnation) (*activation, error) {
+func (m *Manager) admitReport(ctx context.Context, key resident.Key, inc *incarnation) (*activation, error) {
 	if ctx.Err() != nil {
 		return nil, &Error{Code: EAborted, Message: "the report was aborted before it was accepted", Err: context.Cause(ctx)}
 	}
@@ -93,12 +94,12 @@ func (m *Manager) admitReport(ctx context.Context, key childKey, inc *incarnatio
 		return nil, err
 	}
 	var act *activation
-	err := notResident(key.id)
+	err := notResident(key.ID)
 	m.children.Peek(key, func(c *child) {
 		switch a := c.act; {
 		case a == nil || (inc != nil && inc.act != a):
 		case a.state == actSettling:
-			err = Errorf(EActivationClosing, "subagent %q is settling; its report was not accepted", key.id)
+			err = Errorf(EActivationClosing, "subagent %q is settling; its report was not accepted", key.ID)
 		default:
 			a.inflight++
 			act, err = a, nil
@@ -180,7 +181,7 @@ func (m *Manager) deliverInbox(ctx context.Context, parentID string, content []m
 func (m *Manager) deliver(ctx context.Context, row store.InboxMessage, waking bool) error {
 	parentID := row.ChildID
 	var err error
-	m.do(childKey{store.Tenant(ctx), parentID}, func(c *child) {
+	m.do(resident.Key{Tenant: store.Tenant(ctx), ID: parentID}, func(c *child) {
 		var sess store.Session
 		if sess, err = m.header(ctx, c); err != nil {
 			return

@@ -212,7 +212,7 @@ func (h *RunHandle) watch() {
 		h.finish(res, resErr, rr, false)
 		return
 	}
-	end, dispatch := h.svc.recordEnd(h.ctx, h.logger(), h.endEvent(res), rr)
+	end, dispatch := h.svc.recordEnd(h.ctx, h.logger(), h.endEvent(res), rr, nil)
 	if dispatch {
 		h.svc.bus.dispatch(h.ctx, end)
 	}

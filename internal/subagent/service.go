@@ -64,6 +64,9 @@ type Service struct {
 	maxLive int
 	bus     bus
 	ctl     *Control
+	// mgr is the continuation Manager over this Service, if any: it
+	// drives activations and routes run control across replicas.
+	mgr *Manager
 
 	mu        sync.Mutex
 	providers []Provider // registration order
@@ -547,4 +550,60 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// CancelRun stops live run runID, whichever engine and replica drives it
+// (POST /v1/runs/{runId}/cancel): a one-shot run is cancelled; an
+// activation's turn is interrupted like Manager.Interrupt does. A settled
+// run is a no-op. Returns ERunNotFound for an unknown run, or for a running
+// one nothing here can reach (a Service without a Manager).
+func (s *Service) CancelRun(ctx context.Context, runID string) error {
+	switch h, ok := s.Run(ctx, runID); {
+	case ok:
+		h.Cancel()
+		return nil
+	case s.mgr != nil:
+		return s.mgr.routeRun(ctx, runID, false)
+	}
+	return s.notLive(ctx, runID)
+}
+
+// DisposeRun disposes run runID, whichever engine and replica drives it
+// (DELETE /v1/runs/{runId}): a live one is stopped and waited for until it
+// settled, then it is marked disposed. Idempotent. Returns ERunNotFound as
+// CancelRun.
+func (s *Service) DisposeRun(ctx context.Context, runID string) error {
+	switch h, ok := s.Run(ctx, runID); {
+	case ok:
+		if err := h.Dispose(ctx); err != nil {
+			return fmt.Errorf("dispose run %s: %w", runID, err)
+		}
+		return nil
+	case s.mgr != nil:
+		return s.mgr.routeRun(ctx, runID, true)
+	}
+	if err := s.notLive(ctx, runID); err != nil {
+		return err
+	}
+	if err := s.store.DisposeRun(ctx, runID); err != nil {
+		return fmt.Errorf("dispose run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// notLive returns ERunNotFound unless run runID exists and is not running:
+// a running run this process does not drive cannot be reached without a
+// Manager.
+func (s *Service) notLive(ctx context.Context, runID string) error {
+	run, err := s.store.GetRun(ctx, runID)
+	if errors.Is(err, store.ErrNotFound) {
+		return &Error{Code: ERunNotFound, Message: fmt.Sprintf("no run %q", runID), Err: err}
+	}
+	if err != nil {
+		return fmt.Errorf("read run %s: %w", runID, err)
+	}
+	if run.State == store.StateRunning {
+		return Errorf(ERunNotFound, "run %s is running but not on this server", runID)
+	}
+	return nil
 }

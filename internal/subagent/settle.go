@@ -56,13 +56,13 @@ func (m *Manager) settle(act *activation) {
 	outcome := act.agent.Outcome()
 	output, reason := outcome.Output, EpochStopReason(outcome)
 	if err := act.agent.Close(ctx); err != nil {
-		m.log.ErrorContext(ctx, "close continuable child agent", slog.String("child_id", c.key.id), slog.Any("error", err))
+		m.log.ErrorContext(ctx, "close continuable child agent", slog.String("child_id", c.key.ID), slog.Any("error", err))
 		reason, output = StopError, []model.Block{}
 	}
 	// Every message the epoch logged is delivered; most were acknowledged
 	// on admission already.
 	if len(outcome.Messages) > 0 {
-		m.ack(ctx, c.key.id, outcome.Messages...)
+		m.ack(ctx, c.key.ID, outcome.Messages...)
 	}
 	<-act.started // dispatched by whoever began act, once its command returned
 	m.notify(act, reason, output)
@@ -78,7 +78,7 @@ func (m *Manager) settle(act *activation) {
 		// The owed cold resume takes over act's live-run slot.
 		c.slot, act.release = act.release, nil
 		if err := m.resume(ctx, c); err != nil {
-			m.log.ErrorContext(ctx, "cold resume after settlement", slog.String("child_id", c.key.id), slog.Any("error", err))
+			m.log.ErrorContext(ctx, "cold resume after settlement", slog.String("child_id", c.key.ID), slog.Any("error", err))
 		}
 		m.releaseSlot(c)
 	})
@@ -97,7 +97,8 @@ func (m *Manager) end(act *activation, reason string, output []model.Block) (dis
 	if err != nil {
 		log.ErrorContext(act.base, "encode activation output", slog.Any("error", err))
 	}
-	e, recorded := m.svc.recordEnd(act.base, log, e, store.RunResult{StopReason: reason, Output: out})
+	e, recorded := m.svc.recordEnd(act.base, log, e, store.RunResult{StopReason: reason, Output: out},
+		func(ctx context.Context) error { return m.children.Reclaim(ctx, act.c.key) })
 	return func() {
 		if recorded {
 			m.svc.bus.dispatch(act.base, e)
@@ -111,13 +112,13 @@ func (m *Manager) end(act *activation, reason string, output []model.Block) (dis
 // (R79).
 func (m *Manager) notify(act *activation, reason string, output []model.Block) {
 	ctx := act.base
-	content, src := settlementNotice(act.c.key.id, reason, output)
+	content, src := settlementNotice(act.c.key.ID, reason, output)
 	_, err := m.send(ctx, act.parentID, content, src, m.isDraining())
 	switch {
 	case errors.Is(err, errNoSink):
 		m.log.DebugContext(ctx, "no notice sink: settlement notice dropped", slog.String("parent_id", act.parentID))
 	case err != nil:
-		m.log.WarnContext(ctx, "settlement notice was not delivered", slog.String("child_id", act.c.key.id),
+		m.log.WarnContext(ctx, "settlement notice was not delivered", slog.String("child_id", act.c.key.ID),
 			slog.String("parent_id", act.parentID), slog.Any("error", err))
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -47,7 +48,7 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 	if childID == "" {
 		childID = uuid.NewString()
 	}
-	key := childKey{store.Tenant(ctx), childID}
+	key := resident.Key{Tenant: store.Tenant(ctx), ID: childID}
 	if m.liveActivation(key) != nil {
 		return ContinuableStarted{}, duplicateChild(childID)
 	}
@@ -101,7 +102,7 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 // child's loop.
 func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest, desc Descriptor, raw json.RawMessage,
 	spec ContinuableSpec, depth int, opts AgentOptions) (ContinuableStarted, error) {
-	key, childID := c.key, c.key.id
+	key, childID := c.key, c.key.ID
 	if err := m.admitting(); err != nil {
 		return ContinuableStarted{}, err
 	}
@@ -116,7 +117,7 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 	}
 	// The live-run slot is taken before anything is written; the activation
 	// holds it from begin on, and rollback or settle gives it back.
-	release, err := m.svc.reserveLive(key.tenant, false)
+	release, err := m.svc.reserveLive(key.Tenant, false)
 	if err != nil {
 		return ContinuableStarted{}, err
 	}
@@ -134,7 +135,7 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 		MaxTokens: opts.MaxTokens, Persona: clonePtr(req.Persona), CreatedAt: time.Now(),
 	}
 	// This replica drives the child from here: its lease first.
-	if err := m.hold(ctx, c); err != nil {
+	if err := m.children.Hold(ctx, c.key); err != nil {
 		return ContinuableStarted{}, duplicateChild(childID)
 	}
 	// Store writes must not be cut half-way by the caller's cancellation;

@@ -71,7 +71,7 @@ func (a *activation) to(next actState) bool {
 // refusal is a bug in the Manager and panics.
 func (a *activation) mustTo(next actState) {
 	if !a.to(next) {
-		panic(fmt.Sprintf("subagent: activation %s of %s: illegal transition %s → %s", a.runID, a.c.key.id, a.state, next))
+		panic(fmt.Sprintf("subagent: activation %s of %s: illegal transition %s → %s", a.runID, a.c.key.ID, a.state, next))
 	}
 }
 
@@ -102,7 +102,7 @@ func (s childState) String() string { return childStateNames[s] }
 // starting. It runs in c's loop and c is idle.
 func (c *child) activate(act *activation, state actState) {
 	if c.state != childIdle {
-		panic(fmt.Sprintf("subagent: child %s: a second live activation", c.key.id))
+		panic(fmt.Sprintf("subagent: child %s: a second live activation", c.key.ID))
 	}
 	act.mustTo(state)
 	c.act, c.state = act, childLive

@@ -1,6 +1,10 @@
 package subagent
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/subagentd/subagentd/internal/resident"
+)
 
 // TestActivationState_RefusesWhatTheLifecycleDoesNotAllow: every state
 // moves only forward along actNext, and a refused transition changes
@@ -38,7 +42,7 @@ func TestActivationState_RefusesWhatTheLifecycleDoesNotAllow(t *testing.T) {
 // with a live activation, and its settlement reports and clears it.
 func TestChildState_OwesOnlyWhileLive(t *testing.T) {
 	t.Parallel()
-	c := &child{key: childKey{"t", "c"}}
+	c := &child{key: resident.Key{Tenant: "t", ID: "c"}}
 	if c.owe() {
 		t.Fatal("an idle child took an owed resume")
 	}

@@ -1,4 +1,4 @@
-package delegate
+package main
 
 import (
 	"bytes"
@@ -11,11 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/subagentd/subagentd/internal/config"
+	cfgfile "github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
 )
-
-func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -23,7 +21,7 @@ func TestRoutesFromConfig_DESIGN6_Table(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name      string
-		cfg       *config.File
+		cfg       *cfgfile.File
 		env       map[string]string
 		names     []string
 		def       string
@@ -32,44 +30,44 @@ func TestRoutesFromConfig_DESIGN6_Table(t *testing.T) {
 	}{
 		{name: "nothing configured: echo only", names: []string{"echo"}, def: "echo", defModel: "echo"},
 		{name: "environment route becomes the default",
-			env:   map[string]string{EnvBaseURL: "http://127.0.0.1:11434/v1", EnvModel: "llama3.1"},
+			env:   map[string]string{envBaseURL: "http://127.0.0.1:11434/v1", envModel: "llama3.1"},
 			names: []string{"echo", "openai"}, def: "openai", defModel: "llama3.1"},
 		{name: "API key alone means OpenAI with the default model",
-			env:   map[string]string{EnvAPIKey: "sk-test"},
-			names: []string{"echo", "openai"}, def: "openai", defModel: DefaultOpenAIModel},
+			env:   map[string]string{envAPIKey: "sk-test"},
+			names: []string{"echo", "openai"}, def: "openai", defModel: defaultOpenAIModel},
 		{name: "model alone means OpenAI with that model",
-			env:   map[string]string{EnvModel: "gpt-4.1"},
+			env:   map[string]string{envModel: "gpt-4.1"},
 			names: []string{"echo", "openai"}, def: "openai", defModel: "gpt-4.1"},
 		{name: "custom server without a model name",
-			env:       map[string]string{EnvBaseURL: "http://127.0.0.1:8000/v1"},
+			env:       map[string]string{envBaseURL: "http://127.0.0.1:8000/v1"},
 			wantError: "SUBAGENTD_MODEL is not"},
 		{name: "invalid environment base URL",
-			env:       map[string]string{EnvBaseURL: "ftp://x", EnvModel: "m"},
+			env:       map[string]string{envBaseURL: "ftp://x", envModel: "m"},
 			wantError: `model route "openai"`},
 		{name: "config routes, echo stays the default",
-			cfg:   &config.File{Models: []config.ModelConfig{{Name: "local", Type: "openai", BaseURL: "http://127.0.0.1:1/v1", Model: "qwen"}}},
+			cfg:   &cfgfile.File{Models: []cfgfile.ModelConfig{{Name: "local", Type: "openai", BaseURL: "http://127.0.0.1:1/v1", Model: "qwen"}}},
 			names: []string{"echo", "local"}, def: "echo", defModel: "echo"},
 		{name: "defaultModel picks a config route over the environment",
-			cfg: &config.File{DefaultModel: "local", Models: []config.ModelConfig{
+			cfg: &cfgfile.File{DefaultModel: "local", Models: []cfgfile.ModelConfig{
 				{Name: "local", Type: "openai", BaseURL: "http://127.0.0.1:1/v1", Model: "qwen"}}},
-			env:   map[string]string{EnvModel: "gpt-4.1"},
+			env:   map[string]string{envModel: "gpt-4.1"},
 			names: []string{"echo", "openai", "local"}, def: "local", defModel: "qwen"},
 		{name: "defaultModel echo over the environment",
-			cfg:   &config.File{DefaultModel: "echo"},
-			env:   map[string]string{EnvModel: "gpt-4.1"},
+			cfg:   &cfgfile.File{DefaultModel: "echo"},
+			env:   map[string]string{envModel: "gpt-4.1"},
 			names: []string{"echo", "openai"}, def: "echo", defModel: "echo"},
 		{name: "config route named openai clashes with the environment",
-			cfg:       &config.File{Models: []config.ModelConfig{{Name: "openai", Type: "openai", Model: "m"}}},
-			env:       map[string]string{EnvModel: "gpt-4.1"},
+			cfg:       &cfgfile.File{Models: []cfgfile.ModelConfig{{Name: "openai", Type: "openai", Model: "m"}}},
+			env:       map[string]string{envModel: "gpt-4.1"},
 			wantError: "configured both"},
 		{name: "config route named openai without the environment",
-			cfg:   &config.File{Models: []config.ModelConfig{{Name: "openai", Type: "openai", Model: "m"}}},
+			cfg:   &cfgfile.File{Models: []cfgfile.ModelConfig{{Name: "openai", Type: "openai", Model: "m"}}},
 			names: []string{"echo", "openai"}, def: "echo", defModel: "echo"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			routes, err := RoutesFromConfig(tt.cfg, env(tt.env), discard())
+			routes, err := routesFromConfig(tt.cfg, env(tt.env), discard())
 			if tt.wantError != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantError) {
 					t.Fatalf("err = %v, want it to contain %q", err, tt.wantError)
@@ -86,7 +84,7 @@ func TestRoutesFromConfig_DESIGN6_Table(t *testing.T) {
 				t.Errorf("Default = %s/%s, want %s/%s", d.Name, d.DefaultModel, tt.def, tt.defModel)
 			}
 			echo, _, err := routes.Resolve("echo", "")
-			if err != nil || echo.Kind != KindEcho || echo.DefaultModel != "echo" {
+			if err != nil || echo.Kind != model.KindEcho || echo.DefaultModel != "echo" {
 				t.Errorf("echo route = %+v, %v", echo, err)
 			}
 		})
@@ -108,11 +106,11 @@ func TestRoutesFromConfig_APIKeyFromNamedVariableNeverLogged(t *testing.T) {
 	defer srv.Close()
 	var logBuf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logBuf, nil))
-	cfg := &config.File{Models: []config.ModelConfig{
+	cfg := &cfgfile.File{Models: []cfgfile.ModelConfig{
 		{Name: "local", Type: "openai", BaseURL: srv.URL + "/v1", APIKeyEnv: "LOCAL_KEY", Model: "qwen"},
 		{Name: "nokey", Type: "openai", BaseURL: srv.URL + "/v1", APIKeyEnv: "UNSET_KEY", Model: "qwen"},
 	}}
-	routes, err := RoutesFromConfig(cfg, env(map[string]string{"LOCAL_KEY": "sk-local-secret", EnvAPIKey: "sk-env-secret"}), log)
+	routes, err := routesFromConfig(cfg, env(map[string]string{"LOCAL_KEY": "sk-local-secret", envAPIKey: "sk-env-secret"}), log)
 	if err != nil {
 		t.Fatal(err)
 	}

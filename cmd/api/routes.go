@@ -1,41 +1,34 @@
-package delegate
+package main
 
 import (
 	"fmt"
 	"log/slog"
 
-	"github.com/subagentd/subagentd/internal/config"
+	cfgfile "github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/echo"
 	"github.com/subagentd/subagentd/internal/model/openai"
 )
 
-// Route kinds (model.Route.Kind). KindEcho is the offline deterministic
-// model; dashboards and /v1/providers label it as such.
-const (
-	KindEcho   = "echo"
-	KindOpenAI = "openai"
-)
-
 // Environment variables of the OpenAI-compatible environment route
 // (DESIGN §6).
 const (
-	EnvBaseURL = "OPENAI_BASE_URL"
-	EnvAPIKey  = "OPENAI_API_KEY"
-	EnvModel   = "SUBAGENTD_MODEL"
+	envBaseURL = "OPENAI_BASE_URL"
+	envAPIKey  = "OPENAI_API_KEY"
+	envModel   = "SUBAGENTD_MODEL"
 )
 
-// EnvRoute is the name of the route the OPENAI_* variables configure.
-const EnvRoute = "openai"
+// envRoute is the name of the route the OPENAI_* variables configure.
+const envRoute = "openai"
 
-// DefaultOpenAIModel is requested by the environment route when only
+// defaultOpenAIModel is requested by the environment route when only
 // OPENAI_API_KEY is set: the key alone means api.openai.com, where this
 // small model exists. Any other server needs SUBAGENTD_MODEL.
-const DefaultOpenAIModel = "gpt-4o-mini"
+const defaultOpenAIModel = "gpt-4o-mini"
 
-// RoutesFromConfig builds the model route table of in-process agents
-// (DESIGN §6). It lives here rather than in internal/model because it needs
-// both config and the model adapters, and model/openai imports model.
+// routesFromConfig builds the model route table of in-process agents
+// (DESIGN §6): picking model adapters is wiring, so it lives in main; it
+// needs both config and the adapters, and model/openai imports model.
 //
 // The table always holds "echo" (kind echo, model "echo"). Setting any of
 // OPENAI_BASE_URL, OPENAI_API_KEY or SUBAGENTD_MODEL adds the route "openai"
@@ -50,30 +43,30 @@ const DefaultOpenAIModel = "gpt-4o-mini"
 // a custom base URL but no SUBAGENTD_MODEL, when a configured route is named
 // "openai" while the environment also configures it, or when an adapter
 // rejects its settings.
-func RoutesFromConfig(cfg *config.File, getenv func(string) string, log *slog.Logger) (*model.Routes, error) {
+func routesFromConfig(cfg *cfgfile.File, getenv func(string) string, log *slog.Logger) (*model.Routes, error) {
 	if cfg == nil {
-		cfg = &config.File{}
+		cfg = &cfgfile.File{}
 	}
-	routes := []model.Route{{Name: config.EchoModel, Kind: KindEcho, DefaultModel: config.EchoModel, Model: echo.New()}}
-	def := config.EchoModel
-	baseURL, key, modelName := getenv(EnvBaseURL), getenv(EnvAPIKey), getenv(EnvModel)
+	routes := []model.Route{{Name: cfgfile.EchoModel, Kind: model.KindEcho, DefaultModel: cfgfile.EchoModel, Model: echo.New()}}
+	def := cfgfile.EchoModel
+	baseURL, key, modelName := getenv(envBaseURL), getenv(envAPIKey), getenv(envModel)
 	if baseURL != "" || key != "" || modelName != "" {
 		if modelName == "" {
 			if baseURL != "" && baseURL != openai.DefaultBaseURL {
-				return nil, fmt.Errorf("model route %q: %s is set but %s is not: name the model the server should run", EnvRoute, EnvBaseURL, EnvModel)
+				return nil, fmt.Errorf("model route %q: %s is set but %s is not: name the model the server should run", envRoute, envBaseURL, envModel)
 			}
-			modelName = DefaultOpenAIModel
+			modelName = defaultOpenAIModel
 		}
-		rt, err := openAIRoute(EnvRoute, openai.Config{BaseURL: baseURL, APIKey: key, DefaultModel: modelName, MaxRetries: config.DefaultMaxRetries})
+		rt, err := openAIRoute(envRoute, openai.Config{BaseURL: baseURL, APIKey: key, DefaultModel: modelName, MaxRetries: cfgfile.DefaultMaxRetries})
 		if err != nil {
 			return nil, err
 		}
 		routes = append(routes, rt)
-		def = EnvRoute
+		def = envRoute
 	}
 	for _, mc := range cfg.Models {
-		if mc.Name == EnvRoute && def == EnvRoute {
-			return nil, fmt.Errorf("model route %q is configured both in the config file and by the %s/%s/%s environment", EnvRoute, EnvBaseURL, EnvAPIKey, EnvModel)
+		if mc.Name == envRoute && def == envRoute {
+			return nil, fmt.Errorf("model route %q is configured both in the config file and by the %s/%s/%s environment", envRoute, envBaseURL, envAPIKey, envModel)
 		}
 		key := ""
 		if mc.APIKeyEnv != "" {
@@ -107,5 +100,5 @@ func openAIRoute(name string, c openai.Config) (model.Route, error) {
 	if err != nil {
 		return model.Route{}, fmt.Errorf("model route %q: %w", name, err)
 	}
-	return model.Route{Name: name, Kind: KindOpenAI, DefaultModel: c.DefaultModel, Model: m}, nil
+	return model.Route{Name: name, Kind: model.KindOpenAI, DefaultModel: c.DefaultModel, Model: m}, nil
 }
