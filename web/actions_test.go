@@ -211,6 +211,11 @@ func TestDashboard_SteerRunningOneShotRun(t *testing.T) {
 	close(hold)
 	b.waitFor("the page says the model admitted the steer", actionStatus+`.textContent.startsWith('Steer admitted by the model')`)
 	b.waitFor("the next step answers the steer", assistantSays("re: About autumn", "final"))
+	b.waitFor("the admitted steer is marked steered, the prompt is not", `(() => {
+		const m = [...document.querySelectorAll('[data-testid="msg-user"]')];
+		return m.length === 2 && !m[0].querySelector('[data-testid="steered"]') &&
+			m[1].querySelector('[data-testid="steered"]')?.textContent === '↪ steered' && m[1].textContent.includes('About autumn');
+	})()`)
 	b.waitFor("the run completed", nodeIn(child, "completed"))
 	b.screenshot("steered")
 }

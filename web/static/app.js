@@ -285,6 +285,8 @@ class App {
     this.renderProviderFilter();
     this.delegate.render();
     this.session.render();
+    const sel = s.ui.selected && s.nodes.get(s.ui.selected);
+    if (sel) this.transcript.runEnds(s.nodeRuns(sel));
     // Unlinked tool calls are tried again when the sessions known changed.
     if (s.nodes.size !== this.linkedAt) {
       this.linkedAt = s.nodes.size;
@@ -405,6 +407,7 @@ class App {
     }
     if (gen !== this.transcriptGen) return;
     this.transcript.load(events);
+    this.scheduleRender();
     this.sessionStream = new EventStream(paths.sessionStream(id), {
       types: SESSION_TYPES,
       contiguous: true,

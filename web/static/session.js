@@ -86,11 +86,13 @@ export class SessionView {
     this.renderComposer(n, v);
   }
 
-  /** Ticks the running duration in the head. */
+  /** Ticks the running durations in the head and on the cards of running runs. */
   tick() {
     const n = this.node();
     const el = document.querySelector('[data-dur-head]');
     if (n && el) el.textContent = formatDuration(this.store.view(n).durationMs);
+    const now = Date.now();
+    for (const d of $('runs').querySelectorAll('[data-run-start]')) d.textContent = formatDuration(now - Number(d.dataset.runStart));
   }
 
   // renderRuns lists the session's runs and activations, newest first, each
@@ -111,7 +113,7 @@ export class SessionView {
         h('div', { class: 'run-head' },
           h('a', { href: `#s=${encodeURIComponent(n.id)}&r=${encodeURIComponent(r.runId)}`, 'data-testid': 'run-link' }, r.taskId ? 'Activation' : 'Run', ' ', h('code', {}, shortId(r.runId))),
           h('span', { class: `state tone-${st.tone}`, 'data-testid': 'run-state' }, h('span', { 'aria-hidden': 'true' }, st.icon), ` ${state}`),
-          r.startedAt ? h('span', { class: 'dur', 'data-testid': 'run-duration' }, formatDuration((r.endedAt || Date.now()) - r.startedAt)) : null,
+          r.startedAt ? h('span', { class: 'dur', 'data-testid': 'run-duration', 'data-run-start': r.state === 'running' ? r.startedAt : false }, formatDuration((r.endedAt || Date.now()) - r.startedAt)) : null,
           h('span', { class: 'tokens', 'data-testid': 'run-usage' }, u ? formatUsage(u.input, u.output) : 'no tokens counted')),
         r.stopReason ? h('p', { class: 'run-line' }, 'Stop reason: ', h('strong', { 'data-testid': 'run-stop' }, r.stopReason), r.diagnostic ? ` — ${r.diagnostic}` : '') : null,
         output ? h('p', { class: 'run-line' }, 'Result: ', h('span', { 'data-testid': 'run-result' }, output.length > 300 ? `${output.slice(0, 299)}…` : output)) : null,

@@ -45,7 +45,40 @@ export class Tree {
     /** parent id ('' for roots) → its "Show more" entry */
     this.mores = new Map();
     this.top = null;
+    // The selected row stays in view across re-layouts unless the reader
+    // scrolled it away: selVisible says whether it was in view last.
+    this.selShown = '';
+    this.selVisible = false;
     root.addEventListener('keydown', (e) => this.key(e));
+    const sc = root.closest('.sessions-col');
+    (sc || window).addEventListener('scroll', () => { this.selVisible = this.inView(); }, { passive: true });
+    window.addEventListener('scroll', () => { this.selVisible = this.inView(); }, { passive: true });
+  }
+
+  // inView says whether the selected row is wholly visible in its column and the window.
+  inView() {
+    const el = this.selectedRow();
+    if (!el) return false;
+    const r = el.getBoundingClientRect();
+    const col = this.root.closest('.sessions-col')?.getBoundingClientRect();
+    const top = Math.max(0, col ? col.top : 0);
+    const bottom = Math.min(window.innerHeight, col ? col.bottom : Infinity);
+    return r.height > 0 && r.top >= top && r.bottom <= bottom;
+  }
+
+  selectedRow() {
+    const id = this.store.ui.selected;
+    return id ? document.getElementById(`node-${id}`) : null;
+  }
+
+  // keepSelected scrolls the selected row into view when it is newly
+  // selected, or when a re-layout moved it out of view.
+  keepSelected() {
+    const id = this.store.ui.selected;
+    const el = this.selectedRow();
+    if (el && !this.inView() && (id !== this.selShown || this.selVisible)) el.scrollIntoView({ block: 'nearest' });
+    this.selShown = id;
+    this.selVisible = this.inView();
   }
 
   /** Renders the tree; returns {shown, matched, total} counts of top-level entries. */
@@ -69,6 +102,7 @@ export class Tree {
       this.root.replaceChildren();
     }
     if (focused && document.activeElement?.id !== focused) document.getElementById(focused)?.focus();
+    this.keepSelected();
     return { shown: page.length, matched: roots.length, total: this.store.nodes.size };
   }
 
