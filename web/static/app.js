@@ -10,6 +10,7 @@ import { showAccount, signedIn } from './auth.js';
 import { DelegateForm } from './delegate.js';
 import { h } from './format.js';
 import { paths } from './paths.js';
+import { renderOverview } from './overview.js';
 import { renderProviders } from './providers.js';
 import { SessionView } from './session.js';
 import { Store } from './store.js';
@@ -284,6 +285,10 @@ class App {
     $('session-count').textContent = s.nodes.size ? `(${c.matched === c.total || !this.tree.keep ? s.nodes.size : `${this.tree.keep.size} of ${s.nodes.size}`})` : '';
     this.renderProviderFilter();
     this.delegate.render();
+    const none = !s.ui.selected;
+    $('session-view').classList.toggle('no-selection', none);
+    $('overview').hidden = !none;
+    if (none) renderOverview($('overview'), s);
     this.session.render();
     const sel = s.ui.selected && s.nodes.get(s.ui.selected);
     if (sel) this.transcript.runEnds(s.nodeRuns(sel));
@@ -448,7 +453,7 @@ class App {
       });
     }
     const setFilter = () => {
-      s.set({ filter: { q: $('filter-q').value, provider: $('filter-provider').value, state: $('filter-state').value, since: $('filter-since').value }, rootsShown: 50 });
+      s.set({ filter: { q: $('filter-q').value, provider: $('filter-provider').value, state: $('filter-state').value, since: $('filter-since').value } });
       this.writeHash();
     };
     $('filter-form').addEventListener('input', setFilter);
@@ -485,6 +490,7 @@ class App {
     setInterval(() => {
       this.tree.tick();
       this.session.tick();
+      if (!this.store.ui.selected) renderOverview($('overview'), this.store);
     }, 1000);
     new EventStream(paths.lifecycle(), {
       types: LIFECYCLE_TYPES,

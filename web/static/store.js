@@ -45,7 +45,6 @@ export class Store {
       log: { type: '', chunks: false },
       tab: 'conv',
       conn: { lifecycle: 'connecting', session: '', detail: '' },
-      rootsShown: 50,
       baselineLoaded: false,
     };
   }
