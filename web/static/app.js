@@ -12,6 +12,7 @@ import { h } from './format.js';
 import { paths } from './paths.js';
 import { renderOverview } from './overview.js';
 import { renderProviders } from './providers.js';
+import { ConversationSearch } from './search.js';
 import { SessionView } from './session.js';
 import { Store } from './store.js';
 import { EventStream } from './stream.js';
@@ -86,6 +87,10 @@ class App {
       onTypes: (types) => this.renderLogTypes(types),
     });
     this.session = new SessionView(store, { showError: (c, e) => this.showError(c, e) });
+    this.search = new ConversationSearch($('search-hits'), store);
+    // The seq of an event a link (#…&e=<seq>) asked to show once the
+    // transcript has it.
+    this.revealSeq = null;
     this.delegate = new DelegateForm(store, { select: (id, o) => this.select(id, o) });
   }
 
@@ -344,7 +349,10 @@ class App {
       for (const [k, key] of Object.entries(FILTER_KEYS)) filter[k] = q.get(key) || '';
       s.set({ filter });
       for (const [k, el] of [['q', 'filter-q'], ['provider', 'filter-provider'], ['state', 'filter-state'], ['since', 'filter-since']]) $(el).value = filter[k];
+      this.search.query(filter.q);
     }
+    const seq = q.get('e');
+    this.revealSeq = seq !== null && /^\d+$/.test(seq) ? Number(seq) : null;
     let id = q.get('s') || '';
     const runId = q.get('r') || '';
     if (runId && !id) {
@@ -357,6 +365,7 @@ class App {
       }
     }
     if (id) this.select(id, { runId });
+    if (id && id === s.ui.selected && this.transcript.loaded) this.reveal();
     this.writeHash();
   }
 
@@ -412,6 +421,7 @@ class App {
     }
     if (gen !== this.transcriptGen) return;
     this.transcript.load(events);
+    this.reveal();
     this.scheduleRender();
     this.sessionStream = new EventStream(paths.sessionStream(id), {
       types: SESSION_TYPES,
@@ -425,6 +435,14 @@ class App {
         $('conversation').append(h('p', { class: 'field-error', 'data-testid': 'transcript-error' }, `The log cannot be read: ${describeError(err)}`));
       },
     }).start();
+  }
+
+  // reveal shows the event a link asked for in the conversation, once.
+  reveal() {
+    if (this.revealSeq === null) return;
+    this.showTab('tab-conv');
+    this.transcript.reveal(this.revealSeq);
+    this.revealSeq = null;
   }
 
   // ---- tabs and filters -------------------------------------------------------
@@ -454,6 +472,7 @@ class App {
     }
     const setFilter = () => {
       s.set({ filter: { q: $('filter-q').value, provider: $('filter-provider').value, state: $('filter-state').value, since: $('filter-since').value } });
+      this.search.query($('filter-q').value);
       this.writeHash();
     };
     $('filter-form').addEventListener('input', setFilter);

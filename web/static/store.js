@@ -42,6 +42,8 @@ export class Store {
       // the root of the selected tree.
       parentChoice: null,
       filter: { q: '', provider: '', state: '', since: '' },
+      // Sessions whose conversation says q (search.js): the tree keeps them too.
+      found: { q: '', ids: new Set() },
       log: { type: '', chunks: false },
       tab: 'conv',
       conn: { lifecycle: 'connecting', session: '', detail: '' },

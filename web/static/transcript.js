@@ -254,6 +254,28 @@ export class Transcript {
     }
   }
 
+  /**
+   * Scrolls to the conversation row of event seq (or the last row before
+   * it, for an event the conversation does not show) and marks it.
+   */
+  reveal(seq) {
+    let best = null;
+    for (const el of this.o.conv.querySelectorAll('[data-seq]')) {
+      const at = Number(el.dataset.finalSeq ?? el.dataset.seq);
+      if (Number(el.dataset.seq) <= seq) best = el;
+      if (at === seq || Number(el.dataset.seq) === seq) {
+        best = el;
+        break;
+      }
+    }
+    for (const el of this.o.conv.querySelectorAll('[data-hit]')) el.removeAttribute('data-hit');
+    if (!best) return;
+    best.setAttribute('data-hit', String(seq));
+    if (best.tagName === 'DETAILS') best.open = true;
+    this.stick = false;
+    best.scrollIntoView({ block: 'center' });
+  }
+
   // add appends a conversation row; a run end marker shown before an event
   // of its run arrived stays after it.
   add(el) {

@@ -166,6 +166,7 @@ export class Tree {
     const since = SINCE_MS[f.since] ? Date.now() - SINCE_MS[f.since] : null;
     const group = STATE_GROUPS[f.state];
     const keep = new Set();
+    const found = this.store.ui.found.q === f.q.trim() ? this.store.ui.found.ids : null;
     for (const n of this.store.nodes.values()) {
       const v = this.store.view(n);
       if (f.provider && n.provider !== f.provider) continue;
@@ -174,7 +175,7 @@ export class Tree {
         const at = n.createdAt ?? v.latest?.startedAt ?? null;
         if (at === null || at < since) continue;
       }
-      if (q && !`${this.store.title(n)}\n${n.label}\n${n.provider}\n${n.id}`.toLowerCase().includes(q)) continue;
+      if (q && !found?.has(n.id) && !`${this.store.title(n)}\n${n.label}\n${n.provider}\n${n.id}`.toLowerCase().includes(q)) continue;
       for (let m = n, i = 0; m && !keep.has(m.id) && i < 1000; m = this.store.nodes.get(m.parentId), i++) keep.add(m.id);
     }
     return keep;
