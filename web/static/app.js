@@ -1,7 +1,7 @@
 // subagentd dashboard: boots (sign-in, providers, one baseline), follows the
 // lifecycle stream from its cursor, routes deep links (#s=<session>&r=<run>
 // plus the tree filter) and wires the views — tree, session head, transcript,
-// timeline, Delegate form — to the one store. See web/web.go for the
+// trace, search, overview, Delegate form — to the one store. See web/web.go for the
 // overview. The only module-level binding is the App instance; all state
 // lives in its store or in the views it owns.
 
@@ -13,10 +13,10 @@ import { paths } from './paths.js';
 import { renderOverview } from './overview.js';
 import { renderProviders } from './providers.js';
 import { ConversationSearch } from './search.js';
+import { renderTrace } from './trace.js';
 import { SessionView } from './session.js';
 import { Store } from './store.js';
 import { EventStream } from './stream.js';
-import { renderTimeline } from './timeline.js';
 import { Transcript } from './transcript.js';
 import { Tree } from './tree.js';
 
@@ -91,6 +91,8 @@ class App {
     // The seq of an event a link (#…&e=<seq>) asked to show once the
     // transcript has it.
     this.revealSeq = null;
+    // The span picked in the trace (its path of indexes), shown in the side panel.
+    this.spanKey = '';
     this.delegate = new DelegateForm(store, { select: (id, o) => this.select(id, o) });
   }
 
@@ -230,6 +232,7 @@ class App {
       const first = events.find((e) => e.type === 'user/message');
       if (first) s.recordPrompt(id, blocks(first.data.data));
       s.recordUsage(id, events.map((e) => e.data));
+      s.recordTrace(id, events.map((e) => e.data));
     } catch {
       if (kind === 'prompt') s.recordPrompt(id, '');
     }
@@ -240,7 +243,7 @@ class App {
   }
 
   // readTreeLogs reads the logs of the selected tree for its usage: while
-  // the timeline shows it, or at once for a tree of a few sessions.
+  // the trace shows it, or at once for a tree of a few sessions.
   readTreeLogs() {
     const s = this.store;
     const n = s.ui.selected && s.nodes.get(s.ui.selected);
@@ -304,8 +307,8 @@ class App {
     }
     if (s.ui.tab === 'timeline') {
       const n = s.ui.selected && s.nodes.get(s.ui.selected);
-      if (n) renderTimeline($('timeline'), s, s.treeRoot(n));
-      else $('timeline').replaceChildren(h('p', { class: 'empty' }, 'Select a session to see the timeline of its tree.'));
+      if (n) renderTrace($('timeline'), s, s.treeRoot(n), { selected: this.spanKey, onPick: (key) => { this.spanKey = key; this.scheduleRender(); } });
+      else $('timeline').replaceChildren(h('p', { class: 'empty' }, 'Select a session to see the trace of its tree.'));
     }
   }
 

@@ -68,7 +68,7 @@ export class SessionView {
     if (s.kids.get(root.id)?.size) {
       const t = s.treeUsage(root);
       items.push(metaItem('Tree tokens', h('span', { 'data-testid': 'head-tree-usage' }, t.steps ? formatUsage(t.input, t.output) : 'none reported yet',
-        t.read < t.total ? ` (${t.read} of ${t.total} logs read so far; the Timeline reads them all)` : '')));
+        t.read < t.total ? ` (${t.read} of ${t.total} logs read so far; the Trace reads them all)` : '')));
     }
     if (n.parentId) {
       items.push(metaItem('Parent', h('a', { href: `#s=${encodeURIComponent(n.parentId)}`, class: 'child-link', 'data-testid': 'head-parent' },

@@ -273,7 +273,11 @@ export class Transcript {
     best.setAttribute('data-hit', String(seq));
     if (best.tagName === 'DETAILS') best.open = true;
     this.stick = false;
-    best.scrollIntoView({ block: 'center' });
+    // Only the conversation's own scroller moves, not the page around it.
+    const sc = this.o.scroller;
+    const r = best.getBoundingClientRect();
+    const p = sc.getBoundingClientRect();
+    sc.scrollTop += r.top - p.top - (p.height - r.height) / 2;
   }
 
   // add appends a conversation row; a run end marker shown before an event
