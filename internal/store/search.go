@@ -12,7 +12,8 @@ import (
 // SearchSessions, oldest first as ListSessions.
 type SearchFilter struct {
 	// Query is matched, ignoring case, as a substring of one event's text
-	// (SearchText). Empty matches nothing.
+	// (SearchText). Empty matches nothing. Postgres folds the case of
+	// letters beyond ASCII as its database locale does.
 	Query string
 	// ParentID, when non-nil, keeps only direct children of that session
 	// ("" keeps only roots).
