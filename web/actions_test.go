@@ -23,7 +23,8 @@ func actionsAre(ids ...string) string {
 		}
 		want += "action-" + id
 	}
-	return fmt.Sprintf(`[...document.querySelectorAll('#actions button')].map(b => b.dataset.testid).join() === %s`, jsString(want))
+	// Export is offered for every session; the lifecycle actions are asked about.
+	return fmt.Sprintf(`[...document.querySelectorAll('#actions button')].map(b => b.dataset.testid).filter(id => id !== 'action-export').join() === %s`, jsString(want))
 }
 
 // composerIs is true when the composer is shown, sends kind and its button
@@ -211,6 +212,11 @@ func TestDashboard_SteerRunningOneShotRun(t *testing.T) {
 	close(hold)
 	b.waitFor("the page says the model admitted the steer", actionStatus+`.textContent.startsWith('Steer admitted by the model')`)
 	b.waitFor("the next step answers the steer", assistantSays("re: About autumn", "final"))
+	b.waitFor("the admitted steer is marked steered, the prompt is not", `(() => {
+		const m = [...document.querySelectorAll('[data-testid="msg-user"]')];
+		return m.length === 2 && !m[0].querySelector('[data-testid="steered"]') &&
+			m[1].querySelector('[data-testid="steered"]')?.textContent === '↪ steered' && m[1].textContent.includes('About autumn');
+	})()`)
 	b.waitFor("the run completed", nodeIn(child, "completed"))
 	b.screenshot("steered")
 }

@@ -75,7 +75,7 @@ func TestDashboard_StartRunStreamsAndCompletes(t *testing.T) {
 
 	child := startRunFromForm(b, "greeter", "Say hello")
 	b.waitFor("the node shows provider and mode", fmt.Sprintf(
-		`[...document.getElementById(%s).querySelectorAll('.chip')].map(c => c.textContent).join() === 'spawn,one-shot'`, jsString("node-"+child)))
+		`document.getElementById(%[1]s).querySelector('[data-testid="node-provider"]').textContent === 'spawn' && document.getElementById(%[1]s).dataset.mode === 'one-shot'`, jsString("node-"+child)))
 	b.waitFor("the streamed text is in the transcript while the step is open", streamedAnswer)
 	b.waitFor("the actions offer cancel and dispose for the running run",
 		`document.querySelector('[data-testid="action-cancel"]') && document.querySelector('[data-testid="action-dispose"]')`)

@@ -57,14 +57,15 @@ func runCardUsage(runID string) string {
 	return fmt.Sprintf(`document.querySelector('[data-testid="run-card"][data-run=%s] [data-testid="run-usage"]')?.textContent`, jsString(runID))
 }
 
-// TestDashboard_UsageTimelineAndLinks: token usage is shown per
+// TestDashboard_UsageTraceAndLinks: token usage is shown per
 // activation, per session and summed over the tree; each run's result,
-// structured output and stop reason are on its card; the timeline draws
-// every run of the tree as a labelled bar coloured by state; a tool call
+// structured output and stop reason are on its card; the trace draws
+// every run of the tree as a span, nested under the tool call that
+// started it and coloured by state; a tool call
 // and a settlement notice in the parent's transcript link to the child, and
 // the link selects it; the event log folds chunks into their message and
 // filters by type.
-func TestDashboard_UsageTimelineAndLinks(t *testing.T) {
+func TestDashboard_UsageTraceAndLinks(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t, scripted.New())
 	u := seedUsageTree(t, srv)
@@ -84,22 +85,27 @@ func TestDashboard_UsageTimelineAndLinks(t *testing.T) {
 		`[...document.querySelectorAll('[data-testid="turn-usage"]')].map(e => e.textContent).join('|') === ' · 40 in / 10 out tokens| · 60 in / 15 out tokens'`)
 	b.screenshot("usage")
 
-	b.do("opening the timeline", chromedp.Click(chromedp.CSS("#tab-timeline")))
+	b.do("opening the trace", chromedp.Click(chromedp.CSS("#tab-timeline")))
 	b.waitFor("the tree's tokens are summed over every log", `document.querySelector('[data-testid="tree-usage"]')?.textContent.includes('500 in / 95 out tokens') &&
 		!document.querySelector('[data-testid="tree-usage"]').textContent.includes('read')`)
-	b.waitFor("three bars, coloured by state, labelled in words", fmt.Sprintf(`(() => {
-		const bars = [...document.querySelectorAll('[data-testid="timeline-bar"]')];
-		const byRun = Object.fromEntries(bars.map(b => [b.dataset.run, b]));
-		const label = (id) => byRun[id].parentElement.querySelector('[data-testid="timeline-label"]').textContent;
-		return bars.length === 3 &&
-			byRun[%[1]s].classList.contains('tone-ok') && label(%[1]s) === 'notes · run · ✓ completed · 1.500 s · 300 in / 50 out' &&
-			byRun[%[3]s].classList.contains('tone-warn') && label(%[3]s) === 'helper · activation · ⊘ aborted · 250 ms · 60 in / 15 out' &&
-			label(%[2]s).startsWith('helper · activation · ✓ completed · 1.000 s') &&
-			parseFloat(byRun[%[3]s].style.marginLeft) > parseFloat(byRun[%[2]s].style.marginLeft);
+	b.waitFor("three runs as invoke_agent spans, notes inside the tool call that started it, coloured by state", fmt.Sprintf(`(() => {
+		const spans = [...document.querySelectorAll('[data-testid="span"]')];
+		const runs = Object.fromEntries(spans.filter(s => s.dataset.kind === 'invoke_agent').map(s => [s.dataset.run, s]));
+		const tool = spans.find(s => s.dataset.name === 'execute_tool subagent_spawn');
+		const bar = (s) => s.parentElement.querySelector('.span-bar');
+		return Object.keys(runs).length === 3 && !!tool &&
+			runs[%[1]s].dataset.name === 'invoke_agent spawn' && Number(runs[%[1]s].dataset.depth) === Number(tool.dataset.depth) + 1 &&
+			spans.indexOf(runs[%[1]s]) === spans.indexOf(tool) + 1 &&
+			bar(runs[%[1]s]).classList.contains('tone-ok') && runs[%[1]s].querySelector('[data-testid="span-dur"]').textContent === '1.500 s' &&
+			runs[%[3]s].dataset.state === 'aborted' && bar(runs[%[3]s]).classList.contains('tone-warn') &&
+			runs[%[3]s].querySelector('[data-testid="span-dur"]').textContent === '250 ms' && runs[%[2]s].dataset.state === 'completed' &&
+			parseFloat(bar(runs[%[3]s]).style.left) > parseFloat(bar(runs[%[2]s]).style.left);
 	})()`, jsString(u.notesRun), jsString(u.helperA), jsString(u.helperB)))
-	b.screenshot("timeline")
+	b.screenshot("trace")
 
-	b.do("following the notes bar", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-testid="timeline-bar"][data-run=%s]`, jsString(u.notesRun)))))
+	b.do("picking the notes span", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-testid="span"][data-run=%s]`, jsString(u.notesRun)))))
+	b.waitFor("the side panel shows the run's output", `document.querySelector('[data-testid="span-panel"]').textContent.includes('Here are the notes')`)
+	b.do("following the panel's link", chromedp.Click(chromedp.CSS(`[data-testid="span-open"]`)), chromedp.Click(chromedp.CSS("#tab-conv")))
 	b.waitFor("the notes run is open with its result, structured output and stop reason", fmt.Sprintf(`(() => {
 		const c = document.querySelector('[data-testid="run-card"][aria-current="true"]');
 		return !!c && c.dataset.run === %s && c.querySelector('[data-testid="run-result"]').textContent === 'Here are the notes' &&

@@ -4,10 +4,12 @@
 //
 // The page talks only to the service's own HTTP API (DESIGN §3), whose paths
 // are built in static/paths.js. All state lives in one store (store.js);
-// the views are modules by job: tree.js (filtered, paged session tree),
-// session.js (head, run cards, actions, composer), transcript.js
-// (conversation and event log), timeline.js (waterfall of a tree),
-// delegate.js (start forms), providers.js and auth.js (sign-in); app.js
+// the views are modules by job: tree.js (filtered, virtualised session
+// tree with roll-ups), overview.js (the first view), session.js (head, run
+// cards, actions, composer), transcript.js (conversation and event log),
+// trace.js (nested spans of a tree on one time axis), search.js (search
+// inside conversations), delegate.js (start forms), providers.js and
+// auth.js (sign-in); app.js
 // wires them and routes deep links (#s=<session>&r=<run> plus the filter).
 //
 // It loads the history once, then follows GET /v1/events; a reconnect

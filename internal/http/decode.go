@@ -281,7 +281,7 @@ func (p *params) str(name string, maxLen int) string {
 		return ""
 	}
 	v := q.Get(name)
-	if v == "" || utf8.RuneCountInString(v) > maxLen || strings.ContainsRune(v, 0) {
+	if v == "" || !utf8.ValidString(v) || utf8.RuneCountInString(v) > maxLen || strings.ContainsRune(v, 0) {
 		p.fail(name, fmt.Sprintf("must have 1 to %d characters", maxLen))
 	}
 	return v

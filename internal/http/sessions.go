@@ -68,6 +68,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	root := p.bool("root")
 	after := p.str("after", maxIDLength)
 	limit := p.limit()
+	q := searchQuery(p)
 	if parentID != "" && root {
 		p.fail("root", "cannot be combined with parentSessionId")
 	}
@@ -80,6 +81,9 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 		f.ParentID = &parentID
 	case root:
 		f.ParentID = new(string)
+	}
+	if q != "" {
+		return s.searchSessions(w, r, q, f)
 	}
 	rows, next, err := page(r.Context(), limit, func(ctx context.Context, after string, n int) ([]store.Session, error) {
 		f.AfterID, f.Limit = after, n

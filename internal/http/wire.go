@@ -136,6 +136,15 @@ type sessionJSON struct {
 	Persona         *string           `json:"persona,omitempty"`
 	CreatedAt       time.Time         `json:"createdAt"`
 	Activity        string            `json:"activity"`
+	// Match is set in search results: the first event that matched.
+	Match *matchJSON `json:"match,omitempty"`
+}
+
+// matchJSON is the event of a session's log a search matched.
+type matchJSON struct {
+	Seq     int64  `json:"seq"`
+	Type    string `json:"type"`
+	Snippet string `json:"snippet"`
 }
 
 // Activity values.

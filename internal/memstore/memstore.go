@@ -181,15 +181,31 @@ func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error
 // ListSessions returns headers ordered by (CreatedAt, ID). Returns
 // store.ErrNotFound if f.AfterID names no session of the tenant.
 func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]store.Session, error) {
-	tenant := store.Tenant(ctx)
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	list := s.byTenant[tenant]
-	if f.ParentID != nil {
-		list = s.byParent[[2]string{tenant, *f.ParentID}]
+	list, err := s.listed(ctx, f.ParentID, f.AfterID)
+	if err != nil {
+		return nil, err
 	}
-	if f.AfterID != "" {
-		after, err := s.session(ctx, f.AfterID)
+	list = list[:min(len(list), limit(f.Limit))]
+	out := make([]store.Session, len(list))
+	for i, sess := range list {
+		out[i] = cloneSession(sess.hdr)
+	}
+	return out, nil
+}
+
+// listed returns the tenant's sessions (the children of parentID when it
+// is non-nil) after the session afterID, ordered by (CreatedAt, ID). The
+// caller holds s.mu.
+func (s *Store) listed(ctx context.Context, parentID *string, afterID string) ([]*session, error) {
+	tenant := store.Tenant(ctx)
+	list := s.byTenant[tenant]
+	if parentID != nil {
+		list = s.byParent[[2]string{tenant, *parentID}]
+	}
+	if afterID != "" {
+		after, err := s.session(ctx, afterID)
 		if err != nil {
 			return nil, fmt.Errorf("memstore: list sessions after cursor: %w", err)
 		}
@@ -199,10 +215,30 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 		}
 		list = list[i:]
 	}
-	list = list[:min(len(list), limit(f.Limit))]
-	out := make([]store.Session, len(list))
-	for i, sess := range list {
-		out[i] = cloneSession(sess.hdr)
+	return list, nil
+}
+
+// SearchSessions scans the logs of the listed sessions, in order, for the
+// first event whose text matches f.Query.
+func (s *Store) SearchSessions(ctx context.Context, f store.SearchFilter) ([]store.SessionHit, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	list, err := s.listed(ctx, f.ParentID, f.AfterID)
+	if err != nil || f.Query == "" {
+		return nil, err
+	}
+	var out []store.SessionHit
+	for _, sess := range list {
+		for _, e := range sess.events {
+			if e.Type != store.SearchSkips && store.Matches(store.SearchText(e.Data), f.Query) {
+				e.Data = cloneJSON(e.Data)
+				out = append(out, store.SessionHit{Session: cloneSession(sess.hdr), Event: e})
+				break
+			}
+		}
+		if len(out) == limit(f.Limit) {
+			break
+		}
 	}
 	return out, nil
 }

@@ -64,6 +64,10 @@ func (b *bounded) ListSessions(ctx context.Context, f SessionFilter) ([]Session,
 	return call(b, ctx, func(c context.Context) ([]Session, error) { return b.Store.ListSessions(c, f) })
 }
 
+func (b *bounded) SearchSessions(ctx context.Context, f SearchFilter) ([]SessionHit, error) {
+	return call(b, ctx, func(c context.Context) ([]SessionHit, error) { return b.Store.SearchSessions(c, f) })
+}
+
 func (b *bounded) AppendEvents(ctx context.Context, sessionID string, evs ...NewEvent) ([]Event, error) {
 	return call(b, ctx, func(c context.Context) ([]Event, error) { return b.Store.AppendEvents(c, sessionID, evs...) })
 }

@@ -235,6 +235,11 @@ type Store interface {
 	// ListSessions returns headers ordered by (CreatedAt, ID). Returns
 	// ErrNotFound for an unknown AfterID.
 	ListSessions(ctx context.Context, f SessionFilter) ([]Session, error)
+	// SearchSessions returns the sessions whose log has an event (other
+	// than SearchSkips) whose SearchText matches f.Query, ignoring case,
+	// each with its first such event, ordered by (CreatedAt, ID). Returns
+	// ErrNotFound for an unknown AfterID.
+	SearchSessions(ctx context.Context, f SearchFilter) ([]SessionHit, error)
 
 	// AppendEvents appends evs to the session's log atomically, giving them
 	// the next contiguous seqs, and returns them as stored. Returns

@@ -1,7 +1,7 @@
 // subagentd dashboard: boots (sign-in, providers, one baseline), follows the
 // lifecycle stream from its cursor, routes deep links (#s=<session>&r=<run>
 // plus the tree filter) and wires the views — tree, session head, transcript,
-// timeline, Delegate form — to the one store. See web/web.go for the
+// trace, search, overview, Delegate form — to the one store. See web/web.go for the
 // overview. The only module-level binding is the App instance; all state
 // lives in its store or in the views it owns.
 
@@ -10,11 +10,13 @@ import { showAccount, signedIn } from './auth.js';
 import { DelegateForm } from './delegate.js';
 import { h } from './format.js';
 import { paths } from './paths.js';
+import { renderOverview } from './overview.js';
 import { renderProviders } from './providers.js';
+import { ConversationSearch } from './search.js';
+import { renderTrace } from './trace.js';
 import { SessionView } from './session.js';
 import { Store } from './store.js';
 import { EventStream } from './stream.js';
-import { renderTimeline } from './timeline.js';
 import { Transcript } from './transcript.js';
 import { Tree } from './tree.js';
 
@@ -85,6 +87,12 @@ class App {
       onTypes: (types) => this.renderLogTypes(types),
     });
     this.session = new SessionView(store, { showError: (c, e) => this.showError(c, e) });
+    this.search = new ConversationSearch($('search-hits'), store);
+    // The seq of an event a link (#…&e=<seq>) asked to show once the
+    // transcript has it.
+    this.revealSeq = null;
+    // The span picked in the trace (its path of indexes), shown in the side panel.
+    this.spanKey = '';
     this.delegate = new DelegateForm(store, { select: (id, o) => this.select(id, o) });
   }
 
@@ -224,6 +232,7 @@ class App {
       const first = events.find((e) => e.type === 'user/message');
       if (first) s.recordPrompt(id, blocks(first.data.data));
       s.recordUsage(id, events.map((e) => e.data));
+      s.recordTrace(id, events.map((e) => e.data));
     } catch {
       if (kind === 'prompt') s.recordPrompt(id, '');
     }
@@ -234,7 +243,7 @@ class App {
   }
 
   // readTreeLogs reads the logs of the selected tree for its usage: while
-  // the timeline shows it, or at once for a tree of a few sessions.
+  // the trace shows it, or at once for a tree of a few sessions.
   readTreeLogs() {
     const s = this.store;
     const n = s.ui.selected && s.nodes.get(s.ui.selected);
@@ -284,7 +293,13 @@ class App {
     $('session-count').textContent = s.nodes.size ? `(${c.matched === c.total || !this.tree.keep ? s.nodes.size : `${this.tree.keep.size} of ${s.nodes.size}`})` : '';
     this.renderProviderFilter();
     this.delegate.render();
+    const none = !s.ui.selected;
+    $('session-view').classList.toggle('no-selection', none);
+    $('overview').hidden = !none;
+    if (none) renderOverview($('overview'), s);
     this.session.render();
+    const sel = s.ui.selected && s.nodes.get(s.ui.selected);
+    if (sel) this.transcript.runEnds(s.nodeRuns(sel));
     // Unlinked tool calls are tried again when the sessions known changed.
     if (s.nodes.size !== this.linkedAt) {
       this.linkedAt = s.nodes.size;
@@ -292,8 +307,8 @@ class App {
     }
     if (s.ui.tab === 'timeline') {
       const n = s.ui.selected && s.nodes.get(s.ui.selected);
-      if (n) renderTimeline($('timeline'), s, s.treeRoot(n));
-      else $('timeline').replaceChildren(h('p', { class: 'empty' }, 'Select a session to see the timeline of its tree.'));
+      if (n) renderTrace($('timeline'), s, s.treeRoot(n), { selected: this.spanKey, onPick: (key) => { this.spanKey = key; this.scheduleRender(); } });
+      else $('timeline').replaceChildren(h('p', { class: 'empty' }, 'Select a session to see the trace of its tree.'));
     }
   }
 
@@ -337,7 +352,10 @@ class App {
       for (const [k, key] of Object.entries(FILTER_KEYS)) filter[k] = q.get(key) || '';
       s.set({ filter });
       for (const [k, el] of [['q', 'filter-q'], ['provider', 'filter-provider'], ['state', 'filter-state'], ['since', 'filter-since']]) $(el).value = filter[k];
+      this.search.query(filter.q);
     }
+    const seq = q.get('e');
+    this.revealSeq = seq !== null && /^\d+$/.test(seq) ? Number(seq) : null;
     let id = q.get('s') || '';
     const runId = q.get('r') || '';
     if (runId && !id) {
@@ -350,6 +368,7 @@ class App {
       }
     }
     if (id) this.select(id, { runId });
+    if (id && id === s.ui.selected && this.transcript.loaded) this.reveal();
     this.writeHash();
   }
 
@@ -405,6 +424,8 @@ class App {
     }
     if (gen !== this.transcriptGen) return;
     this.transcript.load(events);
+    this.reveal();
+    this.scheduleRender();
     this.sessionStream = new EventStream(paths.sessionStream(id), {
       types: SESSION_TYPES,
       contiguous: true,
@@ -417,6 +438,14 @@ class App {
         $('conversation').append(h('p', { class: 'field-error', 'data-testid': 'transcript-error' }, `The log cannot be read: ${describeError(err)}`));
       },
     }).start();
+  }
+
+  // reveal shows the event a link asked for in the conversation, once.
+  reveal() {
+    if (this.revealSeq === null) return;
+    this.showTab('tab-conv');
+    this.transcript.reveal(this.revealSeq);
+    this.revealSeq = null;
   }
 
   // ---- tabs and filters -------------------------------------------------------
@@ -445,7 +474,8 @@ class App {
       });
     }
     const setFilter = () => {
-      s.set({ filter: { q: $('filter-q').value, provider: $('filter-provider').value, state: $('filter-state').value, since: $('filter-since').value }, rootsShown: 50 });
+      s.set({ filter: { q: $('filter-q').value, provider: $('filter-provider').value, state: $('filter-state').value, since: $('filter-since').value } });
+      this.search.query($('filter-q').value);
       this.writeHash();
     };
     $('filter-form').addEventListener('input', setFilter);
@@ -482,6 +512,7 @@ class App {
     setInterval(() => {
       this.tree.tick();
       this.session.tick();
+      if (!this.store.ui.selected) renderOverview($('overview'), this.store);
     }, 1000);
     new EventStream(paths.lifecycle(), {
       types: LIFECYCLE_TYPES,

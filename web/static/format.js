@@ -123,3 +123,22 @@ export function h(tag, attrs = {}, ...children) {
   }
   return el;
 }
+
+/** Says how long ago something was, in the largest whole unit ("now", "42s ago", "5m ago", "3h ago", "2d ago"). */
+export function formatAge(ms) {
+  if (!Number.isFinite(ms)) return '';
+  const s = Math.max(0, Math.floor(ms / 1000));
+  if (s < 5) return 'now';
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
+  return `${Math.floor(s / 86400)}d ago`;
+}
+
+/** Formats a token count briefly ("950", "12.3k", "4.1M"). */
+export function formatTokensShort(n) {
+  const v = Number(n || 0);
+  if (v < 1000) return String(v);
+  if (v < 1e6) return `${(v / 1000).toFixed(v < 1e4 ? 1 : 0)}k`;
+  return `${(v / 1e6).toFixed(1)}M`;
+}

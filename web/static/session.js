@@ -5,6 +5,7 @@
 
 import { api } from './api.js';
 import { blocksText, formatDuration, formatUsage, h, prettyJSON, shortId, stateStyle, textBlocks } from './format.js';
+import { exportTree, runAsCurl } from './export.js';
 import { clearErrors, showApiError } from './forms.js';
 import { paths } from './paths.js';
 
@@ -68,7 +69,7 @@ export class SessionView {
     if (s.kids.get(root.id)?.size) {
       const t = s.treeUsage(root);
       items.push(metaItem('Tree tokens', h('span', { 'data-testid': 'head-tree-usage' }, t.steps ? formatUsage(t.input, t.output) : 'none reported yet',
-        t.read < t.total ? ` (${t.read} of ${t.total} logs read so far; the Timeline reads them all)` : '')));
+        t.read < t.total ? ` (${t.read} of ${t.total} logs read so far; the Trace reads them all)` : '')));
     }
     if (n.parentId) {
       items.push(metaItem('Parent', h('a', { href: `#s=${encodeURIComponent(n.parentId)}`, class: 'child-link', 'data-testid': 'head-parent' },
@@ -86,11 +87,13 @@ export class SessionView {
     this.renderComposer(n, v);
   }
 
-  /** Ticks the running duration in the head. */
+  /** Ticks the running durations in the head and on the cards of running runs. */
   tick() {
     const n = this.node();
     const el = document.querySelector('[data-dur-head]');
     if (n && el) el.textContent = formatDuration(this.store.view(n).durationMs);
+    const now = Date.now();
+    for (const d of $('runs').querySelectorAll('[data-run-start]')) d.textContent = formatDuration(now - Number(d.dataset.runStart));
   }
 
   // renderRuns lists the session's runs and activations, newest first, each
@@ -111,8 +114,9 @@ export class SessionView {
         h('div', { class: 'run-head' },
           h('a', { href: `#s=${encodeURIComponent(n.id)}&r=${encodeURIComponent(r.runId)}`, 'data-testid': 'run-link' }, r.taskId ? 'Activation' : 'Run', ' ', h('code', {}, shortId(r.runId))),
           h('span', { class: `state tone-${st.tone}`, 'data-testid': 'run-state' }, h('span', { 'aria-hidden': 'true' }, st.icon), ` ${state}`),
-          r.startedAt ? h('span', { class: 'dur', 'data-testid': 'run-duration' }, formatDuration((r.endedAt || Date.now()) - r.startedAt)) : null,
-          h('span', { class: 'tokens', 'data-testid': 'run-usage' }, u ? formatUsage(u.input, u.output) : 'no tokens counted')),
+          r.startedAt ? h('span', { class: 'dur', 'data-testid': 'run-duration', 'data-run-start': r.state === 'running' ? r.startedAt : false }, formatDuration((r.endedAt || Date.now()) - r.startedAt)) : null,
+          h('span', { class: 'tokens', 'data-testid': 'run-usage' }, u ? formatUsage(u.input, u.output) : 'no tokens counted'),
+          h('button', { type: 'button', class: 'link', 'data-testid': 'run-copy-curl', title: 'Copy the curl command that starts this run again', onclick: (e) => this.copyCurl(e.currentTarget, n, r) }, 'Copy as curl')),
         r.stopReason ? h('p', { class: 'run-line' }, 'Stop reason: ', h('strong', { 'data-testid': 'run-stop' }, r.stopReason), r.diagnostic ? ` — ${r.diagnostic}` : '') : null,
         output ? h('p', { class: 'run-line' }, 'Result: ', h('span', { 'data-testid': 'run-result' }, output.length > 300 ? `${output.slice(0, 299)}…` : output)) : null,
         r.structured !== undefined && r.structured !== null
@@ -123,6 +127,22 @@ export class SessionView {
     const total = runs.length ? h('p', { class: 'help' }, `${runs.length} ${runs.some((r) => r.taskId) ? 'activation' : 'run'}${runs.length > 1 ? 's' : ''} · ${counted}`) : null;
     $('runs').replaceChildren(...(runs.length ? [total, h('ol', { class: 'run-list' }, cards)] : []));
     if (s.ui.runId) document.getElementById(`run-${s.ui.runId}`)?.scrollIntoView({ block: 'nearest' });
+  }
+
+  // copyCurl puts the command that starts r again on the clipboard and
+  // shows it under the card, where it can be selected when the clipboard
+  // is not available.
+  async copyCurl(button, n, r) {
+    const text = runAsCurl(this.store, n, r);
+    const card = button.closest('.run-card');
+    card.querySelector('[data-testid="run-curl"]')?.remove();
+    card.append(h('pre', { class: 'run-curl', 'data-testid': 'run-curl' }, text));
+    try {
+      await navigator.clipboard.writeText(text);
+      this.setStatus('Copied the curl command that starts this run again.');
+    } catch {
+      this.setStatus('The clipboard is not available here: the curl command is shown under the run.');
+    }
   }
 
   // setStatus says what the last action did; route is the followup's answer
@@ -138,7 +158,8 @@ export class SessionView {
       btn.disabled = true;
       this.setStatus(`${label}…`);
       try {
-        this.setStatus(await fn());
+        const said = await fn();
+        if (said !== null) this.setStatus(said);
       } catch (err) {
         this.setStatus('');
         this.o.showError(label, err);
@@ -160,6 +181,7 @@ export class SessionView {
       if (!v.disposed) wanted.push('dispose');
     }
     if (v.mode === 'continuable' && v.running) wanted.push('interrupt');
+    wanted.push('export');
     const key = `${n.id}:${run ? run.runId : ''}:${wanted.join()}`;
     if (key === this.actionsKey) return;
     this.actionsKey = key;
@@ -172,6 +194,15 @@ export class SessionView {
         await api('DELETE', paths.run(run.runId));
         this.store.upsertRun({ runId: run.runId, state: 'disposed' });
         return 'Run disposed — it is released and its transcript stays readable.';
+      }),
+      export: () => this.actionButton('export', 'Export tree', 'Download this tree — headers, runs and logs — as one JSON file', async () => {
+        const root = this.store.treeRoot(n);
+        const data = await exportTree(this.store, root);
+        const url = URL.createObjectURL(new Blob([JSON.stringify(data, null, 2)], { type: 'application/json' }));
+        const link = h('a', { href: url, download: `subagentd-tree-${root.id}.json`, 'data-testid': 'export-link' }, 'download it again');
+        link.click();
+        $('action-status').replaceChildren(`Exported ${data.sessions.length} session${data.sessions.length === 1 ? '' : 's'} of the tree — `, link, '.');
+        return null;
       }),
       interrupt: () => this.actionButton('interrupt', 'Interrupt', 'Stop the current turn; followups not yet admitted stay queued', async () => {
         await api('POST', paths.interrupt(n.id), { parentSessionId: n.parentId });

@@ -10,6 +10,9 @@ import { firstWords, formatClock, shortId, toMillis } from './format.js';
 
 const RUN_RANK = { running: 0, settled: 1, disposed: 2 };
 
+// The log events trace.js builds spans from.
+const TRACE_TYPES = new Set(['user/message', 'turn/start', 'turn/end', 'step/start', 'step/end', 'assistant/message', 'tool/call', 'tool/result']);
+
 export class Store {
   constructor() {
     /** @type {Map<string, object>} provider name → provider, in registration order */
@@ -24,6 +27,8 @@ export class Store {
     this.usage = new Map();
     /** @type {Set<string>} sessions whose whole log has been read into usage */
     this.logsRead = new Set();
+    /** @type {Map<string, object[]>} session id → the {seq, type, time, data} events of its log the trace reads */
+    this.traces = new Map();
     /** @type {Map<string, string>} session id → text of its first prompt */
     this.prompts = new Map();
     this.seen = 0;
@@ -42,10 +47,11 @@ export class Store {
       // the root of the selected tree.
       parentChoice: null,
       filter: { q: '', provider: '', state: '', since: '' },
+      // Sessions whose conversation says q (search.js): the tree keeps them too.
+      found: { q: '', ids: new Set() },
       log: { type: '', chunks: false },
       tab: 'conv',
       conn: { lifecycle: 'connecting', session: '', detail: '' },
-      rootsShown: 50,
       baselineLoaded: false,
     };
   }
@@ -318,6 +324,12 @@ export class Store {
       added = true;
     }
     if (added) this.changed();
+  }
+
+  /** Records the events of a session's log (read whole) that make up its trace. */
+  recordTrace(id, events) {
+    this.traces.set(id, events.filter((e) => TRACE_TYPES.has(e.type)));
+    this.changed();
   }
 
   /** Records the text of a session's first prompt, for its name. */

@@ -13,7 +13,7 @@
 // rows that pass its type filter ("Show earlier" pages back); assistant/chunk
 // rows are folded into their assistant/message row unless asked for.
 
-import { blocksText, formatDuration, formatUsage, h, prettyJSON, toMillis } from './format.js';
+import { blocksText, formatDuration, formatUsage, h, prettyJSON, stateStyle, toMillis } from './format.js';
 
 /** Event log rows shown per page. */
 const LOG_PAGE = 500;
@@ -81,6 +81,14 @@ export class Transcript {
     this.streams = new Map();
     /** callId → tool <details> */
     this.tools = new Map();
+    /** steers a next-step claim admitted whose user messages are still to come */
+    this.admitting = 0;
+    /** run id → its end marker */
+    this.ends = new Map();
+    /** whether the replayed log is on the page; run ends wait for it */
+    this.loaded = false;
+    /** time of the event being applied */
+    this.now = null;
     this.o.conv.setAttribute('aria-busy', 'false');
     this.o.onCount(0);
   }
@@ -96,6 +104,7 @@ export class Transcript {
     for (const ev of events) this.apply(ev);
     this.o.conv.append(this.target);
     this.target = this.o.conv;
+    this.loaded = true;
     const usage = this.bulk;
     this.bulk = null;
     if (usage.length) this.o.onUsage(usage);
@@ -116,6 +125,7 @@ export class Transcript {
     const payload = env ? env.data : data;
     const seq = id ?? env?.seq ?? null;
     const time = toMillis(env?.time);
+    this.now = time;
     this.record(seq, type, time, payload);
     this.render(seq, type, payload || {}, time);
     if (type === 'assistant/message' && payload && payload.usage) {
@@ -230,19 +240,83 @@ export class Transcript {
       case 'subagent/descriptor':
         this.o.onDescriptor(d);
         break;
+      case 'agent/inbox/spliced':
+        // A claim of next-step messages is the admission of steers: the
+        // user messages logged right after it are those steers.
+        if (d.target === 'next-step' && d.removedCount > 0 && !(d.inserted && d.inserted.length)) this.admitting = d.removedCount;
+        break;
+      case 'step/start':
+        this.admitting = 0;
+        break;
       default:
         // Log-only or unknown type: the event log row is all it gets.
         break;
     }
   }
 
+  /**
+   * Scrolls to the conversation row of event seq (or the last row before
+   * it, for an event the conversation does not show) and marks it.
+   */
+  reveal(seq) {
+    let best = null;
+    for (const el of this.o.conv.querySelectorAll('[data-seq]')) {
+      const at = Number(el.dataset.finalSeq ?? el.dataset.seq);
+      if (Number(el.dataset.seq) <= seq) best = el;
+      if (at === seq || Number(el.dataset.seq) === seq) {
+        best = el;
+        break;
+      }
+    }
+    for (const el of this.o.conv.querySelectorAll('[data-hit]')) el.removeAttribute('data-hit');
+    if (!best) return;
+    best.setAttribute('data-hit', String(seq));
+    if (best.tagName === 'DETAILS') best.open = true;
+    this.stick = false;
+    // Only the conversation's own scroller moves, not the page around it.
+    const sc = this.o.scroller;
+    const r = best.getBoundingClientRect();
+    const p = sc.getBoundingClientRect();
+    sc.scrollTop += r.top - p.top - (p.height - r.height) / 2;
+  }
+
+  // add appends a conversation row; a run end marker shown before an event
+  // of its run arrived stays after it.
   add(el) {
     if (this.placeholder) {
       this.placeholder.remove();
       this.placeholder = null;
     }
-    this.target.append(el);
+    if (this.now !== null) el.dataset.time = String(this.now);
+    let before = null;
+    for (let c = this.target.lastElementChild; c && c.dataset.runEnd && this.now !== null && Number(c.dataset.time) >= this.now; c = c.previousElementSibling) before = c;
+    this.target.insertBefore(el, before);
     return el;
+  }
+
+  /**
+   * Marks where each settled run of the session ended that did not
+   * complete (its stop reason and diagnostic), after the last event of
+   * that run: a failed run never reads as a green completed turn.
+   * @param {{runId: string, state: string, stopReason: string, diagnostic?: string, endedAt: number|null}[]} runs
+   */
+  runEnds(runs) {
+    if (!this.loaded) return;
+    for (const r of runs) {
+      if (r.state === 'running' || !r.stopReason || r.stopReason === 'completed' || this.ends.has(r.runId)) continue;
+      const st = stateStyle(r.stopReason);
+      const el = h('div', { class: `sep end run-end tone-${st.tone}`, role: 'separator', 'data-testid': 'run-end', 'data-run-end': r.runId, 'data-time': r.endedAt ?? '' },
+        h('span', { 'aria-hidden': 'true' }, `${st.icon} `), `${r.taskId ? 'Activation' : 'Run'} ended: ${r.stopReason}`, r.diagnostic ? ` — ${r.diagnostic}` : '');
+      this.ends.set(r.runId, el);
+      if (this.placeholder) {
+        this.placeholder.remove();
+        this.placeholder = null;
+      }
+      // After the last row of the run: rows are in time order.
+      let after = this.o.conv.lastElementChild;
+      while (after && r.endedAt !== null && after.dataset.time && Number(after.dataset.time) > r.endedAt) after = after.previousElementSibling;
+      this.o.conv.insertBefore(el, after ? after.nextSibling : this.o.conv.firstChild);
+    }
   }
 
   userMessage(seq, d) {
@@ -268,6 +342,8 @@ export class Transcript {
     }
     let who = ['User'];
     let cls = 'user';
+    const steered = this.admitting > 0;
+    if (steered) this.admitting--;
     if (src.kind === 'subagent-report') {
       who = ['Report from child ', src.senderSessionId ? this.childLink(src.senderSessionId) : 'unknown'];
       cls = 'relay';
@@ -275,8 +351,9 @@ export class Transcript {
       who = ['From parent agent', src.senderSessionId ? [' ', this.childLink(src.senderSessionId)] : null];
       cls = 'relay';
     }
-    this.add(h('article', { class: `msg ${cls}`, 'data-seq': seq, 'data-testid': 'msg-user' },
-      h('header', {}, h('span', { class: 'who' }, who)),
+    this.add(h('article', { class: `msg ${cls}`, 'data-seq': seq, 'data-testid': 'msg-user', 'data-steered': steered },
+      h('header', {}, h('span', { class: 'who' }, who),
+        steered ? h('span', { class: 'chip steered', 'data-testid': 'steered', title: 'Steered into the running turn: a model step admitted it' }, '↪ steered') : null),
       h('div', { class: 'body' }, text),
       extras));
   }

@@ -1,15 +1,19 @@
-// The session tree: roots (newest first, paged), their children and
-// grandchildren (paged per parent), each a real <button> showing its name,
-// state (icon + word), provider, mode, tasks of a continuable child, stop
-// reason and active duration. The filter (text, provider, state, time) keeps
-// matching sessions and the path to them. Arrow keys move between nodes;
-// Left/Right collapse and expand. A row is rebuilt only when what it shows
-// changed, so a live event in a tree of a thousand sessions stays cheap.
+// The session tree, read at a glance: one line per session (state icon,
+// name, roll-ups of running and failed descendants, provider, age of its
+// newest work, active duration, tokens), newest work first at every level.
+// The filter (text, provider, state, time) keeps matching sessions and the
+// path to them. The tree is a flat list of the open rows, and only the rows
+// near the visible part of the column are on the page (ROW_H apart), so a
+// tree of thousands of sessions costs what a screenful does. Arrow keys move
+// between rows; Left/Right collapse and expand. A row is rebuilt only when
+// what it shows changed.
 
-import { formatDuration, h, stateStyle } from './format.js';
+import { formatAge, formatDuration, formatTokensShort, h, stateStyle } from './format.js';
 
-/** How many children of one parent are shown before "Show more". */
-const KIDS_PAGE = 50;
+/** Height of one row in px; rows are positioned by index. */
+const ROW_H = 30;
+/** Rows rendered above and below the visible ones. */
+const OVERSCAN = 40;
 
 // A state filter names a group of state words.
 const STATE_GROUPS = {
@@ -36,54 +40,120 @@ export class Tree {
     this.store = store;
     this.o = o;
     this.collapsed = new Set();
-    /** parent id (or '' for roots) → how many children are shown */
-    this.shown = new Map();
     /** node id → {sig, row} */
     this.rows = new Map();
-    /** node id → {li, ul}: the node's entry and the list of its children */
-    this.items = new Map();
-    /** parent id ('' for roots) → its "Show more" entry */
-    this.mores = new Map();
-    this.top = null;
+    /** the open rows in order: {n, depth, kids} */
+    this.flat = [];
+    /** node id → index in flat */
+    this.index = new Map();
+    this.list = h('ul', { class: 'tree-list', role: 'list' });
+    this.keep = null;
+    // The selected row stays in view across re-layouts unless the reader
+    // scrolled it away: selVisible says whether it was in view last.
+    this.selShown = '';
+    this.selVisible = false;
+    this.windowFrame = 0;
     root.addEventListener('keydown', (e) => this.key(e));
+    this.col = root.closest('.sessions-col');
+    const onScroll = () => {
+      this.selVisible = this.inView(this.index.get(this.store.ui.selected));
+      if (!this.windowFrame) {
+        this.windowFrame = requestAnimationFrame(() => {
+          this.windowFrame = 0;
+          this.renderWindow();
+        });
+      }
+    };
+    this.col?.addEventListener('scroll', onScroll, { passive: true });
+    window.addEventListener('scroll', onScroll, { passive: true });
+    window.addEventListener('resize', onScroll, { passive: true });
   }
 
-  /** Renders the tree; returns {shown, matched, total} counts of top-level entries. */
+  /** Renders the tree; returns {matched, total} counts of top-level entries. */
   render() {
-    const focused = document.activeElement && this.root.contains(document.activeElement) ? document.activeElement.id : '';
-    const f = this.store.ui.filter;
+    const s = this.store;
+    const f = s.ui.filter;
     this.keep = this.filtering(f) ? this.matching(f) : null;
-    const roots = this.store.roots().filter((n) => !this.keep || this.keep.has(n.id));
-    const limit = this.store.ui.rootsShown;
-    const page = roots.slice(0, limit);
-    if (!this.top) this.top = h('ul', { class: 'tree-list' });
-    const els = page.map((n) => this.item(n));
-    if (roots.length > page.length) {
-      els.push(this.more('', `Show ${Math.min(50, roots.length - page.length)} more of ${roots.length - page.length} older sessions`,
-        () => this.store.set({ rootsShown: limit + 50 }), 'roots-more'));
-    }
-    sync(this.top, els);
-    if (page.length) {
-      if (this.root.firstChild !== this.top) this.root.replaceChildren(this.top);
+    const roots = this.sorted(s.roots().filter((n) => !this.keep || this.keep.has(n.id)));
+    this.rollups = this.rollup(roots);
+    this.flat = [];
+    this.index = new Map();
+    const walk = (n, depth) => {
+      let kids = s.children(n.id);
+      if (this.keep) kids = kids.filter((k) => this.keep.has(k.id));
+      this.index.set(n.id, this.flat.length);
+      this.flat.push({ n, depth, kids: kids.length });
+      if (kids.length && !this.collapsed.has(n.id)) for (const k of this.sorted(kids)) walk(k, depth + 1);
+    };
+    for (const r of roots) walk(r, 0);
+    if (this.flat.length) {
+      if (this.root.firstChild !== this.list) this.root.replaceChildren(this.list);
     } else {
       this.root.replaceChildren();
     }
-    if (focused && document.activeElement?.id !== focused) document.getElementById(focused)?.focus();
-    return { shown: page.length, matched: roots.length, total: this.store.nodes.size };
+    this.list.style.height = `${this.flat.length * ROW_H}px`;
+    this.list.dataset.rows = String(this.flat.length);
+    this.renderWindow();
+    this.keepSelected();
+    return { matched: roots.length, total: s.nodes.size };
   }
 
-  // more is the "Show more" entry of a list (parent '' for the roots),
-  // kept between renders.
-  more(parent, text, onclick, testid) {
-    let m = this.mores.get(parent);
-    if (!m) {
-      const button = h('button', { type: 'button', class: 'link', 'data-testid': testid });
-      m = { li: h('li', { class: 'more' }, button), button };
-      this.mores.set(parent, m);
+  // sorted orders nodes newest work first: by the start of their latest
+  // run, else by their creation.
+  sorted(list) {
+    const at = (n) => {
+      const r = this.store.view(n).latest;
+      return Math.max(n.createdAt ?? 0, r?.startedAt ?? 0);
+    };
+    return list.map((n) => [at(n), n]).sort((a, b) => b[0] - a[0] || b[1].seen - a[1].seen).map((x) => x[1]);
+  }
+
+  // rollup counts, for every node shown, its running and failed
+  // descendants (itself left out), so a closed or scrolled-away subtree
+  // still shows what it does.
+  rollup(roots) {
+    const out = new Map();
+    const s = this.store;
+    const walk = (n) => {
+      const c = { running: 0, failed: 0 };
+      for (const k of s.children(n.id)) {
+        const kc = walk(k);
+        const st = s.view(k).state;
+        c.running += kc.running + (st === 'running' || st === 'starting' ? 1 : 0);
+        c.failed += kc.failed + (stateStyle(st).tone === 'bad' ? 1 : 0);
+      }
+      out.set(n.id, c);
+      return c;
+    };
+    for (const r of roots) walk(r);
+    return out;
+  }
+
+  // visible returns the range [from, to) of rows in or near the view.
+  visible() {
+    const rect = this.list.getBoundingClientRect();
+    const col = this.col ? this.col.getBoundingClientRect() : null;
+    const top = Math.max(0, col ? col.top : 0);
+    const bottom = Math.min(window.innerHeight, col ? col.bottom : Infinity);
+    const first = Math.floor((top - rect.top) / ROW_H);
+    const last = Math.ceil((bottom - rect.top) / ROW_H);
+    return [Math.max(0, first - OVERSCAN), Math.min(this.flat.length, Math.max(0, last + OVERSCAN))];
+  }
+
+  // renderWindow puts the rows near the view on the page, each at its place.
+  renderWindow() {
+    const focused = document.activeElement && this.root.contains(document.activeElement) ? document.activeElement.id : '';
+    const [from, to] = this.visible();
+    const els = [];
+    for (let i = from; i < to; i++) {
+      const { n, depth, kids } = this.flat[i];
+      const row = this.row(n, depth, kids);
+      row.style.top = `${i * ROW_H}px`;
+      els.push(row);
     }
-    m.button.textContent = text;
-    m.button.onclick = onclick;
-    return m.li;
+    const cur = this.list.children;
+    if (cur.length !== els.length || !els.every((el, i) => cur[i] === el)) this.list.replaceChildren(...els);
+    if (focused && document.activeElement?.id !== focused) document.getElementById(focused)?.focus();
   }
 
   filtering(f) {
@@ -96,6 +166,7 @@ export class Tree {
     const since = SINCE_MS[f.since] ? Date.now() - SINCE_MS[f.since] : null;
     const group = STATE_GROUPS[f.state];
     const keep = new Set();
+    const found = this.store.ui.found.q === f.q.trim() ? this.store.ui.found.ids : null;
     for (const n of this.store.nodes.values()) {
       const v = this.store.view(n);
       if (f.provider && n.provider !== f.provider) continue;
@@ -104,67 +175,39 @@ export class Tree {
         const at = n.createdAt ?? v.latest?.startedAt ?? null;
         if (at === null || at < since) continue;
       }
-      if (q && !`${this.store.title(n)}\n${n.label}\n${n.provider}\n${n.id}`.toLowerCase().includes(q)) continue;
+      if (q && !found?.has(n.id) && !`${this.store.title(n)}\n${n.label}\n${n.provider}\n${n.id}`.toLowerCase().includes(q)) continue;
       for (let m = n, i = 0; m && !keep.has(m.id) && i < 1000; m = this.store.nodes.get(m.parentId), i++) keep.add(m.id);
     }
     return keep;
   }
 
-  // item returns the node's list entry: its row and, when open, the list
-  // of its shown children. Entries are kept between renders and only the
-  // parts that changed are replaced, so the page lays out what changed.
-  item(n) {
-    let kids = this.store.children(n.id);
-    if (this.keep) kids = kids.filter((k) => this.keep.has(k.id));
-    const open = !this.collapsed.has(n.id);
-    let it = this.items.get(n.id);
-    if (!it) {
-      it = { li: h('li', { class: 'tree-item', 'data-id': n.id }), ul: null };
-      this.items.set(n.id, it);
-    }
-    const row = this.row(n, kids.length, open);
-    if (it.li.firstChild !== row) {
-      if (it.li.firstChild) it.li.firstChild.replaceWith(row);
-      else it.li.append(row);
-    }
-    if (kids.length && open) {
-      const limit = this.shown.get(n.id) || KIDS_PAGE;
-      const els = kids.slice(0, limit).map((k) => this.item(k));
-      if (kids.length > limit) {
-        els.push(this.more(n.id, `Show ${Math.min(KIDS_PAGE, kids.length - limit)} more of ${kids.length - limit} children`,
-          () => { this.shown.set(n.id, limit + KIDS_PAGE); this.render(); }, 'kids-more'));
-      }
-      if (!it.ul) it.ul = h('ul', { class: 'tree-list' });
-      sync(it.ul, els);
-      if (it.ul.parentNode !== it.li) it.li.append(it.ul);
-    } else if (it.ul && it.ul.parentNode) {
-      it.ul.remove();
-    }
-    return it.li;
-  }
-
-  // row returns the node's row, reusing the element when nothing it shows changed.
-  row(n, kidCount, open) {
+  // row returns the node's one-line row, reusing the element when nothing it shows changed.
+  row(n, depth, kidCount) {
     const s = this.store;
     const v = s.view(n);
     const title = s.title(n);
     if (!n.label && n.parentId && !s.prompts.has(n.id)) this.o.onNeedPrompt(n.id);
     const selected = s.ui.selected === n.id;
-    const sig = [title, v.state, v.mode, n.provider, v.tasks, v.stopReason, v.disposed, v.taskId, v.running ? 'running' : formatDuration(v.durationMs), kidCount, open, selected, n.createdAt].join('\u0001');
+    const open = !this.collapsed.has(n.id);
+    const roll = this.rollups.get(n.id) || { running: 0, failed: 0 };
+    const u = s.sessionUsage(n);
+    const at = Math.max(n.createdAt ?? 0, v.latest?.startedAt ?? 0) || null;
+    const sig = [title, v.state, v.mode, n.provider, v.tasks, v.stopReason, v.disposed, v.taskId, v.running ? 'running' : formatDuration(v.durationMs),
+      kidCount, open, selected, at, depth, roll.running, roll.failed, u.input + u.output].join('\u0001');
     const cached = this.rows.get(n.id);
     if (cached && cached.sig === sig) return cached.row;
 
     const st = stateStyle(v.state);
-    const meta = [
-      h('span', { class: `state tone-${st.tone}`, 'data-testid': 'node-state' },
-        h('span', { class: `state-icon${v.state === 'running' ? ' spin' : ''}`, 'aria-hidden': 'true' }, st.icon), ` ${v.state}`),
-    ];
-    if (n.provider) meta.push(h('span', { class: 'chip' }, n.provider));
-    meta.push(h('span', { class: 'chip' }, v.mode));
-    if (v.mode === 'continuable' && v.tasks) meta.push(h('span', { class: 'chip', 'data-testid': 'node-tasks' }, `${v.tasks} task${v.tasks > 1 ? 's' : ''}`));
-    if (v.stopReason && v.stopReason !== v.state) meta.push(h('span', { class: 'chip' }, `stop: ${v.stopReason}`));
-    if (v.disposed) meta.push(h('span', { class: 'chip', 'data-testid': 'node-disposed' }, 'disposed'));
-    if (v.durationMs !== null) meta.push(h('span', { class: 'dur', 'data-dur-for': n.id }, formatDuration(v.durationMs)));
+    const tail = [];
+    if (roll.running) tail.push(h('span', { class: 'rollup tone-run', 'data-testid': 'rollup-running', title: `${roll.running} running below` }, `◐ ${roll.running}`));
+    if (roll.failed) tail.push(h('span', { class: 'rollup tone-bad', 'data-testid': 'rollup-failed', title: `${roll.failed} failed below` }, `✕ ${roll.failed}`));
+    if (n.provider) tail.push(h('span', { class: 'chip', 'data-testid': 'node-provider' }, n.provider));
+    if (v.mode === 'continuable' && v.tasks) tail.push(h('span', { class: 'chip', 'data-testid': 'node-tasks' }, `${v.tasks} task${v.tasks > 1 ? 's' : ''}`));
+    if (v.disposed) tail.push(h('span', { class: 'chip', 'data-testid': 'node-disposed' }, 'disposed'));
+    if (at) tail.push(h('span', { class: 'age', 'data-age': at, 'data-testid': 'node-age', title: new Date(at).toLocaleString() }, formatAge(Date.now() - at)));
+    if (v.durationMs !== null) tail.push(h('span', { class: 'dur', 'data-dur-for': n.id }, formatDuration(v.durationMs)));
+    if (u.steps) tail.push(h('span', { class: 'tokens', 'data-testid': 'node-tokens', title: `${u.input} in / ${u.output} out tokens` }, `${formatTokensShort(u.input + u.output)} tok`));
+    const stop = v.stopReason && v.stopReason !== v.state ? `, stop: ${v.stopReason}` : '';
     const button = h('button', {
       type: 'button',
       class: 'node',
@@ -176,8 +219,13 @@ export class Tree {
       'data-stop-reason': v.stopReason || '',
       'data-task': v.taskId || false,
       'aria-current': selected ? 'true' : false,
+      title: `${title} — ${v.state} (${v.mode}${stop})`,
       onclick: () => this.o.onSelect(n.id),
-    }, h('span', { class: 'node-title', 'data-testid': 'node-title' }, title), h('span', { class: 'node-meta' }, meta));
+    },
+    h('span', { class: `state tone-${st.tone}`, 'data-testid': 'node-state' },
+      h('span', { class: `state-icon${v.state === 'running' ? ' spin' : ''}`, 'aria-hidden': 'true' }, st.icon), h('span', { class: 'visually-hidden' }, ` ${v.state}`)),
+    h('span', { class: 'node-title', 'data-testid': 'node-title' }, title),
+    h('span', { class: 'node-meta' }, tail));
     const toggle = kidCount
       ? h('button', {
         type: 'button',
@@ -188,7 +236,7 @@ export class Tree {
         onclick: () => this.toggle(n.id),
       }, h('span', { 'aria-hidden': 'true' }, open ? '▾' : '▸'))
       : h('span', { class: 'twisty-space', 'aria-hidden': 'true' });
-    const row = h('div', { class: 'row' }, toggle, button);
+    const row = h('li', { class: 'row', 'data-id': n.id, style: `padding-left:${depth * 0.9}rem` }, toggle, button);
     this.rows.set(n.id, { sig, row });
     return row;
   }
@@ -201,7 +249,7 @@ export class Tree {
     this.render();
   }
 
-  /** Updates the durations of running nodes in place, once a second. */
+  /** Updates the durations of running nodes and the ages in place, once a second. */
   tick() {
     for (const el of this.root.querySelectorAll('[data-dur-for]')) {
       const n = this.store.nodes.get(el.dataset.durFor);
@@ -209,41 +257,72 @@ export class Tree {
       const v = this.store.view(n);
       if (v.running && v.durationMs !== null) el.textContent = formatDuration(v.durationMs);
     }
+    const now = Date.now();
+    for (const el of this.root.querySelectorAll('[data-age]')) el.textContent = formatAge(now - Number(el.dataset.age));
+  }
+
+  // inView says whether row i is wholly visible in its column and the window.
+  inView(i) {
+    if (i === undefined) return false;
+    const top = this.list.getBoundingClientRect().top + i * ROW_H;
+    const col = this.col?.getBoundingClientRect();
+    // A pixel of slack: scroll offsets are rounded, row places are not.
+    return top >= Math.max(0, col ? col.top : 0) - 1 && top + ROW_H <= Math.min(window.innerHeight, col ? col.bottom : Infinity) + 1;
+  }
+
+  // reveal scrolls row i into view (the column when it scrolls, else the window).
+  reveal(i) {
+    const top = this.list.getBoundingClientRect().top + i * ROW_H;
+    const col = this.col?.getBoundingClientRect();
+    const scrolls = this.col && this.col.scrollHeight > this.col.clientHeight;
+    const vTop = scrolls ? Math.max(0, col.top) : 0;
+    const vBottom = scrolls ? Math.min(window.innerHeight, col.bottom) : window.innerHeight;
+    let d = 0;
+    if (top < vTop) d = Math.floor(top - vTop);
+    else if (top + ROW_H > vBottom) d = Math.ceil(top + ROW_H - vBottom);
+    if (!d) return;
+    if (scrolls) this.col.scrollTop += d;
+    else window.scrollBy(0, d);
+    this.renderWindow();
+  }
+
+  // keepSelected scrolls the selected row into view when it is newly
+  // selected, or when a re-layout moved it out of view.
+  keepSelected() {
+    const id = this.store.ui.selected;
+    const i = this.index.get(id);
+    if (i !== undefined && !this.inView(i) && (id !== this.selShown || this.selVisible)) this.reveal(i);
+    this.selShown = id;
+    this.selVisible = this.inView(i);
   }
 
   key(e) {
     const btn = e.target.closest('.node');
     if (!btn) return;
-    const all = [...this.root.querySelectorAll('.node')];
-    const i = all.indexOf(btn);
     const id = btn.dataset.id;
-    const n = this.store.nodes.get(id);
-    const hasKids = this.store.kids.get(id)?.size > 0;
+    const i = this.index.get(id);
+    if (i === undefined) return;
+    const { n, kids } = this.flat[i];
     let target = null;
     switch (e.key) {
-      case 'ArrowDown': target = all[i + 1]; break;
-      case 'ArrowUp': target = all[i - 1]; break;
-      case 'Home': target = all[0]; break;
-      case 'End': target = all.at(-1); break;
+      case 'ArrowDown': target = i + 1; break;
+      case 'ArrowUp': target = i - 1; break;
+      case 'Home': target = 0; break;
+      case 'End': target = this.flat.length - 1; break;
       case 'ArrowRight':
         if (this.collapsed.has(id)) this.toggle(id, true);
-        else target = hasKids ? all[i + 1] : null;
+        else if (kids) target = i + 1;
         break;
       case 'ArrowLeft':
-        if (hasKids && !this.collapsed.has(id)) this.toggle(id, false);
-        else if (n && n.parentId) target = document.getElementById(`node-${n.parentId}`);
+        if (kids && !this.collapsed.has(id)) this.toggle(id, false);
+        else if (n.parentId && this.index.has(n.parentId)) target = this.index.get(n.parentId);
         break;
       default:
         return;
     }
     e.preventDefault();
-    (target || document.getElementById(`node-${id}`))?.focus();
+    if (target === null || target < 0 || target >= this.flat.length) target = this.index.get(id);
+    this.reveal(target);
+    document.getElementById(`node-${this.flat[target].n.id}`)?.focus();
   }
-}
-
-// sync makes els the children of parent, touching the DOM only when they differ.
-function sync(parent, els) {
-  const cur = parent.children;
-  if (cur.length === els.length && els.every((el, i) => cur[i] === el)) return;
-  parent.replaceChildren(...els);
 }

@@ -25,6 +25,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		tests []test
 	}{
 		{"Sessions", sessionTests},
+		{"Search", searchTests},
 		{"Events", eventTests},
 		{"Runs", runTests},
 		{"ChildRuns", childRunTests},
