@@ -8,12 +8,17 @@ import (
 
 // listProviders answers the registered providers in registration order.
 func (s *Server) listProviders(w http.ResponseWriter, r *http.Request) error {
+	s.writeJSON(w, r, http.StatusOK, s.providerList())
+	return nil
+}
+
+// providerList describes the registered providers in registration order.
+func (s *Server) providerList() providerListJSON {
 	list := providerListJSON{Providers: []providerJSON{}}
 	for _, p := range s.svc.Providers() {
 		list.Providers = append(list.Providers, providerOut(p, s.modelRoutes))
 	}
-	s.writeJSON(w, r, http.StatusOK, list)
-	return nil
+	return list
 }
 
 // getProvider answers one provider or NO_PROVIDER.

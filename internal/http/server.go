@@ -163,6 +163,11 @@ type Config struct {
 	// MaxStreams caps the open SSE streams of each tenant; 0 means
 	// DefaultMaxStreams, negative no cap.
 	MaxStreams int
+
+	// MCP builds the handler of /mcp, the MCP face, over the server's
+	// operations (operations.go); it is served behind the same guard as
+	// /v1. nil answers /mcp NOT_READY (503).
+	MCP func(*Server) http.Handler
 }
 
 // Server serves the API. Create it with NewServer, serve Handler, and call
@@ -185,6 +190,7 @@ type Server struct {
 	corsOrigins []string
 	limiter     *limiter
 	streamCap   *counter
+	mcp         http.Handler // nil: Config.MCP was not set
 
 	registry *prometheus.Registry
 	metrics  *metrics
@@ -236,6 +242,9 @@ func NewServer(cfg Config) *Server {
 		done:        make(chan struct{}),
 	}
 	s.broker = newBroker(cfg.Store, cfg.Logger, orDefault(cfg.RingSize, DefaultRingSize))
+	if cfg.MCP != nil {
+		s.mcp = cfg.MCP(s)
+	}
 	s.router = s.routes()
 	return s
 }
@@ -335,6 +344,8 @@ func (s *Server) routes() chi.Router {
 		r.Get("/events", s.h(s.streamEvents))
 	})
 
+	r.Post(mcpPath, s.h(s.serveMCP))
+
 	r.Get("/healthz", s.h(s.health))
 	r.Get("/readyz", s.h(s.ready))
 	r.Get("/metrics", s.metricsHandler().ServeHTTP)
@@ -363,6 +374,20 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// mcpPath is where the MCP face is served.
+const mcpPath = "/mcp"
+
+// serveMCP hands a request of the MCP face to its handler, with the body
+// bounded as a /v1 body is.
+func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) error {
+	if s.mcp == nil {
+		return subagent.Errorf(codeNotReady, "this server runs no MCP face")
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit)
+	s.mcp.ServeHTTP(w, r)
+	return nil
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
