@@ -7,6 +7,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -76,7 +80,7 @@ func (rr *roundRobin) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	u := *r.URL
 	host := strings.TrimPrefix(base, "http://")
-	u.Host, r.Host = host, host
+	u.Scheme, u.Host, r.Host = "http", host, host
 	r.URL = &u
 	return http.DefaultTransport.RoundTrip(r)
 }
@@ -437,5 +441,46 @@ func TestMCP_TwoReplicasOneAddress(t *testing.T) {
 	}
 	if rr.n.Load() < 8 {
 		t.Fatalf("the client sent %d requests, too few to have used both replicas", rr.n.Load())
+	}
+}
+
+// mcpClientDir holds the MCP TypeScript SDK (package.json pins it;
+// scripts/test installs it with npm ci) and the flow it runs.
+const mcpClientDir = "testdata/mcp-client"
+
+// TestMCP_NodeClientAgainstTwoReplicas runs the MCP TypeScript SDK's
+// StreamableHTTPClientTransport (flow.mjs) against two replicas of the
+// built binary on one Postgres database, with tokens, behind one address
+// that alternates between them.
+func TestMCP_NodeClientAgainstTwoReplicas(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat(filepath.Join(mcpClientDir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err != nil {
+		t.Fatalf("the MCP TypeScript SDK is not installed (%v): run scripts/test, which installs %s with npm ci", err, mcpClientDir)
+	}
+	const token = "node-client-token-0123456789"
+	db := pgtest.URL(t)
+	var bases []string
+	for _, name := range []string{"replica-a", "replica-b"} {
+		vars := replicaEnv(db, name)
+		vars["SUBAGENTD_TOKENS"] = "node:" + token
+		bases = append(bases, startServer(t, vars).base)
+	}
+	rr := &roundRobin{bases: bases}
+	proxy := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite:   func(r *httputil.ProxyRequest) {},
+		Transport: rr,
+	})
+	t.Cleanup(proxy.Close)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "flow.mjs", proxy.URL+"/mcp", token)
+	cmd.Dir = mcpClientDir
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "flow ok") {
+		t.Fatalf("node flow.mjs: %v\n%s", err, out)
+	}
+	if n := rr.n.Load(); n < 8 {
+		t.Fatalf("the proxy forwarded %d requests, too few to have used both replicas", n)
 	}
 }
