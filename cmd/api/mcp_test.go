@@ -457,6 +457,11 @@ func TestMCP_NodeClientAgainstTwoReplicas(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(mcpClientDir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err != nil {
 		t.Fatalf("the MCP TypeScript SDK is not installed (%v): run scripts/test, which installs %s with npm ci", err, mcpClientDir)
 	}
+	// Read here so that go test's cache knows the flow: node reads it in
+	// a subprocess, which the cache does not see.
+	if _, err := os.ReadFile(filepath.Join(mcpClientDir, "flow.mjs")); err != nil {
+		t.Fatal(err)
+	}
 	const token = "node-client-token-0123456789"
 	db := pgtest.URL(t)
 	var bases []string
