@@ -489,3 +489,104 @@ func TestMCP_NodeClientAgainstTwoReplicas(t *testing.T) {
 		t.Fatalf("the proxy forwarded %d requests, too few to have used both replicas", n)
 	}
 }
+
+// BenchmarkMCPOverhead compares a tool call with the REST call it wraps,
+// on the wired in-memory service over loopback HTTP: get_run against GET
+// /v1/runs/{runId} for a settled run (the face's cost alone: a stateless
+// MCP request, the JSON-RPC envelope, the answer as structuredContent and
+// text), and delegate against POST /v1/runs?wait=true (a whole echo run).
+func BenchmarkMCPOverhead(b *testing.B) {
+	cfg, err := loadConfig(nil, env(map[string]string{"SUBAGENTD_RATE_LIMIT": "0"}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := wire(b.Context(), cfg, newLogger(io.Discard))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := httptest.NewServer(a.api.Handler())
+	b.Cleanup(func() {
+		if err := a.shutdown(context.WithoutCancel(b.Context())); err != nil {
+			b.Error(err)
+		}
+		ts.Close()
+		a.stop()
+	})
+	client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+	cs, err := client.Connect(b.Context(), &mcp.StreamableClientTransport{Endpoint: ts.URL + "/mcp", DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cs.Close() })
+	tool := func(name string, args map[string]any) toolRun {
+		res, err := cs.CallTool(b.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil || res.IsError {
+			b.Fatalf("%s: %v %v", name, err, res)
+		}
+		var run toolRun
+		data, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(data, &run); err != nil || run.State != "settled" {
+			b.Fatalf("%s: %s", name, data)
+		}
+		return run
+	}
+	rest := func(method, path, body string) toolRun {
+		req, _ := http.NewRequestWithContext(b.Context(), method, ts.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var run toolRun
+		if err := json.NewDecoder(resp.Body).Decode(&run); err != nil || run.State != "settled" {
+			b.Fatalf("%s %s: %d %v", method, path, resp.StatusCode, err)
+		}
+		return run
+	}
+	settled := tool("delegate", map[string]any{"provider": "spawn", "prompt": "bench"})
+	b.Run("rest=GET /v1/runs/{runId}", func(b *testing.B) {
+		for b.Loop() {
+			rest(http.MethodGet, "/v1/runs/"+settled.RunID, "")
+		}
+	})
+	b.Run("mcp=get_run", func(b *testing.B) {
+		for b.Loop() {
+			tool("get_run", map[string]any{"runId": settled.RunID})
+		}
+	})
+	// The same tools/call as one plain POST, without the SDK's client.
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_run","arguments":{"runId":"` + settled.RunID + `"}}}`
+	b.Run("mcp=get_run by plain HTTP", func(b *testing.B) {
+		for b.Loop() {
+			req, _ := http.NewRequestWithContext(b.Context(), http.MethodPost, ts.URL+"/mcp", strings.NewReader(call))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var answer struct {
+				Result struct {
+					StructuredContent toolRun `json:"structuredContent"`
+				} `json:"result"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&answer)
+			resp.Body.Close()
+			if err != nil || answer.Result.StructuredContent.State != "settled" {
+				b.Fatalf("tools/call: %d %v", resp.StatusCode, err)
+			}
+		}
+	})
+	body := `{"provider":"spawn","parentSessionId":"` + settled.ParentSessionID + `","prompt":[{"type":"text","text":"bench"}]}`
+	b.Run("rest=POST /v1/runs?wait=true", func(b *testing.B) {
+		for b.Loop() {
+			rest(http.MethodPost, "/v1/runs?wait=true", body)
+		}
+	})
+	b.Run("mcp=delegate", func(b *testing.B) {
+		for b.Loop() {
+			tool("delegate", map[string]any{"provider": "spawn", "prompt": "bench"})
+		}
+	})
+}
