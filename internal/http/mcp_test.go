@@ -42,3 +42,22 @@ func TestMCP_BehindTheGuard(t *testing.T) {
 	b.wantProblem(t, http.StatusRequestEntityTooLarge, subagent.EPayloadTooLarge,
 		with(tokenB, call{method: http.MethodPost, path: mcpPath, body: map[string]any{"jsonrpc": "2.0", "method": strings.Repeat("x", 300)}, invalid: true}))
 }
+
+// TestMCP_TransportRefusalsAreProblems: the MCP transport's own text/plain
+// refusals reach the client as problem+json, like every error here, and
+// a well-formed call reaches the tools.
+func TestMCP_TransportRefusalsAreProblems(t *testing.T) {
+	w := setupWorldWith(t, nil)
+	p := w.wantProblem(t, http.StatusBadRequest, subagent.EInvalidRequest, call{method: http.MethodPost, path: mcpPath, body: listTools})
+	if !strings.Contains(p.Detail, "Accept") {
+		t.Fatalf("problem %+v, want the transport's reason (the Accept header)", p)
+	}
+	accept := map[string]string{"Accept": "application/json, text/event-stream"}
+	var answer struct {
+		Result struct{ Tools []struct{ Name string } }
+	}
+	w.want(t, http.StatusOK, call{method: http.MethodPost, path: mcpPath, body: listTools, header: accept}).decode(t, &answer)
+	if len(answer.Result.Tools) != 7 {
+		t.Fatalf("tools/list = %+v, want the 7 tools", answer)
+	}
+}

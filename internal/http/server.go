@@ -6,12 +6,14 @@
 package http
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -380,15 +382,65 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 const mcpPath = "/mcp"
 
 // serveMCP hands a request of the MCP face to its handler, with the body
-// bounded as a /v1 body is.
+// bounded as a /v1 body is. The MCP transport's own refusals (a missing
+// Accept, a body that is not JSON-RPC, one too large) are text/plain;
+// they are answered as problem+json like every other error here.
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) error {
 	if s.mcp == nil {
 		return subagent.Errorf(codeNotReady, "this server runs no MCP face")
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit)
-	s.mcp.ServeHTTP(w, r)
-	return nil
+	pw := &plainRefusals{ResponseWriter: w}
+	s.mcp.ServeHTTP(pw, r)
+	if pw.status == 0 {
+		return nil
+	}
+	w.Header().Del("Content-Type")
+	w.Header().Del("X-Content-Type-Options")
+	code, ok := refusalCodes[pw.status]
+	if !ok {
+		return fmt.Errorf("the MCP transport answered %d: %s", pw.status, clip(strings.TrimSpace(pw.text.String()), 200))
+	}
+	return subagent.Errorf(code, "%s", clip(strings.TrimSpace(pw.text.String()), 200))
 }
+
+// refusalCodes are the codes of the MCP transport's text/plain refusals.
+var refusalCodes = map[int]string{
+	http.StatusBadRequest:            subagent.EInvalidRequest,
+	http.StatusForbidden:             subagent.EUnauthorized,
+	http.StatusNotFound:              codeNotFound,
+	http.StatusMethodNotAllowed:      codeMethodNotAllowed,
+	http.StatusRequestEntityTooLarge: subagent.EPayloadTooLarge,
+	http.StatusUnsupportedMediaType:  codeUnsupportedMediaType,
+}
+
+// plainRefusals passes an answer through unless it is a text/plain error
+// (an http.Error), which it keeps back: its status, and its text up to
+// 4 KiB.
+type plainRefusals struct {
+	http.ResponseWriter
+	status int
+	text   bytes.Buffer
+}
+
+func (p *plainRefusals) WriteHeader(code int) {
+	if code >= 400 && strings.HasPrefix(p.Header().Get("Content-Type"), "text/plain") {
+		p.status = code
+		return
+	}
+	p.ResponseWriter.WriteHeader(code)
+}
+
+func (p *plainRefusals) Write(b []byte) (int, error) {
+	if p.status == 0 {
+		return p.ResponseWriter.Write(b)
+	}
+	p.text.Write(b[:min(len(b), max(0, 4<<10-p.text.Len()))])
+	return len(b), nil
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (p *plainRefusals) Unwrap() http.ResponseWriter { return p.ResponseWriter }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	s.writeJSON(w, r, http.StatusOK, healthJSON{Status: "ok", Version: s.version})
