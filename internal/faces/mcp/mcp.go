@@ -94,9 +94,9 @@ func NewHandler(cfg Config) http.Handler {
 		Stateless:    true,
 		JSONResponse: true,
 		Logger:       cfg.Logger,
-		// The guard in front applies the loopback Host rule of docs/security.md
-		// only where it holds (no tokens); the SDK's own check would also
-		// refuse a proxied request that carries a token.
+		// The guard in front (internal/http) applies the loopback Host rule
+		// where it holds, without tokens; the SDK's own check would also
+		// refuse a proxied request that carries a valid token.
 		DisableLocalhostProtection: true,
 	})
 }
