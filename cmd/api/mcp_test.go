@@ -202,6 +202,9 @@ func TestMCP_ToolsOverTheRealServer(t *testing.T) {
 	t.Parallel()
 	base := wiredServer(t, map[string]string{"SUBAGENTD_ADDR": "127.0.0.1:0"})
 	cs := mustConnect(t, base+"/mcp", nil)
+	if init := cs.InitializeResult(); init.ServerInfo.Name != "subagentd" || !strings.Contains(init.Instructions, "delegate") {
+		t.Fatalf("initialize = %+v, want subagentd with instructions for the tools", init)
+	}
 
 	list, err := cs.ListTools(t.Context(), nil)
 	if err != nil {

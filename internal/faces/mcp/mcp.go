@@ -85,7 +85,7 @@ type Config struct {
 // no tool sends anything before its result. It checks no Host and no
 // token: the caller serves it behind the same guard as the REST API.
 func NewHandler(cfg Config) http.Handler {
-	srv := mcp.NewServer(&mcp.Implementation{Name: "subagentd", Version: cfg.Version}, nil)
+	srv := mcp.NewServer(&mcp.Implementation{Name: "subagentd", Version: cfg.Version}, &mcp.ServerOptions{Instructions: instructions})
 	f := &face{api: cfg.API}
 	for _, t := range f.tools() {
 		srv.AddTool(t.tool, t.handle)
@@ -100,6 +100,12 @@ func NewHandler(cfg Config) http.Handler {
 		DisableLocalhostProtection: true,
 	})
 }
+
+// instructions tell a client's model how the tools fit together.
+const instructions = "subagentd runs child agents for you. For a self-contained task, call delegate: " +
+	"it answers the result when the child finishes within `wait` seconds, else a running run to poll with get_run. " +
+	"For a conversation you will continue, call start_subagent, then followup with more content and get_task for each turn's result; " +
+	"interrupt stops a turn. list_providers names the providers a child can run on."
 
 // face holds the tools' handlers.
 type face struct {
