@@ -241,6 +241,13 @@ func TestMCP_ToolsOverTheRealServer(t *testing.T) {
 		if again.ParentSessionID != run.ParentSessionID || again.text() != "echo: blocks" {
 			t.Fatalf("second delegate = %+v, want parent %s", again, run.ParentSessionID)
 		}
+		// A tool's answer is the REST answer.
+		var viaTool, viaREST any
+		callTool(t, cs, "get_run", map[string]any{"runId": run.RunID}, &viaTool)
+		getJSON(t, base+"/v1/runs/"+run.RunID, &viaREST)
+		if !jsonEqual(viaTool, viaREST) {
+			t.Fatalf("get_run answers %v, GET /v1/runs/{runId} %v", viaTool, viaREST)
+		}
 		var root struct{ Label, ParentSessionID string }
 		getJSON(t, base+"/v1/sessions/"+run.ParentSessionID, &root)
 		if root.Label != "mcp" || root.ParentSessionID != "" {
