@@ -31,6 +31,7 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	cfgfile "github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/delegate"
+	mcpface "github.com/subagentd/subagentd/internal/faces/mcp"
 	httpapi "github.com/subagentd/subagentd/internal/http"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/pg"
@@ -379,6 +380,9 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 		Service: svc, Store: st, Logger: log, Registry: reg, Version: version, Dashboard: web.FS,
 		Continuations: mgr, Roots: roots, Routes: routes, WorkspaceRoots: file.WorkspaceRoots,
 		Tokens: sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,
+		MCP: func(api *httpapi.Server) http.Handler {
+			return mcpface.NewHandler(mcpface.Config{API: api, Logger: log, Version: version})
+		},
 	})
 	loops.Go(func() { api.SweepExpired(bg, idempotencySweep) })
 	return &app{svc: svc, mgr: mgr, roots: roots, api: api, authenticated: len(sec.tokens) > 0, stop: stop}, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/delegate"
+	mcpface "github.com/subagentd/subagentd/internal/faces/mcp"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/echo"
 	"github.com/subagentd/subagentd/internal/model/scripted"
@@ -67,6 +68,7 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 		w.mgr = subagent.NewManager(b.svc, subagent.ManagerConfig{
 			Materializer: inprocess.NewMaterializer(deps), Notices: w.roots, Logger: b.log})
 		cfg.Continuations, cfg.Roots, cfg.Routes = w.mgr, w.roots, table
+		cfg.MCP = func(s *Server) http.Handler { return mcpface.NewHandler(mcpface.Config{API: s, Logger: b.log}) }
 		// Activations settle (and notify their roots) before the roots close.
 		b.stops = append(b.stops, w.mgr.Shutdown, w.roots.Close)
 	}, opts...)

@@ -84,10 +84,9 @@ func newValidator() *validator.Validate {
 // bodyReadTimeout bounds reading one request body.
 const bodyReadTimeout = 30 * time.Second
 
-// decode reads one JSON object of at most s.bodyLimit bytes into dst,
-// rejecting null, non-objects, unknown fields and trailing data, then
-// validates dst. Returns EPayloadTooLarge (after draining a bounded part of
-// the rest, see tooLarge) or EInvalidRequest (with per-field errors).
+// decode reads a request body of at most s.bodyLimit bytes into dst with
+// unmarshal. Returns EPayloadTooLarge (after draining a bounded part of the
+// rest, see tooLarge) or unmarshal's EInvalidRequest.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, dst any) error {
 	// A client that trickles its body must not hold a handler for ever
 	// (the server sets no ReadTimeout: it would end event streams).
@@ -102,6 +101,14 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, dst any) error {
 		}
 		return decodeError(err, s.bodyLimit)
 	}
+	return s.unmarshal(data, dst)
+}
+
+// unmarshal reads data, which must be one JSON object, into dst, rejecting
+// null, non-objects, unknown fields and trailing data, then validates dst:
+// a request body as decode reads it, or the arguments another face (MCP)
+// passes on. Returns EInvalidRequest (with per-field errors).
+func (s *Server) unmarshal(data []byte, dst any) error {
 	// null, arrays and scalars decode into a struct without complaint.
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return subagent.Errorf(subagent.EInvalidRequest, "request body must be a JSON object")
@@ -264,13 +271,29 @@ func (p *params) err() error {
 	return invalid(p.fields)
 }
 
-// id returns the path parameter name, which must be 1..128 characters.
+// id returns the path parameter name, which must be an id (validID).
 func (p *params) id(name string) string {
 	v := chi.URLParam(p.r, name)
-	if v == "" || utf8.RuneCountInString(v) > maxIDLength || strings.ContainsRune(v, 0) {
-		p.fail(name, fmt.Sprintf("must have 1 to %d characters", maxIDLength))
+	if !validID(v) {
+		p.fail(name, idRule)
 	}
 	return v
+}
+
+// idRule is what validID asks of an id, as a field message.
+var idRule = fmt.Sprintf("must have 1 to %d characters", maxIDLength)
+
+// validID reports whether v can be an id: 1..maxIDLength characters, no NUL.
+func validID(v string) bool {
+	return v != "" && utf8.RuneCountInString(v) <= maxIDLength && !strings.ContainsRune(v, 0)
+}
+
+// checkID returns EInvalidRequest naming field when v is no valid id.
+func checkID(field, v string) error {
+	if validID(v) {
+		return nil
+	}
+	return invalid(map[string]string{field: idRule})
 }
 
 // str returns the query parameter name ("" when absent); present values

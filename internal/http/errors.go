@@ -95,17 +95,47 @@ type fieldError struct {
 	Message string `json:"message"`
 }
 
-// writeError is the one writer of error responses. A *subagent.Error shows
-// its code, message and fields; anything else is INTERNAL with the detail
-// "internal error", and the real error is only logged. 4xx are logged at
-// Warn, 5xx at Error; an error caused by the client going away is logged at
-// Debug and not answered.
+// writeError is the one writer of error responses: the problem of err
+// (see problemOf), as problem+json. An error caused by the client going
+// away is logged at Debug and not answered.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	req := slog.Group("request", slog.String("method", r.Method), slog.String("uri", r.URL.RequestURI()))
 	if r.Context().Err() != nil && errors.Is(err, context.Canceled) {
 		s.log.DebugContext(r.Context(), "request ended by the client", req, slog.Any("error", err))
 		return
 	}
+	p := s.problemOf(r.Context(), err, req)
+	switch p.Code {
+	case subagent.EUnauthenticated:
+		// RFC 6750 §3: a 401 names the scheme it wants.
+		w.Header().Set("WWW-Authenticate", `Bearer realm="subagentd"`)
+	case subagent.ERateLimited:
+		wait := time.Second
+		if le := (*limitedError)(nil); errors.As(err, &le) {
+			wait = le.retryAfter
+		}
+		w.Header().Set("Retry-After", retryAfter(wait))
+	}
+	if p.Status == http.StatusServiceUnavailable {
+		// DRAINING, NOT_READY, UNAVAILABLE, LEASE_LOST: another replica, or this one
+		// in a moment, can serve the retry.
+		w.Header().Set("Retry-After", retryAfter(unavailableRetry))
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	if err := json.NewEncoder(w).Encode(p); err != nil {
+		s.log.DebugContext(r.Context(), "write problem", req, slog.Any("error", err))
+	}
+}
+
+// problemOf is the one translation of an error into what a client sees,
+// for every face. A *subagent.Error shows its code, message and fields;
+// anything else is INTERNAL with the detail "internal error" (or
+// UNAVAILABLE, LEASE_LOST for the store's retryable failures), and the
+// real error is only logged. 4xx are logged at Warn, 5xx at Error, with
+// source saying what was asked.
+func (s *Server) problemOf(ctx context.Context, err error, source slog.Attr) problem {
 	code, detail := subagent.ErrorCode(err), subagent.ErrorMessage(err)
 	switch {
 	case code != subagent.EInternal:
@@ -116,7 +146,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	pt, ok := problems[code]
 	if !ok {
-		s.log.ErrorContext(r.Context(), "error code has no status", slog.String("code", code))
+		s.log.ErrorContext(ctx, "error code has no status", slog.String("code", code))
 		code, pt = subagent.EInternal, problems[subagent.EInternal]
 	}
 	p := problem{
@@ -136,32 +166,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	s.metrics.errors.WithLabelValues(code).Inc()
 	resp := slog.Group("response", slog.Int("status_code", pt.status), slog.String("code", code))
 	if pt.status >= 500 {
-		s.log.ErrorContext(r.Context(), "request failed", req, resp, slog.Any("error", err))
+		s.log.ErrorContext(ctx, "request failed", source, resp, slog.Any("error", err))
 	} else {
-		s.log.WarnContext(r.Context(), "request rejected", req, resp, slog.String("detail", p.Detail))
+		s.log.WarnContext(ctx, "request rejected", source, resp, slog.String("detail", p.Detail))
 	}
-	switch code {
-	case subagent.EUnauthenticated:
-		// RFC 6750 §3: a 401 names the scheme it wants.
-		w.Header().Set("WWW-Authenticate", `Bearer realm="subagentd"`)
-	case subagent.ERateLimited:
-		wait := time.Second
-		if le := (*limitedError)(nil); errors.As(err, &le) {
-			wait = le.retryAfter
-		}
-		w.Header().Set("Retry-After", retryAfter(wait))
-	}
-	if pt.status == http.StatusServiceUnavailable {
-		// DRAINING, NOT_READY, UNAVAILABLE, LEASE_LOST: another replica, or this one
-		// in a moment, can serve the retry.
-		w.Header().Set("Retry-After", retryAfter(unavailableRetry))
-	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(pt.status)
-	if err := json.NewEncoder(w).Encode(p); err != nil {
-		s.log.DebugContext(r.Context(), "write problem", req, slog.Any("error", err))
-	}
+	return p
 }
 
 // sortedFields lists fields ordered by field name, so answers are stable.

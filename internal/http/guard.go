@@ -67,13 +67,14 @@ func IsLoopbackAddr(addr string) bool {
 }
 
 // protected reports whether path needs authentication: every /v1 route
-// (except the sign-in route, which authenticates itself), /readyz and
-// /metrics. The dashboard, the spec, /docs and /healthz are public.
+// (except the sign-in route, which authenticates itself), the MCP face,
+// /readyz and /metrics. The dashboard, the spec, /docs and /healthz are
+// public.
 func protected(path string) bool {
 	if path == authSessionPath {
 		return false
 	}
-	return path == "/v1" || strings.HasPrefix(path, "/v1/") || path == "/readyz" || path == "/metrics"
+	return path == "/v1" || strings.HasPrefix(path, "/v1/") || path == mcpPath || path == "/readyz" || path == "/metrics"
 }
 
 // guard is the security middleware, in the order its checks run: the path

@@ -40,6 +40,12 @@ func awaitProbe(ctx context.Context, p subagent.Provider) (unavailable string, e
 // listProviders answers the registered providers in registration order,
 // once their capabilities are known (awaitProbe).
 func (s *Server) listProviders(w http.ResponseWriter, r *http.Request) error {
+	s.writeJSON(w, r, http.StatusOK, s.providerList())
+	return nil
+}
+
+// providerList describes the registered providers in registration order.
+func (s *Server) providerList() providerListJSON {
 	list := providerListJSON{Providers: []providerJSON{}}
 	for _, p := range s.svc.Providers() {
 		if _, err := awaitProbe(r.Context(), p); err != nil {
@@ -47,8 +53,7 @@ func (s *Server) listProviders(w http.ResponseWriter, r *http.Request) error {
 		}
 		list.Providers = append(list.Providers, providerOut(p, s.modelRoutes))
 	}
-	s.writeJSON(w, r, http.StatusOK, list)
-	return nil
+	return list
 }
 
 // getProvider answers one provider, once its capabilities are known

@@ -15,15 +15,9 @@ import (
 )
 
 // createRun starts a one-shot run and answers 201 once the child is ready.
-//
-// The run is started under the server's context with the request's tenant,
-// not under the request: it keeps running when the client goes away. With
-// ?wait=true or Prefer: wait=N the answer waits (at most MaxWait) for the
-// run to settle and carries the run as it stands then — still 201, since the
-// run was created either way. With onDisconnect "cancel" a client that
-// disconnects before the child is published aborts the start, and nothing
-// is published (R21, R22); one that disconnects later cancels the run,
-// which settles aborted (R23).
+// With ?wait=true or Prefer: wait=N the answer waits (at most MaxWait) for
+// the run to settle and carries the run as it stands then — still 201,
+// since the run was created either way (see startRun).
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request) error {
 	p := newParams(r)
 	waitAll := p.bool("wait")
@@ -38,31 +32,11 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) error {
 	if waitAll {
 		wait, applied = s.maxWait, ""
 	}
-	parent, err := s.session(r.Context(), req.ParentSessionID)
+	run, err := s.startRun(r.Context(), req, wait)
 	if err != nil {
 		return err
 	}
-	cancelOnDisconnect := req.OnDisconnect == onDisconnectCancel
-	ctx, release := s.startContext(r, cancelOnDisconnect)
-	h, err := s.svc.Start(ctx, req.Provider, req.seam(parent))
-	release()
-	if err != nil {
-		return err
-	}
-	// A disconnect after the provider returned the child is after
-	// publication (R24): the run is cancelled, not withdrawn.
-	if cancelOnDisconnect && r.Context().Err() != nil {
-		h.Cancel()
-		return r.Context().Err()
-	}
-	run, err := s.awaitRun(r.Context(), h.ID(), wait)
-	if err != nil {
-		if cancelOnDisconnect && r.Context().Err() != nil {
-			h.Cancel()
-		}
-		return err
-	}
-	w.Header().Set("Location", "/v1/runs/"+h.ID())
+	w.Header().Set("Location", "/v1/runs/"+run.ID)
 	if applied != "" {
 		w.Header().Set("Preference-Applied", applied)
 	}
@@ -70,19 +44,53 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// startContext returns the context a provider starts the child under: the
-// server's, with the request's tenant, so that the run outlives the
-// request. With cancelOnDisconnect the request's end also cancels it — the
-// provider then rolls the child back (R22). Call release once Start
-// returned: the provider holds on to nothing of this context afterwards.
-func (s *Server) startContext(r *http.Request, cancelOnDisconnect bool) (ctx context.Context, release func()) {
-	ctx = store.WithTenant(s.runCtx, store.Tenant(r.Context()))
-	if !cancelOnDisconnect {
-		return ctx, func() {}
+// startRun starts the one-shot run req asks for under its parent session
+// and returns it once the child is ready, or once it settled when that
+// happens within wait (no wait when wait <= 0).
+//
+// The run is started under the server's context with ctx's tenant, not
+// under ctx: it keeps running when the client goes away. With onDisconnect
+// "cancel" a client that goes away (ctx ends) before the child is
+// published aborts the start, and nothing is published (R21, R22); one
+// that goes away later cancels the run, which settles aborted (R23).
+func (s *Server) startRun(ctx context.Context, req createRunRequest, wait time.Duration) (store.Run, error) {
+	parent, err := s.session(ctx, req.ParentSessionID)
+	if err != nil {
+		return store.Run{}, err
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(r.Context(), func() { cancel(context.Cause(r.Context())) })
-	return ctx, func() {
+	cancelOnDisconnect := req.OnDisconnect == onDisconnectCancel
+	startCtx, release := s.startContext(ctx, cancelOnDisconnect)
+	h, err := s.svc.Start(startCtx, req.Provider, req.seam(parent))
+	release()
+	if err != nil {
+		return store.Run{}, err
+	}
+	// A disconnect after the provider returned the child is after
+	// publication (R24): the run is cancelled, not withdrawn.
+	if cancelOnDisconnect && ctx.Err() != nil {
+		h.Cancel()
+		return store.Run{}, ctx.Err()
+	}
+	run, err := s.awaitRun(ctx, h.ID(), wait)
+	if err != nil && cancelOnDisconnect && ctx.Err() != nil {
+		h.Cancel()
+	}
+	return run, err
+}
+
+// startContext returns the context a provider starts the child under: the
+// server's, with ctx's tenant, so that the run outlives the request. With
+// cancelOnDisconnect the end of ctx also cancels it — the provider then
+// rolls the child back (R22). Call release once Start returned: the
+// provider holds on to nothing of this context afterwards.
+func (s *Server) startContext(ctx context.Context, cancelOnDisconnect bool) (start context.Context, release func()) {
+	start = store.WithTenant(s.runCtx, store.Tenant(ctx))
+	if !cancelOnDisconnect {
+		return start, func() {}
+	}
+	start, cancel := context.WithCancelCause(start)
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	return start, func() {
 		stop()
 		cancel(nil)
 	}

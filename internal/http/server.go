@@ -6,12 +6,14 @@
 package http
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -161,6 +163,11 @@ type Config struct {
 	// MaxStreams caps the open SSE streams of each tenant; 0 means
 	// DefaultMaxStreams, negative no cap.
 	MaxStreams int
+
+	// MCP builds the handler of /mcp, the MCP face, over the server's
+	// operations (operations.go); it is served behind the same guard as
+	// /v1. nil answers /mcp NOT_READY (503).
+	MCP func(*Server) http.Handler
 }
 
 // Server serves the API. Create it with NewServer, serve Handler, and call
@@ -183,6 +190,7 @@ type Server struct {
 	corsOrigins []string
 	limiter     *limiter
 	streamCap   *counter
+	mcp         http.Handler // nil: Config.MCP was not set
 
 	registry *prometheus.Registry
 	metrics  *metrics
@@ -234,6 +242,9 @@ func NewServer(cfg Config) *Server {
 		done:        make(chan struct{}),
 	}
 	s.broker = newBroker(cfg.Store, cfg.Logger, orDefault(cfg.RingSize, DefaultRingSize))
+	if cfg.MCP != nil {
+		s.mcp = cfg.MCP(s)
+	}
 	s.router = s.routes()
 	return s
 }
@@ -333,6 +344,8 @@ func (s *Server) routes() chi.Router {
 		r.Get("/events", s.h(s.streamEvents))
 	})
 
+	r.Post(mcpPath, s.h(s.serveMCP))
+
 	r.Get("/healthz", s.h(s.health))
 	r.Get("/readyz", s.h(s.ready))
 	r.Get("/metrics", s.metricsHandler().ServeHTTP)
@@ -362,6 +375,70 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// mcpPath is where the MCP face is served.
+const mcpPath = "/mcp"
+
+// serveMCP hands a request of the MCP face to its handler, with the body
+// bounded as a /v1 body is. The MCP transport's own refusals (a missing
+// Accept, a body that is not JSON-RPC, one too large) are text/plain;
+// they are answered as problem+json like every other error here.
+func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) error {
+	if s.mcp == nil {
+		return subagent.Errorf(codeNotReady, "this server runs no MCP face")
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit)
+	pw := &plainRefusals{ResponseWriter: w}
+	s.mcp.ServeHTTP(pw, r)
+	if pw.status == 0 {
+		return nil
+	}
+	w.Header().Del("Content-Type")
+	w.Header().Del("X-Content-Type-Options")
+	code, ok := refusalCodes[pw.status]
+	if !ok {
+		return fmt.Errorf("the MCP transport answered %d: %s", pw.status, clip(strings.TrimSpace(pw.text.String()), 200))
+	}
+	return subagent.Errorf(code, "%s", clip(strings.TrimSpace(pw.text.String()), 200))
+}
+
+// refusalCodes are the codes of the MCP transport's text/plain refusals.
+var refusalCodes = map[int]string{
+	http.StatusBadRequest:            subagent.EInvalidRequest,
+	http.StatusForbidden:             subagent.EUnauthorized,
+	http.StatusNotFound:              codeNotFound,
+	http.StatusMethodNotAllowed:      codeMethodNotAllowed,
+	http.StatusRequestEntityTooLarge: subagent.EPayloadTooLarge,
+	http.StatusUnsupportedMediaType:  codeUnsupportedMediaType,
+}
+
+// plainRefusals passes an answer through unless it is a text/plain error
+// (an http.Error), which it keeps back: its status, and its text up to
+// 4 KiB.
+type plainRefusals struct {
+	http.ResponseWriter
+	status int
+	text   bytes.Buffer
+}
+
+func (p *plainRefusals) WriteHeader(code int) {
+	if code >= 400 && strings.HasPrefix(p.Header().Get("Content-Type"), "text/plain") {
+		p.status = code
+		return
+	}
+	p.ResponseWriter.WriteHeader(code)
+}
+
+func (p *plainRefusals) Write(b []byte) (int, error) {
+	if p.status == 0 {
+		return p.ResponseWriter.Write(b)
+	}
+	p.text.Write(b[:min(len(b), max(0, 4<<10-p.text.Len()))])
+	return len(b), nil
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (p *plainRefusals) Unwrap() http.ResponseWriter { return p.ResponseWriter }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	s.writeJSON(w, r, http.StatusOK, healthJSON{Status: "ok", Version: s.version})

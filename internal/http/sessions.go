@@ -19,27 +19,39 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// createSession creates a root session with a fresh id. A model route
-// that is not configured is UNKNOWN_ROUTE (422) now rather than a failed
-// turn later.
+// createSession creates a root session with a fresh id (see createRoot).
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	var req createSessionRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
+	stored, err := s.createRoot(r.Context(), uuid.NewString(), req)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/sessions/"+stored.ID)
+	s.writeJSON(w, r, http.StatusCreated, sessionOut(stored, false))
+	return nil
+}
+
+// createRoot creates root session id as req describes and returns its
+// header as stored. A model route that is not configured is UNKNOWN_ROUTE
+// (422) now rather than a failed turn later; a cwd outside the workspace
+// roots is INVALID_REQUEST. An id that exists is store.ErrConflict.
+func (s *Server) createRoot(ctx context.Context, id string, req createSessionRequest) (store.Session, error) {
 	opts := req.AgentOptions.seam()
 	if opts == nil {
 		opts = &subagent.AgentOptions{}
 	}
 	if err := s.checkRoute(opts.Provider); err != nil {
-		return err
+		return store.Session{}, err
 	}
 	cwd, err := s.checkCwd(req.Cwd)
 	if err != nil {
-		return err
+		return store.Session{}, err
 	}
 	hdr := store.Session{
-		ID:            uuid.NewString(),
+		ID:            id,
 		Cwd:           cwd,
 		Label:         req.Label,
 		AgentProvider: opts.Provider,
@@ -48,16 +60,10 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		Persona:       req.Persona,
 		CreatedAt:     time.Now(),
 	}
-	if err := s.store.CreateSession(r.Context(), hdr); err != nil {
-		return fmt.Errorf("create session: %w", err)
+	if err := s.store.CreateSession(ctx, hdr); err != nil {
+		return store.Session{}, fmt.Errorf("create session: %w", err)
 	}
-	stored, err := s.session(r.Context(), hdr.ID)
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Location", "/v1/sessions/"+hdr.ID)
-	s.writeJSON(w, r, http.StatusCreated, sessionOut(stored, false))
-	return nil
+	return s.session(ctx, id)
 }
 
 // listSessions pages through sessions, oldest first, optionally only the

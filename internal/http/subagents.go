@@ -1,6 +1,7 @@
 package http
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -8,30 +9,43 @@ import (
 )
 
 // createSubagent starts a continuable child and answers 201 once its
-// prompt is durably accepted, before any model request (seam-spec R57).
-// The request's cancellation counts only until acceptance (R61): the child
-// outlives the request. Each activation is a task; the answer names the
-// first.
+// prompt is durably accepted (see startSubagent).
 func (s *Server) createSubagent(w http.ResponseWriter, r *http.Request) error {
-	conts, err := s.continuations()
-	if err != nil {
+	if _, err := s.continuations(); err != nil {
 		return err
 	}
 	var req createSubagentRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	parent, err := s.session(r.Context(), req.ParentSessionID)
+	out, err := s.startSubagent(r.Context(), req)
 	if err != nil {
 		return err
 	}
-	started, err := conts.StartContinuable(r.Context(), req.seam(parent))
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Location", "/v1/subagents/"+started.ChildID)
-	s.writeJSON(w, r, http.StatusCreated, createSubagentResponse{ChildID: started.ChildID, TaskID: started.TaskID, MessageID: started.MessageID})
+	w.Header().Set("Location", "/v1/subagents/"+out.ChildID)
+	s.writeJSON(w, r, http.StatusCreated, out)
 	return nil
+}
+
+// startSubagent starts the continuable child req asks for and returns once
+// its prompt is durably accepted, before any model request (seam-spec
+// R57). ctx's cancellation counts only until acceptance (R61): the child
+// outlives the request. Each activation is a task; the answer names the
+// first.
+func (s *Server) startSubagent(ctx context.Context, req createSubagentRequest) (createSubagentResponse, error) {
+	conts, err := s.continuations()
+	if err != nil {
+		return createSubagentResponse{}, err
+	}
+	parent, err := s.session(ctx, req.ParentSessionID)
+	if err != nil {
+		return createSubagentResponse{}, err
+	}
+	started, err := conts.StartContinuable(ctx, req.seam(parent))
+	if err != nil {
+		return createSubagentResponse{}, err
+	}
+	return createSubagentResponse{ChildID: started.ChildID, TaskID: started.TaskID, MessageID: started.MessageID}, nil
 }
 
 // getSubagent answers a child's header, identity, activity and task,
@@ -50,14 +64,9 @@ func (s *Server) getSubagent(w http.ResponseWriter, r *http.Request) error {
 }
 
 // followupSubagent delivers content to a continuable child on behalf of
-// its durable parent and answers where it went: steered into the running
-// turn (once a model step admitted it) or started as a new task that
-// cold-resumed the child. Content that cannot be delivered is an error,
-// never a result; bad input (unknown child, wrong parent, a child that
-// cannot be resumed) is rejected before anything is stored. When the
-// client goes away first, the accepted message is still delivered.
+// its durable parent and answers where it went (see followup).
 func (s *Server) followupSubagent(w http.ResponseWriter, r *http.Request) error {
-	conts, childID, err := s.childRoute(r)
+	_, childID, err := s.childRoute(r)
 	if err != nil {
 		return err
 	}
@@ -65,21 +74,37 @@ func (s *Server) followupSubagent(w http.ResponseWriter, r *http.Request) error 
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	res, err := conts.Followup(r.Context(), req.ParentSessionID, childID, req.Content, req.source())
+	out, err := s.followup(r.Context(), childID, req)
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, r, http.StatusOK, followupResponse{Route: res.Route, TaskID: res.TaskID, MessageID: res.MessageID})
+	s.writeJSON(w, r, http.StatusOK, out)
 	return nil
 }
 
-// interruptSubagent stops the current turn of a continuable child (user
-// authority: the caller names the child's durable parent) and answers 202
-// before the turn has unwound. Messages not yet admitted stay parked and
-// run first when the next followup starts the child. A child that is not
-// running is an accepted no-op.
+// followup delivers req's content to continuable child childID: steered
+// into the running turn (once a model step admitted it) or started as a
+// new task that cold-resumed the child. Content that cannot be delivered
+// is an error, never a result; bad input (unknown child, wrong parent, a
+// child that cannot be resumed) is rejected before anything is stored.
+// When the caller goes away first, the accepted message is still
+// delivered.
+func (s *Server) followup(ctx context.Context, childID string, req followupRequest) (followupResponse, error) {
+	conts, err := s.continuations()
+	if err != nil {
+		return followupResponse{}, err
+	}
+	res, err := conts.Followup(ctx, req.ParentSessionID, childID, req.Content, req.source())
+	if err != nil {
+		return followupResponse{}, err
+	}
+	return followupResponse{Route: res.Route, TaskID: res.TaskID, MessageID: res.MessageID}, nil
+}
+
+// interruptSubagent stops the current turn of a continuable child and
+// answers 202 before the turn has unwound (see interrupt).
 func (s *Server) interruptSubagent(w http.ResponseWriter, r *http.Request) error {
-	conts, childID, err := s.childRoute(r)
+	_, childID, err := s.childRoute(r)
 	if err != nil {
 		return err
 	}
@@ -87,16 +112,32 @@ func (s *Server) interruptSubagent(w http.ResponseWriter, r *http.Request) error
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	if err := conts.Interrupt(r.Context(), req.ParentSessionID, childID); err != nil {
+	out, err := s.interrupt(r.Context(), childID, req)
+	if err != nil {
 		return err
 	}
-	s.writeJSON(w, r, http.StatusAccepted, acceptedJSON{Accepted: true})
+	s.writeJSON(w, r, http.StatusAccepted, out)
 	return nil
 }
 
-// getTask answers the activation run of a task: its state and, once
-// settled, its result. ?wait=N long-polls up to N seconds for a running
-// activation to settle.
+// interrupt stops the current turn of continuable child childID (user
+// authority: req names the child's durable parent) without waiting for
+// the turn to unwind. Messages not yet admitted stay parked and run first
+// when the next followup starts the child. A child that is not running is
+// an accepted no-op.
+func (s *Server) interrupt(ctx context.Context, childID string, req interruptRequest) (acceptedJSON, error) {
+	conts, err := s.continuations()
+	if err != nil {
+		return acceptedJSON{}, err
+	}
+	if err := conts.Interrupt(ctx, req.ParentSessionID, childID); err != nil {
+		return acceptedJSON{}, err
+	}
+	return acceptedJSON{Accepted: true}, nil
+}
+
+// getTask answers the activation run of a task (see task). ?wait=N
+// long-polls up to N seconds for a running activation to settle.
 func (s *Server) getTask(w http.ResponseWriter, r *http.Request) error {
 	p := newParams(r)
 	taskID := p.id("taskId")
@@ -104,21 +145,26 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) error {
 	if err := p.err(); err != nil {
 		return err
 	}
-	conts, err := s.continuations()
+	run, err := s.task(r.Context(), taskID, wait)
 	if err != nil {
 		return err
-	}
-	run, err := conts.Task(r.Context(), taskID)
-	if err != nil {
-		return err
-	}
-	if run.State == store.StateRunning && wait > 0 {
-		if run, err = s.awaitRun(r.Context(), run.ID, wait); err != nil {
-			return err
-		}
 	}
 	s.writeJSON(w, r, http.StatusOK, runOut(run))
 	return nil
+}
+
+// task returns the activation run of task taskID: its state and, once
+// settled, its result; a running activation is waited for up to wait.
+func (s *Server) task(ctx context.Context, taskID string, wait time.Duration) (store.Run, error) {
+	conts, err := s.continuations()
+	if err != nil {
+		return store.Run{}, err
+	}
+	run, err := conts.Task(ctx, taskID)
+	if err != nil || run.State != store.StateRunning || wait <= 0 {
+		return run, err
+	}
+	return s.awaitRun(ctx, run.ID, wait)
 }
 
 // childRoute reads the {childId} of a /v1/subagents/{childId}… request and

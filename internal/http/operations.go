@@ -1,0 +1,142 @@
+package http
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// The REST API's operations for the service's other faces
+// (internal/faces/mcp). Each makes the domain call of one route after the
+// route's own validation of the same request body, and answers the
+// route's JSON body, so that a face adds no rule of its own and its
+// answers read as the REST ones. ctx carries the tenant (the guard put it
+// there). Errors are client-safe *subagent.Error values — problemOf's
+// translation, logged as a REST answer's would be — or ctx's error when
+// the caller went away.
+
+// ListProviders answers GET /v1/providers.
+func (s *Server) ListProviders(ctx context.Context) (json.RawMessage, error) {
+	return answer(ctx, s, "list providers", s.providerList(), nil)
+}
+
+// StartRun answers POST /v1/runs with body as its request body, waiting up
+// to wait (at most MaxWait) for the run to settle, as Prefer: wait=N does.
+func (s *Server) StartRun(ctx context.Context, body []byte, wait time.Duration) (json.RawMessage, error) {
+	var req createRunRequest
+	if err := s.unmarshal(body, &req); err != nil {
+		return answer(ctx, s, "start run", runJSON{}, err)
+	}
+	run, err := s.startRun(ctx, req, min(wait, s.maxWait))
+	return answer(ctx, s, "start run", runOut(run), err)
+}
+
+// GetRun answers GET /v1/runs/{runId}, waiting up to wait (at most
+// MaxWait) for a running run to settle, as ?wait=N does.
+func (s *Server) GetRun(ctx context.Context, runID string, wait time.Duration) (json.RawMessage, error) {
+	if err := checkID("runId", runID); err != nil {
+		return answer(ctx, s, "get run", runJSON{}, err)
+	}
+	run, err := s.awaitRun(ctx, runID, min(wait, s.maxWait))
+	return answer(ctx, s, "get run", runOut(run), err)
+}
+
+// StartSubagent answers POST /v1/subagents with body as its request body.
+func (s *Server) StartSubagent(ctx context.Context, body []byte) (json.RawMessage, error) {
+	var req createSubagentRequest
+	if err := s.unmarshal(body, &req); err != nil {
+		return answer(ctx, s, "start subagent", createSubagentResponse{}, err)
+	}
+	out, err := s.startSubagent(ctx, req)
+	return answer(ctx, s, "start subagent", out, err)
+}
+
+// Followup answers POST /v1/subagents/{childId}/followup with body as its
+// request body.
+func (s *Server) Followup(ctx context.Context, childID string, body []byte) (json.RawMessage, error) {
+	var req followupRequest
+	err := checkID("childId", childID)
+	if err == nil {
+		err = s.unmarshal(body, &req)
+	}
+	if err != nil {
+		return answer(ctx, s, "followup", followupResponse{}, err)
+	}
+	out, err := s.followup(ctx, childID, req)
+	return answer(ctx, s, "followup", out, err)
+}
+
+// Interrupt answers POST /v1/subagents/{childId}/interrupt with body as
+// its request body.
+func (s *Server) Interrupt(ctx context.Context, childID string, body []byte) (json.RawMessage, error) {
+	var req interruptRequest
+	err := checkID("childId", childID)
+	if err == nil {
+		err = s.unmarshal(body, &req)
+	}
+	if err != nil {
+		return answer(ctx, s, "interrupt", acceptedJSON{}, err)
+	}
+	out, err := s.interrupt(ctx, childID, req)
+	return answer(ctx, s, "interrupt", out, err)
+}
+
+// GetTask answers GET /v1/tasks/{taskId}, waiting up to wait (at most
+// MaxWait) for a running activation to settle, as ?wait=N does.
+func (s *Server) GetTask(ctx context.Context, taskID string, wait time.Duration) (json.RawMessage, error) {
+	if err := checkID("taskId", taskID); err != nil {
+		return answer(ctx, s, "get task", runJSON{}, err)
+	}
+	run, err := s.task(ctx, taskID, min(wait, s.maxWait))
+	return answer(ctx, s, "get task", runOut(run), err)
+}
+
+// FaceRoot returns the id of ctx's tenant's root session labelled label —
+// the parent a face's clients delegate under when they name none —
+// creating it on first use, a root like any other (the dashboard lists
+// it). Its id is label~tenant: concurrent first calls, on any replica,
+// name the same session, and the one that loses the creation race reads
+// the winner's. No caller-reserved id (safeID) holds a '~', so no tenant
+// can take another's first.
+func (s *Server) FaceRoot(ctx context.Context, label string) (string, error) {
+	id := label + "~" + store.Tenant(ctx)
+	_, err := s.session(ctx, id)
+	if subagent.ErrorCode(err) == subagent.ESessionNotFound {
+		_, err = s.createRoot(ctx, id, createSessionRequest{Label: label})
+		if errors.Is(err, store.ErrConflict) {
+			_, err = s.session(ctx, id)
+		}
+	}
+	if err != nil {
+		_, err = answer(ctx, s, "root session "+label, "", fmt.Errorf("the %s root session: %w", label, err))
+		return "", err
+	}
+	return id, nil
+}
+
+// answer encodes v as an operation's answer, or translates err (see the
+// comment at the top of this file).
+func answer[T any](ctx context.Context, s *Server, op string, v T, err error) (json.RawMessage, error) {
+	if err == nil {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: encode the answer: %w", op, err)
+		}
+		return data, nil
+	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, err
+	}
+	p := s.problemOf(ctx, err, slog.Group("operation", slog.String("name", op)))
+	fields := make(map[string]string, len(p.Errors))
+	for _, f := range p.Errors {
+		fields[f.Field] = f.Message
+	}
+	return nil, &subagent.Error{Code: p.Code, Message: p.Detail, Fields: fields}
+}
