@@ -23,7 +23,8 @@ import (
 
 // ListProviders answers GET /v1/providers.
 func (s *Server) ListProviders(ctx context.Context) (json.RawMessage, error) {
-	return answer(ctx, s, "list providers", s.providerList(), nil)
+	list, err := s.providerList(ctx)
+	return answer(ctx, s, "list providers", list, err)
 }
 
 // StartRun answers POST /v1/runs with body as its request body, waiting up

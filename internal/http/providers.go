@@ -40,20 +40,25 @@ func awaitProbe(ctx context.Context, p subagent.Provider) (unavailable string, e
 // listProviders answers the registered providers in registration order,
 // once their capabilities are known (awaitProbe).
 func (s *Server) listProviders(w http.ResponseWriter, r *http.Request) error {
-	s.writeJSON(w, r, http.StatusOK, s.providerList())
+	list, err := s.providerList(r.Context())
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, r, http.StatusOK, list)
 	return nil
 }
 
-// providerList describes the registered providers in registration order.
-func (s *Server) providerList() providerListJSON {
+// providerList describes the registered providers in registration order,
+// once their capabilities are known (awaitProbe).
+func (s *Server) providerList(ctx context.Context) (providerListJSON, error) {
 	list := providerListJSON{Providers: []providerJSON{}}
 	for _, p := range s.svc.Providers() {
-		if _, err := awaitProbe(r.Context(), p); err != nil {
-			return err
+		if _, err := awaitProbe(ctx, p); err != nil {
+			return providerListJSON{}, err
 		}
 		list.Providers = append(list.Providers, providerOut(p, s.modelRoutes))
 	}
-	return list
+	return list, nil
 }
 
 // getProvider answers one provider, once its capabilities are known
