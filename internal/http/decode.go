@@ -85,9 +85,11 @@ func newValidator() *validator.Validate {
 const bodyReadTimeout = 30 * time.Second
 
 // decode reads one JSON object of at most s.bodyLimit bytes into dst,
-// rejecting null, non-objects, unknown fields and trailing data, then
-// validates dst. Returns EPayloadTooLarge (after draining a bounded part of
-// the rest, see tooLarge) or EInvalidRequest (with per-field errors).
+// rejecting null, non-objects, invalid UTF-8, NUL characters, unknown
+// fields and trailing data, then
+// validates dst. Returns EPayloadTooLarge (the rest of the body is
+// discarded after the answer, see linger) or EInvalidRequest (with
+// per-field errors).
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, dst any) error {
 	// A client that trickles its body must not hold a handler for ever
 	// (the server sets no ReadTimeout: it would end event streams).
@@ -105,6 +107,10 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, dst any) error {
 	// null, arrays and scalars decode into a struct without complaint.
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return subagent.Errorf(subagent.EInvalidRequest, "request body must be a JSON object")
+	}
+	// encoding/json would turn invalid UTF-8 into U+FFFD without a word.
+	if !utf8.Valid(data) {
+		return subagent.Errorf(subagent.EInvalidRequest, "request body is not valid UTF-8")
 	}
 	if err := store.CheckJSONText(data); err != nil {
 		return &subagent.Error{Code: subagent.EInvalidRequest, Message: "request body: " + err.Error(), Err: err}
