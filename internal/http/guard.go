@@ -77,12 +77,12 @@ func protected(path string) bool {
 	return path == "/v1" || strings.HasPrefix(path, "/v1/") || path == "/readyz" || path == "/metrics"
 }
 
-// guard is the security middleware, in the order its checks run: the path,
-// query and headers must be UTF-8 (400), the Host must be loopback when no tokens are
-// configured (403), CORS preflights are answered, the caller is
-// authenticated (401), browsers' writes must come from this origin (403),
-// the tenant's rate is bounded (429), and a POST body must be JSON (415)
-// and within the body limit (413).
+// guard is the security middleware, in the order its checks run: the
+// path, query and headers must be UTF-8 (400), the Host must be loopback
+// when no tokens are configured (403), CORS preflights are answered, the
+// caller is authenticated (401), browsers' writes must come from this
+// origin (403), the tenant's rate is bounded (429), and a POST body must
+// be JSON (415) and within the body limit (413).
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := checkText(r); err != nil {
