@@ -369,6 +369,47 @@ func TestRequests_UndecodablePath(t *testing.T) {
 	}
 }
 
+// TestRequests_TextNotUTF8: a query value, header value or body string
+// that is no UTF-8 — percent-encoded or raw — is 400 INVALID_REQUEST on
+// both stores, never a 500 from Postgres.
+func TestRequests_TextNotUTF8(t *testing.T) {
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			st := sc.open(t)
+			b := setup(t, func(c *Config) { c.Store = st })
+			for _, c := range []call{
+				{method: "GET", path: "/v1/sessions?parentSessionId=%FF"},
+				{method: "GET", path: "/v1/sessions?after=%FF"},
+				{method: "GET", path: "/v1/runs?childSessionId=%FF"},
+				{method: "GET", path: "/v1/runs?taskId=a%C3%28"},
+				{method: "GET", path: "/v1/sessions", header: map[string]string{"X-Note": "\xff\xfe"}},
+				{method: "POST", path: "/v1/sessions", body: []byte("{\"label\":\"\xff\"}"), notJSON: true},
+			} {
+				// The spec's validator takes any bytes for a string, so
+				// these requests pass it: only the answers are checked.
+				p := b.wantProblem(t, 400, subagent.EInvalidRequest, c)
+				t.Logf("%s %s: %s", c.method, c.path, p.Detail)
+			}
+			for _, rawQuery := range []string{"parentSessionId=\xff", "after=a\xed\xa0\x80"} {
+				req, err := http.NewRequest("GET", b.ts.URL+"/v1/sessions", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.URL.RawQuery = rawQuery // sent unescaped
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 400 || !strings.Contains(string(body), `"code":"INVALID_REQUEST"`) {
+					t.Fatalf("GET /v1/sessions?%q: %d %s", rawQuery, resp.StatusCode, body)
+				}
+			}
+		})
+	}
+}
+
 // TestRequests_OversizedBodyIsReadable: a client that writes its whole
 // 32 MiB body (without Expect: 100-continue) before it reads any answer
 // reads the 413 problem instead of a connection reset, with a declared
