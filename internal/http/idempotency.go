@@ -28,7 +28,7 @@ const (
 	// a process that died: longer than any request runs (MaxWait included).
 	idempotencyStale = 15 * time.Minute
 	// maxReplayBody bounds a stored answer; a larger one is not stored,
-	// and its key stays reserved (IDEMPOTENCY_KEY_IN_USE) until stale.
+	// and its key stays reserved (see idempotent).
 	maxReplayBody = 1 << 20
 )
 
@@ -52,7 +52,9 @@ type storedAnswer struct {
 // are not stored: the retry runs again.
 // An answer that describes the request but cannot be stored (the store
 // failed, see completeKey, or it exceeds maxReplayBody) keeps the key
-// reserved, so a retry never runs the request a second time.
+// reserved: retries are IDEMPOTENCY_KEY_IN_USE, not a second run, until
+// the reservation is stale (idempotencyStale; then a retry runs, as after
+// a crash of the process that reserved it).
 func (s *Server) idempotent(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, present := r.Header[idempotencyHeader]
@@ -144,8 +146,7 @@ const (
 
 // completeKey stores the answer of the request that reserved key, trying
 // again after a failure. An answer that cannot be stored leaves the key
-// reserved: its retries are IDEMPOTENCY_KEY_IN_USE until the reservation
-// is stale, never a second execution of a request that was carried out.
+// reserved (see idempotent).
 func (s *Server) completeKey(ctx context.Context, key string, status int, answer []byte) {
 	pause := completeBackoff
 	for attempt := 1; ; attempt++ {
