@@ -470,7 +470,7 @@ type securityConfig struct {
 func security(cfg config, file *cfgfile.File) (securityConfig, error) {
 	tokens, err := cfgfile.ParseTokens(cfg.get("SUBAGENTD_TOKENS"))
 	if err != nil {
-		return securityConfig{}, err
+		return securityConfig{}, cfg.bad("SUBAGENTD_TOKENS", "%w", err)
 	}
 	sc := securityConfig{tokens: append(file.Tokens, tokens...)}
 	for _, o := range strings.Split(cfg.get("SUBAGENTD_CORS_ORIGINS"), ",") {
