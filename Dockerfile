@@ -6,6 +6,8 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# The context holds no .git, so the build cannot record a revision: stamp
+# one, e.g. --build-arg VERSION=$(git describe --always --dirty).
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/subagentd ./cmd/api
 

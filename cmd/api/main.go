@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -44,8 +45,42 @@ import (
 	"github.com/subagentd/subagentd/web"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version is stamped at build time with -ldflags "-X main.version=…";
+// read it through buildVersion.
+var version string
+
+// buildVersion is the version this binary reports (-version, the logs,
+// /healthz); see versionOr.
+func buildVersion() string { return versionOr(version) }
+
+// versionOr returns stamp when it is set, else the module version of a
+// `go install …@v1.2.3`, else the VCS revision the go command recorded
+// (with "-dirty" for uncommitted changes), else "dev".
+func versionOr(stamp string) string {
+	if stamp != "" {
+		return stamp
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			rev = s.Value
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "-dirty"
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	return rev + dirty
+}
 
 // shutdownGrace bounds the graceful shutdown; connections still open after
 // it are closed.
@@ -57,10 +92,14 @@ func main() {
 	os.Exit(exitCode(run(ctx, os.Args[1:], os.Getenv, os.Stdout), os.Stdout, os.Stderr))
 }
 
+// errVersion is what run returns for -version.
+var errVersion = errors.New("version requested")
+
 // exitCode reports how run ended and returns the process's exit status:
-// 0 after -h (the usage on stdout), 2 for a command-line mistake (the
-// mistake and the usage on stderr), 1 for any other error, which is logged
-// as one record in the log's format.
+// 0 after -h (the usage on stdout) and -version (the version on stdout),
+// 2 for a command-line mistake (the mistake and where the usage is, on
+// stderr), 1 for any other error, which is logged as one record in the
+// log's format.
 func exitCode(err error, stdout, stderr io.Writer) int {
 	var bad usageError
 	switch {
@@ -69,9 +108,12 @@ func exitCode(err error, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		usage(stdout)
 		return 0
+	case errors.Is(err, errVersion):
+		fmt.Fprintln(stdout, "subagentd", buildVersion())
+		return 0
 	case errors.As(err, &bad):
 		fmt.Fprintln(stderr, "subagentd:", bad.err)
-		usage(stderr)
+		fmt.Fprintln(stderr, "run 'subagentd -h' for every flag")
 		return 2
 	default:
 		newLogger(stdout).Error("subagentd stopped", slog.Any("error", err))
@@ -103,6 +145,7 @@ variable.
 		}
 		fmt.Fprintf(w, "  -%s value\n\t$%s (default: %s)\n\t%s\n", s.flag, s.env, def, s.usage)
 	}
+	fmt.Fprint(w, "  -version\n\tprint the version and exit\n  -h\n\tprint this help and exit\n")
 }
 
 // setting is one configuration value: an environment variable and the
@@ -134,39 +177,65 @@ var settings = []setting{
 
 // config is the effective configuration: flags over environment over
 // defaults, by variable name.
-type config map[string]string
+type config struct {
+	values map[string]string
+	// flags names, by variable name, the flags given on the command line.
+	flags map[string]string
+}
 
 // get returns the effective value of the variable name; pass it where a
 // getenv is expected.
-func (c config) get(name string) string { return c[name] }
+func (c config) get(name string) string { return c.values[name] }
+
+// bad reports a wrong value of the variable name under the name the user
+// gave it: its flag when it came from the command line, else the variable.
+// The message follows: "-lease-ttl: want …".
+func (c config) bad(name, format string, args ...any) error {
+	given := name
+	if f, ok := c.flags[name]; ok {
+		given = "-" + f
+	}
+	return fmt.Errorf("%s: "+format, append([]any{given}, args...)...)
+}
 
 // loadConfig reads every setting from getenv, then lets flags override.
-// It returns flag.ErrHelp for -h and a usageError for a bad flag or a stray
-// argument.
+// It returns flag.ErrHelp for -h, errVersion for -version and a usageError
+// for a bad flag or a stray argument.
 func loadConfig(args []string, getenv func(string) string) (config, error) {
 	fs := flag.NewFlagSet("subagentd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	values := make(map[string]*string, len(settings))
+	envOf := make(map[string]string, len(settings))
 	for _, s := range settings {
 		v := getenv(s.env)
 		if v == "" {
 			v = s.def
 		}
 		values[s.env] = fs.String(s.flag, v, s.usage+" ($"+s.env+")")
+		envOf[s.flag] = s.env
 	}
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {} // exitCode prints the usage
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		return nil, err
+		return config{}, err
 	} else if err != nil {
-		return nil, usageError{err}
+		return config{}, usageError{err}
 	}
 	if fs.NArg() > 0 {
-		return nil, usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+		return config{}, usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
 	}
-	cfg := config{}
+	if *showVersion {
+		return config{}, errVersion
+	}
+	cfg := config{values: map[string]string{}, flags: map[string]string{}}
 	for name, v := range values {
-		cfg[name] = *v
+		cfg.values[name] = *v
 	}
+	fs.Visit(func(f *flag.Flag) {
+		if env, ok := envOf[f.Name]; ok {
+			cfg.flags[env] = f.Name
+		}
+	})
 	return cfg, nil
 }
 
@@ -210,7 +279,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.InfoContext(ctx, "listening", slog.String("addr", ln.Addr().String()), slog.String("version", version))
+	log.InfoContext(ctx, "listening", slog.String("addr", ln.Addr().String()), slog.String("version", buildVersion()))
 
 	select {
 	case err := <-serveErr:
@@ -300,7 +369,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 	}
 	lease, err := time.ParseDuration(cfg.get("SUBAGENTD_LEASE_TTL"))
 	if err != nil || lease < time.Second {
-		return nil, fmt.Errorf("SUBAGENTD_LEASE_TTL: want a Go duration of at least 1s, got %q", cfg.get("SUBAGENTD_LEASE_TTL"))
+		return nil, cfg.bad("SUBAGENTD_LEASE_TTL", "want a Go duration of at least 1s, got %q", cfg.get("SUBAGENTD_LEASE_TTL"))
 	}
 	replica := cfg.get("SUBAGENTD_REPLICA_ID")
 	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: owner(replica), LeaseDuration: lease, MaxLiveRuns: sec.maxLiveRuns})
@@ -377,7 +446,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 	}
 
 	api := httpapi.NewServer(httpapi.Config{
-		Service: svc, Store: st, Logger: log, Registry: reg, Version: version, Dashboard: web.FS,
+		Service: svc, Store: st, Logger: log, Registry: reg, Version: buildVersion(), Dashboard: web.FS,
 		Continuations: mgr, Roots: roots, Routes: routes, WorkspaceRoots: file.WorkspaceRoots,
 		Tokens: sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,
 		MCP: func(api *httpapi.Server) http.Handler {
@@ -406,7 +475,7 @@ type securityConfig struct {
 func security(cfg config, file *cfgfile.File) (securityConfig, error) {
 	tokens, err := cfgfile.ParseTokens(cfg.get("SUBAGENTD_TOKENS"))
 	if err != nil {
-		return securityConfig{}, err
+		return securityConfig{}, cfg.bad("SUBAGENTD_TOKENS", "%w", err)
 	}
 	sc := securityConfig{tokens: append(file.Tokens, tokens...)}
 	for _, o := range strings.Split(cfg.get("SUBAGENTD_CORS_ORIGINS"), ",") {
@@ -415,18 +484,18 @@ func security(cfg config, file *cfgfile.File) (securityConfig, error) {
 		}
 		u, err := url.Parse(o)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
-			return securityConfig{}, fmt.Errorf("SUBAGENTD_CORS_ORIGINS: %q is not an origin such as https://app.example:8443", o)
+			return securityConfig{}, cfg.bad("SUBAGENTD_CORS_ORIGINS", "%q is not an origin such as https://app.example:8443", o)
 		}
 		sc.corsOrigins = append(sc.corsOrigins, u.Scheme+"://"+u.Host)
 	}
 	if sc.maxLiveRuns, err = strconv.Atoi(cfg.get("SUBAGENTD_MAX_LIVE_RUNS")); err != nil || sc.maxLiveRuns < 0 {
-		return securityConfig{}, fmt.Errorf("SUBAGENTD_MAX_LIVE_RUNS: %q is not a non-negative integer", cfg.get("SUBAGENTD_MAX_LIVE_RUNS"))
+		return securityConfig{}, cfg.bad("SUBAGENTD_MAX_LIVE_RUNS", "%q is not a non-negative integer", cfg.get("SUBAGENTD_MAX_LIVE_RUNS"))
 	}
 	if sc.maxStreams, err = strconv.Atoi(cfg.get("SUBAGENTD_MAX_STREAMS")); err != nil || sc.maxStreams < 0 {
-		return securityConfig{}, fmt.Errorf("SUBAGENTD_MAX_STREAMS: %q is not a non-negative integer", cfg.get("SUBAGENTD_MAX_STREAMS"))
+		return securityConfig{}, cfg.bad("SUBAGENTD_MAX_STREAMS", "%q is not a non-negative integer", cfg.get("SUBAGENTD_MAX_STREAMS"))
 	}
 	if sc.rateLimit, err = strconv.ParseFloat(cfg.get("SUBAGENTD_RATE_LIMIT"), 64); err != nil || !(sc.rateLimit >= 0 && sc.rateLimit < math.Inf(1)) {
-		return securityConfig{}, fmt.Errorf("SUBAGENTD_RATE_LIMIT: %q is not a non-negative number", cfg.get("SUBAGENTD_RATE_LIMIT"))
+		return securityConfig{}, cfg.bad("SUBAGENTD_RATE_LIMIT", "%q is not a non-negative number", cfg.get("SUBAGENTD_RATE_LIMIT"))
 	}
 	// 0 turns a limit off, which the server spells negative (its 0 is the
 	// default).
@@ -477,11 +546,11 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (store.Store, 
 	if url == "" {
 		runs, err := strconv.Atoi(cfg.get("SUBAGENTD_MEM_RETAIN_RUNS"))
 		if err != nil || runs < 1 {
-			return nil, nil, fmt.Errorf("SUBAGENTD_MEM_RETAIN_RUNS: want a positive count, got %q", cfg.get("SUBAGENTD_MEM_RETAIN_RUNS"))
+			return nil, nil, cfg.bad("SUBAGENTD_MEM_RETAIN_RUNS", "want a positive count, got %q", cfg.get("SUBAGENTD_MEM_RETAIN_RUNS"))
 		}
 		age, err := time.ParseDuration(cfg.get("SUBAGENTD_MEM_RETAIN_AGE"))
 		if err != nil || age <= 0 {
-			return nil, nil, fmt.Errorf("SUBAGENTD_MEM_RETAIN_AGE: want a positive Go duration, got %q", cfg.get("SUBAGENTD_MEM_RETAIN_AGE"))
+			return nil, nil, cfg.bad("SUBAGENTD_MEM_RETAIN_AGE", "want a positive Go duration, got %q", cfg.get("SUBAGENTD_MEM_RETAIN_AGE"))
 		}
 		log.InfoContext(ctx, "DATABASE_URL is not set: sessions, runs and events live in memory and are lost when the process exits",
 			slog.Int("retain_disposed_runs", runs), slog.String("retain_age", age.String()))

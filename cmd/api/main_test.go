@@ -145,17 +145,33 @@ func TestLoadConfig_FlagsMirrorEnv(t *testing.T) {
 	if _, err := loadConfig([]string{"-h"}, env(nil)); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v, want flag.ErrHelp", err)
 	}
+	if _, err := loadConfig([]string{"-version"}, env(nil)); !errors.Is(err, errVersion) {
+		t.Fatalf("-version: %v, want errVersion", err)
+	}
+}
+
+// TestVersion_Stamped: a version stamped with -ldflags -X main.version
+// wins over what the build recorded, which is never empty.
+func TestVersion_Stamped(t *testing.T) {
+	if v := versionOr("v1.2.3"); v != "v1.2.3" {
+		t.Fatalf("stamped version reported as %q", v)
+	}
+	if v := versionOr(""); v == "" {
+		t.Fatal("an unstamped build reports no version")
+	}
 }
 
 // TestCLI runs the binary as a newcomer would: -h explains every flag and
-// exits 0, a bad flag shows the usage and exits 2, a fatal start-up error
-// is one JSON log record and exits 1.
+// exits 0, a bad flag says what is wrong and where the usage is and exits
+// 2, a bad value is reported under the name it was given, -version prints
+// the build's version, a fatal start-up error is one JSON log record and
+// exits 1.
 func TestCLI(t *testing.T) {
 	bin := binary(t)
-	cli := func(args ...string) (stdout, stderr string, code int) {
+	cliEnv := func(env []string, args ...string) (stdout, stderr string, code int) {
 		var out, errOut strings.Builder
 		cmd := exec.Command(bin, args...)
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		err := cmd.Run()
 		var exit *exec.ExitError
@@ -164,6 +180,7 @@ func TestCLI(t *testing.T) {
 		}
 		return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
 	}
+	cli := func(args ...string) (stdout, stderr string, code int) { return cliEnv(nil, args...) }
 
 	out, _, code := cli("-h")
 	if code != 0 {
@@ -179,8 +196,39 @@ func TestCLI(t *testing.T) {
 	}
 
 	_, errOut, code := cli("-bogus")
-	if code != 2 || !strings.Contains(errOut, "-bogus") || !strings.Contains(errOut, "Usage: subagentd") {
-		t.Fatalf("-bogus exited %d with %q", code, errOut)
+	if code != 2 || !strings.Contains(errOut, "-bogus") || !strings.Contains(errOut, "run 'subagentd -h'") ||
+		strings.Contains(errOut, "Usage:") || strings.Count(errOut, "\n") != 2 {
+		t.Fatalf("-bogus exited %d with %q; want the mistake and where the usage is, on two lines", code, errOut)
+	}
+
+	// A bad value is named as it was given: the flag, or the variable.
+	out, _, code = cli("-lease-ttl", "10ms")
+	if code != 1 || !strings.Contains(out, `-lease-ttl: want a Go duration`) || strings.Contains(out, "SUBAGENTD_LEASE_TTL:") {
+		t.Fatalf("-lease-ttl 10ms exited %d, logged %q; want the error under -lease-ttl", code, out)
+	}
+	out, _, code = cliEnv([]string{"SUBAGENTD_LEASE_TTL=10ms"})
+	if code != 1 || !strings.Contains(out, `SUBAGENTD_LEASE_TTL: want a Go duration`) {
+		t.Fatalf("SUBAGENTD_LEASE_TTL=10ms exited %d, logged %q; want the error under the variable", code, out)
+	}
+
+	out, errOut, code = cli("-version")
+	if code != 0 || errOut != "" || !regexp.MustCompile(`^subagentd \S+\n$`).MatchString(out) {
+		t.Fatalf("-version exited %d with %q %q", code, out, errOut)
+	}
+	// What the go command recorded in the binary: the main module's
+	// version, else the VCS revision (a worktree's build records neither).
+	meta, err := exec.Command("go", "version", "-m", bin).Output()
+	if err != nil {
+		t.Fatalf("go version -m: %v", err)
+	}
+	want := "dev"
+	if m := regexp.MustCompile(`(?m)^\tmod\t\S+\t(\S+)`).FindSubmatch(meta); m != nil && string(m[1]) != "(devel)" {
+		want = string(m[1])
+	} else if m := regexp.MustCompile(`(?m)^\tbuild\tvcs\.revision=(\S+)`).FindSubmatch(meta); m != nil {
+		want = string(m[1])
+	}
+	if !strings.HasPrefix(out, "subagentd "+want) {
+		t.Fatalf("-version of an unstamped build says %q; want %s, from:\n%s", out, want, meta)
 	}
 
 	out, errOut, code = cli("-addr", "127.0.0.1:notaport")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -101,5 +102,10 @@ func TestRun_BadSecuritySettings(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "0123456789abcdefgh") {
 			t.Errorf("%s: the error repeats the token: %v", name, err)
 		}
+	}
+	// Given as a flag, a bad value is named by the flag.
+	err := run(t.Context(), []string{"-tokens", "acme:short"}, env(map[string]string{"SUBAGENTD_ADDR": "127.0.0.1:0"}), io.Discard)
+	if err == nil || !strings.HasPrefix(err.Error(), "-tokens: entry 1") {
+		t.Errorf("-tokens acme:short: %v, want an error naming -tokens", err)
 	}
 }

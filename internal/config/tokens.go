@@ -40,7 +40,8 @@ func checkTenant(name string) string {
 
 // ParseTokens reads SUBAGENTD_TOKENS: comma-separated tenant:token pairs.
 // A tenant may have several tokens; a token may serve only one tenant. The
-// errors never repeat a token.
+// errors never repeat a token, and name the entry, not the variable: the
+// caller says where the list came from (a flag or the variable).
 func ParseTokens(s string) ([]Token, error) {
 	var out []Token
 	seen := map[[sha256.Size]byte]bool{}
@@ -51,17 +52,17 @@ func ParseTokens(s string) ([]Token, error) {
 		}
 		tenant, token, ok := strings.Cut(pair, ":")
 		if !ok {
-			return nil, fmt.Errorf("SUBAGENTD_TOKENS entry %d is not tenant:token", i+1)
+			return nil, fmt.Errorf("entry %d is not tenant:token", i+1)
 		}
 		if msg := checkTenant(tenant); msg != "" {
-			return nil, fmt.Errorf("SUBAGENTD_TOKENS entry %d: %s", i+1, msg)
+			return nil, fmt.Errorf("entry %d: %s", i+1, msg)
 		}
 		if len(token) < MinTokenLength {
-			return nil, fmt.Errorf("SUBAGENTD_TOKENS entry %d (tenant %q): the token is shorter than %d characters", i+1, tenant, MinTokenLength)
+			return nil, fmt.Errorf("entry %d (tenant %q): the token is shorter than %d characters", i+1, tenant, MinTokenLength)
 		}
 		h := sha256.Sum256([]byte(token))
 		if seen[h] {
-			return nil, fmt.Errorf("SUBAGENTD_TOKENS entry %d (tenant %q): the token is listed twice", i+1, tenant)
+			return nil, fmt.Errorf("entry %d (tenant %q): the token is listed twice", i+1, tenant)
 		}
 		seen[h] = true
 		out = append(out, Token{Tenant: tenant, Hash: h})

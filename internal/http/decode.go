@@ -85,8 +85,8 @@ func newValidator() *validator.Validate {
 const bodyReadTimeout = 30 * time.Second
 
 // decode reads a request body of at most s.bodyLimit bytes into dst with
-// unmarshal. Returns EPayloadTooLarge (after draining a bounded part of the
-// rest, see tooLarge) or unmarshal's EInvalidRequest.
+// unmarshal. Returns EPayloadTooLarge (the rest of the body is discarded
+// after the answer, see linger) or unmarshal's EInvalidRequest.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, dst any) error {
 	// A client that trickles its body must not hold a handler for ever
 	// (the server sets no ReadTimeout: it would end event streams).
@@ -105,13 +105,18 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, dst any) error {
 }
 
 // unmarshal reads data, which must be one JSON object, into dst, rejecting
-// null, non-objects, unknown fields and trailing data, then validates dst:
+// null, non-objects, invalid UTF-8, NUL characters, unknown fields and
+// trailing data, then validates dst:
 // a request body as decode reads it, or the arguments another face (MCP)
 // passes on. Returns EInvalidRequest (with per-field errors).
 func (s *Server) unmarshal(data []byte, dst any) error {
 	// null, arrays and scalars decode into a struct without complaint.
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return subagent.Errorf(subagent.EInvalidRequest, "request body must be a JSON object")
+	}
+	// encoding/json would turn invalid UTF-8 into U+FFFD without a word.
+	if !utf8.Valid(data) {
+		return subagent.Errorf(subagent.EInvalidRequest, "request body is not valid UTF-8")
 	}
 	if err := store.CheckJSONText(data); err != nil {
 		return &subagent.Error{Code: subagent.EInvalidRequest, Message: "request body: " + err.Error(), Err: err}

@@ -141,6 +141,10 @@ func (s *Server) problemOf(ctx context.Context, err error, source slog.Attr) pro
 	case code != subagent.EInternal:
 	case errors.Is(err, store.ErrUnavailable):
 		code, detail = codeUnavailable, "the database is unreachable or did not answer in time; retry later"
+	case errors.Is(err, store.ErrInvalid):
+		// The store refused the request's data (text Postgres does not
+		// keep, say) that the edge checks let through.
+		code, detail = subagent.EInvalidRequest, "the request holds data the store refuses: text that is not UTF-8, a NUL character or an oversized value"
 	case errors.Is(err, store.ErrFenced):
 		code, detail = codeLeaseLost, "another replica took this agent over while the request ran; retry"
 	}

@@ -2,6 +2,7 @@ package http
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"io"
@@ -77,16 +78,16 @@ func protected(path string) bool {
 	return path == "/v1" || strings.HasPrefix(path, "/v1/") || path == mcpPath || path == "/readyz" || path == "/metrics"
 }
 
-// guard is the security middleware, in the order its checks run: the path
-// must decode (400), the Host must be loopback when no tokens are
-// configured (403), CORS preflights are answered, the caller is
-// authenticated (401), browsers' writes must come from this origin (403),
-// the tenant's rate is bounded (429), and a POST body must be JSON (415)
-// and within the body limit (413).
+// guard is the security middleware, in the order its checks run: the
+// path, query and headers must be UTF-8 (400), the Host must be loopback
+// when no tokens are configured (403), CORS preflights are answered, the
+// caller is authenticated (401), browsers' writes must come from this
+// origin (403), the tenant's rate is bounded (429), and a POST body must
+// be JSON (415) and within the body limit (413).
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !utf8.ValidString(r.URL.Path) || strings.ContainsRune(r.URL.Path, 0) {
-			s.writeError(w, r, subagent.Errorf(subagent.EInvalidRequest, "the request path is not valid UTF-8"))
+		if err := checkText(r); err != nil {
+			s.writeError(w, r, err)
 			return
 		}
 		if len(s.tokens) == 0 && !isLoopbackHost(r.Host) {
@@ -124,6 +125,48 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// checkText refuses a request whose path, query or headers hold a string
+// that is not UTF-8 or holds a NUL character (INVALID_REQUEST): no handler
+// or store ever sees such text. Bodies are checked where they are decoded
+// (decode).
+func checkText(r *http.Request) error {
+	if !validText(r.URL.Path) || !validText(r.URL.RawPath) {
+		return subagent.Errorf(subagent.EInvalidRequest, "the request path is not valid UTF-8")
+	}
+	fields := map[string]string{}
+	for name, values := range r.URL.Query() {
+		if !validText(name) {
+			fields["query"] = "parameter names must be UTF-8 without NUL characters"
+			continue
+		}
+		for _, v := range values {
+			if !validText(v) {
+				fields[clip(name, 100)] = "must be UTF-8 without NUL characters"
+			}
+		}
+	}
+	if !validText(r.Host) {
+		fields["Host"] = "must be UTF-8"
+	}
+	for name, values := range r.Header {
+		for _, v := range values {
+			if !validText(v) {
+				fields[name] = "must be UTF-8"
+			}
+		}
+	}
+	if len(fields) > 0 {
+		return invalid(fields)
+	}
+	return nil
+}
+
+// validText reports whether s is UTF-8 without NUL characters, which
+// Postgres refuses in text.
+func validText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
 
 // authenticate returns the tenant of r: the default tenant when no tokens
@@ -279,20 +322,54 @@ func isJSON(ct string) bool {
 	return mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
 }
 
-// drainLimit bounds how much of an oversized body the server reads (and
-// discards) before answering 413, so that a client still sending does not
-// get a connection reset instead of the answer.
+// Bounds of the lingering read after a 413 (what nginx's lingering close
+// does): the server reads and discards the rest of a refused body for at
+// most lingerTime and lingerBytes, so that a client that sends its whole
+// body before it reads (urllib, fetch) reads the answer rather than a
+// connection reset. A body still coming past either bound is cut off.
 const (
-	drainLimit   = 4 << 20
-	drainTimeout = 5 * time.Second
+	lingerTime  = 30 * time.Second
+	lingerBytes = 64 << 20
 )
 
-// tooLarge discards up to drainLimit bytes of the rest of r's body, marks
-// the connection to close, and returns PAYLOAD_TOO_LARGE.
+// lingerKey keys the *lingerMark of a request in its context.
+type lingerKey struct{}
+
+// lingerMark is set by tooLarge: the request's body is to be discarded
+// once its answer is written.
+type lingerMark struct{ on bool }
+
+// linger is the outermost middleware: after the handler answered a
+// request whose body it refused unread (tooLarge), it flushes the answer,
+// then reads and discards the rest of the body within lingerTime and
+// lingerBytes, and only then lets the server close the connection.
+func (s *Server) linger(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mark := &lingerMark{}
+		body := r.Body
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), lingerKey{}, mark)))
+		if !mark.on {
+			return
+		}
+		rc := http.NewResponseController(w)
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		_ = rc.SetReadDeadline(time.Now().Add(lingerTime))
+		_, _ = io.CopyN(io.Discard, body, lingerBytes)
+	})
+}
+
+// tooLarge marks the connection to close and r's body to be discarded
+// after the answer (see linger), and returns PAYLOAD_TOO_LARGE.
 func (s *Server) tooLarge(w http.ResponseWriter, r *http.Request) error {
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(drainTimeout))
-	_, _ = io.CopyN(io.Discard, r.Body, drainLimit)
+	if mark, ok := r.Context().Value(lingerKey{}).(*lingerMark); ok {
+		// Reading the body after the answer is written needs full
+		// duplex on HTTP/1.1.
+		if err := http.NewResponseController(w).EnableFullDuplex(); err == nil {
+			mark.on = true
+		}
+	}
 	w.Header().Set("Connection", "close")
 	return subagent.Errorf(subagent.EPayloadTooLarge, "request body exceeds %d bytes", s.bodyLimit)
 }

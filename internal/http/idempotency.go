@@ -28,7 +28,7 @@ const (
 	// a process that died: longer than any request runs (MaxWait included).
 	idempotencyStale = 15 * time.Minute
 	// maxReplayBody bounds a stored answer; a larger one is not stored,
-	// and its key is released.
+	// and its key stays reserved (see idempotent).
 	maxReplayBody = 1 << 20
 )
 
@@ -50,6 +50,11 @@ type storedAnswer struct {
 // the first is running IDEMPOTENCY_KEY_IN_USE (409). Answers that say
 // nothing about the request — 5xx, 429, a client gone before the answer —
 // are not stored: the retry runs again.
+// An answer that describes the request but cannot be stored (the store
+// failed, see completeKey, or it exceeds maxReplayBody) keeps the key
+// reserved: retries are IDEMPOTENCY_KEY_IN_USE, not a second run, until
+// the reservation is stale (idempotencyStale; then a retry runs, as after
+// a crash of the process that reserved it).
 func (s *Server) idempotent(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, present := r.Header[idempotencyHeader]
@@ -97,14 +102,23 @@ func (s *Server) runOnce(w http.ResponseWriter, r *http.Request, values []string
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	rw := &answerRecorder{ResponseWriter: w}
-	completed := false
+	answered := false
 	defer func() {
-		if !completed {
+		// Only a request that produced no answer (a panic, say) gives
+		// its key back; an answered one keeps it even when the answer
+		// could not be stored.
+		if !answered {
 			s.releaseKey(ctx, key)
 		}
 	}()
 	next.ServeHTTP(rw, r)
-	if !rw.storable() {
+	if !rw.describes() {
+		return nil
+	}
+	answered = true
+	if rw.overflow {
+		s.log.WarnContext(ctx, "the answer of an idempotent request is too large to store; its key stays reserved",
+			slog.Int("limit", maxReplayBody))
 		return nil
 	}
 	answer := storedAnswer{Header: map[string]string{}}
@@ -118,12 +132,37 @@ func (s *Server) runOnce(w http.ResponseWriter, r *http.Request, values []string
 	if err != nil {
 		return nil
 	}
-	if err := s.store.CompleteIdempotency(context.WithoutCancel(ctx), key, rw.status, data); err != nil {
-		s.log.WarnContext(ctx, "store the answer of an idempotent request", slog.Any("error", err))
-		return nil
-	}
-	completed = true
+	s.completeKey(context.WithoutCancel(ctx), key, rw.status, data)
 	return nil
+}
+
+// completeAttempts bounds how often completeKey tries to store an answer,
+// completeBackoff is the pause after the first failure (doubled after
+// each).
+const (
+	completeAttempts = 3
+	completeBackoff  = 100 * time.Millisecond
+)
+
+// completeKey stores the answer of the request that reserved key, trying
+// again after a failure. An answer that cannot be stored leaves the key
+// reserved (see idempotent).
+func (s *Server) completeKey(ctx context.Context, key string, status int, answer []byte) {
+	pause := completeBackoff
+	for attempt := 1; ; attempt++ {
+		err := s.store.CompleteIdempotency(ctx, key, status, answer)
+		if err == nil {
+			return
+		}
+		if attempt == completeAttempts {
+			s.log.ErrorContext(ctx, "store the answer of an idempotent request; its key stays reserved",
+				slog.Any("error", err), slog.Int("attempts", attempt))
+			return
+		}
+		s.log.WarnContext(ctx, "store the answer of an idempotent request; trying again", slog.Any("error", err))
+		time.Sleep(pause)
+		pause *= 2
+	}
 }
 
 // releaseKey drops a reservation whose request produced no answer worth
@@ -189,10 +228,10 @@ func (rw *answerRecorder) Write(p []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection.
 func (rw *answerRecorder) Unwrap() http.ResponseWriter { return rw.ResponseWriter }
 
-// storable reports whether the answer describes the request, so that a
-// retry must get it again.
-func (rw *answerRecorder) storable() bool {
-	return rw.status != 0 && rw.status < 500 && rw.status != http.StatusTooManyRequests && !rw.overflow
+// describes reports whether the answer describes the request, so that a
+// retry must get it again (or at least never run the request again).
+func (rw *answerRecorder) describes() bool {
+	return rw.status != 0 && rw.status < 500 && rw.status != http.StatusTooManyRequests
 }
 
 // SweepExpired deletes idempotency keys older than IdempotencyTTL and

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -366,12 +369,54 @@ func TestRequests_UndecodablePath(t *testing.T) {
 	}
 }
 
-// TestRequests_OversizedBodyIsReadable: a client still sending a body over
-// the limit reads the 413 instead of a connection reset, with a declared
-// length and chunked.
+// TestRequests_TextNotUTF8: a query value, header value or body string
+// that is no UTF-8 — percent-encoded or raw — is 400 INVALID_REQUEST on
+// both stores, never a 500 from Postgres.
+func TestRequests_TextNotUTF8(t *testing.T) {
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			st := sc.open(t)
+			b := setup(t, func(c *Config) { c.Store = st })
+			for _, c := range []call{
+				{method: "GET", path: "/v1/sessions?parentSessionId=%FF"},
+				{method: "GET", path: "/v1/sessions?after=%FF"},
+				{method: "GET", path: "/v1/runs?childSessionId=%FF"},
+				{method: "GET", path: "/v1/runs?taskId=a%C3%28"},
+				{method: "GET", path: "/v1/sessions", header: map[string]string{"X-Note": "\xff\xfe"}},
+				{method: "POST", path: "/v1/sessions", body: []byte("{\"label\":\"\xff\"}"), notJSON: true},
+			} {
+				// The spec's validator takes any bytes for a string, so
+				// these requests pass it: only the answers are checked.
+				p := b.wantProblem(t, 400, subagent.EInvalidRequest, c)
+				t.Logf("%s %s: %s", c.method, c.path, p.Detail)
+			}
+			for _, rawQuery := range []string{"parentSessionId=\xff", "after=a\xed\xa0\x80"} {
+				req, err := http.NewRequest("GET", b.ts.URL+"/v1/sessions", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.URL.RawQuery = rawQuery // sent unescaped
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 400 || !strings.Contains(string(body), `"code":"INVALID_REQUEST"`) {
+					t.Fatalf("GET /v1/sessions?%q: %d %s", rawQuery, resp.StatusCode, body)
+				}
+			}
+		})
+	}
+}
+
+// TestRequests_OversizedBodyIsReadable: a client that writes its whole
+// 32 MiB body (without Expect: 100-continue) before it reads any answer
+// reads the 413 problem instead of a connection reset, with a declared
+// length and chunked, with and without an idempotency key.
 func TestRequests_OversizedBodyIsReadable(t *testing.T) {
 	b := setup(t, withTokens)
-	big := `{"label":"` + strings.Repeat("x", 3<<20) + `"}`
+	big := `{"label":"` + strings.Repeat("x", 32<<20) + `"}`
 	for _, chunked := range []bool{false, true} {
 		for _, key := range []string{"", "k-413"} {
 			conn, err := net.Dial("tcp", b.ts.Listener.Addr().String())
@@ -389,8 +434,10 @@ func TestRequests_OversizedBodyIsReadable(t *testing.T) {
 			} else {
 				head += fmt.Sprintf("Content-Length: %d\r\n\r\n", len(big))
 			}
-			go func() { _, _ = io.WriteString(conn, head+body) }()
-			_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+			_ = conn.SetDeadline(time.Now().Add(time.Minute)) // generous: 4 × 32 MiB on a loaded machine
+			if _, err := io.WriteString(conn, head+body); err != nil {
+				t.Fatalf("chunked=%v key=%q: writing the body: %v", chunked, key, err)
+			}
 			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 			if err != nil {
 				t.Fatalf("chunked=%v key=%q: reading the answer: %v", chunked, key, err)
@@ -587,5 +634,61 @@ func TestSignIn_SecureOverTLS(t *testing.T) {
 	s.Handler().ServeHTTP(rec, req)
 	if rec.Code != 204 || !strings.Contains(rec.Header().Get("Set-Cookie"), "Secure") {
 		t.Fatalf("sign-in over TLS: %d, Set-Cookie %q", rec.Code, rec.Header().Get("Set-Cookie"))
+	}
+}
+
+// failingCompletes is a store whose CompleteIdempotency fails while left
+// is positive.
+type failingCompletes struct {
+	store.Store
+	left  atomic.Int32
+	calls atomic.Int32
+}
+
+func (s *failingCompletes) CompleteIdempotency(ctx context.Context, key string, status int, response json.RawMessage) error {
+	s.calls.Add(1)
+	if s.left.Add(-1) >= 0 {
+		return errors.New("injected: the answer was not stored")
+	}
+	return s.Store.CompleteIdempotency(ctx, key, status, response)
+}
+
+// TestIdempotency_AnswerNotStored: when storing the answer fails after the
+// request was carried out, its retry never runs it again: the retry gets
+// the answer a later attempt stored, or IDEMPOTENCY_KEY_IN_USE when no
+// attempt could store it.
+func TestIdempotency_AnswerNotStored(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failures int32
+		want     int
+	}{
+		{"stored-on-a-later-attempt", 1, http.StatusCreated},
+		{"never-stored", completeAttempts, http.StatusConflict},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &failingCompletes{Store: memstore.New()}
+			st.left.Store(tc.failures)
+			b := setup(t, func(c *Config) { c.Store = st })
+			c := call{method: "POST", path: "/v1/sessions", body: map[string]any{"label": "once"}, header: map[string]string{"Idempotency-Key": "k1"}}
+			first := b.want(t, http.StatusCreated, c)
+			retry := b.do(t, c)
+			switch {
+			case retry.status != tc.want:
+				t.Fatalf("retry: %d %s, want %d", retry.status, retry.body, tc.want)
+			case tc.want == http.StatusCreated && (string(retry.body) != string(first.body) || retry.header.Get("Idempotent-Replayed") != "true"):
+				t.Fatalf("retry got\n%s\nnot the replay of\n%s", retry.body, first.body)
+			case tc.want == http.StatusConflict && retry.problem(t).Code != codeIdempotencyInUse:
+				t.Fatalf("retry: %s, want %s", retry.body, codeIdempotencyInUse)
+			}
+			if n, want := st.calls.Load(), min(tc.failures+1, completeAttempts); n != want {
+				t.Fatalf("%d attempts to store the answer, want %d", n, want)
+			}
+			var list sessionListJSON
+			b.want(t, 200, call{method: "GET", path: "/v1/sessions"}).decode(t, &list)
+			if len(list.Sessions) != 1 {
+				t.Fatalf("%d sessions after the retry, want 1", len(list.Sessions))
+			}
+		})
 	}
 }

@@ -301,7 +301,7 @@ func (s *Server) h(f handlerFunc) http.HandlerFunc {
 // routes (TestRoutes_MatchSpec).
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.metrics.middleware, s.recoverer, s.guard)
+	r.Use(s.linger, s.metrics.middleware, s.recoverer, s.guard)
 	r.NotFound(s.h(func(w http.ResponseWriter, r *http.Request) error {
 		return subagent.Errorf(codeNotFound, "no route for %s %s", r.Method, r.URL.Path)
 	}))

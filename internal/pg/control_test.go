@@ -166,6 +166,12 @@ func heldByA(t *testing.T) (a, b *replica, g *gate) {
 	return a, b, g
 }
 
+// lapseLease is the lease of the tests that wait for A's lease to lapse:
+// a third of it (a renewal's interval) is ample for a renewal on a loaded
+// machine, so A is never fenced before the test stops it, and waiting for
+// the lapse costs seconds.
+const lapseLease = 3 * time.Second
+
 // heldA returns a new database and replica A on it with lease (0: the
 // default), whose model calls wait at g until g opens, at the latest when
 // the test ends.
@@ -308,7 +314,7 @@ func TestControl_PromptThroughBRunsOnTheReplicaDrivingTheRoot(t *testing.T) {
 
 func TestControl_ALostLeaseIsTakenOverByBAndAIsFenced(t *testing.T) {
 	t.Parallel()
-	const lease = 900 * time.Millisecond
+	const lease = lapseLease
 	url, a, g := heldA(t, lease)
 	res := a.start(t, a.h.Parent, "one")
 	<-g.reached
@@ -396,7 +402,7 @@ func must[T any](v T, err error) func(*testing.T) T {
 // resumes it.
 func TestControl_ARequestWaitingForALostOwnerIsCarriedOutByTheRequester(t *testing.T) {
 	t.Parallel()
-	const lease = 900 * time.Millisecond
+	const lease = lapseLease
 	url, a, g := heldA(t, lease)
 	res := a.start(t, a.h.Parent, "one")
 	<-g.reached

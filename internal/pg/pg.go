@@ -193,7 +193,7 @@ func (h *wakeHandler) HandleBacklog(ctx context.Context, _ string, _ *pgx.Conn) 
 
 // wrap adds context to a non-nil *errp and maps driver errors to store
 // errors, in this one place: no rows is store.ErrNotFound, a unique
-// violation store.ErrConflict.
+// violation store.ErrConflict, text that is not UTF-8 store.ErrInvalid.
 func wrap(errp *error, format string, args ...any) {
 	err := *errp
 	if err == nil {
@@ -205,6 +205,10 @@ func wrap(errp *error, format string, args ...any) {
 		err = fmt.Errorf("%w: %w", store.ErrNotFound, err)
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation:
 		err = fmt.Errorf("%w: %w", store.ErrConflict, err)
+	case errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.CharacterNotInRepertoire || pgErr.Code == pgerrcode.UntranslatableCharacter):
+		// Text Postgres refuses (invalid UTF-8, a NUL): the caller's data,
+		// never the database's fault.
+		err = fmt.Errorf("%w: %w", store.ErrInvalid, err)
 	case unreachable(err):
 		err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}

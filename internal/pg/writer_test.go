@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -75,28 +75,42 @@ func blockFlushes(t *testing.T, s *pg.Store, admin *pgxpool.Pool) (release func(
 		_, err := s.AppendLifecycle(t.Context(), store.LifecycleEvent{Type: "first"})
 		errs <- err
 	}()
-	for {
+	waitUntil(t, "the first flush to wait for the lock", func() bool {
 		var blocked int
 		err := admin.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&blocked)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if blocked > 0 {
-			break
-		}
-	}
+		return blocked > 0
+	})
 	return release, func() error { return <-errs }
 }
 
 // waitQueued waits until n writes are queued behind the blocked flush.
 func waitQueued(t *testing.T, s *pg.Store, n int) {
 	t.Helper()
-	for s.Queued() < n {
-		if t.Context().Err() != nil {
-			t.Fatalf("only %d of %d writes queued", s.Queued(), n)
+	waitUntil(t, fmt.Sprintf("%d writes to queue", n), func() bool { return s.Queued() >= n })
+}
+
+// waitTimeout bounds waitUntil: generous for a loaded machine, where the
+// awaited state takes milliseconds.
+const waitTimeout = 30 * time.Second
+
+// waitUntil fails t unless cond holds within waitTimeout. The states it
+// waits for (a backend waiting for a lock, writes queued in the writer)
+// signal nothing, so it checks cond on a short tick.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(waitTimeout)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("waited %v for %s", waitTimeout, what)
 		}
-		runtime.Gosched()
 	}
 }
 

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -181,5 +182,32 @@ var sessionTests = []test{
 		if got := must(s.ListSessions(ctx, store.SessionFilter{Limit: 5000}))(t); len(got) != 101 {
 			t.Fatalf("ListSessions(Limit 5000) returned %d sessions, want all 101", len(got))
 		}
+	}},
+	{"Lookups_NotUTF8_NotFoundOrInvalid", func(t *testing.T, s store.Store) {
+		// Text that is no UTF-8 finds nothing; a store may instead refuse
+		// it as ErrInvalid (Postgres does), never with another error.
+		ctx := t.Context()
+		ok(t, s.CreateSession(ctx, store.Session{ID: "s1", CreatedAt: t0}))
+		bad := "s\xff\xfe"
+		check := func(call string, err error, found bool) {
+			t.Helper()
+			if found || (err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrInvalid)) {
+				t.Fatalf("%s: found %v, error %v; want nothing found, ErrNotFound or ErrInvalid", call, found, err)
+			}
+		}
+		_, err := s.GetSession(ctx, bad)
+		check("GetSession", err, false)
+		list, err := s.ListSessions(ctx, store.SessionFilter{ParentID: &bad})
+		check("ListSessions(ParentID)", err, len(list) > 0)
+		list, err = s.ListSessions(ctx, store.SessionFilter{AfterID: bad})
+		check("ListSessions(AfterID)", err, len(list) > 0)
+		runs, err := s.ListRuns(ctx, store.RunFilter{ChildID: bad})
+		check("ListRuns(ChildID)", err, len(runs) > 0)
+		runs, err = s.ListRuns(ctx, store.RunFilter{ParentID: bad, TaskID: bad})
+		check("ListRuns(ParentID, TaskID)", err, len(runs) > 0)
+		_, err = s.GetRun(ctx, bad)
+		check("GetRun", err, false)
+		evs, err := s.Events(ctx, bad, -1, 0)
+		check("Events", err, len(evs) > 0)
 	}},
 }
