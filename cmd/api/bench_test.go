@@ -24,7 +24,7 @@ func BenchmarkOneShotRun(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	a, err := wire(b.Context(), cfg, newLogger(io.Discard))
+	a, err := wire(b.Context(), cfg, newLogger(io.Discard), false)
 	if err != nil {
 		b.Fatal(err)
 	}

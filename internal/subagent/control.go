@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // Control is where requests cross replicas (DESIGN §5). Every resident
@@ -32,6 +33,8 @@ type Control struct {
 	owner string
 	lease time.Duration
 	log   *slog.Logger
+	// metrics counts takeovers and the requests carried out here.
+	metrics *telemetry.Metrics
 
 	mu       sync.Mutex
 	handlers map[string]ControlHandler
@@ -70,8 +73,8 @@ var errOwnerLapsed = errors.New("owner's lease lapsed before it answered")
 // lost wake-up) and of an owner waiting for requests.
 const controlPoll = time.Second
 
-func newControl(st store.Store, owner string, lease time.Duration, log *slog.Logger) *Control {
-	return &Control{st: st, owner: owner, lease: lease, log: log,
+func newControl(st store.Store, owner string, lease time.Duration, log *slog.Logger, metrics *telemetry.Metrics) *Control {
+	return &Control{st: st, owner: owner, lease: lease, log: log, metrics: metrics,
 		handlers: map[string]ControlHandler{}, serving: map[string]bool{}}
 }
 
@@ -320,8 +323,10 @@ func (c *Control) carryOut(ctx context.Context, ctl store.Control) {
 	var a answerJSON
 	var err error
 	if h == nil {
+		c.metrics.ControlRequest("other")
 		err = fmt.Errorf("no handler for control %q", ctl.Op)
 	} else {
+		c.metrics.ControlRequest(ctl.Op)
 		var res any
 		if res, err = h(ctx, ctl.Target, ctl.Payload); err == nil {
 			a.Result, err = json.Marshal(res)
@@ -363,6 +368,7 @@ func (c *Control) takeOver(ctx context.Context, now time.Time) error {
 		if err := c.Claim(rctx, r.SessionID); err != nil {
 			continue // another replica got there first
 		}
+		c.metrics.Takeover()
 		c.log.WarnContext(rctx, "took over a resident agent of a lost owner", slog.String("session_id", r.SessionID), slog.String("owner", r.Owner))
 		if err := c.resumeLapsed(rctx, r.SessionID, kinds); err != nil {
 			errs = append(errs, fmt.Errorf("take over %s of %q: %w", r.SessionID, r.Owner, err))

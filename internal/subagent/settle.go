@@ -98,6 +98,7 @@ func (m *Manager) end(act *activation, reason string, output []model.Block) (dis
 		log.ErrorContext(act.base, "encode activation output", slog.Any("error", err))
 	}
 	e, recorded := m.svc.recordEnd(act.base, log, e, store.RunResult{StopReason: reason, Output: out})
+	act.inv.End(reason, nil)
 	return func() {
 		if recorded {
 			m.svc.bus.dispatch(act.base, e)
