@@ -293,8 +293,8 @@ func (s *Service) start(ctx context.Context, p Provider, req ResolvedRequest, re
 	return s.publish(ctx, p.Name(), req.Parent.Session.ID, run, release, tr)
 }
 
-// runTrace is the invoke_agent span of a one-shot run and the traceparent
-// of its parent span, which the run row keeps.
+// runTrace is the invoke_agent span of a run or activation and the
+// traceparent of its parent span, which the run row keeps.
 type runTrace struct {
 	inv    *telemetry.Invocation
 	parent string

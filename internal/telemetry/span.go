@@ -11,6 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // instrumentation names the tracer of every span subagentd opens.
@@ -20,14 +21,32 @@ const instrumentation = "github.com/subagentd/subagentd"
 // activation it traces.
 const RunIDKey = attribute.Key("subagentd.run_id")
 
-// tracer is looked up per span: the global provider is replaced when
-// tracing is set up (and again by tests), and a tracer taken before would
-// keep the first one.
-func tracer() trace.Tracer { return otel.Tracer(instrumentation) }
+// tracerOf is the tracer of one tracer provider.
+type tracerOf struct {
+	provider trace.TracerProvider
+	tracer   trace.Tracer
+}
+
+// cached is the tracer of the provider that was global at the last span.
+var cached atomic.Pointer[tracerOf]
+
+// tracer is the tracer of the global provider, which SetupTracing (and a
+// test) replaces: a tracer taken once would keep the first provider, and
+// asking the provider on every span takes its lock.
+func tracer() trace.Tracer {
+	tp := otel.GetTracerProvider()
+	if c := cached.Load(); c != nil && c.provider == tp {
+		return c.tracer
+	}
+	t := tp.Tracer(instrumentation)
+	cached.Store(&tracerOf{provider: tp, tracer: t})
+	return t
+}
 
 // Recording reports whether spans are recorded: an SDK tracer provider is
 // installed (SetupTracing, or a test's). Work done only for a span's sake
-// asks it first.
+// asks it first; the Start functions below do nothing without it, so that
+// a process without traces pays a type assertion per span.
 func Recording() bool {
 	_, ok := otel.GetTracerProvider().(*sdktrace.TracerProvider)
 	return ok
@@ -71,8 +90,8 @@ type InvokeParams struct {
 }
 
 // Invocation is an open invoke_agent span: one run, one activation or one
-// root turn. It sums the token usage of the chat spans under it. The zero
-// of a nil *Invocation is a no-op.
+// root turn. It sums the token usage of the chat spans under it. A nil
+// *Invocation (traces are off) is a no-op.
 type Invocation struct {
 	span          trace.Span
 	input, output atomic.Int64
@@ -84,6 +103,9 @@ type invocationKey struct{}
 // returns ctx carrying it: the agent's chat and tool spans started from
 // that ctx are its children, and their usage adds to it.
 func StartInvoke(ctx context.Context, p InvokeParams) (context.Context, *Invocation) {
+	if !Recording() {
+		return ctx, nil
+	}
 	kind := trace.SpanKindInternal
 	if p.Remote {
 		kind = trace.SpanKindClient
@@ -151,7 +173,7 @@ type ChatParams struct {
 	Model string
 }
 
-// Chat is an open chat span.
+// Chat is an open chat span; the zero Chat is a no-op.
 type Chat struct {
 	ctx  context.Context
 	span trace.Span
@@ -160,6 +182,9 @@ type Chat struct {
 // StartChat opens the chat span of one model call under ctx's span and
 // returns ctx carrying it, for the model request.
 func StartChat(ctx context.Context, p ChatParams) (context.Context, Chat) {
+	if !Recording() {
+		return ctx, Chat{}
+	}
 	ctx, span := tracer().Start(ctx, "chat "+p.Model, trace.WithSpanKind(trace.SpanKindClient))
 	if span.IsRecording() {
 		span.SetAttributes(semconv.GenAIOperationNameChat, semconv.GenAIProviderNameKey.String(p.Provider),
@@ -171,6 +196,9 @@ func StartChat(ctx context.Context, p ChatParams) (context.Context, Chat) {
 // End closes the span with the call's usage, which also adds to the
 // invocation the call belongs to; a non-nil err marks it failed.
 func (c Chat) End(input, output int, err error) {
+	if c.span == nil {
+		return
+	}
 	if inv, _ := c.ctx.Value(invocationKey{}).(*Invocation); inv != nil {
 		inv.input.Add(int64(input))
 		inv.output.Add(int64(output))
@@ -188,6 +216,9 @@ func (c Chat) End(input, output int, err error) {
 // StartTool opens the execute_tool span of one tool call under ctx's span
 // and returns ctx carrying it: a delegation the tool starts is its child.
 func StartTool(ctx context.Context, name, callID string) (context.Context, trace.Span) {
+	if !Recording() {
+		return ctx, noop.Span{}
+	}
 	ctx, span := tracer().Start(ctx, "execute_tool "+name, trace.WithSpanKind(trace.SpanKindInternal))
 	if span.IsRecording() {
 		span.SetAttributes(semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(name), semconv.GenAIToolCallID(callID))
