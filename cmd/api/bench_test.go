@@ -10,6 +10,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // BenchmarkOneShotRun is one iteration of bench scenario 5 inside one
@@ -18,13 +23,36 @@ import (
 // with POST /v1/runs?wait=true and disposing it with DELETE. allocs/op,
 // cpu-ms/op (the process's user+system time) and the CPU profile
 // (-cpuprofile) show the service's hot path, clients included; ns/op is
-// wall time, which a busy machine stretches.
+// wall time, which a busy machine stretches. tracing=off is the default
+// process (no OTEL_* variables); tracing=on exports every span over
+// OTLP/HTTP to a loopback receiver that discards them.
 func BenchmarkOneShotRun(b *testing.B) {
+	b.Run("tracing=off", func(b *testing.B) { benchOneShotRun(b, false) })
+	b.Run("tracing=on", func(b *testing.B) {
+		collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+		}))
+		defer collector.Close()
+		tracing, err := telemetry.SetupTracing(b.Context(), env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() {
+			otel.SetTracerProvider(noop.NewTracerProvider())
+			if err := tracing.Shutdown(context.WithoutCancel(b.Context())); err != nil {
+				b.Error(err)
+			}
+		}()
+		benchOneShotRun(b, true)
+	})
+}
+
+func benchOneShotRun(b *testing.B, tracing bool) {
 	cfg, err := loadConfig(nil, env(map[string]string{"SUBAGENTD_RATE_LIMIT": "0"}))
 	if err != nil {
 		b.Fatal(err)
 	}
-	a, err := wire(b.Context(), cfg, newLogger(io.Discard))
+	a, err := wire(b.Context(), cfg, newLogger(io.Discard), tracing)
 	if err != nil {
 		b.Fatal(err)
 	}

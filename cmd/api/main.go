@@ -42,6 +42,7 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/spawn"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/telemetry"
 	"github.com/subagentd/subagentd/web"
 )
 
@@ -121,8 +122,11 @@ func exitCode(err error, stdout, stderr io.Writer) int {
 	}
 }
 
-// newLogger is the process's log: JSON records, one a line.
-func newLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
+// newLogger is the process's log: JSON records, one a line, with the
+// trace_id and span_id of the span a record's context carries.
+func newLogger(w io.Writer) *slog.Logger {
+	return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, nil)))
+}
 
 // usageError is a mistake on the command line.
 type usageError struct{ err error }
@@ -255,7 +259,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		defer stop()
 	}
-	a, err := wire(ctx, cfg, log)
+	// Traces, when an OTLP endpoint is configured (OTEL_* variables), are
+	// flushed last: after the runs ended their spans.
+	tracing, err := telemetry.SetupTracing(ctx, getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := tracing.Shutdown(context.WithoutCancel(ctx)); err != nil {
+			log.Error("traces not flushed", slog.Any("error", err))
+		}
+	}()
+	a, err := wire(ctx, cfg, log, tracing.Enabled())
 	if err != nil {
 		return err
 	}
@@ -337,9 +352,9 @@ const storeCallTimeout = 10 * time.Second
 // re-created from its log on the next message.
 const rootIdle = 10 * time.Minute
 
-// wire builds the process from cfg. It is the one place that picks
-// implementations.
-func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error) {
+// wire builds the process from cfg, its HTTP requests traced when tracing
+// is set. It is the one place that picks implementations.
+func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *app, err error) {
 	file, err := loadFile(cfg.get("SUBAGENTD_CONFIG"))
 	if err != nil {
 		return nil, err
@@ -349,6 +364,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 		return nil, err
 	}
 	reg := httpapi.NewRegistry()
+	metrics := telemetry.NewMetrics(reg)
 	st, closeStore, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return nil, err
@@ -361,7 +377,6 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 			stop()
 		}
 	}()
-	st = httpapi.InstrumentStore(st, reg)
 
 	sec, err := security(cfg, file)
 	if err != nil {
@@ -372,7 +387,8 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 		return nil, cfg.bad("SUBAGENTD_LEASE_TTL", "want a Go duration of at least 1s, got %q", cfg.get("SUBAGENTD_LEASE_TTL"))
 	}
 	replica := cfg.get("SUBAGENTD_REPLICA_ID")
-	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: owner(replica), LeaseDuration: lease, MaxLiveRuns: sec.maxLiveRuns})
+	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: owner(replica), LeaseDuration: lease,
+		MaxLiveRuns: sec.maxLiveRuns, Metrics: metrics})
 	if replica != "" {
 		// A stable replica id lets this start close, at once, the runs the
 		// previous process of this replica left open (SIGKILL, crash).
@@ -383,8 +399,8 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 	loops.Go(func() { svc.KeepLeases(bg) })
 
 	tools := agent.NewRegistry()
-	deps := inprocess.Deps{Store: st, Routes: routes, Tools: tools, Logger: log}
-	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: log, Control: svc.Control()})
+	deps := inprocess.Deps{Store: st, Routes: routes, Tools: tools, Logger: log, Metrics: metrics}
+	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: log, Control: svc.Control(), Metrics: metrics})
 	mgr := subagent.NewManager(svc, subagent.ManagerConfig{
 		Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: log,
 	})
@@ -446,11 +462,11 @@ func wire(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error)
 	}
 
 	api := httpapi.NewServer(httpapi.Config{
-		Service: svc, Store: st, Logger: log, Registry: reg, Version: buildVersion(), Dashboard: web.FS,
+		Service: svc, Store: st, Logger: log, Registry: reg, Metrics: metrics, Tracing: tracing, Version: buildVersion(), Dashboard: web.FS,
 		Continuations: mgr, Roots: roots, Routes: routes, WorkspaceRoots: file.WorkspaceRoots,
 		Tokens: sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,
 		MCP: func(api *httpapi.Server) http.Handler {
-			return mcpface.NewHandler(mcpface.Config{API: api, Logger: log, Version: version})
+			return mcpface.NewHandler(mcpface.Config{API: api, Logger: log, Version: buildVersion()})
 		},
 	})
 	loops.Go(func() { api.SweepExpired(bg, idempotencySweep) })

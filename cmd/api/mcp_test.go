@@ -39,7 +39,7 @@ func wiredServer(t *testing.T, vars map[string]string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := wire(t.Context(), cfg, newLogger(io.Discard))
+	a, err := wire(t.Context(), cfg, newLogger(io.Discard), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +510,7 @@ func BenchmarkMCPOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	a, err := wire(b.Context(), cfg, newLogger(io.Discard))
+	a, err := wire(b.Context(), cfg, newLogger(io.Discard), false)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/subagentd/subagentd/internal/schema"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // Errors returned by Agent methods.
@@ -49,6 +50,17 @@ type Config struct {
 	Model     model.Model
 	ModelName string
 	MaxTokens int
+	// ModelProvider is the provider of Model — its route's kind: echo,
+	// openai — which names it in spans and token counts.
+	ModelProvider string
+
+	// Metrics counts the tokens model calls report; nil counts nothing.
+	Metrics *telemetry.Metrics
+	// TurnAgent, when set, makes each turn an invoke_agent span of that
+	// agent name: the agent of a root session, which no run's span
+	// encloses. A child's agent leaves it empty: its run's span, in the
+	// ctx New is given, encloses its turns.
+	TurnAgent string
 
 	// Global is the deployment-global tool registry, read live at each
 	// step; Filter scopes it (nil = no filter). Local tools are scope-local:
@@ -178,6 +190,8 @@ type turnRun struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	cause  string // set by the first Cancel
+	// inv is the turn's invoke_agent span (Config.TurnAgent), else nil.
+	inv *telemetry.Invocation
 }
 
 // New returns the agent of session cfg.ID, loading its existing log: turn

@@ -8,8 +8,11 @@ import (
 	"log/slog"
 	"sync"
 
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // logFailed is the turn/end error message when the session log cannot be
@@ -31,8 +34,13 @@ func (a *Agent) openTurnEvents(msg sessionlog.UserMessage) []sessionlog.Entry {
 func (a *Agent) claimTurnLocked() *turnRun {
 	a.turn++
 	a.queue = a.queue[1:]
-	ctx, cancel := context.WithCancel(a.base)
-	a.cur = &turnRun{n: a.turn, ctx: ctx, cancel: cancel}
+	ctx := a.base
+	var inv *telemetry.Invocation
+	if a.cfg.TurnAgent != "" {
+		ctx, inv = telemetry.StartInvoke(ctx, telemetry.InvokeParams{Agent: a.cfg.TurnAgent, ConversationID: a.id})
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	a.cur = &turnRun{n: a.turn, ctx: ctx, cancel: cancel, inv: inv}
 	return a.cur
 }
 
@@ -117,6 +125,7 @@ func (a *Agent) conclude(t *turnRun, reason sessionlog.TurnReason, stepEnd []ses
 		a.log.Error("end turn", "turn", t.n, "error", err)
 	}
 	t.cancel()
+	t.inv.End(string(reason.Kind), nil)
 	a.cur = nil
 	a.rejectSteersLocked("turn ended")
 	if err == nil {
@@ -309,10 +318,17 @@ type streamed struct {
 // in front of whatever the step appends next.
 func (a *Agent) stream(t *turnRun, n int, req model.Request) (res streamed) {
 	chunks := a.newChunkWriter()
+	ctx, chat := telemetry.StartChat(t.ctx, telemetry.ChatParams{Provider: a.cfg.ModelProvider, Model: req.Model})
 	defer func() {
 		res.unlogged, res.logErr = chunks.close()
+		var in, out int
+		if res.usage != nil {
+			in, out = res.usage.InputTokens, res.usage.OutputTokens
+		}
+		a.cfg.Metrics.Tokens(a.cfg.ModelProvider, in, out)
+		chat.End(in, out, res.err)
 	}()
-	for c, err := range a.cfg.Model.Stream(t.ctx, req) {
+	for c, err := range a.cfg.Model.Stream(ctx, req) {
 		if err != nil {
 			res.err = err
 			break
@@ -524,8 +540,11 @@ func (a *Agent) execute(t *turnRun, callID, name string, args json.RawMessage) (
 	if !json.Valid(args) {
 		return errResult("INVALID_ARGS: arguments are not valid JSON")
 	}
-	content, err := a.runTool(t.ctx, tool, Call{Agent: a, CallID: callID, Arguments: args})
+	ctx, span := telemetry.StartTool(t.ctx, name, callID)
+	defer span.End()
+	content, err := a.runTool(ctx, tool, Call{Agent: a, CallID: callID, Arguments: args})
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		return errResult(err.Error())
 	}
 	return content, false

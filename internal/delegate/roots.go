@@ -17,6 +17,7 @@ import (
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // RootsConfig configures Roots.
@@ -41,7 +42,14 @@ type RootsConfig struct {
 	// lease, and prompts and notices for a root another replica drives go
 	// there. Nil means a single process: no leases.
 	Control *subagent.Control
+	// Metrics counts the tokens of the root agents' model calls; nil
+	// counts nothing.
+	Metrics *telemetry.Metrics
 }
+
+// RootAgent is the gen_ai.agent.name of a root session's turns: each is
+// an invoke_agent span of its own.
+const RootAgent = "root"
 
 // Roots runs the agents of root sessions: one live *agent.Agent per root
 // session, created on demand from the session header and its log, so that an
@@ -434,6 +442,8 @@ func (r *Roots) build(ctx context.Context, id string) (*agent.Agent, error) {
 		Persona:           hdr.Persona,
 		DeploymentPersona: r.cfg.DeploymentPersona,
 		Vars:              r.cfg.Vars,
+		Metrics:           r.cfg.Metrics,
+		TurnAgent:         RootAgent,
 	}
 	if r.cfg.Routes != nil {
 		rt, name, err := r.cfg.Routes.Resolve(hdr.AgentProvider, hdr.AgentModel)
@@ -444,7 +454,7 @@ func (r *Roots) build(ctx context.Context, id string) (*agent.Agent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("root agent %s: %w", id, err)
 		}
-		cfg.Model, cfg.ModelName = rt.Model, name
+		cfg.Model, cfg.ModelName, cfg.ModelProvider = rt.Model, name, rt.Kind
 	}
 	// The agent outlives the request that loads it: keep only its tenant,
 	// and fence its writes by the root's lease.

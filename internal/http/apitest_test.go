@@ -24,6 +24,7 @@ import (
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // The spec, loaded once per test binary.
@@ -123,10 +124,13 @@ func startSeam(t *testing.T, seam subagent.Config, wire func(b *testBundle, cfg 
 	for _, o := range opts {
 		o(&cfg)
 	}
-	st := InstrumentStore(cfg.Store, cfg.Registry)
-	seam.Store, seam.Logger, seam.Owner = st, log, "test"
+	st := cfg.Store
+	if cfg.Metrics == nil {
+		cfg.Metrics = telemetry.NewMetrics(cfg.Registry)
+	}
+	seam.Store, seam.Logger, seam.Owner, seam.Metrics = st, log, "test", cfg.Metrics
 	svc := subagent.NewService(seam)
-	cfg.Store, cfg.Service = st, svc
+	cfg.Service = svc
 	b := &testBundle{st: st, svc: svc, log: log, logs: logs}
 	if wire != nil {
 		wire(b, &cfg)

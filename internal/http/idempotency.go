@@ -98,6 +98,7 @@ func (s *Server) runOnce(w http.ResponseWriter, r *http.Request, values []string
 		case rec.Status == 0:
 			return subagent.Errorf(codeIdempotencyInUse, "the first request with Idempotency-Key %q is still running; retry later", key)
 		}
+		s.domain.IdempotentReplay()
 		return s.replay(w, rec)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))

@@ -1,10 +1,8 @@
 package http
 
 import (
-	"context"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -12,12 +10,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/subagentd/subagentd/internal/store"
-	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // NewRegistry returns a private registry holding the Go runtime and process
-// collectors; pass it to InstrumentStore and Config.Registry.
+// collectors; pass it to telemetry.NewMetrics and Config.Registry.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -57,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 }
 
 // middleware counts and times requests by chi route pattern (not by path,
-// which would make a series per id).
+// which would make a series per id), and names the request's span by it.
 func (m *metrics) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -67,6 +64,7 @@ func (m *metrics) middleware(next http.Handler) http.Handler {
 		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
 			route = rc.RoutePattern()
 		}
+		telemetry.NameHTTPSpan(r.Context(), r.Method, route)
 		m.requests.WithLabelValues(r.Method, route, strconv.Itoa(rec.status)).Inc()
 		m.duration.WithLabelValues(r.Method, route).Observe(time.Since(start).Seconds())
 	})
@@ -96,113 +94,4 @@ func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter 
 
 func (s *Server) metricsHandler() http.Handler {
 	return promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry})
-}
-
-// knownStopReasons bound the stop_reason label: any other reason (the set
-// is open) counts as "other".
-var knownStopReasons = map[string]bool{
-	subagent.StopCompleted: true, subagent.StopAborted: true, subagent.StopError: true,
-	subagent.StopMaxTokens: true, subagent.StopRefusal: true,
-}
-
-// InstrumentStore returns st counting, into reg, what this process writes:
-// events appended to session logs and to the lifecycle log, runs started,
-// settled (by stop reason) and disposed, and the runs running. Runs are
-// counted from their lifecycle transitions, which the store commits with
-// their start and end events.
-func InstrumentStore(st store.Store, reg prometheus.Registerer) store.Store {
-	c := &countingStore{
-		Store: st,
-		appended: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "subagentd_events_appended_total",
-			Help: "Events appended by this process, by log (session, lifecycle).",
-		}, []string{"log"}),
-		started: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "subagentd_runs_started_total",
-			Help: "Runs and activations started by this process.",
-		}),
-		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "subagentd_runs_settled_total",
-			Help: "Runs and activations settled by this process, by stop reason (unknown reasons as other).",
-		}, []string{"stop_reason"}),
-		disposed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "subagentd_runs_disposed_total",
-			Help: "Run disposals recorded by this process (a repeated disposal counts again).",
-		}),
-		running: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "subagentd_runs_running",
-			Help: "Runs started minus runs settled by this process.",
-		}),
-	}
-	reg.MustRegister(c.appended, c.started, c.settled, c.disposed, c.running)
-	// Every run appends to both logs a dozen times: look the two series
-	// up once.
-	c.sessionAppended, c.lifecycleAppended = c.appended.WithLabelValues("session"), c.appended.WithLabelValues("lifecycle")
-	return c
-}
-
-type countingStore struct {
-	store.Store
-	appended *prometheus.CounterVec
-	// sessionAppended and lifecycleAppended are appended's two series.
-	sessionAppended, lifecycleAppended prometheus.Counter
-	started                            prometheus.Counter
-	settled                            *prometheus.CounterVec
-	disposed                           prometheus.Counter
-	running                            prometheus.Gauge
-	// mine holds the ids of the runs this process started and has not
-	// ended: ending a lost replica's run (lease reaping) must not take the
-	// running gauge below zero.
-	mine sync.Map
-}
-
-func (c *countingStore) AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error) {
-	out, err := c.Store.AppendEvents(ctx, sessionID, evs...)
-	if err == nil {
-		c.sessionAppended.Add(float64(len(out)))
-	}
-	return out, err
-}
-
-func (c *countingStore) AppendLifecycle(ctx context.Context, e store.LifecycleEvent) (store.LifecycleEvent, error) {
-	out, err := c.Store.AppendLifecycle(ctx, e)
-	if err == nil {
-		c.lifecycleAppended.Inc()
-	}
-	return out, err
-}
-
-func (c *countingStore) StartRun(ctx context.Context, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error) {
-	out, err := c.Store.StartRun(ctx, r, start)
-	if err == nil {
-		c.lifecycleAppended.Inc()
-		c.started.Inc()
-		c.running.Inc()
-		c.mine.Store(r.ID, struct{}{})
-	}
-	return out, err
-}
-
-func (c *countingStore) EndRun(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent) (store.LifecycleEvent, error) {
-	out, err := c.Store.EndRun(ctx, runID, res, end)
-	if err == nil {
-		reason := res.StopReason
-		if !knownStopReasons[reason] {
-			reason = "other"
-		}
-		c.lifecycleAppended.Inc()
-		c.settled.WithLabelValues(reason).Inc()
-		if _, ok := c.mine.LoadAndDelete(runID); ok {
-			c.running.Dec()
-		}
-	}
-	return out, err
-}
-
-func (c *countingStore) DisposeRun(ctx context.Context, runID string) error {
-	err := c.Store.DisposeRun(ctx, runID)
-	if err == nil {
-		c.disposed.Inc()
-	}
-	return err
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // Service is the part of the subagent seam the API drives;
@@ -131,6 +132,12 @@ type Config struct {
 	// Registry receives the HTTP and SSE metrics and is served at /metrics;
 	// nil means a new private registry (see NewRegistry).
 	Registry *prometheus.Registry
+	// Metrics counts idempotent replays; nil counts nothing.
+	Metrics *telemetry.Metrics
+	// Tracing wraps the handler in an otelhttp span per request (named by
+	// its route pattern), child of the caller's traceparent; off, requests
+	// pay nothing for traces.
+	Tracing bool
 	// Version is reported by /healthz.
 	Version string
 	// Dashboard holds the dashboard's static files (index.html at its root),
@@ -194,6 +201,8 @@ type Server struct {
 
 	registry *prometheus.Registry
 	metrics  *metrics
+	domain   *telemetry.Metrics
+	tracing  bool
 	validate *validator.Validate
 	broker   *broker
 	router   chi.Router
@@ -237,6 +246,8 @@ func NewServer(cfg Config) *Server {
 		streamCap:   &counter{max: orDefault(cfg.MaxStreams, DefaultMaxStreams), n: map[string]int{}},
 		registry:    reg,
 		metrics:     newMetrics(reg),
+		domain:      cfg.Metrics,
+		tracing:     cfg.Tracing,
 		validate:    newValidator(),
 		runCtx:      context.Background(),
 		done:        make(chan struct{}),
@@ -257,8 +268,13 @@ func orDefault[T comparable](v, def T) T {
 	return v
 }
 
-// Handler returns the router.
-func (s *Server) Handler() http.Handler { return s.router }
+// Handler returns the router, traced when Config.Tracing is set.
+func (s *Server) Handler() http.Handler {
+	if s.tracing {
+		return telemetry.HTTPHandler(s.router)
+	}
+	return s.router
+}
 
 // Shutdown ends every SSE stream after it sent what is already stored, ends
 // pending waits, and waits until the streams and their store readers are

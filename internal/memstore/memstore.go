@@ -435,7 +435,7 @@ func (s *Store) startLocked(tenant string, r store.Run, start store.LifecycleEve
 	rec := &run{tenant: tenant, r: store.Run{
 		ID: r.ID, Kind: r.Kind, Provider: r.Provider, ChildID: r.ChildID, ParentID: r.ParentID,
 		TaskID: r.TaskID, Local: r.Local, State: store.StateRunning, StartedAt: stamp(r.StartedAt),
-		Owner: r.Owner, LeaseUntil: norm(r.LeaseUntil), Tenant: tenant,
+		Owner: r.Owner, LeaseUntil: norm(r.LeaseUntil), Tenant: tenant, Traceparent: r.Traceparent,
 	}}
 	s.runs[r.ID] = rec
 	s.runList[tenant] = insertSorted(s.runList[tenant], rec, cmpRun)

@@ -11,26 +11,27 @@ import (
 )
 
 const runCols = `tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, ended_at,
-	stop_reason, output, structured, diagnostic, owner, lease_until`
+	stop_reason, output, structured, diagnostic, owner, lease_until, traceparent`
 
 type runRow struct {
-	Tenant     string     `db:"tenant"`
-	ID         string     `db:"id"`
-	Kind       string     `db:"kind"`
-	Provider   string     `db:"provider"`
-	ChildID    string     `db:"child_id"`
-	ParentID   string     `db:"parent_id"`
-	TaskID     string     `db:"task_id"`
-	Local      bool       `db:"local"`
-	State      string     `db:"state"`
-	StartedAt  time.Time  `db:"started_at"`
-	EndedAt    *time.Time `db:"ended_at"`
-	StopReason string     `db:"stop_reason"`
-	Output     []byte     `db:"output"`
-	Structured []byte     `db:"structured"`
-	Diagnostic string     `db:"diagnostic"`
-	Owner      string     `db:"owner"`
-	LeaseUntil *time.Time `db:"lease_until"`
+	Tenant      string     `db:"tenant"`
+	ID          string     `db:"id"`
+	Kind        string     `db:"kind"`
+	Provider    string     `db:"provider"`
+	ChildID     string     `db:"child_id"`
+	ParentID    string     `db:"parent_id"`
+	TaskID      string     `db:"task_id"`
+	Local       bool       `db:"local"`
+	State       string     `db:"state"`
+	StartedAt   time.Time  `db:"started_at"`
+	EndedAt     *time.Time `db:"ended_at"`
+	StopReason  string     `db:"stop_reason"`
+	Output      []byte     `db:"output"`
+	Structured  []byte     `db:"structured"`
+	Diagnostic  string     `db:"diagnostic"`
+	Owner       string     `db:"owner"`
+	LeaseUntil  *time.Time `db:"lease_until"`
+	Traceparent string     `db:"traceparent"`
 }
 
 func (r runRow) run() store.Run {
@@ -38,7 +39,7 @@ func (r runRow) run() store.Run {
 		Tenant: r.Tenant, ID: r.ID, Kind: r.Kind, Provider: r.Provider, ChildID: r.ChildID, ParentID: r.ParentID,
 		TaskID: r.TaskID, Local: r.Local, State: r.State, StartedAt: r.StartedAt.UTC(),
 		EndedAt: fromDB(r.EndedAt), StopReason: r.StopReason, Output: r.Output, Structured: r.Structured,
-		Diagnostic: r.Diagnostic, Owner: r.Owner, LeaseUntil: fromDB(r.LeaseUntil),
+		Diagnostic: r.Diagnostic, Owner: r.Owner, LeaseUntil: fromDB(r.LeaseUntil), Traceparent: r.Traceparent,
 	}
 }
 
@@ -94,10 +95,10 @@ func (s *Store) StartRunWithSession(ctx context.Context, h store.Session, evs []
 // queueStart queues the insert of r as running.
 func queueStart(b *pgx.Batch, tenant string, r store.Run) {
 	b.Queue(`INSERT INTO runs
-		(tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, owner, lease_until)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11)`,
+		(tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, owner, lease_until, traceparent)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11, $12)`,
 		tenant, r.ID, r.Kind, r.Provider, r.ChildID, r.ParentID, r.TaskID, r.Local,
-		now(r.StartedAt), r.Owner, nullTime(r.LeaseUntil))
+		now(r.StartedAt), r.Owner, nullTime(r.LeaseUntil), r.Traceparent)
 }
 
 // EndRun settles the run with res and appends end in one transaction; a

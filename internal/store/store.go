@@ -134,6 +134,10 @@ type Run struct {
 	Diagnostic string
 	Owner      string
 	LeaseUntil time.Time
+	// Traceparent is the W3C traceparent of the span that asked for the
+	// run (a parent's tool call), "" when it was not traced: the run's
+	// span is its child wherever and whenever the run starts or resumes.
+	Traceparent string
 }
 
 // RunResult is how a run settled.

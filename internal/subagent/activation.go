@@ -13,6 +13,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // activation is one residency epoch of a continuable child (R64, R71): a
@@ -35,6 +36,9 @@ type activation struct {
 	// (Service.reserveLive) when it settles, unless settle hands the slot
 	// on to the cold resume it owes (then nil).
 	release func()
+
+	// inv is the activation's invoke_agent span, ended with its end.
+	inv *telemetry.Invocation
 
 	done chan struct{} // closed once the activation settled and was removed
 	// started is closed once subagent/start was dispatched, which its end
@@ -60,12 +64,13 @@ type incarnation struct{ act *activation }
 // activation holds the live-run slot release gives back; on error the
 // caller still holds it. It runs in c's loop.
 func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store.Session, desc Descriptor, inc *incarnation,
-	release func()) (*activation, error) {
+	release func(), tr runTrace) (*activation, error) {
 	act := &activation{
 		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(), release: release,
-		provider: desc.Provider, local: true, parentID: sess.ParentID,
+		provider: desc.Provider, local: true, parentID: sess.ParentID, inv: tr.inv,
 		done: make(chan struct{}), started: make(chan struct{}),
 	}
+	tr.inv.SetRun(act.runID, c.key.ID)
 	// The epoch's facts come only from the events after the start edge
 	// (R69, §8.7): the agent folds them as it appends them.
 	ag.Track()
@@ -79,7 +84,7 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 		row, err = m.store.StartRun(ctx, store.Run{
 			ID: act.runID, Kind: store.KindActivation, Provider: act.provider, ChildID: c.key.ID,
 			ParentID: act.parentID, TaskID: act.taskID, Local: act.local, State: store.StateRunning,
-			StartedAt: now, Owner: m.svc.owner, LeaseUntil: now.Add(m.svc.lease),
+			StartedAt: now, Owner: m.svc.owner, LeaseUntil: now.Add(m.svc.lease), Traceparent: tr.parent,
 		}, row)
 	}
 	if err != nil {
@@ -176,7 +181,7 @@ func wakes(ds []delivery) bool {
 // R118), also those a crash left, wait for an activation something else
 // starts, and run in it in their place. It runs in c's loop; c.act is nil
 // and c.sess, c.desc are verified.
-func (m *Manager) coldResume(ctx context.Context, c *child) error {
+func (m *Manager) coldResume(ctx context.Context, c *child) (err error) {
 	id := c.key.ID
 	pending, err := m.store.Pending(ctx, id)
 	if err != nil {
@@ -193,6 +198,14 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 		return err
 	}
 	ctx = m.svc.ctl.Fenced(ctx)
+	tr := m.activationTrace(ctx, id)
+	ctx, tr.inv = telemetry.StartInvoke(telemetry.WithTraceparent(ctx, tr.parent), m.svc.invokeParams(desc.Provider, id))
+	begun := false
+	defer func() {
+		if !begun {
+			tr.inv.End(StopAborted, err)
+		}
+	}()
 	// Only the descriptor's route: never the original budget, never the
 	// parent's current route (§1.8, R88).
 	inc := &incarnation{}
@@ -232,12 +245,13 @@ func (m *Manager) coldResume(ctx context.Context, c *child) error {
 	if release == nil {
 		release, _ = m.svc.reserveLive(c.key.Tenant, true)
 	}
-	act, err := m.begin(ctx, c, ag, sess, desc, inc, release)
+	act, err := m.begin(ctx, c, ag, sess, desc, inc, release, tr)
 	if err != nil {
 		release()
 		m.closeAgent(ctx, id, ag)
 		return err
 	}
+	begun = true
 	owed := false
 	for i, d := range todo {
 		if _, err := ag.FollowupMessage(ctx, d.msg); err != nil {

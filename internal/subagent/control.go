@@ -13,6 +13,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // Control is where requests cross replicas (DESIGN §5). Every resident
@@ -33,6 +34,8 @@ type Control struct {
 	owner string
 	lease time.Duration
 	log   *slog.Logger
+	// metrics counts takeovers and the requests carried out here.
+	metrics *telemetry.Metrics
 
 	// leases is the process's one registry of resident leases; its
 	// durable side is this Control's claim and release.
@@ -75,8 +78,8 @@ var errOwnerLapsed = errors.New("owner's lease lapsed before it answered")
 // lost wake-up) and of an owner waiting for requests.
 const controlPoll = time.Second
 
-func newControl(st store.Store, owner string, lease time.Duration, log *slog.Logger) *Control {
-	c := &Control{st: st, owner: owner, lease: lease, log: log,
+func newControl(st store.Store, owner string, lease time.Duration, log *slog.Logger, metrics *telemetry.Metrics) *Control {
+	c := &Control{st: st, owner: owner, lease: lease, log: log, metrics: metrics,
 		handlers: map[string]ControlHandler{}, serving: map[string]bool{}}
 	c.leases = resident.NewLeases(claimer{c})
 	return c
@@ -332,8 +335,10 @@ func (c *Control) carryOut(ctx context.Context, ctl store.Control) {
 	var a answerJSON
 	var err error
 	if h == nil {
+		c.metrics.ControlRequest("other")
 		err = fmt.Errorf("no handler for control %q", ctl.Op)
 	} else {
+		c.metrics.ControlRequest(ctl.Op)
 		var res any
 		if res, err = h(ctx, ctl.Target, ctl.Payload); err == nil {
 			a.Result, err = json.Marshal(res)
@@ -377,6 +382,7 @@ func (c *Control) takeOver(ctx context.Context, now time.Time) error {
 		if err := c.leases.Hold(rctx, key, holderTakeover); err != nil {
 			continue // another replica got there first, or a loop here holds it
 		}
+		c.metrics.Takeover()
 		c.log.WarnContext(rctx, "took over a resident agent of a lost owner", slog.String("session_id", r.SessionID), slog.String("owner", r.Owner))
 		err := c.resumeLapsed(rctx, r.SessionID, kinds)
 		c.leases.Release(rctx, key, holderTakeover) // unless a kind took it

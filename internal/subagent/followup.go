@@ -115,17 +115,25 @@ func (m *Manager) followup(ctx context.Context, parentSessionID string, row stor
 
 	select {
 	case a := <-w:
-		return a.res, a.err
+		return m.routed(a)
 	case <-ctx.Done():
 	}
 	m.do(key, func(c *child) { delete(c.waiters, row.ID) })
 	select {
 	case a := <-w: // answered before we unregistered
-		return a.res, a.err
+		return m.routed(a)
 	default:
 		return FollowupResult{}, &Error{Code: EAborted, Err: context.Cause(ctx),
 			Message: "stopped waiting for the followup's delivery; the message was accepted and will still be delivered"}
 	}
+}
+
+// routed returns a followup's answer, counting its route.
+func (m *Manager) routed(a answer) (FollowupResult, error) {
+	if a.err == nil {
+		m.svc.metrics.Followup(a.res.Route)
+	}
+	return a.res, a.err
 }
 
 // resumable checks, for a followup, that c exists, belongs to parentID and

@@ -11,6 +11,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // ErrNotSettled is returned by RunHandle.Result before the run settled.
@@ -31,6 +32,8 @@ type RunHandle struct {
 	parentID string
 	local    bool
 	run      Run
+	// inv is the run's invoke_agent span, ended when it settles.
+	inv *telemetry.Invocation
 
 	// done is closed once the end was recorded and dispatched; result and
 	// resultErr are written before.
@@ -231,6 +234,7 @@ func (h *RunHandle) finish(res Result, resErr error, rr store.RunResult, recorde
 	}
 	h.expiry = time.AfterFunc(h.svc.retain, h.expire)
 	h.release()
+	h.inv.End(res.StopReason, resErr)
 	close(h.done)
 }
 

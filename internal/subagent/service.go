@@ -15,6 +15,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/schema"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // DefaultLeaseDuration is the run lease written when Config.LeaseDuration is
@@ -42,6 +43,9 @@ type Config struct {
 	// runs and continuable activations together: a start beyond it is
 	// ERateLimited. Zero means no cap.
 	MaxLiveRuns int
+	// Metrics counts runs (a lifecycle listener the service subscribes),
+	// followups, lease takeovers and control requests; nil counts nothing.
+	Metrics *telemetry.Metrics
 }
 
 // DefaultRetainSettled is the RetainSettled of a zero Config.
@@ -68,6 +72,8 @@ type Service struct {
 	// drives activations and routes run control across replicas.
 	mgr *Manager
 
+	metrics *telemetry.Metrics
+
 	mu        sync.Mutex
 	providers []Provider // registration order
 	runs      map[string]*RunHandle
@@ -87,18 +93,23 @@ func NewService(cfg Config) *Service {
 	if retain == 0 {
 		retain = DefaultRetainSettled
 	}
-	return &Service{
+	s := &Service{
 		store:   cfg.Store,
 		log:     cfg.Logger,
 		owner:   cfg.Owner,
 		lease:   lease,
-		ctl:     newControl(cfg.Store, cfg.Owner, lease, cfg.Logger),
+		ctl:     newControl(cfg.Store, cfg.Owner, lease, cfg.Logger, cfg.Metrics),
 		retain:  retain,
 		maxLive: cfg.MaxLiveRuns,
 		bus:     bus{log: cfg.Logger},
+		metrics: cfg.Metrics,
 		runs:    map[string]*RunHandle{},
 		live:    map[string]int{},
 	}
+	if cfg.Metrics != nil {
+		s.bus.subscribe("", countRuns(cfg.Metrics))
+	}
+	return s
 }
 
 // Control returns the Service's cross-replica control (see Control): the
@@ -258,18 +269,39 @@ func (s *Service) Start(ctx context.Context, provider string, req Request) (*Run
 	if err != nil {
 		return nil, err
 	}
-	if pp, ok := p.(Preparer); ok {
-		return s.startPrepared(ctx, pp, resolved, release)
+	// The child's span is a child of the caller's (a tool call's), whose
+	// traceparent the run row keeps; the provider gets ctx with the
+	// child's span, so that the agent's own spans are under it.
+	tr := runTrace{parent: telemetry.Traceparent(ctx)}
+	ctx, tr.inv = telemetry.StartInvoke(ctx, s.invokeParams(provider, ""))
+	h, err := s.start(ctx, p, resolved, release, tr)
+	if err != nil {
+		tr.inv.End(StopError, err)
 	}
-	run, err := p.Start(ctx, resolved)
+	return h, err
+}
+
+// start is Start once admitted, with the run's span in ctx.
+func (s *Service) start(ctx context.Context, p Provider, req ResolvedRequest, release func(), tr runTrace) (*RunHandle, error) {
+	if pp, ok := p.(Preparer); ok {
+		return s.startPrepared(ctx, pp, req, release, tr)
+	}
+	run, err := p.Start(ctx, req)
 	if err == nil && run == nil {
 		err = errors.New("provider returned no run")
 	}
 	if err != nil {
 		release()
-		return nil, fmt.Errorf("start %s child: %w", provider, err)
+		return nil, fmt.Errorf("start %s child: %w", p.Name(), err)
 	}
-	return s.publish(ctx, provider, req.Parent.Session.ID, run, release)
+	return s.publish(ctx, p.Name(), req.Parent.Session.ID, run, release, tr)
+}
+
+// runTrace is the invoke_agent span of a run or activation and the
+// traceparent of its parent span, which the run row keeps.
+type runTrace struct {
+	inv    *telemetry.Invocation
+	parent string
 }
 
 // admit runs the checks of Start that precede the provider call and builds
@@ -381,14 +413,14 @@ func clonePtr[T any](p *T) *T {
 // start edge is recorded with the run, before the run is returned). A
 // cancellation before that write stores nothing (R22); one after it
 // cancels the published run (R24).
-func (s *Service) startPrepared(ctx context.Context, p Preparer, req ResolvedRequest, release func()) (*RunHandle, error) {
+func (s *Service) startPrepared(ctx context.Context, p Preparer, req ResolvedRequest, release func(), tr runTrace) (*RunHandle, error) {
 	child, err := p.Prepare(ctx, req)
 	if err != nil {
 		release()
 		return nil, fmt.Errorf("start %s child: %w", p.Name(), err)
 	}
 	hdr, evs := child.Session()
-	h, err := s.publishWith(ctx, p.Name(), req.Parent.Session.ID, child.Run(), release,
+	h, err := s.publishWith(ctx, p.Name(), req.Parent.Session.ID, child.Run(), release, tr,
 		func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error) {
 			if err := ctx.Err(); err != nil {
 				return start, &Error{Code: EAborted, Message: "subagent request was aborted during child setup", Err: context.Cause(ctx)}
@@ -412,15 +444,16 @@ func (s *Service) startPrepared(ctx context.Context, p Preparer, req ResolvedReq
 //
 // release gives back the run's live-run slot; the handle calls it when the
 // run settles (or is abandoned), before done is closed.
-func (s *Service) publish(ctx context.Context, provider, parentID string, run Run, release func()) (*RunHandle, error) {
-	return s.publishWith(ctx, provider, parentID, run, release, func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error) {
+func (s *Service) publish(ctx context.Context, provider, parentID string, run Run, release func(), tr runTrace) (*RunHandle, error) {
+	return s.publishWith(ctx, provider, parentID, run, release, tr, func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error) {
 		return s.store.StartRun(h.ctx, r, start)
 	})
 }
 
 // publishWith is publish with record as the write of the run row r and
 // its start edge for handle h. An *Error from record is returned as it is.
-func (s *Service) publishWith(ctx context.Context, provider, parentID string, run Run, release func(),
+// The handle ends tr's span when the run settles.
+func (s *Service) publishWith(ctx context.Context, provider, parentID string, run Run, release func(), tr runTrace,
 	record func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error)) (*RunHandle, error) {
 	now := storedTime(time.Now())
 	h := &RunHandle{
@@ -436,7 +469,9 @@ func (s *Service) publishWith(ctx context.Context, provider, parentID string, ru
 		done:     make(chan struct{}),
 		disposed: make(chan struct{}),
 		release:  release,
+		inv:      tr.inv,
 	}
+	tr.inv.SetRun(h.id, h.childID)
 	s.mu.Lock()
 	if s.draining {
 		s.mu.Unlock()
@@ -450,7 +485,7 @@ func (s *Service) publishWith(ctx context.Context, provider, parentID string, ru
 	h.row = store.Run{
 		ID: h.id, Tenant: h.tenant, Kind: store.KindOneShot, Provider: provider, ChildID: h.childID,
 		ParentID: parentID, Local: h.local, State: store.StateRunning, StartedAt: now,
-		Owner: s.owner, LeaseUntil: now.Add(s.lease),
+		Owner: s.owner, LeaseUntil: now.Add(s.lease), Traceparent: tr.parent,
 	}
 	row, err := lifecycleRow(start, now)
 	if err == nil {

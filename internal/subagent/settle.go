@@ -99,6 +99,7 @@ func (m *Manager) end(act *activation, reason string, output []model.Block) (dis
 	}
 	e, recorded := m.svc.recordEnd(act.base, log, e, store.RunResult{StopReason: reason, Output: out},
 		func(ctx context.Context) error { return m.children.Reclaim(ctx, act.c.key) })
+	act.inv.End(reason, nil)
 	return func() {
 		if recorded {
 			m.svc.bus.dispatch(act.base, e)

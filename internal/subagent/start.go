@@ -13,6 +13,7 @@ import (
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // StartContinuable creates a continuable child and accepts its prompt
@@ -101,7 +102,7 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 // startIn is StartContinuable from the admission check on, run in the
 // child's loop.
 func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest, desc Descriptor, raw json.RawMessage,
-	spec ContinuableSpec, depth int, opts AgentOptions) (ContinuableStarted, error) {
+	spec ContinuableSpec, depth int, opts AgentOptions) (_ ContinuableStarted, err error) {
 	key, childID := c.key, c.key.ID
 	if err := m.admitting(); err != nil {
 		return ContinuableStarted{}, err
@@ -142,6 +143,13 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 	// ctx is checked between the steps instead. The child's writes are
 	// fenced by its lease.
 	base := m.svc.ctl.Fenced(context.WithoutCancel(ctx))
+	tr := runTrace{parent: telemetry.Traceparent(ctx)}
+	base, tr.inv = telemetry.StartInvoke(base, m.svc.invokeParams(req.Provider, childID))
+	defer func() {
+		if act == nil {
+			tr.inv.End(StopAborted, err)
+		}
+	}()
 	inc := &incarnation{}
 	ag, err := m.materializer(req.Provider).Materialize(base, MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
 		Create: func(ctx context.Context) error { return m.create(ctx, header, spec.Seed, raw) },
@@ -156,7 +164,7 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 		m.closeAgent(base, childID, ag)
 		return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
 	}
-	act, err = m.begin(base, c, ag, header, desc, inc, release)
+	act, err = m.begin(base, c, ag, header, desc, inc, release, tr)
 	if err != nil {
 		act = nil
 		m.closeAgent(base, childID, ag)

@@ -189,14 +189,21 @@ func (l *live) failure(err error) string {
 // stop to close or for the agent to exit. Once stop closed it waits
 // patience more for the agent's answer to its cancellation, then returns
 // errStopped. The request itself ends with the connection at the latest.
-func (l *live) prompt(session sdk.SessionId, blocks []sdk.ContentBlock, stop <-chan struct{}, patience time.Duration) (sdk.PromptResponse, error) {
+// traceparent, the W3C trace context of the run's span ("" when not
+// traced), goes in the request's _meta, so that the agent's own spans
+// join the trace.
+func (l *live) prompt(session sdk.SessionId, blocks []sdk.ContentBlock, stop <-chan struct{}, patience time.Duration, traceparent string) (sdk.PromptResponse, error) {
 	type answer struct {
 		resp sdk.PromptResponse
 		err  error
 	}
+	req := sdk.PromptRequest{SessionId: session, Prompt: blocks}
+	if traceparent != "" {
+		req.Meta = map[string]any{"traceparent": traceparent}
+	}
 	answered := make(chan answer, 1)
 	go func() {
-		resp, err := l.conn.Prompt(context.Background(), sdk.PromptRequest{SessionId: session, Prompt: blocks})
+		resp, err := l.conn.Prompt(context.Background(), req)
 		answered <- answer{resp, err}
 	}()
 	select {

@@ -17,6 +17,7 @@ import (
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // Continuable ACP children. An agent that advertises session persistence
@@ -415,7 +416,7 @@ func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []
 			return t.stopped()
 		}
 	}
-	resp, err := l.prompt(session, sdkBlocks(textOnly(content)), t.stop, r.p.cfg.DisposeGrace)
+	resp, err := l.prompt(session, sdkBlocks(textOnly(content)), t.stop, r.p.cfg.DisposeGrace, telemetry.Traceparent(r.logCtx))
 	select {
 	case <-t.stop:
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // An ACP child runs exactly one prompt: one turn with one step.
@@ -161,7 +162,7 @@ func (r *run) release() error {
 // settles without it. Once the agent answered, its process is stopped.
 func (r *run) drive(prompt []model.Block) {
 	defer close(r.driveDone)
-	resp, err := r.live.prompt(r.sessionID, sdkBlocks(prompt), r.cancelled, 0)
+	resp, err := r.live.prompt(r.sessionID, sdkBlocks(prompt), r.cancelled, 0, telemetry.Traceparent(r.logCtx))
 	if errors.Is(err, errStopped) {
 		return
 	}

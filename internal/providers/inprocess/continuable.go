@@ -12,6 +12,7 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // Materializer builds the live agents of continuable in-process children
@@ -44,10 +45,11 @@ func NewMaterializer(d Deps) *Materializer {
 // unknown global tool; Create's error unchanged; other (internal) errors
 // when the log cannot be read.
 func (m *Materializer) Materialize(ctx context.Context, req subagent.MaterializeRequest) (subagent.ChildAgent, error) {
-	mdl, modelName, err := m.d.resolve(req.Options)
+	rt, modelName, err := m.d.resolve(req.Options)
 	if err != nil {
 		return nil, err
 	}
+	telemetry.NameModelProvider(ctx, rt.Kind)
 	filter, err := m.d.filter(req.Descriptor.ToolFilter)
 	if err != nil {
 		return nil, err
@@ -72,9 +74,11 @@ func (m *Materializer) Materialize(ctx context.Context, req subagent.Materialize
 		ID:                id,
 		Store:             m.d.deps.Store,
 		Logger:            m.d.log.With(slog.String("child_id", id)),
-		Model:             mdl,
+		Model:             rt.Model,
 		ModelName:         modelName,
 		MaxTokens:         req.Options.MaxTokens,
+		ModelProvider:     rt.Kind,
+		Metrics:           m.d.deps.Metrics,
 		Global:            m.d.deps.Tools,
 		Filter:            filter,
 		Local:             locals,

@@ -26,6 +26,7 @@ import (
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // DelegationSection is the name of the runtime-context statement every
@@ -60,6 +61,9 @@ type Deps struct {
 	Vars map[string]func() (string, bool)
 	// Logger receives child failures (R27); nil discards them.
 	Logger *slog.Logger
+	// Metrics counts the tokens of the children's model calls; nil counts
+	// nothing.
+	Metrics *telemetry.Metrics
 }
 
 // SeedFunc returns the events a child inherits from its parent: a balanced
@@ -138,6 +142,7 @@ func (d *Driver) Prepare(ctx context.Context, req subagent.ResolvedRequest, seed
 	if err != nil {
 		return nil, err
 	}
+	telemetry.NameModelProvider(ctx, c.cfg.ModelProvider)
 	if seed != nil {
 		if c.seed, err = seed(ctx, req.Parent.Session); err != nil {
 			if ctx.Err() != nil {
@@ -175,7 +180,7 @@ func (d *Driver) compose(req subagent.ResolvedRequest) (child, error) {
 	if err != nil {
 		return child{}, err
 	}
-	m, modelName, err := d.resolve(opts)
+	rt, modelName, err := d.resolve(opts)
 	if err != nil {
 		return child{}, err
 	}
@@ -221,9 +226,11 @@ func (d *Driver) compose(req subagent.ResolvedRequest) (child, error) {
 		ID:                id,
 		Store:             d.deps.Store,
 		Logger:            d.log.With(slog.String("child_id", id)),
-		Model:             m,
+		Model:             rt.Model,
 		ModelName:         modelName,
 		MaxTokens:         opts.MaxTokens,
+		ModelProvider:     rt.Kind,
+		Metrics:           d.deps.Metrics,
 		Global:            d.deps.Tools,
 		Filter:            filter,
 		Sections:          []agent.Section{{Name: DelegationSection, Order: delegationOrder, Text: delegationText}},
@@ -256,21 +263,21 @@ func childOptions(req subagent.ResolvedRequest) (subagent.AgentOptions, error) {
 // resolve maps the child's route onto a model. An empty route name means
 // the default route, as for root sessions. Returns EInvalidRequest for a
 // route that is not configured.
-func (d *Driver) resolve(o subagent.AgentOptions) (model.Model, string, error) {
+func (d *Driver) resolve(o subagent.AgentOptions) (model.Route, string, error) {
 	if d.deps.Routes == nil {
 		if o.Provider != "" {
-			return nil, "", invalid("agentOptions.provider", fmt.Sprintf("unknown model route %q (no model routes are configured)", o.Provider))
+			return model.Route{}, "", invalid("agentOptions.provider", fmt.Sprintf("unknown model route %q (no model routes are configured)", o.Provider))
 		}
-		return nil, o.Model, nil
+		return model.Route{}, o.Model, nil
 	}
 	rt, name, err := d.deps.Routes.Resolve(o.Provider, o.Model)
 	if errors.Is(err, model.ErrUnknownRoute) {
-		return nil, "", invalid("agentOptions.provider", err.Error())
+		return model.Route{}, "", invalid("agentOptions.provider", err.Error())
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("in-process child: resolve model route: %w", err)
+		return model.Route{}, "", fmt.Errorf("in-process child: resolve model route: %w", err)
 	}
-	return rt.Model, name, nil
+	return rt, name, nil
 }
 
 // filter checks a tool filter against the global tools registered now

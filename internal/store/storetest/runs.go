@@ -96,6 +96,31 @@ var runTests = []test{
 		}
 		same(t, "GetRun", must(s.GetRun(ctx, "r1"))(t), want, canonRun)
 	}},
+	{"StartRun_KeepsTraceparent", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		r := oneShot("r1", "p1", t0)
+		r.Traceparent = tp
+		startRun(t, s, r)
+		c := oneShot("r2", "p1", sec(1))
+		c.Traceparent = tp
+		_, _, err := s.StartRunWithSession(ctx, child(c.ChildID, "p1", t0), numbered(1), c, startEvent(c))
+		ok(t, err)
+		startRun(t, s, oneShot("r3", "p1", sec(2))) // not traced
+		for _, id := range []string{"r1", "r2"} {
+			if got := must(s.GetRun(ctx, id))(t).Traceparent; got != tp {
+				t.Fatalf("GetRun(%s).Traceparent = %q, want %q", id, got, tp)
+			}
+		}
+		must(s.EndRun(ctx, "r1", completed, endEvent("r1", "p1")))(t)
+		var got []string
+		for _, r := range must(s.ListRuns(ctx, store.RunFilter{ParentID: "p1"}))(t) {
+			got = append(got, r.Traceparent)
+		}
+		if want := []string{tp, tp, ""}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("ListRuns traceparents (r1 settled, r2, r3 untraced) = %q, want %q", got, want)
+		}
+	}},
 	{"StartRun_ZeroStartedAtIsNow", func(t *testing.T, s store.Store) {
 		before := time.Now()
 		r := oneShot("r1", "p1", time.Time{})

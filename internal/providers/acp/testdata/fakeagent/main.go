@@ -24,6 +24,8 @@
 //	               the x-api-key FAKE_API_KEY; a failure is answered like
 //	               codex does, "Internal error" with the reason in data
 //
+// FAKE_MODE=meta answers with the _meta of the session/prompt request.
+//
 // FAKE_MODE=orphan starts a sleeper child when FAKE_GRANDCHILD is set,
 // signals FAKE_READY and works forever.
 //
@@ -287,6 +289,7 @@ func (a *agent) prompt(id json.RawMessage, params json.RawMessage) {
 			Type string `json:"type"`
 			Text string `json:"text"`
 		} `json:"prompt"`
+		Meta json.RawMessage `json:"_meta"`
 	}
 	json.Unmarshal(params, &p)
 	stop := func(reason string) { a.reply(id, map[string]any{"stopReason": reason}) }
@@ -304,6 +307,9 @@ func (a *agent) prompt(id json.RawMessage, params json.RawMessage) {
 		a.say("You said: ")
 		a.say(strings.Join(texts, " | "))
 		a.reply(id, map[string]any{"stopReason": "end_turn", "usage": map[string]any{"inputTokens": 3, "outputTokens": 5, "totalTokens": 8}})
+	case mode == "meta":
+		a.say("_meta=" + string(p.Meta))
+		stop("end_turn")
 	case mode == "permission":
 		a.askPermission(id)
 	case strings.HasPrefix(mode, "stop:"):
