@@ -160,30 +160,37 @@ func (s *Store) ClaimWebhooks(ctx context.Context, p store.ClaimWebhooksParams) 
 }
 
 // AdvanceWebhook records p, fenced by p.Owner's lease, and adds
-// p.Delivery in the same transaction. Returns store.ErrFenced or
-// store.ErrNotFound.
+// p.Delivery in the same statement (one round trip per delivery: the
+// deliverer of an endpoint waits for it before the next attempt). Returns
+// store.ErrFenced or store.ErrNotFound.
 func (s *Store) AdvanceWebhook(ctx context.Context, p store.AdvanceWebhookParams) (err error) {
 	defer wrap(&err, "advance webhook %q", p.ID)
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var tenant, owner string
-		err := tx.QueryRow(ctx, `SELECT tenant, owner FROM webhook_endpoints WHERE id = $1 FOR UPDATE`, p.ID).Scan(&tenant, &owner)
-		if err != nil {
-			return err
-		}
-		if owner != p.Owner {
-			return fmt.Errorf("%w: held by %q", store.ErrFenced, owner)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET cursor = greatest(cursor, $2), retry_event = $3,
-			attempts = $4, next_attempt_at = $5, lease_until = $6,
-			enabled = enabled AND $7 = '', disabled_reason = CASE WHEN $7 = '' THEN disabled_reason ELSE $7 END
-			WHERE id = $1`, p.ID, p.Cursor, p.RetryEvent, p.Attempts, nullTime(p.NextAttemptAt), p.Until, p.Disable); err != nil {
-			return err
-		}
-		if p.Delivery == nil {
-			return nil
-		}
-		return insertDelivery(ctx, tx, tenant, *p.Delivery)
-	})
+	d := p.Delivery
+	if d == nil {
+		d = &store.WebhookDelivery{}
+	}
+	var updated bool
+	err = s.pool.QueryRow(ctx, `WITH upd AS (
+		UPDATE webhook_endpoints SET cursor = greatest(cursor, $3), retry_event = $4, attempts = $5,
+			next_attempt_at = $6, lease_until = $7,
+			enabled = enabled AND $8 = '', disabled_reason = CASE WHEN $8 = '' THEN disabled_reason ELSE $8 END
+		WHERE id = $1 AND owner = $2
+		RETURNING tenant), ins AS (
+		INSERT INTO webhook_deliveries (tenant, id, webhook_id, event_id, type, attempt, status, http_status, error,
+			latency_ms, at, body)
+		SELECT tenant, $10, $1, $11, $12, $13, $14, $15, $16, $17, $18, $19 FROM upd WHERE $9)
+		SELECT EXISTS (SELECT 1 FROM upd)`,
+		p.ID, p.Owner, p.Cursor, p.RetryEvent, p.Attempts, nullTime(p.NextAttemptAt), p.Until, p.Disable,
+		p.Delivery != nil, d.ID, d.EventID, d.Type, d.Attempt, d.Status, d.HTTPStatus, d.Error,
+		d.Latency.Milliseconds(), now(d.At), d.Body).Scan(&updated)
+	if err != nil || updated {
+		return err
+	}
+	var owner string
+	if err := s.pool.QueryRow(ctx, `SELECT owner FROM webhook_endpoints WHERE id = $1`, p.ID).Scan(&owner); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: held by %q", store.ErrFenced, owner)
 }
 
 // insertDelivery adds d to the delivery log of tenant.

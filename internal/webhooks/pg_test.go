@@ -24,7 +24,7 @@ import (
 )
 
 // openPG returns a pg.Store on the database at url, closed when t ends.
-func openPG(t *testing.T, url string) *pg.Store {
+func openPG(t testing.TB, url string) *pg.Store {
 	t.Helper()
 	pool, err := pgxpool.New(t.Context(), url)
 	if err != nil {
@@ -41,7 +41,7 @@ func openPG(t *testing.T, url string) *pg.Store {
 
 // pgEvents creates the sessions root → mid → child and appends n
 // subagent/start events of runs run-1 … run-n.
-func pgEvents(t *testing.T, st *pg.Store, n int) []store.LifecycleEvent {
+func pgEvents(t testing.TB, st *pg.Store, n int) []store.LifecycleEvent {
 	t.Helper()
 	ctx := t.Context()
 	for _, s := range []store.Session{{ID: "root"}, {ID: "mid", ParentID: "root"}, {ID: "child", ParentID: "mid", Origin: "subagent"}} {
