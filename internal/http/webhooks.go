@@ -2,6 +2,7 @@ package http
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -80,6 +81,8 @@ type (
 		Error      string `json:"error,omitempty"`
 		LatencyMs  int64  `json:"latencyMs"`
 		At         string `json:"at"`
+		// Payload is the body sent (JSON, as stored).
+		Payload json.RawMessage `json:"payload"`
 	}
 	deliveryListJSON struct {
 		Deliveries []deliveryJSON `json:"deliveries"`
@@ -101,7 +104,7 @@ func webhookOut(w store.Webhook, withSecret bool) webhookJSON {
 func deliveryOut(d store.WebhookDelivery) deliveryJSON {
 	return deliveryJSON{
 		ID: d.ID, EventID: d.EventID, Type: d.Type, Attempt: d.Attempt, Status: d.Status, HTTPStatus: d.HTTPStatus,
-		Error: d.Error, LatencyMs: d.Latency.Milliseconds(), At: d.At.Format(time.RFC3339Nano),
+		Error: d.Error, LatencyMs: d.Latency.Milliseconds(), At: d.At.Format(time.RFC3339Nano), Payload: d.Body,
 	}
 }
 
