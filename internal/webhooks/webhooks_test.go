@@ -437,3 +437,20 @@ func TestParseRetry(t *testing.T) {
 		}
 	}
 }
+
+func TestDeliver_RedirectsAreNotFollowed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	target := newReceiver(t, nil)
+	redirect := httptest.NewServer(http.RedirectHandler(target.srv.URL, http.StatusFound))
+	t.Cleanup(redirect.Close)
+	w := b.create(t, redirect.URL, RunStarted)
+	d, err := b.svc.Test(t.Context(), w.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Status != store.DeliveryFailed || d.HTTPStatus != http.StatusFound || d.Error != "HTTP 302" {
+		t.Fatalf("delivery to a redirect = %+v, want a failed 302", d)
+	}
+	target.none(t)
+}
