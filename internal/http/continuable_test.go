@@ -67,6 +67,7 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 		w.mgr = subagent.NewManager(b.svc, subagent.ManagerConfig{
 			Materializer: inprocess.NewMaterializer(deps), Notices: w.roots, Logger: b.log})
 		cfg.Continuations, cfg.Roots, cfg.Routes = w.mgr, w.roots, table
+		withWebhooks(b, cfg, false)
 		// Activations settle (and notify their roots) before the roots close.
 		b.stops = append(b.stops, w.mgr.Shutdown, w.roots.Close)
 	}, opts...)

@@ -33,13 +33,17 @@ func startWebhooks(t *testing.T) (*testBundle, string, chan hookRequest) {
 		got <- hookRequest{header: r.Header.Clone(), body: b}
 	}))
 	t.Cleanup(rc.Close)
-	b := start(t, func(b *testBundle, cfg *Config) {
-		svc := webhooks.New(webhooks.Config{Store: b.st, Logger: b.log, Owner: "test", AllowPrivate: true})
-		svc.Start(context.Background())
-		b.stops = append(b.stops, func(context.Context) error { svc.Stop(); return nil })
-		cfg.Webhooks = svc
-	})
+	b := start(t, func(b *testBundle, cfg *Config) { withWebhooks(b, cfg, true) })
 	return b, rc.URL, got
+}
+
+// withWebhooks gives cfg a running webhook service over the bundle's
+// store, stopped with the bundle; allowPrivate lets it reach loopback.
+func withWebhooks(b *testBundle, cfg *Config, allowPrivate bool) {
+	svc := webhooks.New(webhooks.Config{Store: b.st, Logger: b.log, Owner: "test", AllowPrivate: allowPrivate})
+	svc.Start(context.Background())
+	b.stops = append(b.stops, func(context.Context) error { svc.Stop(); return nil })
+	cfg.Webhooks = svc
 }
 
 func nextHook(t *testing.T, got chan hookRequest) hookRequest {
