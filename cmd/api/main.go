@@ -43,6 +43,7 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/internal/telemetry"
+	"github.com/subagentd/subagentd/internal/webhooks"
 	"github.com/subagentd/subagentd/web"
 )
 
@@ -177,6 +178,8 @@ var settings = []setting{
 	{"SUBAGENTD_RATE_LIMIT", "rate-limit", "2000", "requests per second per tenant, bursts of twice that; beyond it 429 (0: no limit)"},
 	{"SUBAGENTD_REPLICA_ID", "replica-id", "", "stable, unique name of this replica (unset: host:pid); lets a restart close the runs its previous process left open at once (else they close when their lease lapses)"},
 	{"SUBAGENTD_LEASE_TTL", "lease-ttl", "15s", "lease of a replica on the runs it drives (a Go duration, at least 1s), renewed every third of it; another replica closes the runs of one that stopped renewing"},
+	{"SUBAGENTD_WEBHOOK_RETRY", "webhook-retry", "5s,5m,30m,2h,5h,10h,10h", "waits between the attempts of a webhook delivery (comma-separated Go durations); after the last the event is failed"},
+	{"SUBAGENTD_WEBHOOK_ALLOW_PRIVATE", "webhook-allow-private", "false", "let webhook deliveries reach loopback, private and link-local addresses (true or false)"},
 }
 
 // config is the effective configuration: flags over environment over
@@ -334,7 +337,10 @@ type app struct {
 // shutdown stops the process's work in dependency order: root agents first
 // (so no root turn reacts to children being stopped), then continuable
 // activations and one-shot runs, which settle and emit subagent/end, then
-// the event streams, which deliver those events before they end.
+// the event streams, which deliver those events before they end. The
+// webhook deliverer stops with the background loops (app.stop): what it
+// has not delivered stays in the log for the next start or another
+// replica.
 func (a *app) shutdown(ctx context.Context) error {
 	return errors.Join(
 		a.roots.Close(ctx),
@@ -461,9 +467,16 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 		return nil, fmt.Errorf("record the providers removed since the last start: %w", err)
 	}
 
+	hooks, err := newWebhooks(cfg, file, st, log, owner(replica))
+	if err != nil {
+		return nil, err
+	}
+	hooks.Start(bg)
+	stopRest := stop
+	stop = func() { hooks.Stop(); stopRest() }
 	api := httpapi.NewServer(httpapi.Config{
 		Service: svc, Store: st, Logger: log, Registry: reg, Metrics: metrics, Tracing: tracing, Version: buildVersion(), Dashboard: web.FS,
-		Continuations: mgr, Roots: roots, Routes: routes, WorkspaceRoots: file.WorkspaceRoots,
+		Continuations: mgr, Roots: roots, Routes: routes, WorkspaceRoots: file.WorkspaceRoots, Webhooks: hooks,
 		Tokens: sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,
 		MCP: func(api *httpapi.Server) http.Handler {
 			return mcpface.NewHandler(mcpface.Config{API: api, Logger: log, Version: buildVersion()})
@@ -471,6 +484,20 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	})
 	loops.Go(func() { api.SweepExpired(bg, idempotencySweep) })
 	return &app{svc: svc, mgr: mgr, roots: roots, api: api, authenticated: len(sec.tokens) > 0, stop: stop}, nil
+}
+
+// newWebhooks returns the webhook service of SUBAGENTD_WEBHOOK_RETRY and
+// SUBAGENTD_WEBHOOK_ALLOW_PRIVATE (or the file's webhooks: allowPrivate).
+func newWebhooks(cfg config, file *cfgfile.File, st store.Store, log *slog.Logger, owner string) (*webhooks.Service, error) {
+	retry, err := webhooks.ParseRetry(cfg.get("SUBAGENTD_WEBHOOK_RETRY"))
+	if err != nil {
+		return nil, fmt.Errorf("SUBAGENTD_WEBHOOK_RETRY: %w", err)
+	}
+	allow, err := strconv.ParseBool(cfg.get("SUBAGENTD_WEBHOOK_ALLOW_PRIVATE"))
+	if err != nil {
+		return nil, fmt.Errorf("SUBAGENTD_WEBHOOK_ALLOW_PRIVATE: want true or false, got %q", cfg.get("SUBAGENTD_WEBHOOK_ALLOW_PRIVATE"))
+	}
+	return webhooks.New(webhooks.Config{Store: st, Logger: log, Owner: owner, Retry: retry, AllowPrivate: allow || file.WebhooksAllowPrivate}), nil
 }
 
 // idempotencySweep is how often expired idempotency keys and sign-ins are

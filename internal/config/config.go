@@ -53,6 +53,10 @@ type File struct {
 	// Tokens are the API tokens of the file's tokens: list, by SHA-256;
 	// SUBAGENTD_TOKENS adds more (ParseTokens).
 	Tokens []Token
+	// WebhooksAllowPrivate (webhooks: allowPrivate:) lets webhook
+	// deliveries reach loopback, private and link-local addresses;
+	// SUBAGENTD_WEBHOOK_ALLOW_PRIVATE=true does too.
+	WebhooksAllowPrivate bool
 }
 
 // ProviderConfig is one ACP agent run as a provider (seam-spec §4.4).

@@ -24,6 +24,12 @@ type fileYAML struct {
 	DefaultModel   string         `yaml:"defaultModel"`
 	WorkspaceRoots []string       `yaml:"workspaceRoots"`
 	Tokens         []tokenYAML    `yaml:"tokens"`
+	Webhooks       webhooksYAML   `yaml:"webhooks"`
+}
+
+// webhooksYAML is the webhooks: section.
+type webhooksYAML struct {
+	AllowPrivate bool `yaml:"allowPrivate"`
 }
 
 // tokenYAML is one API token by its SHA-256 (hex), never the token itself.
@@ -154,7 +160,7 @@ func (v *validator) line(p at) int {
 }
 
 func (v *validator) file(raw fileYAML, startDir string) *File {
-	f := &File{DefaultModel: raw.DefaultModel}
+	f := &File{DefaultModel: raw.DefaultModel, WebhooksAllowPrivate: raw.Webhooks.AllowPrivate}
 	for i, r := range raw.WorkspaceRoots {
 		if !filepath.IsAbs(r) {
 			v.fail(at{"workspaceRoots", i}, "%q is not an absolute path", r)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/webhooks"
 )
 
 // Codes of the HTTP layer itself, beside the seam's (subagent.E…).
@@ -48,6 +49,9 @@ var problems = map[string]problemType{
 	subagent.ESessionNotFound:       {http.StatusNotFound, "No such session"},
 	subagent.ERunNotFound:           {http.StatusNotFound, "No such run"},
 	subagent.ETaskNotFound:          {http.StatusNotFound, "No such task"},
+	webhooks.ENotFound:              {http.StatusNotFound, "No such webhook"},
+	webhooks.EDeliveryNotFound:      {http.StatusNotFound, "No such delivery"},
+	webhooks.ETooMany:               {http.StatusConflict, "Too many webhooks"},
 	codeNotFound:                    {http.StatusNotFound, "Not found"},
 	codeMethodNotAllowed:            {http.StatusMethodNotAllowed, "Method not allowed"},
 	subagent.EUnsupportedCapability: {http.StatusUnprocessableEntity, "Unsupported capability"},

@@ -126,6 +126,9 @@ type Config struct {
 	// an existing directory inside one of them (the cwd children inherit,
 	// and ACP agents run in). Empty accepts any absolute path.
 	WorkspaceRoots []string
+	// Webhooks manages webhook endpoints; nil answers the /v1/webhooks
+	// routes NOT_READY (503).
+	Webhooks Webhooks
 	// Store is where sessions, logs, runs and the lifecycle log are read.
 	Store  store.Store
 	Logger *slog.Logger
@@ -183,6 +186,7 @@ type Server struct {
 	svc         Service
 	conts       Continuations
 	roots       Roots
+	hooks       Webhooks
 	modelRoutes *model.Routes
 	workspaces  []string // Config.WorkspaceRoots
 	store       store.Store
@@ -230,6 +234,7 @@ func NewServer(cfg Config) *Server {
 		svc:         cfg.Service,
 		conts:       cfg.Continuations,
 		roots:       cfg.Roots,
+		hooks:       cfg.Webhooks,
 		modelRoutes: cfg.Routes,
 		workspaces:  cfg.WorkspaceRoots,
 		store:       cfg.Store,
@@ -358,6 +363,7 @@ func (s *Server) routes() chi.Router {
 		r.Get("/tasks/{taskId}", s.h(s.getTask))
 
 		r.Get("/events", s.h(s.streamEvents))
+		s.webhookRoutes(r)
 	})
 
 	r.Post(mcpPath, s.h(s.serveMCP))

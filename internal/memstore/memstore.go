@@ -66,6 +66,7 @@ type Store struct {
 	runList   map[string][]*run                  // by tenant, in (StartedAt, ID) order
 	lifecycle []lifecycleEvent                   // lifecycle[i].ev.ID == lifeBase+i+1
 	lifeBase  int64                              // ids evicted from the front
+	lifeLast  map[string]int64                   // newest lifecycle id, by tenant
 	disposed  []disposal                         // disposed one-shot runs, oldest first
 	inbox     map[string]bool                    // ids of queued messages, every tenant
 	inboxPos  map[string]uint64                  // acceptance position of each queued message
@@ -74,6 +75,7 @@ type Store struct {
 	idem      map[[2]string]store.Idempotency    // by (tenant, key)
 
 	signins signins
+	hooks   hooks
 	// residents are the resident leases, by (tenant, session).
 	residents map[[2]string]store.Resident
 	controls  controls
@@ -121,6 +123,7 @@ func NewWithRetention(r Retention) *Store {
 		inbox:    make(map[string]bool),
 		inboxPos: make(map[string]uint64),
 		queues:   make(map[[2]string][]store.InboxMessage),
+		lifeLast: make(map[string]int64),
 	}
 }
 
@@ -669,6 +672,7 @@ func (s *Store) appendLifecycle(tenant string, e store.LifecycleEvent) store.Lif
 	e.Time = stamp(e.Time)
 	e.Payload = cloneJSON(e.Payload)
 	s.lifecycle = append(s.lifecycle, lifecycleEvent{tenant: tenant, ev: e})
+	s.lifeLast[tenant] = e.ID
 	if over := len(s.lifecycle) - s.retain.Events; over > 0 {
 		clear(s.lifecycle[:over]) // release the payloads; the slice's next growth drops the rest
 		s.lifecycle = s.lifecycle[over:]

@@ -255,3 +255,51 @@ func (b *bounded) Driving(ctx context.Context, sessionIDs []string, now time.Tim
 func (b *bounded) SweepControls(ctx context.Context, before time.Time) (int64, error) {
 	return call(b, ctx, func(c context.Context) (int64, error) { return b.Store.SweepControls(c, before) })
 }
+
+func (b *bounded) CreateWebhook(ctx context.Context, w Webhook) (Webhook, error) {
+	return call(b, ctx, func(c context.Context) (Webhook, error) { return b.Store.CreateWebhook(c, w) })
+}
+
+func (b *bounded) GetWebhook(ctx context.Context, id string) (Webhook, error) {
+	return call(b, ctx, func(c context.Context) (Webhook, error) { return b.Store.GetWebhook(c, id) })
+}
+
+func (b *bounded) ListWebhooks(ctx context.Context) ([]Webhook, error) {
+	return call(b, ctx, func(c context.Context) ([]Webhook, error) { return b.Store.ListWebhooks(c) })
+}
+
+func (b *bounded) UpdateWebhook(ctx context.Context, id string, u WebhookUpdate) (Webhook, error) {
+	return call(b, ctx, func(c context.Context) (Webhook, error) { return b.Store.UpdateWebhook(c, id, u) })
+}
+
+func (b *bounded) DeleteWebhook(ctx context.Context, id string) error {
+	return do(b, ctx, func(c context.Context) error { return b.Store.DeleteWebhook(c, id) })
+}
+
+func (b *bounded) ClaimWebhooks(ctx context.Context, p ClaimWebhooksParams) ([]Webhook, error) {
+	return call(b, ctx, func(c context.Context) ([]Webhook, error) { return b.Store.ClaimWebhooks(c, p) })
+}
+
+func (b *bounded) AdvanceWebhook(ctx context.Context, p AdvanceWebhookParams) error {
+	return do(b, ctx, func(c context.Context) error { return b.Store.AdvanceWebhook(c, p) })
+}
+
+func (b *bounded) ReleaseWebhook(ctx context.Context, id, owner string) error {
+	return do(b, ctx, func(c context.Context) error { return b.Store.ReleaseWebhook(c, id, owner) })
+}
+
+func (b *bounded) AddWebhookDelivery(ctx context.Context, d WebhookDelivery) error {
+	return do(b, ctx, func(c context.Context) error { return b.Store.AddWebhookDelivery(c, d) })
+}
+
+func (b *bounded) WebhookDeliveries(ctx context.Context, f WebhookDeliveryFilter) ([]WebhookDelivery, error) {
+	return call(b, ctx, func(c context.Context) ([]WebhookDelivery, error) { return b.Store.WebhookDeliveries(c, f) })
+}
+
+func (b *bounded) GetWebhookDelivery(ctx context.Context, webhookID, id string) (WebhookDelivery, error) {
+	return call(b, ctx, func(c context.Context) (WebhookDelivery, error) { return b.Store.GetWebhookDelivery(c, webhookID, id) })
+}
+
+func (b *bounded) SweepWebhookDeliveries(ctx context.Context, before time.Time) (int64, error) {
+	return call(b, ctx, func(c context.Context) (int64, error) { return b.Store.SweepWebhookDeliveries(c, before) })
+}

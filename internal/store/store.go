@@ -223,6 +223,7 @@ type Idempotency struct {
 type Store interface {
 	Signins
 	Residents
+	Webhooks
 
 	// CreateSession stores a new header. Returns ErrConflict if the id exists
 	// in any tenant: ids are global.

@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Subscribe", subscribeTests},
 		{"Idempotency", idempotencyTests},
 		{"Signins", signinTests},
+		{"Webhooks", webhookTests},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,200 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+// newWebhook returns an enabled endpoint with id.
+func newWebhook(id string) store.Webhook {
+	return store.Webhook{
+		ID: id, URL: "https://hooks.example/" + id, Events: []string{"run.started", "run.settled"},
+		Description: "d", Enabled: true, Secret: "whsec_a", CreatedAt: t0,
+	}
+}
+
+var webhookTests = []test{
+	{"CreateGetListUpdateDelete", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		before := must(s.AppendLifecycle(ctx, store.LifecycleEvent{Type: "subagent/start", Payload: []byte(`{}`)}))(t)
+		w := must(s.CreateWebhook(ctx, newWebhook("wh-1")))(t)
+		if w.Cursor != before.ID || w.Tenant != store.DefaultTenant || !w.CreatedAt.Equal(t0) || w.Owner != "" {
+			t.Fatalf("created = %+v; want cursor %d (the newest event)", w, before.ID)
+		}
+		if _, err := s.CreateWebhook(other(ctx), newWebhook("wh-1")); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("create of an existing id = %v, want ErrConflict", err)
+		}
+		got := must(s.GetWebhook(ctx, "wh-1"))(t)
+		if !slices.Equal(got.Events, w.Events) || got.URL != w.URL || got.Secret != "whsec_a" || !got.Enabled {
+			t.Fatalf("get = %+v, want %+v", got, w)
+		}
+		if _, err := s.GetWebhook(other(ctx), "wh-1"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("get from another tenant = %v, want ErrNotFound", err)
+		}
+		w2 := newWebhook("wh-0")
+		w2.CreatedAt = sec(1)
+		ok(t, errOf(s.CreateWebhook(ctx, w2)))
+		list := must(s.ListWebhooks(ctx))(t)
+		if len(list) != 2 || list[0].ID != "wh-1" || list[1].ID != "wh-0" {
+			t.Fatalf("list = %+v, want wh-1 then wh-0", list)
+		}
+		if l := must(s.ListWebhooks(other(ctx)))(t); len(l) != 0 {
+			t.Fatalf("another tenant lists %+v", l)
+		}
+
+		url, off := "https://other.example/x", false
+		upd := must(s.UpdateWebhook(ctx, "wh-1", store.WebhookUpdate{URL: &url, Events: []string{"task.settled"}, Enabled: &off}))(t)
+		if upd.URL != url || !slices.Equal(upd.Events, []string{"task.settled"}) || upd.Enabled || upd.DisabledReason != "manual" || upd.Description != "d" {
+			t.Fatalf("updated = %+v", upd)
+		}
+		on := true
+		upd = must(s.UpdateWebhook(ctx, "wh-1", store.WebhookUpdate{Enabled: &on}))(t)
+		if !upd.Enabled || upd.DisabledReason != "" {
+			t.Fatalf("re-enabled = %+v", upd)
+		}
+		rot := must(s.UpdateWebhook(ctx, "wh-1", store.WebhookUpdate{Secret: "whsec_b", PrevSecretUntil: sec(60)}))(t)
+		if rot.Secret != "whsec_b" || rot.PrevSecret != "whsec_a" || !rot.PrevSecretUntil.Equal(sec(60)) {
+			t.Fatalf("rotated = %+v", rot)
+		}
+		if _, err := s.UpdateWebhook(other(ctx), "wh-1", store.WebhookUpdate{Enabled: &off}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("update from another tenant = %v, want ErrNotFound", err)
+		}
+		if err := s.DeleteWebhook(other(ctx), "wh-1"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("delete from another tenant = %v, want ErrNotFound", err)
+		}
+		ok(t, s.DeleteWebhook(ctx, "wh-1"))
+		if _, err := s.GetWebhook(ctx, "wh-1"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("get after delete = %v, want ErrNotFound", err)
+		}
+		if err := s.DeleteWebhook(ctx, "wh-1"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("second delete = %v, want ErrNotFound", err)
+		}
+	}},
+	{"ClaimAdvanceRelease", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		w := must(s.CreateWebhook(ctx, newWebhook("wh-c")))(t)
+		claim := func(owner string, now time.Time) []store.Webhook {
+			t.Helper()
+			return must(s.ClaimWebhooks(ctx, store.ClaimWebhooksParams{Owner: owner, Now: now, Until: now.Add(time.Minute)}))(t)
+		}
+		if got := claim("a", t0); len(got) != 0 {
+			t.Fatalf("claimed %+v with no event after the cursor", got)
+		}
+		// Another tenant's event is not this endpoint's.
+		_, err := s.AppendLifecycle(other(ctx), store.LifecycleEvent{Type: "subagent/start", Payload: []byte(`{}`)})
+		ok(t, err)
+		if got := claim("a", t0); len(got) != 0 {
+			t.Fatalf("claimed %+v for another tenant's event", got)
+		}
+		e1 := must(s.AppendLifecycle(ctx, store.LifecycleEvent{Type: "subagent/start", Payload: []byte(`{}`)}))(t)
+		got := claim("a", t0)
+		if len(got) != 1 || got[0].ID != w.ID || got[0].Owner != "a" || !got[0].LeaseUntil.Equal(t0.Add(time.Minute)) || got[0].Tenant != store.DefaultTenant {
+			t.Fatalf("claim = %+v, want wh-c leased to a", got)
+		}
+		if got := claim("b", sec(30)); len(got) != 0 {
+			t.Fatalf("b claimed %+v under a's live lease", got)
+		}
+		// a failed once: a retry is due at sec(10).
+		d := store.WebhookDelivery{ID: "d-1", WebhookID: w.ID, EventID: "evt_1", Type: "run.started", Attempt: 1,
+			Status: store.DeliveryRetrying, HTTPStatus: 500, Error: "HTTP 500", Latency: 12 * time.Millisecond, At: t0, Body: []byte(`{"a":1}`)}
+		ok(t, s.AdvanceWebhook(ctx, store.AdvanceWebhookParams{ID: w.ID, Owner: "a", Cursor: w.Cursor, RetryEvent: e1.ID,
+			Attempts: 1, NextAttemptAt: sec(10), Until: sec(60), Delivery: &d}))
+		if err := s.AdvanceWebhook(ctx, store.AdvanceWebhookParams{ID: w.ID, Owner: "b", Cursor: e1.ID, Until: sec(60)}); !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("advance by a non-owner = %v, want ErrFenced", err)
+		}
+		if err := s.AdvanceWebhook(ctx, store.AdvanceWebhookParams{ID: "nope", Owner: "a"}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("advance of an unknown endpoint = %v, want ErrNotFound", err)
+		}
+		ok(t, s.ReleaseWebhook(ctx, w.ID, "b")) // not b's: ignored
+		if got := claim("b", sec(5)); len(got) != 0 {
+			t.Fatalf("b claimed %+v: a's lease was released by b", got)
+		}
+		ok(t, s.ReleaseWebhook(ctx, w.ID, "a"))
+		if got := claim("b", sec(5)); len(got) != 0 {
+			t.Fatalf("b claimed %+v before the retry is due", got)
+		}
+		got = claim("b", sec(10))
+		if len(got) != 1 || got[0].RetryEvent != e1.ID || got[0].Attempts != 1 || !got[0].NextAttemptAt.Equal(sec(10)) {
+			t.Fatalf("claim at the retry = %+v", got)
+		}
+		// Cursor never moves backwards; a delivered event leaves nothing due.
+		ok(t, s.AdvanceWebhook(ctx, store.AdvanceWebhookParams{ID: w.ID, Owner: "b", Cursor: e1.ID, Until: sec(70)}))
+		ok(t, s.AdvanceWebhook(ctx, store.AdvanceWebhookParams{ID: w.ID, Owner: "b", Cursor: w.Cursor, Until: sec(70)}))
+		if cur := must(s.GetWebhook(ctx, w.ID))(t); cur.Cursor != e1.ID || cur.Attempts != 0 || !cur.NextAttemptAt.IsZero() {
+			t.Fatalf("after the delivery = %+v", cur)
+		}
+		if got := claim("b", sec(20)); len(got) != 0 {
+			t.Fatalf("claimed %+v with nothing after the cursor", got)
+		}
+		// A lapsed lease is anyone's; a disabled endpoint nobody's.
+		must(s.AppendLifecycle(ctx, store.LifecycleEvent{Type: "subagent/end", Payload: []byte(`{}`)}))(t)
+		if got := claim("c", sec(100)); len(got) != 1 || got[0].Owner != "c" {
+			t.Fatalf("claim of a lapsed lease = %+v", got)
+		}
+		ok(t, s.AdvanceWebhook(ctx, store.AdvanceWebhookParams{ID: w.ID, Owner: "c", Cursor: e1.ID, Disable: "gone", Until: sec(100)}))
+		if cur := must(s.GetWebhook(ctx, w.ID))(t); cur.Enabled || cur.DisabledReason != "gone" {
+			t.Fatalf("after a disabling advance = %+v", cur)
+		}
+		if got := claim("c", sec(200)); len(got) != 0 {
+			t.Fatalf("claimed a disabled endpoint: %+v", got)
+		}
+		dd := must(s.GetWebhookDelivery(ctx, w.ID, "d-1"))(t)
+		if dd.Status != d.Status || dd.HTTPStatus != 500 || dd.Latency != d.Latency || string(dd.Body) != `{"a":1}` || !dd.At.Equal(t0) || dd.EventID != "evt_1" {
+			t.Fatalf("delivery = %+v, want %+v", dd, d)
+		}
+	}},
+	{"Deliveries", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		w := must(s.CreateWebhook(ctx, newWebhook("wh-d")))(t)
+		for i := range 5 {
+			ok(t, s.AddWebhookDelivery(ctx, store.WebhookDelivery{ID: fmt.Sprintf("d-%d", i), WebhookID: w.ID, EventID: "evt_test",
+				Type: "webhook.test", Attempt: 1, Status: store.DeliverySucceeded, HTTPStatus: 204, At: sec(i), Body: []byte(`{}`)}))
+		}
+		if err := s.AddWebhookDelivery(other(ctx), store.WebhookDelivery{ID: "x", WebhookID: w.ID, At: t0, Body: []byte(`{}`)}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("add to another tenant's endpoint = %v, want ErrNotFound", err)
+		}
+		page := must(s.WebhookDeliveries(ctx, store.WebhookDeliveryFilter{WebhookID: w.ID, Limit: 2}))(t)
+		if len(page) != 2 || page[0].ID != "d-4" || page[1].ID != "d-3" {
+			t.Fatalf("first page = %+v, want d-4, d-3", page)
+		}
+		page = must(s.WebhookDeliveries(ctx, store.WebhookDeliveryFilter{WebhookID: w.ID, BeforeID: "d-3", Limit: 10}))(t)
+		if len(page) != 3 || page[0].ID != "d-2" || page[2].ID != "d-0" {
+			t.Fatalf("next page = %+v, want d-2 … d-0", page)
+		}
+		if _, err := s.WebhookDeliveries(ctx, store.WebhookDeliveryFilter{WebhookID: w.ID, BeforeID: "nope"}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("unknown BeforeID = %v, want ErrNotFound", err)
+		}
+		if _, err := s.WebhookDeliveries(other(ctx), store.WebhookDeliveryFilter{WebhookID: w.ID}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("another tenant's deliveries = %v, want ErrNotFound", err)
+		}
+		if _, err := s.GetWebhookDelivery(ctx, w.ID, "nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("get of an unknown delivery = %v, want ErrNotFound", err)
+		}
+		n := must(s.SweepWebhookDeliveries(ctx, sec(2)))(t)
+		if n != 2 {
+			t.Fatalf("sweep deleted %d, want 2", n)
+		}
+		if page := must(s.WebhookDeliveries(ctx, store.WebhookDeliveryFilter{WebhookID: w.ID}))(t); len(page) != 3 {
+			t.Fatalf("after the sweep %d deliveries, want 3", len(page))
+		}
+		ok(t, s.DeleteWebhook(ctx, w.ID))
+		if _, err := s.GetWebhookDelivery(ctx, w.ID, "d-4"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a deleted endpoint's delivery = %v, want ErrNotFound", err)
+		}
+	}},
+	{"WakeOnCreate", func(t *testing.T, s store.Store) {
+		ch, end := s.Subscribe(store.WebhooksTopic)
+		defer end()
+		drain(ch)
+		ok(t, errOf(s.CreateWebhook(t.Context(), newWebhook("wh-w"))))
+		waitWake(t, ch, "CreateWebhook")
+	}},
+}
+
+// errOf drops a value and keeps its error.
+func errOf[T any](_ T, err error) error { return err }
