@@ -23,7 +23,7 @@ import (
 // padBatch is how many padding events one AppendEvents call writes.
 const padBatch = 1000
 
-// continuableRoutes match the routes scenario 4 needs (DESIGN §3) in the
+// continuableRoutes match the routes scenario 4 needs (api/openapi.yaml) in the
 // service's own /openapi.yaml.
 var continuableRoutes = []*regexp.Regexp{
 	regexp.MustCompile(`\n  /v1/subagents:`),

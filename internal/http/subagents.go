@@ -28,7 +28,7 @@ func (s *Server) createSubagent(w http.ResponseWriter, r *http.Request) error {
 }
 
 // startSubagent starts the continuable child req asks for and returns once
-// its prompt is durably accepted, before any model request (seam-spec
+// its prompt is durably accepted, before any model request (
 // R57). ctx's cancellation counts only until acceptance (R61): the child
 // outlives the request. Each activation is a task; the answer names the
 // first.

@@ -10,7 +10,7 @@ import (
 )
 
 // Interrupt stops the current turn of continuable child childID on behalf
-// of a human presenting its durable parent's address (seam-spec §2.13,
+// of a human presenting its durable parent's address (docs/seam.md §16,
 // user authority). The turn ends aborted with cause user (R101) and returns
 // before it has unwound. Messages accepted but not yet admitted stay parked
 // in the durable inbox and run first, in order, when the next followup
