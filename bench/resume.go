@@ -152,7 +152,7 @@ func (b *bench) createContinuable(ctx context.Context, svc *proc, n int) (root s
 	}
 	for _, r := range continuableRoutes {
 		if !r.MatchString(spec) {
-			return "", nil, fmt.Sprintf("the service's /openapi.yaml has no route matching %s (continuable children, issue 5, are not wired into the service yet)", strings.TrimPrefix(r.String(), `\n  `)), nil
+			return "", nil, fmt.Sprintf("the service's /openapi.yaml has no route matching %s (continuable children are not wired into the service yet)", strings.TrimPrefix(r.String(), `\n  `)), nil
 		}
 	}
 	var providers struct {

@@ -21,6 +21,10 @@ const specRules = 135
 // maxRange bounds a cited range such as R45–R51: a longer one is a typo.
 const maxRange = 60
 
+// sources are the extensions of the files whose comments are checked: Go,
+// the dashboard's JavaScript and the SQL migrations.
+var sources = []string{".go", ".js", ".sql"}
+
 // self is this file, as the walk of the repository names it: its patterns
 // and fixtures spell the page citations it refuses, so pageCites does not
 // read it (its rule citations are still checked).
@@ -187,7 +191,7 @@ func pageCites(line string, have contract) []error {
 	return errs
 }
 
-// unresolved walks the Go files of root and returns one error per citation
+// unresolved walks the source files of root and returns one error per citation
 // that does not resolve in have — a rule without an anchor, or a page
 // citation pageCites refuses (except in self) — naming file:line, and how
 // many rule citations it read. Hidden directories, node_modules and vendor
@@ -204,7 +208,7 @@ func unresolved(root fs.FS, have contract) (errs []error, n int, err error) {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(p, ".go") {
+		if !slices.Contains(sources, path.Ext(p)) {
 			return nil
 		}
 		f, err := root.Open(p)
@@ -238,9 +242,9 @@ func unresolved(root fs.FS, have contract) (errs []error, n int, err error) {
 }
 
 // TestEveryCitedRuleHasAnAnchor is the check of this package: every rule a
-// Go file of the repository cites resolves to an anchor in docs/, every
-// page and section it cites exists, and no Go file cites a document the
-// repository does not hold.
+// source file of the repository cites resolves to an anchor in docs/,
+// every page and section it cites exists, and no source file cites a
+// document the repository does not hold.
 func TestEveryCitedRuleHasAnAnchor(t *testing.T) {
 	have, errs := anchors(os.DirFS("."))
 	for _, err := range errs {
@@ -353,6 +357,7 @@ func TestUnresolvedNamesFileAndLine(t *testing.T) {
 		"c/range_test.go":       {Data: []byte("// R1" + "–R2\n")},
 		"c/testdata/fixture.go": {Data: []byte("// R6\n")},
 		self:                    {Data: []byte("// docs/other.md §1\n")},
+		"e/schema.sql":          {Data: []byte("-- see R2\n")},
 		"d/pages.go": {Data: []byte("// docs/seam.md §3, docs/other.md §1, docs/seam.md §4–§9\n" +
 			"// seam" + "-spec §1.5 and DESIGN" + " §2\n")},
 	}
@@ -372,9 +377,10 @@ func TestUnresolvedNamesFileAndLine(t *testing.T) {
 		"d/pages.go:1 cites docs/other.md, which does not exist",
 		"d/pages.go:1 cites docs/seam.md §9, which has no such section",
 		"d/pages.go:2 cites \"seam" + "-spec\", a document outside the repository",
+		"e/schema.sql:1 cites R2, which has no anchor in docs/",
 	}
-	if !slices.Equal(got, want) || n != 5 {
-		t.Errorf("unresolved = %q (%d citations), want %q (5 citations)", got, n, want)
+	if !slices.Equal(got, want) || n != 6 {
+		t.Errorf("unresolved = %q (%d citations), want %q (6 citations)", got, n, want)
 	}
 }
 

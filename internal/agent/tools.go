@@ -130,7 +130,7 @@ type Filter struct {
 // filter that is empty or names an unknown global tool.
 var ErrToolFilter = errors.New("invalid tool filter")
 
-// filterError carries the spec's wording as its message and matches
+// filterError carries the refusal's wording as its message and matches
 // ErrToolFilter.
 type filterError struct{ msg string }
 
@@ -139,8 +139,7 @@ func (e *filterError) Is(target error) bool { return target == ErrToolFilter }
 
 // Check validates f against the global tools registered now: at least one
 // list, and every name a registered global tool other than run_code
-// (docs/seam.md §9). The error matches ErrToolFilter and carries the spec's
-// wording. Callers that must refuse a filter before an agent exists use it.
+// (docs/seam.md §9). The error matches ErrToolFilter and says what is wrong. Callers that must refuse a filter before an agent exists use it.
 func (f *Filter) Check(global *Registry) error {
 	if f.Allow == nil && f.Deny == nil {
 		return &filterError{"tool filter needs allow or deny"}

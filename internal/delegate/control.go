@@ -29,8 +29,8 @@ const (
 
 // Statuses list_agents shows: running while the child has a live
 // activation, ready when it is stored and resumable with nothing to collect.
-// (The reference's "idle" — resident but not working — does not occur here:
-// an activation settles when its turn ends.)
+// There is no "idle" status — resident but not working — because an
+// activation settles when its turn ends.
 const (
 	statusRunning = "running"
 	statusReady   = "ready"

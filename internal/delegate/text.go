@@ -9,7 +9,7 @@ import (
 )
 
 // Model-visible texts of the delegation tool (docs/seam.md §23). The tests pin
-// them; change them together with the spec.
+// them; change them together with docs/seam.md §23.
 const (
 	headlineAborted   = "subagent run was cancelled"
 	headlineError     = "subagent run failed"

@@ -77,8 +77,7 @@ type ToolsConfig struct {
 	Registry *agent.Registry
 	// MaxDepth caps the depth of children the tools start; nil means
 	// DefaultMaxDepth. It is sent only to providers with the depthLimit
-	// capability; the others manage depth themselves (docs/seam.md §23
-	// "provider-managed").
+	// capability; the others manage depth themselves (docs/seam.md §23).
 	MaxDepth *int
 	// Logger receives tool (un)mounting and internal failures. Required.
 	Logger *slog.Logger
@@ -280,7 +279,7 @@ func mustJSON(v any) json.RawMessage {
 	return raw
 }
 
-// delegate runs one delegation call (docs/seam.md §23 execution): background
+// delegate runs one delegation call (docs/seam.md §23): background
 // when the tool supports it and run_in_background is not false, else
 // foreground.
 func (t *Tools) delegate(ctx context.Context, d delegation, call agent.Call) ([]model.Block, error) {
@@ -335,7 +334,7 @@ func (t *Tools) parent(ctx context.Context, id string) (subagent.Parent, error) 
 }
 
 // foreground starts a one-shot run, waits for its result and always disposes
-// it (docs/seam.md §23 step 6). ctx is the calling turn: when it ends the run
+// it (docs/seam.md §23). ctx is the calling turn: when it ends the run
 // is cancelled and reported as cancelled.
 func (t *Tools) foreground(ctx context.Context, provider string, req subagent.Request) ([]model.Block, error) {
 	h, err := t.seam.Start(ctx, provider, req)

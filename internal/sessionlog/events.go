@@ -7,8 +7,8 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// Session-log event types of turns, steps, messages and the inbox (
-// docs/seam.md docs/seam.md §1), written by the agent and the providers. The vocabulary is open:
+// Session-log event types of turns, steps, messages and the inbox
+// (docs/seam.md §1), written by the agent and the providers. The vocabulary is open:
 // readers must skip types they do not know.
 const (
 	EventTurnStart        = store.TurnStartEvent

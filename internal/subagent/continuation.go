@@ -13,14 +13,13 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// Continuable children (docs/seam.md §11–docs/seam.md §1, docs/seam.md §11–docs/seam.md §20, docs/seam.md §22).
+// Continuable children (docs/seam.md §11–§20, §22).
 //
 // A continuable child is a durable child session whose log carries a
 // continuable descriptor before its first turn. The Manager drives it in
 // residency epochs called activations: each is one live agent, one run row
 // of kind activation with a fresh task id, and one subagent/start …
-// subagent/end pair. This service deliberately differs from the reference
-// on two points, both from docs/seam.md §22:
+// subagent/end pair. Two deliberate choices shape it (docs/seam.md §22):
 //
 //   - A followup to a running child is steered into its open turn with
 //     confirmed admission (route "steered"); a followup to a child that is
@@ -34,7 +33,7 @@ import (
 //     user/message, so a message accepted before a crash is delivered after
 //     the restart (Recover) instead of being lost (R132).
 
-// Followup routes (docs/seam.md §15 R96, docs/seam.md §22).
+// Followup routes (R83, R94, docs/seam.md §22).
 const (
 	// RouteSteered: the content was admitted into the running turn's next
 	// model step.

@@ -6,7 +6,8 @@ import (
 )
 
 // Error codes. They are the stable `code` values of the HTTP API
-// (api/openapi.yaml) and of the seam (docs/seam.md); internal/http maps each to a status in one table.
+// (api/openapi.yaml) and of the seam (docs/seam.md); internal/http maps
+// each to a status in one table.
 const (
 	ENoProvider            = "NO_PROVIDER"
 	EDuplicateProvider     = "DUPLICATE_PROVIDER"

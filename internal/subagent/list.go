@@ -86,8 +86,8 @@ const (
 	DiagnosticCorrupt = "corrupt"
 )
 
-// ListEntry is one row of a children or descendants listing (
-// docs/seam.md docs/seam.md §19). A child row has Mode, Label (always for continuable children),
+// ListEntry is one row of a children or descendants listing
+// (docs/seam.md §19). A child row has Mode, Label (always for continuable children),
 // Provider, Activity and HasChildren; a diagnostic row only ID and Reason.
 // ParentID and Depth (edges from the root) are set by Descendants.
 type ListEntry struct {

@@ -354,7 +354,7 @@ func (s *Service) admit(provider string, req Request) (Provider, ResolvedRequest
 	}
 	resolved := ResolvedRequest{Request: cloneRequest(req), Descriptor: d, ChildDepth: depth}
 	if o := resolved.AgentOptions; o != nil {
-		o.SubagentDepth = &depth // a caller's value is overwritten (docs/seam.md §3)
+		o.SubagentDepth = &depth // a caller's value is overwritten (R45)
 	}
 	return p, resolved, nil
 }

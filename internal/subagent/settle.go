@@ -125,7 +125,7 @@ func (m *Manager) notify(act *activation, reason string, output []model.Block) {
 }
 
 // EpochStopReason is the stop reason of a continuable activation, from the
-// outcome of the events it appended (R69, docs/seam.md §6, docs/seam.md §12): the
+// outcome of the events it appended (R69, docs/seam.md §6, §12): the
 // consumed-work fold's accounting turn maps max-tokens to max-tokens, aborted and
 // interrupted to aborted, error to error, blocked to refusal and any
 // unknown kind to error; a completed turn, or none, is aborted when

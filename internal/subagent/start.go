@@ -216,8 +216,8 @@ func continuableRoute(req ContinuableRequest) (AgentOptions, error) {
 	return ChildOptions(req.Parent.Options, req.AgentOptions)
 }
 
-// create writes a continuable child's header and creation log (
-// docs/seam.md docs/seam.md §10), in one commit: the seed verbatim, session/end-seed after it, the
+// create writes a continuable child's header and creation log
+// (docs/seam.md §10), in one commit: the seed verbatim, session/end-seed after it, the
 // descriptor, session/end-seed, and the delegation approval pin (R49) —
 // all before the first turn, so the descriptor is in the own suffix (seq
 // >= seedLength) and never reaches the model.

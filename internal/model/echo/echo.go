@@ -190,7 +190,7 @@ func words(s string) int {
 }
 
 // Value returns a JSON value satisfying schema, a schema of the
-// docs/seam.md docs/seam.md §9 subset: const or the first enum value, the first oneOf branch, an
+// output-schema subset (docs/seam.md §9): const or the first enum value, the first oneOf branch, an
 // object with its required properties, [] for arrays, "echo" for strings, 0
 // for numbers, false for booleans, null otherwise.
 func Value(schema json.RawMessage) any {

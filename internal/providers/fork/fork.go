@@ -103,8 +103,8 @@ func (p *Provider) seed(ctx context.Context, parent store.Session) ([]store.Even
 	}
 }
 
-// Prefix is the balanced completed-turn prefix of a session log (
-// docs/seam.md docs/seam.md §8): events[0..k] where k is the index of the last turn/end. The turn
+// Prefix is the balanced completed-turn prefix of a session log
+// (docs/seam.md §8): events[0..k] where k is the index of the last turn/end. The turn
 // still open — typically the one delegating — and everything after the
 // last turn/end are excluded, so every turn, step and tool call in the
 // prefix is closed. It returns nil when the log has no turn/end.

@@ -300,7 +300,7 @@ func TestFork_StructuredOutputInASeededChild(t *testing.T) {
 }
 
 // A capture in the parent's seed is the parent's answer, not the child's:
-// the child still gets to record its own (R42 applied to docs/seam.md §9).
+// the child still gets to record its own (R42 applied to R51).
 func TestFork_SeededParentCaptureDoesNotBlockTheChildsOwn(t *testing.T) {
 	t.Parallel()
 	schema := json.RawMessage(`{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}`)
