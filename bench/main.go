@@ -1,4 +1,4 @@
-// Command bench measures subagentd against its physical floors (issue 9).
+// Command bench measures subagentd against its physical floors.
 //
 // It builds cmd/api once, runs it as a subprocess on a loopback port (with
 // the in-memory store, or Postgres on a fresh database it creates and drops),

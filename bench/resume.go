@@ -23,7 +23,7 @@ import (
 // padBatch is how many padding events one AppendEvents call writes.
 const padBatch = 1000
 
-// continuableRoutes match the routes scenario 4 needs (DESIGN §3) in the
+// continuableRoutes match the routes scenario 4 needs (api/openapi.yaml) in the
 // service's own /openapi.yaml.
 var continuableRoutes = []*regexp.Regexp{
 	regexp.MustCompile(`\n  /v1/subagents:`),
@@ -152,7 +152,7 @@ func (b *bench) createContinuable(ctx context.Context, svc *proc, n int) (root s
 	}
 	for _, r := range continuableRoutes {
 		if !r.MatchString(spec) {
-			return "", nil, fmt.Sprintf("the service's /openapi.yaml has no route matching %s (continuable children, issue 5, are not wired into the service yet)", strings.TrimPrefix(r.String(), `\n  `)), nil
+			return "", nil, fmt.Sprintf("the service's /openapi.yaml has no route matching %s (continuable children are not wired into the service yet)", strings.TrimPrefix(r.String(), `\n  `)), nil
 		}
 	}
 	var providers struct {

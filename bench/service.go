@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-// Environment of the service (DESIGN §6) and the profiling hook the bench
+// Environment of the service (docs/architecture.md §9) and the profiling hook the bench
 // asks of cmd/api: SUBAGENTD_CPUPROFILE names a file to write a CPU profile
 // of the whole process life to, stopped on graceful shutdown.
 const (

@@ -1,5 +1,5 @@
 -- Every table carries tenant from the first migration and every query filters
--- by it (DESIGN §7). Ids of sessions, runs and inbox messages are minted by the
+-- by it (docs/architecture.md §7). Ids of sessions, runs and inbox messages are minted by the
 -- server and unique across tenants.
 
 CREATE TABLE sessions (
@@ -24,7 +24,7 @@ CREATE TABLE sessions (
     last_seq         bigint      NOT NULL DEFAULT -1
 );
 
--- listChildren (seam-spec §3.8) and ListSessions with a parent filter.
+-- listChildren (docs/seam.md §19) and ListSessions with a parent filter.
 CREATE INDEX sessions_parent_idx ON sessions (tenant, parent_id, origin, created_at, id);
 -- ListSessions without a filter.
 CREATE INDEX sessions_created_idx ON sessions (tenant, created_at, id);
@@ -39,7 +39,7 @@ CREATE TABLE session_events (
     PRIMARY KEY (session_id, seq)
 );
 
--- The session log is append-only (seam-spec §3.1).
+-- The session log is append-only (docs/seam.md §1).
 CREATE FUNCTION session_events_append_only() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -57,7 +57,7 @@ CREATE TRIGGER session_events_no_truncate
     FOR EACH STATEMENT EXECUTE FUNCTION session_events_append_only();
 
 -- One row per one-shot run or activation of a continuable child. owner and
--- lease_until record which replica drives a running row (DESIGN §5).
+-- lease_until record which replica drives a running row (docs/architecture.md §5).
 CREATE TABLE runs (
     tenant      text        NOT NULL DEFAULT 'default',
     id          text        PRIMARY KEY,

@@ -1,4 +1,4 @@
--- Browser sign-ins (DESIGN §7), shared by every replica: a cookie one
+-- Browser sign-ins (docs/architecture.md §10), shared by every replica: a cookie one
 -- replica issued is accepted by all, also after a restart. Only the
 -- SHA-256 of the cookie value is stored.
 CREATE TABLE signins (

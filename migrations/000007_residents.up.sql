@@ -1,4 +1,4 @@
--- Resident leases (DESIGN §5): the replica that drives a resident agent — a
+-- Resident leases (docs/architecture.md §5): the replica that drives a resident agent — a
 -- root session or a continuable child — holds its row, renewed with its run
 -- leases. A replica claims a row it does not hold only once its lease
 -- lapsed, so no two replicas ever drive one resident agent; the writes of a
@@ -15,7 +15,7 @@ CREATE TABLE residents (
 CREATE INDEX residents_owner_idx ON residents (owner);
 CREATE INDEX residents_lease_idx ON residents (lease_until);
 
--- Control requests (DESIGN §5): an operation on a resident agent or a run
+-- Control requests (docs/architecture.md §5): an operation on a resident agent or a run
 -- that another replica drives, written by the replica that took the request
 -- and carried out by the owner, which writes the answer back.
 CREATE TABLE controls (

@@ -2,7 +2,7 @@
 // embedded into the binary so the service needs no build step, no CDN and no
 // files on disk. internal/http serves FS at "/".
 //
-// The page talks only to the service's own HTTP API (DESIGN §3), whose paths
+// The page talks only to the service's own HTTP API (api/openapi.yaml), whose paths
 // are built in static/paths.js. All state lives in one store (store.js);
 // the views are modules by job: tree.js (filtered, virtualised session
 // tree with roll-ups), overview.js (the first view), session.js (head, run

@@ -20,7 +20,7 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// No agent outlives its replica (issue 13): after a SIGKILL of a subagentd
+// No agent outlives its replica: after a SIGKILL of a subagentd
 // running an agent that ignores stdin EOF and one with a child process of
 // its own, and a restart, none of the agent processes remains.
 func TestRestart_SIGKILL_LeavesNoAgentProcess(t *testing.T) {

@@ -87,8 +87,7 @@ func (a *accepted) add(sessionID, id string) {
 // SIGKILL at a random moment loses no accepted message: after the restart
 // every prompt and followup answered 2xx is in its session's log exactly
 // once, no log holds any message twice, every child's settlement notices
-// reached its parent, and every run has exactly one subagent/end (issue
-// 12, done-when 1).
+// reached its parent, and every run has exactly one subagent/end.
 func TestRestart_SIGKILL_UnderLoadEveryAcceptedMessageIsLoggedOnce(t *testing.T) {
 	t.Parallel()
 	mdl, release := holdingModel(t)

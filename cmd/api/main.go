@@ -504,7 +504,7 @@ func newWebhooks(cfg config, file *cfgfile.File, st store.Store, log *slog.Logge
 // deleted.
 const idempotencySweep = 10 * time.Minute
 
-// securityConfig is the parsed security settings (DESIGN §7).
+// securityConfig is the parsed security settings (docs/architecture.md §10).
 type securityConfig struct {
 	tokens      []cfgfile.Token
 	corsOrigins []string
@@ -628,7 +628,7 @@ func startProfile(path string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// owner names this replica in run leases (DESIGN §5): the configured
+// owner names this replica in run leases (docs/architecture.md §5): the configured
 // replica id, else one unique to this process.
 func owner(replica string) string {
 	if replica != "" {

@@ -173,7 +173,7 @@ func (s *server) countMessage(t *testing.T, session, msgID string) int {
 	return n
 }
 
-// Two replicas as real processes on one database (issue 13, done-when 1):
+// Two replicas as real processes on one database:
 // B serves every route for what A drives — a followup to A's running child
 // is steered into it, so is a steer of A's one-shot run, cancel, dispose
 // and interrupt through B stop A's

@@ -26,8 +26,7 @@ import (
 )
 
 // The restart tests run the real binary on Postgres, start runs whose model
-// never answers, stop the process (SIGTERM, or SIGKILL) and start it again
-// (issue "Postgres store", done-when 3).
+// never answers, stop the process (SIGTERM, or SIGKILL) and start it again.
 
 var (
 	buildOnce sync.Once
@@ -444,8 +443,7 @@ func (s *server) childLog(t *testing.T, childID string) (types []string, data []
 }
 
 // A followup accepted just before a SIGKILL runs after the restart, the
-// child's history is intact, and the next followup cold-resumes it (issue
-// 5, done-when 2).
+// child's history is intact, and the next followup cold-resumes it.
 func TestRestart_SIGKILL_AcceptedFollowupRunsAfterRestart(t *testing.T) {
 	t.Parallel()
 	env := restartEnv(t)

@@ -11,7 +11,7 @@ import (
 )
 
 // Environment variables of the OpenAI-compatible environment route
-// (DESIGN §6).
+// (docs/architecture.md §9).
 const (
 	envBaseURL = "OPENAI_BASE_URL"
 	envAPIKey  = "OPENAI_API_KEY"
@@ -27,7 +27,7 @@ const envRoute = "openai"
 const defaultOpenAIModel = "gpt-4o-mini"
 
 // routesFromConfig builds the model route table of in-process agents
-// (DESIGN §6): picking model adapters is wiring, so it lives in main; it
+// (docs/architecture.md §9): picking model adapters is wiring, so it lives in main; it
 // needs both config and the adapters, and model/openai imports model.
 //
 // The table always holds "echo" (kind echo, model "echo"). Setting any of

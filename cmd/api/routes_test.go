@@ -17,7 +17,7 @@ import (
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func TestRoutesFromConfig_DESIGN6_Table(t *testing.T) {
+func TestRoutesFromConfig_Table(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name      string

@@ -1,6 +1,6 @@
 // Package agent is the in-process agent loop: turns, steps, streamed model
 // calls, tools (live global registry, tool filter, structured_output
-// capture), persona templating and the session-log writer (seam-spec §3).
+// capture), persona templating and the session-log writer (docs/seam.md §1).
 // It knows nothing of providers.
 //
 // Every state change is an event appended through store.Store and mirrored
@@ -74,18 +74,18 @@ type Config struct {
 	// Persona is this agent's persona template; nil inherits
 	// DeploymentPersona, "" means no persona. Vars are the prompt variables
 	// the template may reference; a func reports false when the variable
-	// has no value for the current assembly (seam-spec §1.7).
+	// has no value for the current assembly (docs/seam.md §9).
 	Persona           *string
 	DeploymentPersona string
 	Vars              map[string]func() (string, bool)
 
 	// OutputSchema, when set, installs the structured_output tool and its
-	// prompt section (seam-spec §4.3). It must lie in the schema subset.
+	// prompt section (docs/seam.md §9). It must lie in the schema subset.
 	OutputSchema json.RawMessage
 
 	// BeforeFirstStep, when set, is called once, inside the agent's first
 	// turn, right before its first model step; its events are appended
-	// there (the one-shot descriptor hook, seam-spec §3.4).
+	// there (the one-shot descriptor hook, docs/seam.md §10).
 	BeforeFirstStep func() []store.NewEvent
 
 	// SnapshotEvery is how many events a turn's end must leave after the

@@ -157,7 +157,7 @@ func (a *Agent) acceptLocked(msg sessionlog.UserMessage) {
 	}
 }
 
-// Steer is confirmed steering (seam-spec R96): it durably inserts content
+// Steer is confirmed steering (R96): it durably inserts content
 // into the running turn's next-step inbox and returns its message id only
 // once a model step admitted it — the message was logged as user/message
 // inside the turn and that step started. A steer pending when a step would
@@ -272,7 +272,7 @@ func (a *Agent) rejectSteersLocked(why string) {
 // reason: {kind: cause}}, a partially streamed message is logged with
 // interrupted: true, and pending steers are rejected. With keepInbox false
 // the queued messages are discarded (splice outcome canceled); with
-// keepInbox true they are parked (seam-spec R101–R103): they do not start
+// keepInbox true they are parked (R101–R103): they do not start
 // on their own, and the next Followup runs them first, in FIFO order, then
 // itself. Cancel returns before the turn has unwound (see WaitIdle); on an
 // idle agent it only applies the inbox rule.

@@ -518,7 +518,7 @@ func (a *Agent) runCalls(t *turnRun, n int, calls []model.ToolCall) (bool, error
 		return false, err
 	}
 	if capture != nil {
-		a.commitStructured(capture) // only once its result is logged (§4.3)
+		a.commitStructured(capture) // only once its result is logged (docs/seam.md §9)
 	}
 	return capture != nil, nil
 }

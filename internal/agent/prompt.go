@@ -18,20 +18,20 @@ type Section struct {
 // Well-known section names and orders.
 const (
 	// PersonaSection holds the (interpolated) persona; it shadows a
-	// Config.Sections entry of the same name (seam-spec §1.7).
+	// Config.Sections entry of the same name (docs/seam.md §9).
 	PersonaSection = "deployment:persona"
 	// StructuredSection tells the model to finish with structured_output
-	// (seam-spec §4.3); it shadows a Config.Sections entry of the same name.
+	// (docs/seam.md §9); it shadows a Config.Sections entry of the same name.
 	StructuredSection      = "tool:structured_output"
 	personaOrder           = 0
 	structuredSectionOrder = 190
 )
 
-// varName is the grammar of a prompt variable name (seam-spec §1.7).
+// varName is the grammar of a prompt variable name (docs/seam.md §9).
 var varName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
 // interpolate replaces each {{name}} in tmpl by the value of vars[name]
-// (seam-spec §1.7): a reference is a complete {{…}} group without braces
+// (docs/seam.md §9): a reference is a complete {{…}} group without braces
 // inside whose name matches ^[a-z][a-z0-9_]*$; a {{ with no later }} is
 // literal text; any other {{ … }} is malformed. Unknown names and variables
 // without a value for this assembly are errors. Values are not re-scanned.

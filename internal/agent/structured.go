@@ -10,7 +10,7 @@ import (
 )
 
 // StructuredOutputTool is the name of the scope-local capture tool installed
-// by Config.OutputSchema (seam-spec §4.3).
+// by Config.OutputSchema (docs/seam.md §9).
 const StructuredOutputTool = "structured_output"
 
 // Model-visible texts of the structured output runtime.

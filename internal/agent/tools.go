@@ -24,7 +24,7 @@ type Tool struct {
 	Parameters json.RawMessage
 	Run        func(ctx context.Context, call Call) ([]model.Block, error)
 	// Concurrent marks the tool safe to run alongside sibling calls of the
-	// same model response (delegation: seam-spec §5.1). Consecutive
+	// same model response (delegation: docs/seam.md §23). Consecutive
 	// concurrent calls run in parallel; their results are still logged in
 	// the model's order.
 	Concurrent bool
@@ -50,7 +50,7 @@ func (t Tool) spec() model.ToolSpec {
 }
 
 // RunCodeTool is the reserved Code-Mode transport name, which a tool filter
-// may never name (seam-spec §1.6).
+// may never name (docs/seam.md §9).
 const RunCodeTool = "run_code"
 
 // Registry holds the deployment-global tools. Tools may be registered and
@@ -118,7 +118,7 @@ func (r *Registry) tools() []Tool {
 	return out
 }
 
-// Filter scopes which global tools an agent sees (seam-spec §1.6). A nil
+// Filter scopes which global tools an agent sees (docs/seam.md §9). A nil
 // slice is an absent list; a non-nil empty Allow hides every global tool.
 // It is evaluated live: a deny-only filter admits globals registered later.
 type Filter struct {
@@ -130,7 +130,7 @@ type Filter struct {
 // filter that is empty or names an unknown global tool.
 var ErrToolFilter = errors.New("invalid tool filter")
 
-// filterError carries the spec's wording as its message and matches
+// filterError carries the refusal's wording as its message and matches
 // ErrToolFilter.
 type filterError struct{ msg string }
 
@@ -139,8 +139,7 @@ func (e *filterError) Is(target error) bool { return target == ErrToolFilter }
 
 // Check validates f against the global tools registered now: at least one
 // list, and every name a registered global tool other than run_code
-// (seam-spec §1.6). The error matches ErrToolFilter and carries the spec's
-// wording. Callers that must refuse a filter before an agent exists use it.
+// (docs/seam.md §9). The error matches ErrToolFilter and says what is wrong. Callers that must refuse a filter before an agent exists use it.
 func (f *Filter) Check(global *Registry) error {
 	if f.Allow == nil && f.Deny == nil {
 		return &filterError{"tool filter needs allow or deny"}

@@ -195,7 +195,7 @@ func TestTool_PanicAndErrorBecomeErrorResults(t *testing.T) {
 }
 
 // Sibling calls of concurrent tools in one response run at the same time
-// (seam-spec §5.1: parallel delegations); each waits until every sibling
+// (docs/seam.md §23: parallel delegations); each waits until every sibling
 // has started, which only parallel execution can satisfy. Results still
 // commit in the model's order, and a non-concurrent call runs on its own.
 func TestTools_ConcurrentSiblingsRunInParallelResultsInOrder(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package config reads the SUBAGENTD_CONFIG file (DESIGN §6): the ACP agents
+// Package config reads the SUBAGENTD_CONFIG file (docs/architecture.md §9): the ACP agents
 // the service may run as providers, the model routes of in-process agents, the
 // default route and the workspace roots that every child cwd must lie in.
 //
@@ -59,7 +59,7 @@ type File struct {
 	WebhooksAllowPrivate bool
 }
 
-// ProviderConfig is one ACP agent run as a provider (seam-spec §4.4).
+// ProviderConfig is one ACP agent run as a provider (docs/seam.md §2).
 type ProviderConfig struct {
 	// Name is the provider name: [a-z0-9][a-z0-9_-]*, unique, not spawn or fork.
 	Name string

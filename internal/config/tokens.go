@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Token is one API token (DESIGN §7): a request that presents the token
+// Token is one API token (docs/architecture.md §10): a request that presents the token
 // whose SHA-256 is Hash acts as Tenant. Only the hash is kept, so neither
 // the file nor the process holds a usable token.
 type Token struct {

@@ -14,7 +14,7 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// Control tool names (seam-spec §5.2).
+// Control tool names (docs/seam.md §23).
 const (
 	SendMessageTool    = "send_message"
 	InterruptAgentTool = "interrupt_agent"
@@ -29,8 +29,8 @@ const (
 
 // Statuses list_agents shows: running while the child has a live
 // activation, ready when it is stored and resumable with nothing to collect.
-// (The reference's "idle" — resident but not working — does not occur here:
-// an activation settles when its turn ends.)
+// There is no "idle" status — resident but not working — because an
+// activation settles when its turn ends.
 const (
 	statusRunning = "running"
 	statusReady   = "ready"
@@ -131,7 +131,7 @@ func (t *Tools) sendMessage(ctx context.Context, call agent.Call) ([]model.Block
 }
 
 // interruptAgent is interrupt_agent. The caller may interrupt any agent
-// below it (ancestor authority, seam-spec §5.2): the tool checks that the
+// below it (ancestor authority, docs/seam.md §23): the tool checks that the
 // caller is on the target's durable parent chain, then asks the manager on
 // behalf of the target's direct parent.
 func (t *Tools) interruptAgent(ctx context.Context, call agent.Call) ([]model.Block, error) {
@@ -180,7 +180,7 @@ func (t *Tools) descendantParent(ctx context.Context, callerID, targetID string)
 	return "", fmt.Errorf("agent %s is not one of your subagents: only agents started below this session can be interrupted", targetID)
 }
 
-// listAgents is list_agents (seam-spec §5.2 projection and rendering).
+// listAgents is list_agents (docs/seam.md §23 projection and rendering).
 func (t *Tools) listAgents(ctx context.Context, call agent.Call) ([]model.Block, error) {
 	a, err := args[struct {
 		Scope string `json:"scope"`

@@ -1,5 +1,5 @@
 // Package delegate is model-driven delegation: the agents of root sessions
-// (Roots) and the model-facing tools of seam-spec §5 that let any in-process
+// (Roots) and the model-facing tools of docs/seam.md §23 that let any in-process
 // agent start and steer subagents (Tools). The model route table is built
 // by cmd/api, which picks the adapters.
 //

@@ -56,9 +56,9 @@ func delegatingModel() *scripted.Model {
 	})
 }
 
-// TestEndToEnd_RootDelegatesToSpawnAndForkInOneStep is the issue's
+// TestEndToEnd_RootDelegatesToSpawnAndForkInOneStep is delegation's
 // end-to-end check: a root session's model calls subagent twice in one step
-// (spawn and fork), the two children run in parallel (seam-spec §5.1), and
+// (spawn and fork), the two children run in parallel (docs/seam.md §23), and
 // the root gets both results as tool results in the next step; the
 // lifecycle log holds both start/end pairs and the root has both children.
 func TestEndToEnd_RootDelegatesToSpawnAndForkInOneStep(t *testing.T) {

@@ -541,8 +541,8 @@ func (r *Roots) closeAgent(ctx context.Context, id string, s *root) error {
 	return nil
 }
 
-// Notify delivers msg — a settlement notice or a child report (seam-spec
-// §2.10, §2.14), whose id the manager issued — to root session parentID,
+// Notify delivers msg — a settlement notice or a child report
+// (docs/seam.md §13, §17), whose id the manager issued — to root session parentID,
 // in the order Notify accepted messages for it (R110):
 //
 //   - a live agent running a turn gets it steered into its next step, so

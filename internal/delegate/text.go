@@ -8,8 +8,8 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// Model-visible texts of the delegation tool (seam-spec §5.1). The tests pin
-// them; change them together with the spec.
+// Model-visible texts of the delegation tool (docs/seam.md §23). The tests pin
+// them; change them together with docs/seam.md §23.
 const (
 	headlineAborted   = "subagent run was cancelled"
 	headlineError     = "subagent run failed"
@@ -41,7 +41,7 @@ const (
 )
 
 // Headline returns the first line of the isError result of a foreground run
-// that ended with reason (seam-spec §5.1); an unknown reason reads
+// that ended with reason (docs/seam.md §23); an unknown reason reads
 // "subagent run ended abnormally (<reason>)". Completed has no headline.
 func Headline(reason string) string {
 	switch reason {
@@ -58,7 +58,7 @@ func Headline(reason string) string {
 }
 
 // FailureText is the isError message of a non-completed foreground run
-// (seam-spec §5.1): the headline, then "\nDiagnostic: <d>" when there is a
+// (docs/seam.md §23): the headline, then "\nDiagnostic: <d>" when there is a
 // diagnostic, then "\nPartial output before the run ended:\n<text>" when the
 // output has text.
 func FailureText(r subagent.Result) string {

@@ -16,7 +16,7 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// DefaultMaxDepth caps model-driven delegation chains (seam-spec §5.1:
+// DefaultMaxDepth caps model-driven delegation chains (docs/seam.md §23:
 // maxDepth 3 by default): a root's children are depth 1, and depth 4 is
 // refused with "subagent depth 4 exceeds maxDepth 3".
 const DefaultMaxDepth = 3
@@ -45,7 +45,7 @@ type Seam interface {
 var _ Seam = (*subagent.Service)(nil)
 
 // Continuations is the part of *subagent.Manager the tools drive: background
-// delegation and the control tools of seam-spec §5.2.
+// delegation and the control tools of docs/seam.md §23.
 type Continuations interface {
 	// StartContinuable creates a continuable child and accepts its prompt.
 	StartContinuable(ctx context.Context, req subagent.ContinuableRequest) (subagent.ContinuableStarted, error)
@@ -77,20 +77,19 @@ type ToolsConfig struct {
 	Registry *agent.Registry
 	// MaxDepth caps the depth of children the tools start; nil means
 	// DefaultMaxDepth. It is sent only to providers with the depthLimit
-	// capability; the others manage depth themselves (seam-spec §5.1
-	// "provider-managed").
+	// capability; the others manage depth themselves (docs/seam.md §23).
 	MaxDepth *int
 	// Logger receives tool (un)mounting and internal failures. Required.
 	Logger *slog.Logger
 }
 
-// Tools keeps the model-facing tools of seam-spec §5 in the global
+// Tools keeps the model-facing tools of docs/seam.md §23 in the global
 // registry: one delegation tool per registered provider, mirroring
 // provider-added and provider-removed (R8), and, with Continuations, the
 // control tools send_message, interrupt_agent and list_agents.
 //
 // One tool per provider, rather than one tool with a provider parameter,
-// because seam-spec §5.1 binds each tool instance to one provider and never
+// because docs/seam.md §23 binds each tool instance to one provider and never
 // has a provider parameter: each tool's wording is derived from its own
 // provider (a fork child sees the conversation, a spawn child does not), and
 // a model picks between differently described tools more reliably than
@@ -264,7 +263,7 @@ func (t *Tools) tool(p subagent.Provider) agent.Tool {
 		Name:        d.tool,
 		Description: description,
 		Parameters:  schema,
-		Concurrent:  true, // sibling delegations run side by side (seam-spec §5.1)
+		Concurrent:  true, // sibling delegations run side by side (docs/seam.md §23)
 		Run: func(ctx context.Context, call agent.Call) ([]model.Block, error) {
 			return t.delegate(ctx, d, call)
 		},
@@ -280,7 +279,7 @@ func mustJSON(v any) json.RawMessage {
 	return raw
 }
 
-// delegate runs one delegation call (seam-spec §5.1 execution): background
+// delegate runs one delegation call (docs/seam.md §23): background
 // when the tool supports it and run_in_background is not false, else
 // foreground.
 func (t *Tools) delegate(ctx context.Context, d delegation, call agent.Call) ([]model.Block, error) {
@@ -335,7 +334,7 @@ func (t *Tools) parent(ctx context.Context, id string) (subagent.Parent, error) 
 }
 
 // foreground starts a one-shot run, waits for its result and always disposes
-// it (seam-spec §5.1 step 6). ctx is the calling turn: when it ends the run
+// it (docs/seam.md §23). ctx is the calling turn: when it ends the run
 // is cancelled and reported as cancelled.
 func (t *Tools) foreground(ctx context.Context, provider string, req subagent.Request) ([]model.Block, error) {
 	h, err := t.seam.Start(ctx, provider, req)

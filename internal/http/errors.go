@@ -41,7 +41,7 @@ type problemType struct {
 	title  string
 }
 
-// problems is the one code → status table (DESIGN §3). A code missing here
+// problems is the one code → status table (docs/architecture.md §8). A code missing here
 // is a bug and is answered as INTERNAL.
 var problems = map[string]problemType{
 	subagent.ENoProvider:            {http.StatusNotFound, "No such provider"},

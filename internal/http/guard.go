@@ -19,7 +19,7 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// Codes of the security layer (DESIGN §3, §7).
+// Codes of the security layer (docs/architecture.md §8, §10).
 const (
 	codeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
 	codeIdempotencyReused    = "IDEMPOTENCY_KEY_REUSED"
@@ -273,7 +273,7 @@ func (s *Server) cors(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// checkBody holds a POST to what DESIGN §3 asks of bodies: a body (and
+// checkBody holds a POST to what docs/architecture.md §8 asks of bodies: a body (and
 // every cookie-authenticated POST, bodiless or not: a cross-site form
 // cannot send JSON) must be application/json or +json (415), and a body
 // declared larger than the limit is 413 before a byte of it is read.

@@ -17,7 +17,7 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// Idempotency keys (DESIGN §3, after the IETF httpapi
+// Idempotency keys (docs/architecture.md §8, after the IETF httpapi
 // idempotency-key-header draft).
 const (
 	idempotencyHeader = "Idempotency-Key"

@@ -9,7 +9,7 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// Defaults of the per-tenant limits (DESIGN §7): far above what one person
+// Defaults of the per-tenant limits (docs/architecture.md §10): far above what one person
 // on a laptop, the dashboard or bench/ does, low enough to stop a runaway
 // client from starving the other tenants.
 const (

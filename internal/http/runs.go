@@ -166,7 +166,7 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request) error {
 }
 
 // steerRun steers content into a live run — a one-shot run or a
-// continuable child's activation (seam-spec R96), on whichever replica
+// continuable child's activation (R96), on whichever replica
 // drives it — and answers once a model step admitted it. Steering is
 // strict: content that was not admitted is STEER_REJECTED, never queued
 // for a later turn or resumed, and a run that is not live is

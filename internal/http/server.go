@@ -1,5 +1,5 @@
 // Package http is the HTTP transport of subagentd: the v1 REST API of
-// DESIGN §3, its Server-Sent Event streams, problem+json errors, Prometheus
+// api/openapi.yaml, its Server-Sent Event streams, problem+json errors, Prometheus
 // metrics, the OpenAPI document with Swagger UI, and the dashboard.
 // Handlers decode and validate wire structs, call the subagent seam or the
 // store, and encode the answer; they hold no domain logic.
@@ -159,7 +159,7 @@ type Config struct {
 	// subscriber that falls further behind is disconnected.
 	RingSize int
 
-	// Tokens are the API tokens (DESIGN §7): with any, every /v1 route,
+	// Tokens are the API tokens (docs/architecture.md §10): with any, every /v1 route,
 	// /readyz and /metrics need a bearer token or a sign-in cookie, and
 	// the token's tenant scopes the request. Without tokens every request
 	// is the default tenant's and only loopback Host headers are answered.

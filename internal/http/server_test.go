@@ -20,7 +20,7 @@ import (
 var chiParamRegexp = regexp.MustCompile(`\{([^}:]+):[^}]*\}`)
 
 // TestRoutes_MatchSpec holds the router and api/openapi.yaml to the same
-// set of paths and methods (DESIGN §8: chi.Walk feeds the drift test).
+// set of paths and methods (chi.Walk feeds the drift test).
 func TestRoutes_MatchSpec(t *testing.T) {
 	b := setup(t)
 	doc, _ := spec(t)

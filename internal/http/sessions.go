@@ -158,7 +158,7 @@ func (s *Server) listSessionEvents(w http.ResponseWriter, r *http.Request) error
 }
 
 // listSessionChildren answers the direct subagent children of a session
-// (seam-spec §2.16), from durable headers and descriptors, without loading
+// (docs/seam.md §19), from durable headers and descriptors, without loading
 // or resuming anything. Unlike the seam's listChildren (R129), an unknown
 // session is SESSION_NOT_FOUND, as on every /v1/sessions/{id} route.
 // Children whose identity cannot be read are diagnostic entries.

@@ -71,7 +71,7 @@ func TestSessions_CreateAndGet(t *testing.T) {
 // TestSessions_CreateValidation: every field is bounded; unknown fields,
 // malformed JSON and oversized bodies are rejected with field errors.
 // A root session's cwd — which its children and ACP agents inherit — must
-// be an existing directory inside a workspace root (DESIGN §7).
+// be an existing directory inside a workspace root (docs/architecture.md §10).
 func TestSessions_CwdInsideWorkspaceRoots(t *testing.T) {
 	root := t.TempDir()
 	inside := filepath.Join(root, "project")

@@ -15,7 +15,7 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// Browser sign-in (DESIGN §7): EventSource cannot send an Authorization
+// Browser sign-in (docs/architecture.md §10): EventSource cannot send an Authorization
 // header, so the dashboard trades a token for a session cookie once.
 const (
 	authSessionPath = "/v1/auth/session"

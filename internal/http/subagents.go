@@ -28,8 +28,8 @@ func (s *Server) createSubagent(w http.ResponseWriter, r *http.Request) error {
 }
 
 // startSubagent starts the continuable child req asks for and returns once
-// its prompt is durably accepted, before any model request (seam-spec
-// R57). ctx's cancellation counts only until acceptance (R61): the child
+// its prompt is durably accepted, before any model request
+// (R57). ctx's cancellation counts only until acceptance (R61): the child
 // outlives the request. Each activation is a task; the answer names the
 // first.
 func (s *Server) startSubagent(ctx context.Context, req createSubagentRequest) (createSubagentResponse, error) {

@@ -11,8 +11,8 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// Wire types: the JSON of api/openapi.yaml. Domain types carry no JSON tags
-// (STYLE A.2); these convert to and from them. Request structs carry the
+// Wire types: the JSON of api/openapi.yaml. Domain types carry no JSON tags;
+// these convert to and from them. Request structs carry the
 // validate tags that bound every field.
 
 type capabilitiesJSON struct {
@@ -350,7 +350,7 @@ type promptResponse struct {
 	MessageID string `json:"messageId"`
 }
 
-// createSubagentRequest is a continuable start (DESIGN §3): a one-shot
+// createSubagentRequest is a continuable start (docs/seam.md §11): a one-shot
 // start without outputSchema and onDisconnect, with a required label and
 // an optional caller-reserved child id.
 type createSubagentRequest struct {
@@ -386,9 +386,9 @@ type createSubagentResponse struct {
 	MessageID string `json:"messageId"`
 }
 
-// sourceJSON attributes a followup (seam-spec §1.19). A client may claim
+// sourceJSON attributes a followup (docs/seam.md §1). A client may claim
 // user or coordinator; either grants nothing: the authority is
-// parentSessionId (seam-spec R84).
+// parentSessionId (R84).
 type sourceJSON struct {
 	Kind string `json:"kind" validate:"required,oneof=user coordinator"`
 }

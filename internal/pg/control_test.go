@@ -23,7 +23,7 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// Control across replicas (DESIGN §5): two replicas, each a Service, a
+// Control across replicas (docs/architecture.md §5): two replicas, each a Service, a
 // Manager and Roots over a pool of its own on one database, with owners
 // of their own. Requests taken by B for what A drives are carried out by
 // A; a lease A stops renewing is taken over by B.

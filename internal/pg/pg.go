@@ -1,4 +1,4 @@
-// Package pg is the Postgres store.Store (DESIGN §4, §5): durable, shared by
+// Package pg is the Postgres store.Store (docs/architecture.md §7, §5): durable, shared by
 // every replica. Writes are group-committed (writer.go): concurrent writes of
 // many sessions share one transaction, and each caller is answered after the
 // commit that holds its write. Commits are announced with pg_notify after

@@ -17,7 +17,7 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// Quiet messages across a restart (seam-spec R108, R118): a quiet report
+// Quiet messages across a restart (R108, R118): a quiet report
 // a crash left in a resident agent's inbox is delivered after the restart
 // still without waking it — recovery starts nothing for it, and the next
 // turn something else starts reads it first.

@@ -18,7 +18,7 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// Group commit (DESIGN §8, STYLE A.12). Every write that announces a topic —
+// Group commit (docs/architecture.md §7). Every write that announces a topic —
 // session creation, log appends, run starts and ends, lifecycle appends —
 // goes through one writer per Store. Whenever a flush slot is free (half the
 // pool's connections may flush at once, so that one flush's wait for its
@@ -62,7 +62,7 @@ const (
 	// pollInterval is the safety net for a lost wake-up: every subscriber is
 	// woken this often to re-read the tables, so an event reaches the SSE
 	// streams of every replica within about a second of its commit even
-	// when its NOTIFY is lost (DESIGN §5).
+	// when its NOTIFY is lost (docs/architecture.md §5).
 	pollInterval = time.Second
 	// flushTimeout bounds one flush: a database that does not answer (a
 	// network partition) fails the flush's writes, like a dropped

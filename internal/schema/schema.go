@@ -1,5 +1,5 @@
 // Package schema implements the JSON-Schema subset that structured output
-// enforces (seam-spec §1.5): Check tells whether a caller's outputSchema lies
+// enforces (docs/seam.md §9): Check tells whether a caller's outputSchema lies
 // inside the subset and Validate checks a value against an accepted schema.
 //
 // It is hand-written rather than built on a general JSON Schema library: the

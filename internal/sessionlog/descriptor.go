@@ -12,7 +12,7 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// DescriptorVersion is the current subagent/descriptor version (seam-spec §1.8).
+// DescriptorVersion is the current subagent/descriptor version (docs/seam.md §10).
 const DescriptorVersion = 2
 
 // Descriptor modes, which are also the modes of a child's session header.
@@ -21,7 +21,7 @@ const (
 	ModeContinuable = "continuable"
 )
 
-// Descriptor is the subagent/descriptor event payload, version 2 (§1.8):
+// Descriptor is the subagent/descriptor event payload, version 2 (docs/seam.md §10):
 // the identity a child was started with, which listing and resume read
 // back. Empty optional strings and a nil ToolFilter/Persona are absent.
 type Descriptor struct {
@@ -34,7 +34,7 @@ type Descriptor struct {
 	ToolFilter    *ToolFilter
 }
 
-// ToolFilter scopes the global tools a child sees (seam-spec §1.6). A nil
+// ToolFilter scopes the global tools a child sees (docs/seam.md §9). A nil
 // slice is an absent list; a non-nil empty Allow hides every global tool.
 type ToolFilter struct {
 	Allow []string
@@ -49,7 +49,7 @@ const EventDescriptor = "subagent/descriptor"
 // "corrupt" diagnostic; resume refuses it.
 var ErrCorruptDescriptor = errors.New("corrupt subagent descriptor")
 
-// descriptorJSON is the persisted payload (seam-spec §1.8). Absent inputs
+// descriptorJSON is the persisted payload (docs/seam.md §10). Absent inputs
 // are omitted, never written as null.
 type descriptorJSON struct {
 	Version       int             `json:"version"`
@@ -110,7 +110,7 @@ func EncodeDescriptor(d Descriptor) (json.RawMessage, error) {
 }
 
 // ParseDescriptor reads a persisted subagent/descriptor payload with the
-// rules of seam-spec §1.8, in order. supported is false, with no error,
+// rules of docs/seam.md §10, in order. supported is false, with no error,
 // when the payload has another version (unclassifiable, not corrupt). A
 // malformed payload of the current version returns an error wrapping
 // ErrCorruptDescriptor.
@@ -240,7 +240,7 @@ func jsonString(raw json.RawMessage) (string, bool) {
 }
 
 // ResumeDescriptor is the resume fold, the authority for cold resume
-// (seam-spec §1.8): the first subagent/descriptor in the own suffix of sess's log, the events
+// (docs/seam.md §10): the first subagent/descriptor in the own suffix of sess's log, the events
 // with seq >= SeedLength, so that a fork child never resumes under an
 // ancestor's descriptor. It reads the log only up to that event. found is
 // false when the suffix has none or the first one has another version; err
@@ -271,7 +271,7 @@ type Identity struct {
 	Seq int64
 }
 
-// IdentityDescriptor is the authority for listing (seam-spec §1.8, §3.7): a
+// IdentityDescriptor is the authority for listing (docs/seam.md §10): a
 // last-wins fold over the whole log in which a malformed or unknown-version
 // descriptor resets the identity. It returns nil (serialized as null) when
 // the log ends without a valid descriptor; it never fails.

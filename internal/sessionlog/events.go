@@ -7,8 +7,8 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// Session-log event types of turns, steps, messages and the inbox (seam-spec
-// §3.2), written by the agent and the providers. The vocabulary is open:
+// Session-log event types of turns, steps, messages and the inbox
+// (docs/seam.md §1), written by the agent and the providers. The vocabulary is open:
 // readers must skip types they do not know.
 const (
 	EventTurnStart        = store.TurnStartEvent
@@ -73,7 +73,7 @@ type StepData struct {
 	Step int `json:"step"`
 }
 
-// Source attributes a user-role message (seam-spec §1.19). It grants nothing.
+// Source attributes a user-role message (docs/seam.md §1). It grants nothing.
 type Source struct {
 	Kind            string `json:"kind"`
 	Form            string `json:"form,omitempty"`

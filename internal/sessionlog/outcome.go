@@ -20,12 +20,12 @@ type TurnEnd struct {
 // Outcome is what a run or an activation settles on, read from the events
 // it appended.
 type Outcome struct {
-	// Output is the canonical final output (seam-spec §1.11): the last
+	// Output is the canonical final output (docs/seam.md §6): the last
 	// assistant/message with non-empty content (textless content counts);
 	// else all text-delta chunks joined into one text block; else none.
 	// It is never nil, so a result holds [] when there is no output.
 	Output []model.Block
-	// End is the consumed-work fold's accounting turn (seam-spec §3.5): the
+	// End is the consumed-work fold's accounting turn (docs/seam.md §6): the
 	// last turn/end of a turn that did work — it stepped, or it claimed
 	// inbox input and did not complete cleanly. Nil when none did.
 	End *TurnEnd

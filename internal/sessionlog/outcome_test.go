@@ -76,7 +76,7 @@ func TestOutcome_Output(t *testing.T) {
 		{"last non-empty message wins",
 			[]any{EventAssistantMessage, message(model.TextBlock("first")), EventAssistantMessage, message(model.TextBlock("second"))},
 			`[{"type":"text","text":"second"}]`},
-		{"empty usage-only message is ignored (§8.3)",
+		{"empty usage-only message is ignored (docs/seam.md §6)",
 			[]any{EventAssistantMessage, message(model.TextBlock("answer")), EventAssistantMessage, message()},
 			`[{"type":"text","text":"answer"}]`},
 		{"textless message still counts",

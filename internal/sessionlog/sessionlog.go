@@ -5,7 +5,7 @@
 // descriptor folds, the messages a log holds and the last task. It holds
 // domain types only: storage is store.Store's, transport is internal/http's.
 //
-// The vocabulary is open (seam-spec §3.2): folds skip event types they do
+// The vocabulary is open (docs/seam.md §1): folds skip event types they do
 // not know and payloads they cannot decode.
 package sessionlog
 

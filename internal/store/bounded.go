@@ -10,7 +10,7 @@ import (
 )
 
 // ErrUnavailable: the store cannot be reached, or did not answer within
-// its call bound (DESIGN §5: a request that needs the database gets a 503,
+// its call bound (docs/architecture.md §5: a request that needs the database gets a 503,
 // never a hang). Stores wrap their connection failures in it.
 var ErrUnavailable = errors.New("store unavailable")
 

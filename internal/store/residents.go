@@ -9,7 +9,7 @@ import (
 
 // ErrFenced: the write was made for a resident agent whose lease the
 // writer (Owner of its context) no longer holds — another replica took it
-// over (DESIGN §5). Nothing was written.
+// over (docs/architecture.md §5). Nothing was written.
 var ErrFenced = errors.New("lease lost")
 
 type ownerKey struct{}
@@ -39,7 +39,7 @@ type Resident struct {
 }
 
 // Control is a control request for a resident agent or a run another
-// replica drives (DESIGN §5): Op with its Payload, for Target (a session
+// replica drives (docs/architecture.md §5): Op with its Payload, for Target (a session
 // or run id), to be carried out by Owner, which writes Answer.
 type Control struct {
 	ID string
@@ -72,7 +72,7 @@ type Residents interface {
 	// Driving returns which of sessionIDs (at most 1000) a replica drives
 	// through a turn at now: a resident lease live at now, and a log whose
 	// newest TurnStartEvent has no TurnEndEvent after it. It is the
-	// activity of root sessions, which have no runs rows (DESIGN §5), the
+	// activity of root sessions, which have no runs rows (docs/architecture.md §5), the
 	// same on every replica; a turn a crash left open is not driven once
 	// its lease lapsed.
 	Driving(ctx context.Context, sessionIDs []string, now time.Time) (map[string]bool, error)

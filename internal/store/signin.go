@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Signin is a browser sign-in (DESIGN §7): the cookie a token was traded
+// Signin is a browser sign-in (docs/architecture.md §10): the cookie a token was traded
 // for. Stores keep only the SHA-256 of the cookie value, so a dump of the
 // store yields no usable cookie.
 type Signin struct {

@@ -43,7 +43,7 @@ func Tenant(ctx context.Context) string {
 	return DefaultTenant
 }
 
-// Session is a session header (seam-spec §1.22). Root sessions are created by
+// Session is a session header (docs/seam.md §1). Root sessions are created by
 // clients and carry their own agent route; children are created by providers.
 type Session struct {
 	ID       string
@@ -112,7 +112,7 @@ const (
 
 // Run is one one-shot run or one activation of a continuable child (kind
 // activation, with TaskID). Owner and LeaseUntil record which replica drives
-// it (DESIGN §5).
+// it (docs/architecture.md §5).
 type Run struct {
 	ID string
 	// Tenant is filled in by the store when reading; it is ignored on write
@@ -204,7 +204,7 @@ type PendingChild struct {
 }
 
 // Idempotency is the record of a request sent with an Idempotency-Key
-// (DESIGN §3), scoped to the tenant like every row.
+// (docs/architecture.md §8), scoped to the tenant like every row.
 type Idempotency struct {
 	Key string
 	// RequestHash identifies the request (method, path, body): a retry with

@@ -72,7 +72,7 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 	}
 	tr.inv.SetRun(act.runID, c.key.ID)
 	// The epoch's facts come only from the events after the start edge
-	// (R69, §8.7): the agent folds them as it appends them.
+	// (R69, docs/seam.md §12): the agent folds them as it appends them.
 	ag.Track()
 	if p, ok := m.svc.Provider(desc.Provider); ok {
 		act.local = p.Capabilities().Local
@@ -207,7 +207,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) (err error) {
 		}
 	}()
 	// Only the descriptor's route: never the original budget, never the
-	// parent's current route (§1.8, R88).
+	// parent's current route (docs/seam.md §10, R88).
 	inc := &incarnation{}
 	ag, err := m.materializer(desc.Provider).Materialize(ctx, MaterializeRequest{Session: sess, Descriptor: desc,
 		Options: AgentOptions{Provider: desc.AgentProvider, Model: desc.AgentModel}, Report: m.reporter(c.key, inc)})

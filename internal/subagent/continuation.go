@@ -13,14 +13,13 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// Continuable children (seam-spec §1.15–§1.19, §2.8–§2.17, DESIGN §1).
+// Continuable children (docs/seam.md §11–§20, §22).
 //
 // A continuable child is a durable child session whose log carries a
 // continuable descriptor before its first turn. The Manager drives it in
 // residency epochs called activations: each is one live agent, one run row
 // of kind activation with a fresh task id, and one subagent/start …
-// subagent/end pair. This service deliberately differs from the reference
-// on two points, both from DESIGN §1:
+// subagent/end pair. Two deliberate choices shape it (docs/seam.md §22):
 //
 //   - A followup to a running child is steered into its open turn with
 //     confirmed admission (route "steered"); a followup to a child that is
@@ -34,7 +33,7 @@ import (
 //     user/message, so a message accepted before a crash is delivered after
 //     the restart (Recover) instead of being lost (R132).
 
-// Followup routes (seam-spec §2.12 R96, DESIGN §1).
+// Followup routes (R83, R94, docs/seam.md §22).
 const (
 	// RouteSteered: the content was admitted into the running turn's next
 	// model step.
@@ -52,13 +51,13 @@ const (
 	RouteQueued = "queued"
 )
 
-// Child activity in listings and ChildInfo (seam-spec §1.20).
+// Child activity in listings and ChildInfo (docs/seam.md §19).
 const (
 	ActivityRunning  = "running"
 	ActivityInactive = "inactive"
 )
 
-// Message source kinds (seam-spec §1.19): the manager writes the first
+// Message source kinds (docs/seam.md §1): the manager writes the first
 // three; SourceCoordinator marks a model-issued send_message relayed by
 // the delegation tools.
 const (
@@ -68,7 +67,7 @@ const (
 	SourceCoordinator     = "coordinator"
 )
 
-// Report deliveries (seam-spec §1.18, R108).
+// Report deliveries (docs/seam.md §17, R108).
 const (
 	// DeliveryNextStep wakes the parent: the report joins its running
 	// turn at the next model step, or starts a turn. The default.
@@ -79,7 +78,7 @@ const (
 )
 
 // ContinuableCreateRequest is what a ContinuableProvider prepares a child
-// from (seam-spec §1.15): the child id the manager reserved and the parent.
+// from (docs/seam.md §11): the child id the manager reserved and the parent.
 type ContinuableCreateRequest struct {
 	SessionID string
 	Parent    Parent
@@ -93,7 +92,7 @@ type ContinuableSpec struct {
 }
 
 // ContinuableProvider is a Provider that can create continuable children
-// (seam-spec §1.15, R54–R55). Its one-shot Start is never called for them;
+// (docs/seam.md §11, R54–R55). Its one-shot Start is never called for them;
 // the Manager owns the child's agent, built by its Materializer.
 type ContinuableProvider interface {
 	Provider
@@ -154,7 +153,7 @@ type MaterializeRequest struct {
 	Descriptor Descriptor
 	// Options is the child's model route for this activation: on creation
 	// the parent's route overridden by the request's (R45); on resume only
-	// the descriptor's agentProvider and agentModel, never a budget (§1.8).
+	// the descriptor's agentProvider and agentModel, never a budget (docs/seam.md §10).
 	Options AgentOptions
 	// Create is set on creation only. The materializer calls it after every
 	// check of its own passed and before it builds the agent; it writes the
@@ -163,7 +162,7 @@ type MaterializeRequest struct {
 	// Report sends content to the child's durable parent as this
 	// activation (ReportFrom with the manager's delivery policy) and
 	// returns the message id; the materializer offers it to the child's
-	// model as the report tool (seam-spec §5.3). It answers EUnauthorized
+	// model as the report tool (docs/seam.md §17). It answers EUnauthorized
 	// once another activation of the child is resident.
 	Report func(ctx context.Context, content []model.Block) (string, error)
 }
@@ -200,8 +199,8 @@ func (m *Manager) materializer(provider string) Materializer {
 	return m.mat
 }
 
-// NoticeSink delivers settlement notices (seam-spec §2.10) and child
-// reports (§2.14) to parents the Manager does not drive: root sessions
+// NoticeSink delivers settlement notices (docs/seam.md §13) and child
+// reports (docs/seam.md §17) to parents the Manager does not drive: root sessions
 // (*delegate.Roots implements it). Notices and reports to continuable
 // parents go through the Manager's own inbox.
 type NoticeSink interface {
@@ -224,13 +223,13 @@ type ManagerConfig struct {
 	Notices NoticeSink
 	// ReportDelivery is the delivery of reports made with the report tool
 	// (MaterializeRequest.Report): DeliveryNextStep (empty means that) or
-	// DeliveryQuiet — a deployment policy (seam-spec §5.3).
+	// DeliveryQuiet — a deployment policy (docs/seam.md §17).
 	ReportDelivery string
 	// Logger receives delivery and settlement faults. Required.
 	Logger *slog.Logger
 }
 
-// ContinuableRequest is a continuable start (seam-spec §1.15): a one-shot
+// ContinuableRequest is a continuable start (docs/seam.md §11): a one-shot
 // request without outputSchema, plus the durable label and an optional
 // caller-reserved child id. Capability flags are not consulted (R63).
 type ContinuableRequest struct {
@@ -270,7 +269,7 @@ type FollowupResult struct {
 //
 // Each child with anything live — an activation, followups awaiting their
 // route, a cold resume owed — is owned by one loop of the resident engine
-// (internal/resident, DESIGN §2): every delivery, residency and settlement
+// (internal/resident, docs/architecture.md §5): every delivery, residency and settlement
 // decision for it (R65) is a command its loop runs, one at a time. The
 // loop also watches its agent's turn end (turnEnd), which settles the
 // activation; a steer's admission is awaited off the loop and comes back

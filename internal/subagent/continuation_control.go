@@ -11,7 +11,7 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// The Manager across replicas (DESIGN §5, see Control): a continuable
+// The Manager across replicas (docs/architecture.md §5, see Control): a continuable
 // child is driven by the replica holding its resident lease, claimed in
 // the child's loop before an activation starts (resident.Group.Hold) and
 // released by the loop once no activation is left. Requests for a

@@ -67,7 +67,7 @@ func TestFollowup_R82_R88_StartedAfterSettlementKeepsTheLogAndOneDescriptor(t *t
 		}
 		tasks = append(tasks, f.TaskID)
 		end := e.ended(t, f.TaskID)
-		// §8.7: the resumed epoch reports only its own output.
+		// docs/seam.md §12: the resumed epoch reports only its own output.
 		if want := []string{"second answer", "third answer"}[i]; end.StopReason != StopCompleted || model.Text(end.LastAssistantMessage) != want {
 			t.Errorf("epoch %d end %+v, want output %q", i+2, end, want)
 		}

@@ -56,7 +56,7 @@ func TestChildren_R121_R125_FromDurableHeadersAndDescriptors(t *testing.T) {
 	addChild(t, e, "a-cont", "p1", OriginSubagent, 1, contHdr, contDesc) // same time: id order
 	addChild(t, e, "c-corrupt", "p1", OriginSubagent, 2, noHdr)
 	addChild(t, e, "d-ordinary", "p1", "", 3, contHdr, contDesc)
-	// The header is the listing identity: the log is not read (DESIGN §2).
+	// The header is the listing identity: the log is not read (R122).
 	addChild(t, e, "e-header-wins", "p1", OriginSubagent, 4, contHdr, oneShotDesc)
 	addChild(t, e, "f-no-header-identity", "p1", OriginSubagent, 5, noHdr, contDesc)
 	addChild(t, e, "grandchild", "a-cont", OriginSubagent, 6, oneShotHdr, oneShotDesc)

@@ -45,7 +45,7 @@ func serve(t *testing.T, svc *Service) {
 
 // While replica A drives a child's activation (it holds the child's
 // resident lease), a followup and an interrupt taken by replica B are
-// carried out by A (DESIGN §5): the followup is steered into A's running
+// carried out by A (docs/architecture.md §5): the followup is steered into A's running
 // turn and lands in the log once, B answers with A's route and task, and
 // B never builds an agent of its own over the log.
 func TestReplicas_FollowupAndInterruptThroughAnotherReplicaReachTheOwner(t *testing.T) {

@@ -89,7 +89,7 @@ func TestContinuable_R56_CreationLogAndDescriptorBeforeFirstTurn(t *testing.T) {
 	if err := json.Unmarshal(evs[8].Data, &turn); err != nil || turn.Turn != 2 {
 		t.Errorf("first own turn %s: numbering continues after the seed", evs[8].Data)
 	}
-	// Route: the request's model, the parent's provider; no budget (§1.8).
+	// Route: the request's model, the parent's provider; no budget (docs/seam.md §10).
 	if string(evs[4].Data) != `{"version":2,"mode":"continuable","provider":"spawn","label":"task","agentProvider":"route-a","agentModel":"model-b","persona":"Be terse."}` {
 		t.Errorf("descriptor %s", evs[4].Data)
 	}

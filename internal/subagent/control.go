@@ -16,7 +16,7 @@ import (
 	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
-// Control is where requests cross replicas (DESIGN §5). Every resident
+// Control is where requests cross replicas (docs/architecture.md §5). Every resident
 // agent — a root session or a continuable child — is driven by the one
 // replica that holds its resident lease (store.ClaimResident), renewed
 // with the run leases (KeepLeases). A request for an agent, or a run,

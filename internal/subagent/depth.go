@@ -1,8 +1,8 @@
 package subagent
 
 // MaxSafeInteger is the largest depth the seam accepts (2^53-1, the
-// safe-integer range of the reference implementation and of JSON numbers
-// read as float64).
+// safe-integer range of JSON numbers read as float64, and of JavaScript
+// clients).
 const MaxSafeInteger = 1<<53 - 1
 
 // validSafeInteger reports whether n is a non-negative safe integer.

@@ -21,7 +21,7 @@ const (
 )
 
 // errNotLossless is the creation-time failure of a descriptor that JSON
-// would alter (seam-spec §1.8 snapshot rules).
+// would alter (docs/seam.md §10 snapshot rules).
 func errNotLossless() *Error {
 	return Errorf(EInvalidRequest, "subagent descriptor is not losslessly JSON-serializable")
 }
@@ -68,7 +68,7 @@ func SnapshotDescriptor(d Descriptor) (json.RawMessage, error) {
 	return data, nil
 }
 
-// checkToolFilter enforces the tool-filter shape (seam-spec §1.6): at least
+// checkToolFilter enforces the tool-filter shape (docs/seam.md §9): at least
 // one list. Returns EInvalidRequest.
 func checkToolFilter(f *ToolFilter) error {
 	if f.Allow == nil && f.Deny == nil {

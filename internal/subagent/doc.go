@@ -1,4 +1,4 @@
-// Package subagent is the subagent seam (seam-spec §0–§2): the provider
+// Package subagent is the subagent seam (docs/seam.md): the provider
 // registry, the validation order of a one-shot start, runs and their
 // exactly-once settlement, the lifecycle event bus, delegation depth,
 // descriptors and the output-schema subset, and the Manager of continuable

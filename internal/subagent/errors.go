@@ -5,8 +5,9 @@ import (
 	"fmt"
 )
 
-// Error codes. They are the stable `code` values of the HTTP API (DESIGN §3)
-// and of seam-spec §1.13; internal/http maps each to a status in one table.
+// Error codes. They are the stable `code` values of the HTTP API
+// (api/openapi.yaml) and of the seam (docs/seam.md); internal/http maps
+// each to a status in one table.
 const (
 	ENoProvider            = "NO_PROVIDER"
 	EDuplicateProvider     = "DUPLICATE_PROVIDER"
@@ -21,7 +22,7 @@ const (
 	EDuplicateChild        = "DUPLICATE_CHILD"
 	ENotResumable          = "NOT_RESUMABLE"
 	ESteerRejected         = "STEER_REJECTED"
-	EUnauthorized          = "FORBIDDEN" // the 403 code (DESIGN §3)
+	EUnauthorized          = "FORBIDDEN" // the 403 code
 	EUnauthenticated       = "UNAUTHENTICATED"
 	ERateLimited           = "RATE_LIMITED"
 	EPayloadTooLarge       = "PAYLOAD_TOO_LARGE"

@@ -13,7 +13,7 @@ import (
 )
 
 // Followup delivers content to continuable child childID on behalf of its
-// durable direct parent (seam-spec §2.11, DESIGN §1). The message is stored
+// durable direct parent (docs/seam.md §14, §22). The message is stored
 // in the durable inbox before anything else happens, then: a running child
 // gets it steered into its open turn and the call answers RouteSteered once
 // a model step admitted it; otherwise — the child is not live, its turn is
@@ -271,8 +271,8 @@ func (m *Manager) answer(c *child, id string, a answer) {
 	}
 }
 
-// SteerActivation is confirmed steering of a live activation (seam-spec
-// R96, POST /v1/runs/{runId}/steer): content joins the running turn of
+// SteerActivation is confirmed steering of a live activation
+// (R96, POST /v1/runs/{runId}/steer): content joins the running turn of
 // the activation whose run id is runID and the call returns the message id
 // once a model step admitted it. It is strict — never queued for a later
 // turn, never a cold resume — and separate from Followup.

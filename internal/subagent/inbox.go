@@ -13,7 +13,7 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// The durable mailbox of resident agents (DESIGN §2): every message
+// The durable mailbox of resident agents (docs/architecture.md §5): every message
 // accepted for a root session or a continuable child — prompt, followup,
 // settlement notice, report — is a store.InboxMessage row before the
 // acceptance is answered, and is acknowledged (store.Ack) only once the

@@ -10,12 +10,12 @@ import (
 )
 
 // Interrupt stops the current turn of continuable child childID on behalf
-// of a human presenting its durable parent's address (seam-spec §2.13,
+// of a human presenting its durable parent's address (docs/seam.md §16,
 // user authority). The turn ends aborted with cause user (R101) and returns
 // before it has unwound. Messages accepted but not yet admitted stay parked
 // in the durable inbox and run first, in order, when the next followup
 // starts the child again (R102–R103); their followup calls answer then.
-// Unlike the reference, the interrupted activation then settles (it emits
+// The interrupted activation then settles (it emits
 // its subagent/end and notice) instead of staying resident: residency is
 // not observable through the API, and the parked messages are durable.
 // Nothing cascades to the child's own children.

@@ -14,11 +14,11 @@ import (
 
 // ControlRetention is how long a control request stays stored: a live
 // requester deletes its own once answered or given up on, so one older
-// than this belongs to a requester that died waiting (DESIGN §5).
+// than this belongs to a requester that died waiting (docs/architecture.md §5).
 const ControlRetention = time.Hour
 
 // OwnerLostDiagnostic is the diagnostic of a run closed because the replica
-// that owned it stopped renewing its lease (DESIGN §5).
+// that owned it stopped renewing its lease (docs/architecture.md §5).
 const OwnerLostDiagnostic = "owner lost: replica %q stopped renewing the run's lease"
 
 // RecoverOwned closes the runs that an earlier incarnation of this replica
@@ -161,7 +161,7 @@ func (s *Service) reap(ctx context.Context, now time.Time) error {
 
 // Running reports which of the sessions ids are running: they are the
 // child of a run or activation that is running and whose owner's lease is
-// live (DESIGN §5). It is the one definition of a child's activity — for
+// live (docs/architecture.md §5). It is the one definition of a child's activity — for
 // /v1/sessions, /children and /v1/subagents/{id} alike — whichever replica
 // answers, read from the runs table. Returns the store's error.
 func Running(ctx context.Context, st store.Store, ids ...string) (map[string]bool, error) {

@@ -14,8 +14,8 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// eventPayload is the durable and wire form of a lifecycle event (DESIGN §3:
-// the data of an SSE frame of /v1/events). Provider events carry only
+// eventPayload is the durable and wire form of a lifecycle event (the data
+// of an SSE frame of /v1/events, api/openapi.yaml). Provider events carry only
 // provider.
 type eventPayload struct {
 	RunID                string        `json:"runId,omitempty"`

@@ -16,7 +16,7 @@ import (
 // ChildInfo is one child session as GET /v1/subagents/{childId} shows it.
 type ChildInfo struct {
 	Session store.Session
-	// Identity is the child's listing identity (seam-spec §3.7): the last
+	// Identity is the child's listing identity (docs/seam.md §10): the last
 	// valid descriptor of its log, nil when there is none.
 	Identity *sessionlog.Identity
 	// Activity is ActivityRunning while the child has a running run or
@@ -78,7 +78,7 @@ func (m *Manager) Task(ctx context.Context, taskID string) (store.Run, error) {
 	return runs[0], nil
 }
 
-// Listing entry kinds and diagnostic reasons (seam-spec §1.20).
+// Listing entry kinds and diagnostic reasons (docs/seam.md §19).
 const (
 	EntryChild      = "child"
 	EntryDiagnostic = "diagnostic"
@@ -86,8 +86,8 @@ const (
 	DiagnosticCorrupt = "corrupt"
 )
 
-// ListEntry is one row of a children or descendants listing (seam-spec
-// §1.20). A child row has Mode, Label (always for continuable children),
+// ListEntry is one row of a children or descendants listing
+// (docs/seam.md §19). A child row has Mode, Label (always for continuable children),
 // Provider, Activity and HasChildren; a diagnostic row only ID and Reason.
 // ParentID and Depth (edges from the root) are set by Descendants.
 type ListEntry struct {
@@ -108,7 +108,7 @@ type ListEntry struct {
 const listConcurrency = 4
 
 // Children lists the subagent children of parentID from their durable
-// headers and the runs table (seam-spec §2.16, DESIGN §2), without reading
+// headers and the runs table (docs/seam.md §19, one read model: R122), without reading
 // a log, loading or resuming anything, ordered by creation time then id
 // (R121). A child's identity is its header's (see entry). Provider
 // registration does not matter (R125). An unknown parent has no children
@@ -205,7 +205,7 @@ func (m *Manager) Descendants(ctx context.Context, rootID string) ([]ListEntry, 
 
 // entry is the listing row of child session s, running when live (see
 // Running). Its identity — mode, label, provider — is the one its header
-// was created with (DESIGN §2, one read model): no log is read. A header
+// was created with (one read model, R122): no log is read. A header
 // without a mode has none: the row is omitted while the child is live (its
 // creation window) and a "corrupt" diagnostic once it is not (R123). The
 // error is that of a failed header listing.

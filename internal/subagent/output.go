@@ -7,7 +7,7 @@ import (
 	"github.com/subagentd/subagentd/internal/sessionlog"
 )
 
-// Diagnostic bounds (seam-spec §1.10).
+// Diagnostic bounds (docs/seam.md §5).
 const (
 	MaxDiagnosticBytes = 4096
 	DiagnosticSuffix   = "\n[diagnostic truncated]"
@@ -29,7 +29,7 @@ func TruncateDiagnostic(s string) string {
 }
 
 // OneShotStopReason maps the accounting turn/end of an in-process one-shot
-// child to its stop reason (seam-spec §4.1 step 8): completed, max-tokens
+// child to its stop reason (docs/seam.md §6): completed, max-tokens
 // and aborted keep their name, blocked becomes refusal, and anything else —
 // error, interrupted, an unknown kind, or no accounting turn — is error.
 // When the owner cancelled, every reason but completed becomes aborted
@@ -55,8 +55,8 @@ func OneShotStopReason(end *sessionlog.TurnEnd, cancelled bool) string {
 }
 
 // OneShotResult is the result of a settled in-process one-shot child from
-// the outcome of its own events (after any fork seed), per seam-spec §4.1
-// step 8. cancelled says whether the owner cancelled; schemaRequested
+// the outcome of its own events (after any fork seed), per docs/seam.md §6.
+// cancelled says whether the owner cancelled; schemaRequested
 // whether the start carried an outputSchema; structured is the committed
 // capture, nil when none. A requested schema without a capture turns a
 // completed run into error (aborted when cancelled). The diagnostic is the

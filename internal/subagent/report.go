@@ -16,7 +16,7 @@ import (
 )
 
 // ReportFrom sends content from continuable child childID to its durable
-// direct parent (seam-spec §2.14) and returns the id of the message the
+// direct parent (docs/seam.md §17) and returns the id of the message the
 // parent logs: [text "Background subagent <childID> reported:", content…]
 // with source {kind: subagent-report, form: relay, senderSessionId:
 // childID} (R107). delivery DeliveryNextStep (or "") wakes the parent: the

@@ -28,7 +28,7 @@ type Config struct {
 	Store store.Store
 	// Logger receives listener failures and settlement faults. Required.
 	Logger *slog.Logger
-	// Owner identifies this replica in run rows (DESIGN §5).
+	// Owner identifies this replica in run rows (docs/architecture.md §5).
 	Owner string
 	// LeaseDuration is the lease written with each new run row; the owner's
 	// lease renewer extends it. Zero means DefaultLeaseDuration.
@@ -354,7 +354,7 @@ func (s *Service) admit(provider string, req Request) (Provider, ResolvedRequest
 	}
 	resolved := ResolvedRequest{Request: cloneRequest(req), Descriptor: d, ChildDepth: depth}
 	if o := resolved.AgentOptions; o != nil {
-		o.SubagentDepth = &depth // a caller's value is overwritten (§1.4)
+		o.SubagentDepth = &depth // a caller's value is overwritten (R45)
 	}
 	return p, resolved, nil
 }

@@ -125,7 +125,7 @@ func (m *Manager) notify(act *activation, reason string, output []model.Block) {
 }
 
 // EpochStopReason is the stop reason of a continuable activation, from the
-// outcome of the events it appended (seam-spec R69, §3.5, §8.6): the
+// outcome of the events it appended (R69, docs/seam.md §6, §12): the
 // consumed-work fold's accounting turn maps max-tokens to max-tokens, aborted and
 // interrupted to aborted, error to error, blocked to refusal and any
 // unknown kind to error; a completed turn, or none, is aborted when
@@ -152,11 +152,11 @@ func EpochStopReason(o sessionlog.Outcome) string {
 	return StopError
 }
 
-// maxSummary bounds a notice's summary (seam-spec R77, §8.15).
+// maxSummary bounds a notice's summary (R77, docs/seam.md §13).
 const maxSummary = 120
 
 // settlementNotice is the message a parent gets when child settles with
-// reason and output (seam-spec R77): the summary sentence, then the closing
+// reason and output (R77): the summary sentence, then the closing
 // message or the statement that there is none.
 func settlementNotice(child, reason string, output []model.Block) ([]model.Block, sessionlog.Source) {
 	var summary string

@@ -17,7 +17,7 @@ import (
 )
 
 // StartContinuable creates a continuable child and accepts its prompt
-// (seam-spec §2.8). It answers once the prompt is durably accepted into the
+// (docs/seam.md §11). It answers once the prompt is durably accepted into the
 // child's inbox and handed to its first activation — before any model
 // request (R57).
 //
@@ -216,8 +216,8 @@ func continuableRoute(req ContinuableRequest) (AgentOptions, error) {
 	return ChildOptions(req.Parent.Options, req.AgentOptions)
 }
 
-// create writes a continuable child's header and creation log (seam-spec
-// §3.4), in one commit: the seed verbatim, session/end-seed after it, the
+// create writes a continuable child's header and creation log
+// (docs/seam.md §10), in one commit: the seed verbatim, session/end-seed after it, the
 // descriptor, session/end-seed, and the delegation approval pin (R49) —
 // all before the first turn, so the descriptor is in the own suffix (seq
 // >= seedLength) and never reaches the model.

@@ -8,7 +8,7 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// Stop reasons known to the service (seam-spec §1.12). The set is open: any
+// Stop reasons known to the service (docs/seam.md §6). The set is open: any
 // other value is a failure (R32); use IsSuccess rather than comparing.
 const (
 	StopCompleted = "completed"
@@ -24,8 +24,8 @@ func IsSuccess(reason string) bool { return reason == StopCompleted }
 
 // Capabilities are what a provider supports, as /v1/providers shows it.
 // The start-time features — OutputSchema, DepthLimit, ToolFilter, Persona
-// — are the ones it enforces on the one-shot path (seam-spec §1.3),
-// checked in that order. The runtime features (DESIGN §1) say how its
+// — are the ones it enforces on the one-shot path (docs/seam.md §3),
+// checked in that order. The runtime features (docs/seam.md §22) say how its
 // children run: Steer, its runs accept confirmed steering (their Run is a
 // Steerer); Resume, it creates continuable children that cold-resume (it
 // is a ContinuableProvider, which Register checks); Local, its children
@@ -41,7 +41,7 @@ type Capabilities struct {
 	Local  bool
 }
 
-// AgentOptions selects the child's model route (seam-spec §1.4, R45). Zero
+// AgentOptions selects the child's model route (docs/seam.md §3, R45). Zero
 // fields are absent. SubagentDepth is set by the service, never the caller.
 type AgentOptions struct {
 	Provider      string
@@ -57,7 +57,7 @@ type Parent struct {
 	Options AgentOptions
 }
 
-// Request is a one-shot start request (seam-spec §1.4). Optional fields are
+// Request is a one-shot start request (docs/seam.md §3). Optional fields are
 // nil when absent.
 type Request struct {
 	Label        string
@@ -79,7 +79,7 @@ type ResolvedRequest struct {
 	ChildDepth int
 }
 
-// Result is how a child ended (seam-spec §1.10). Output is never nil for a
+// Result is how a child ended (docs/seam.md §5). Output is never nil for a
 // settled result ([] when there is none).
 type Result struct {
 	Output     []model.Block
@@ -116,7 +116,7 @@ type Steerer interface {
 	Steer(ctx context.Context, content []model.Block) (messageID string, err error)
 }
 
-// Provider is a named child transport (seam-spec §1.2).
+// Provider is a named child transport (docs/seam.md §2).
 type Provider interface {
 	Name() string
 	Description() string
@@ -175,7 +175,7 @@ const (
 	EventProviderRemoved = "subagent/provider-removed"
 )
 
-// Event is a lifecycle event (seam-spec §1.14). Start and end of one run
+// Event is a lifecycle event (docs/seam.md §4). Start and end of one run
 // share RunID, Provider, ID and Local.
 type Event struct {
 	// Seq is the global lifecycle id assigned by the store; 0 before storage.

@@ -1,4 +1,4 @@
-// The HTTP API client (DESIGN §3). Every failure becomes an ApiError carrying
+// The HTTP API client (api/openapi.yaml). Every failure becomes an ApiError carrying
 // the problem+json `code`, a readable detail and per-field messages, so the
 // page can say "NO_PROVIDER — provider "x" is not registered" next to the
 // field or action that caused it.
@@ -22,7 +22,7 @@ export async function api(method, path, body) {
   const headers = { Accept: 'application/json, application/problem+json' };
   const init = { method, headers };
   // A write signed in by cookie must say application/json even without a
-  // body (DESIGN §7: a cross-site form cannot send it).
+  // body (docs/architecture.md §10: a cross-site form cannot send it).
   if (method !== 'GET') headers['Content-Type'] = 'application/json';
   if (body !== undefined) init.body = JSON.stringify(body);
   let res;

@@ -1,4 +1,4 @@
-// Sign-in (DESIGN §7). GET /v1/auth/session says whether tokens are
+// Sign-in (docs/architecture.md §10). GET /v1/auth/session says whether tokens are
 // configured; a 401 asks for a token, which POST /v1/auth/session turns into
 // an HttpOnly session cookie that the API and both streams accept. A server
 // without the endpoint (404) has no sign-in: the page just loads.

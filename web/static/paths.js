@@ -1,4 +1,4 @@
-// Every API path the dashboard calls (DESIGN §3), built in one place so a
+// Every API path the dashboard calls (api/openapi.yaml), built in one place so a
 // route change is one edit and ids are always escaped.
 
 const e = encodeURIComponent;

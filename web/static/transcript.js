@@ -1,4 +1,4 @@
-// Transcript renders one session log (seam-spec §3, internal/agent/events.go)
+// Transcript renders one session log (docs/seam.md §1, internal/sessionlog/events.go)
 // as a conversation plus a complete event log. Each event is applied once, in
 // seq order (EventStream guarantees it); every event gets exactly one row in
 // the event log, and the conversation shows the surface: user messages,

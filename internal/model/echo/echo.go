@@ -189,8 +189,8 @@ func words(s string) int {
 	return n
 }
 
-// Value returns a JSON value satisfying schema, a schema of the seam-spec
-// §1.5 subset: const or the first enum value, the first oneOf branch, an
+// Value returns a JSON value satisfying schema, a schema of the
+// output-schema subset (docs/seam.md §9): const or the first enum value, the first oneOf branch, an
 // object with its required properties, [] for arrays, "echo" for strings, 0
 // for numbers, false for booleans, null otherwise.
 func Value(schema json.RawMessage) any {

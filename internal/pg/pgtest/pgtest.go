@@ -1,5 +1,5 @@
 // Package pgtest gives tests their own Postgres database, cloned from a
-// template migrated once per test process (DESIGN §4). The server is
+// template migrated once per test process (docs/architecture.md §7). The server is
 // TEST_DATABASE_URL, else postgres://postgres@127.0.0.1:5432, else a private
 // throwaway cluster started from the machine's initdb. A test that finds no
 // Postgres fails and says what was tried; it never skips.

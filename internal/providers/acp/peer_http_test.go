@@ -18,7 +18,7 @@ import (
 )
 
 // The third-party agent through the whole service: configured as a
-// provider, started and cancelled over HTTP (issue 6, done-when 2).
+// provider, started and cancelled over HTTP.
 
 // peerServer serves the HTTP API with the TypeScript example agent
 // registered as provider "fake".

@@ -119,7 +119,7 @@ func (p *process) exitDescription() string {
 // process stuck in the kernel survives.
 const killWait = 5 * time.Second
 
-// stop is the teardown ladder (seam-spec §4.4): close stdin and wait eofGrace
+// stop is the teardown ladder (docs/seam.md §2): close stdin and wait eofGrace
 // for the whole group to exit by itself, then SIGTERM the group and wait
 // grace, then SIGKILL it and wait killWait. It then closes our pipe ends, which
 // ends the ACP connection and the stderr copy even if a process that left

@@ -1,4 +1,4 @@
-// Package acp is the ACP provider (seam-spec §4.4): it runs a configured
+// Package acp is the ACP provider (docs/seam.md §2): it runs a configured
 // external agent that speaks the Agent Client Protocol over stdio. A
 // one-shot child is one process (in its own process group) with one ACP
 // session and one prompt; a continuable child (continuable.go), offered when

@@ -217,7 +217,7 @@ type outcome struct {
 	usage      *sessionlog.UsageData
 }
 
-// stopOutcome maps an ACP stop reason (seam-spec §4.8).
+// stopOutcome maps an ACP stop reason (docs/seam.md §6).
 func stopOutcome(reason sdk.StopReason) outcome {
 	switch reason {
 	case sdk.StopReasonEndTurn:

@@ -1,4 +1,4 @@
-// Package fork is the fork provider (seam-spec §4.2): a one-shot in-process
+// Package fork is the fork provider (docs/seam.md §2): a one-shot in-process
 // child whose log starts with a copy of its parent's completed turns, so it
 // knows the conversation so far. Composition and running are the shared
 // in-process driver's.
@@ -39,7 +39,7 @@ func (p *Provider) Description() string {
 		"so it knows the conversation so far, and then works on its prompt"
 }
 
-// Capabilities are all supported, as for spawn (seam-spec §4.0).
+// Capabilities are all supported, as for spawn (docs/seam.md §2).
 func (p *Provider) Capabilities() subagent.Capabilities {
 	return subagent.Capabilities{OutputSchema: true, DepthLimit: true, ToolFilter: true, Persona: true,
 		Steer: true, Resume: true, Local: true}
@@ -103,8 +103,8 @@ func (p *Provider) seed(ctx context.Context, parent store.Session) ([]store.Even
 	}
 }
 
-// Prefix is the balanced completed-turn prefix of a session log (seam-spec
-// §3.3): events[0..k] where k is the index of the last turn/end. The turn
+// Prefix is the balanced completed-turn prefix of a session log
+// (docs/seam.md §8): events[0..k] where k is the index of the last turn/end. The turn
 // still open — typically the one delegating — and everything after the
 // last turn/end are excluded, so every turn, step and tool call in the
 // prefix is closed. It returns nil when the log has no turn/end.

@@ -82,7 +82,7 @@ func TestFork_Provider(t *testing.T) {
 
 // TestFork_R43_ContinuableSeedIsThePrefixAndWritesNothing: a continuable
 // fork child is prepared from the parent's completed-turn prefix, and
-// preparing creates nothing (seam-spec §1.15).
+// preparing creates nothing (docs/seam.md §11).
 func TestFork_R43_ContinuableSeedIsThePrefixAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	h, _ := harness(t)
@@ -300,7 +300,7 @@ func TestFork_StructuredOutputInASeededChild(t *testing.T) {
 }
 
 // A capture in the parent's seed is the parent's answer, not the child's:
-// the child still gets to record its own (R42 applied to §4.3).
+// the child still gets to record its own (R42 applied to R51).
 func TestFork_SeededParentCaptureDoesNotBlockTheChildsOwn(t *testing.T) {
 	t.Parallel()
 	schema := json.RawMessage(`{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}`)

@@ -228,7 +228,7 @@ func TestCompose_PersonaTemplateErrorSurfacesAtAssembly(t *testing.T) {
 	h, m := newHarness(t)
 	req := h.Request("go")
 	req.Persona = ptr("Hello {{who}}")
-	run := h.Start(t, spawn.Name, req) // seam-spec §1.7: not a start-time error
+	run := h.Start(t, spawn.Name, req) // docs/seam.md §9: not a start-time error
 	res := inprocesstest.Settle(t, run)
 	if res.StopReason != subagent.StopError || !strings.Contains(res.Diagnostic, `unknown variable "who"`) {
 		t.Errorf("result %+v, want error naming the variable", res)
@@ -323,7 +323,7 @@ func TestCompose_R51_StructuredOutput(t *testing.T) {
 	})
 }
 
-// TestCompose_DescriptorInsideFirstTurn checks seam-spec §3.4: the one-shot
+// TestCompose_DescriptorInsideFirstTurn checks docs/seam.md §10: the one-shot
 // descriptor is appended inside the first turn, before its first step.
 func TestCompose_DescriptorInsideFirstTurn(t *testing.T) {
 	t.Parallel()

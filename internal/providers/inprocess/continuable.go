@@ -16,12 +16,12 @@ import (
 )
 
 // Materializer builds the live agents of continuable in-process children
-// for the subagent.Manager (seam-spec §2.8–§2.11): the same composition as
+// for the subagent.Manager (docs/seam.md §11–§14): the same composition as
 // a one-shot child — model route, delegation statement (R50), persona and
 // tool filter over the global tools — but no structured output and no
 // descriptor hook, since the manager writes the continuable descriptor
-// before the first turn (§3.4). Instead every continuable child gets the
-// report tool and its prompt section (§5.3), scope-local, so no tool
+// before the first turn (docs/seam.md §10). Instead every continuable child gets the
+// report tool and its prompt section (docs/seam.md §17), scope-local, so no tool
 // filter removes them. Safe for concurrent use.
 type Materializer struct {
 	d *Driver
@@ -97,7 +97,7 @@ func (m *Materializer) Materialize(ctx context.Context, req subagent.Materialize
 	return a, nil
 }
 
-// The report tool (seam-spec §5.3). Its texts are model-visible; the tests
+// The report tool (docs/seam.md §17). Its texts are model-visible; the tests
 // pin them.
 const (
 	// ReportTool is the report tool's name.

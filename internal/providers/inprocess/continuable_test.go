@@ -256,7 +256,7 @@ func TestContinuable_R82_R88_StartedFollowupResumesFromTheLogOnly(t *testing.T) 
 		t.Fatalf("requests: %d on other, %d on main", len(reqs), len(main.Requests()))
 	}
 	r := reqs[1]
-	// The descriptor's route and persona, its tool filter, no budget (§1.8).
+	// The descriptor's route and persona, its tool filter, no budget (docs/seam.md §10).
 	if r.MaxTokens != 0 || !strings.Contains(r.System, persona) || slices.Contains(toolNames(r), "shell") ||
 		!slices.Contains(toolNames(r), "read") || len(r.Messages) != 3 {
 		t.Errorf("resumed request: maxTokens %d, tools %v, %d messages, system %q", r.MaxTokens, toolNames(r), len(r.Messages), r.System)

@@ -1,5 +1,5 @@
 // Package inprocess is the shared driver of the in-process providers spawn
-// and fork (seam-spec §4.1): it composes a one-shot child agent from its
+// and fork (docs/seam.md §9): it composes a one-shot child agent from its
 // parent and the resolved request (R45–R51), publishes it, runs the prompt
 // and reads the result from the child's own events.
 //
@@ -57,7 +57,7 @@ type Deps struct {
 	// DeploymentPersona is the persona a child without its own inherits.
 	DeploymentPersona string
 	// Vars are the prompt variables persona templates may reference, as
-	// for root agents (seam-spec §1.7).
+	// for root agents (docs/seam.md §9).
 	Vars map[string]func() (string, bool)
 	// Logger receives child failures (R27); nil discards them.
 	Logger *slog.Logger
@@ -68,7 +68,7 @@ type Deps struct {
 
 // SeedFunc returns the events a child inherits from its parent: a balanced
 // completed-turn prefix of the parent's log, contiguous from seq 0
-// (seam-spec §3.3), or none for a fresh child.
+// (docs/seam.md §8), or none for a fresh child.
 type SeedFunc func(ctx context.Context, parent store.Session) ([]store.Event, error)
 
 // Driver creates, publishes and runs in-process one-shot children. It keeps
@@ -239,7 +239,7 @@ func (d *Driver) compose(req subagent.ResolvedRequest) (child, error) {
 		Vars:              d.deps.Vars,
 		OutputSchema:      req.OutputSchema,
 		// The one-shot descriptor goes inside the first turn, right before
-		// the first model step (seam-spec §3.4).
+		// the first model step (docs/seam.md §10).
 		BeforeFirstStep: func() []store.NewEvent {
 			return []store.NewEvent{{Type: sessionlog.EventDescriptor, Data: descriptor}}
 		},
@@ -281,7 +281,7 @@ func (d *Driver) resolve(o subagent.AgentOptions) (model.Route, string, error) {
 }
 
 // filter checks a tool filter against the global tools registered now
-// (seam-spec §1.6, R48), before anything is created. Returns EInvalidRequest
+// (docs/seam.md §9, R48), before anything is created. Returns EInvalidRequest
 // for a filter with no list, or one naming an unknown global tool or
 // run_code.
 func (d *Driver) filter(f *subagent.ToolFilter) (*agent.Filter, error) {

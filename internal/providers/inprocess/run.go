@@ -63,7 +63,7 @@ func newRun(base context.Context, st store.Store, c child, log *slog.Logger) *ru
 }
 
 // launch runs the prepared prompt's turn over log, the child's log as
-// stored (seam-spec §4.1 step 7), and starts the goroutine that settles
+// stored, and starts the goroutine that settles
 // the result; a cancellation that came first aborts the turn at once.
 // After a disposal it does nothing.
 func (r *run) launch(log []store.Event, settle subagent.Settle) {
@@ -110,7 +110,7 @@ func (r *run) endTurn(ctx context.Context, end agent.TurnEnd) ([]store.Event, er
 }
 
 // settle waits until the child is idle, then takes the result endTurn
-// stored or the outcome of the child's own events (seam-spec §4.1 step 8).
+// stored or the outcome of the child's own events (docs/seam.md §6).
 // Child failures are stop reasons, never errors (R27).
 func (r *run) settle() {
 	defer close(r.done)

@@ -25,7 +25,7 @@ import (
 func goroutines() int { return runtime.NumGoroutine() }
 
 // TestStart_R11_BadInputPublishesNothing runs each bad request through the
-// service: it fails with the spec's code, and no child session, lifecycle
+// service: it fails with the code of R9, and no child session, lifecycle
 // event or goroutine is left behind.
 func TestStart_R11_BadInputPublishesNothing(t *testing.T) {
 	cases := []struct {

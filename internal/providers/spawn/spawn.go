@@ -1,4 +1,4 @@
-// Package spawn is the spawn provider (seam-spec §4.2): a one-shot
+// Package spawn is the spawn provider (docs/seam.md §2): a one-shot
 // in-process child with a fresh context, composed and run by the shared
 // in-process driver.
 package spawn
@@ -34,7 +34,7 @@ func (p *Provider) Description() string {
 }
 
 // Capabilities are all supported: the driver enforces an output schema, a
-// depth limit, a tool filter and a persona (seam-spec §4.0); runs accept
+// depth limit, a tool filter and a persona (docs/seam.md §2); runs accept
 // confirmed steering (subagent.Steerer), children can be continuable and
 // cold-resumed, and are in-process agents with a local log.
 func (p *Provider) Capabilities() subagent.Capabilities {

@@ -31,7 +31,7 @@ func TestSpawn_Provider(t *testing.T) {
 	}
 }
 
-// TestSpawn_FreshChildDoesNotSeeTheParent checks seam-spec §4.2: a spawn
+// TestSpawn_FreshChildDoesNotSeeTheParent checks docs/seam.md §2: a spawn
 // child's own session starts empty before its prompt, even when the parent
 // has completed turns.
 func TestSpawn_FreshChildDoesNotSeeTheParent(t *testing.T) {
