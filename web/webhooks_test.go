@@ -18,25 +18,22 @@ import (
 	"github.com/subagentd/subagentd/internal/webhooks"
 )
 
-// receiver is a loopback webhook receiver: it answers 500 while failing is
-// set, 204 otherwise, and sends the webhook-id of every request it got.
+// receiver is a loopback webhook receiver: it answers status (204 unless
+// set otherwise) and sends the webhook-id of every request it got.
 type receiver struct {
 	*httptest.Server
-	failing atomic.Bool
-	ids     chan string
+	status atomic.Int32
+	ids    chan string
 }
 
 func startReceiver(t *testing.T) *receiver {
 	t.Helper()
 	rc := &receiver{ids: make(chan string, 256)}
+	rc.status.Store(http.StatusNoContent)
 	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		rc.ids <- r.Header.Get("webhook-id")
-		if rc.failing.Load() {
-			http.Error(w, "the test receiver fails", http.StatusInternalServerError)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+		w.WriteHeader(int(rc.status.Load()))
 	}))
 	t.Cleanup(rc.Close)
 	return rc
@@ -125,10 +122,7 @@ func TestDashboard_Webhooks(t *testing.T) {
 		document.querySelector('[data-testid="wh-form-error"]').textContent === '' && document.querySelector('#wh-url-input').value === ''`)
 	secret := eval[string](b, "reading the secret", secretValue)
 	b.do("copying the secret", chromedp.Click(chromedp.CSS(`[data-testid="wh-secret-copy"]`)))
-	b.waitFor("the copy is said in words", `document.querySelector('[data-testid="wh-secret-copied"]').textContent !== ''`)
-	if said := eval[string](b, "reading the copy status", `document.querySelector('[data-testid="wh-secret-copied"]').textContent`); said != "✓ Copied to the clipboard" {
-		t.Logf("the headless browser's clipboard said: %s", said)
-	}
+	b.waitFor("the copy is said in words", `document.querySelector('[data-testid="wh-secret-copied"]').textContent === '✓ Copied to the clipboard'`)
 	b.waitFor("the endpoint is listed enabled, with its events, description and time", card+` &&
 		document.querySelector('[data-testid="wh-state"]').textContent.trim() === '✓ Enabled' &&
 		document.querySelector('[data-testid="wh-url"]').textContent === `+jsString(url)+` &&
@@ -150,7 +144,7 @@ func TestDashboard_Webhooks(t *testing.T) {
 	})() && document.querySelector('[data-testid="wh-status"]').textContent.startsWith('✓ Test sent — webhook.test attempt 1 succeeded')`)
 
 	// A receiver answering 500: a failed attempt.
-	rc.failing.Store(true)
+	rc.status.Store(http.StatusInternalServerError)
 	b.do("sending a test to the failing receiver", chromedp.Click(chromedp.CSS(`[data-testid="wh-test"]`)))
 	failedID := rc.next(t)
 	if failedID == testID {
@@ -165,7 +159,7 @@ func TestDashboard_Webhooks(t *testing.T) {
 	b.screenshot("failed")
 
 	// Redeliver the failed one once the receiver is back: same webhook-id.
-	rc.failing.Store(false)
+	rc.status.Store(http.StatusNoContent)
 	b.do("redelivering the failed attempt", chromedp.Click(chromedp.CSS(`[data-testid="wh-delivery"][data-status="failed"] [data-testid="wh-redeliver"]`)))
 	if got := rc.next(t); got != failedID {
 		t.Fatalf("the redelivery carried webhook-id %s, want %s", got, failedID)
@@ -233,6 +227,15 @@ func TestDashboard_Webhooks(t *testing.T) {
 	b.do("saying the new secret is stored", chromedp.Click(chromedp.CSS(`[data-testid="wh-secret-done"]`)))
 	b.waitFor("the new secret is gone from the page", `!document.body.innerHTML.includes(`+jsString(rotated)+`)`)
 
+	// A receiver answering 410 to a run's event: disabled, and why.
+	rc.status.Store(http.StatusGone)
+	srv.runToEnd(t, root, "gone")
+	b.waitFor("the endpoint says the receiver answered 410", `document.querySelector('[data-testid="wh-state"]').textContent.trim() === '✕ Disabled — the receiver answered 410 Gone' &&
+		`+deliveryRows+`[0].dataset.type === 'run.started' && `+deliveryRows+`[0].dataset.status === 'failed' &&
+		`+deliveryRows+`[0].querySelector('[data-testid="wh-delivery-http"]').textContent === '410'`)
+	b.screenshot("gone")
+	rc.status.Store(http.StatusNoContent)
+
 	// Delete asks first; Keep it keeps it.
 	b.do("asking to delete, then keeping it",
 		chromedp.Click(chromedp.CSS(`[data-testid="wh-delete"]`)),
@@ -258,4 +261,15 @@ func TestDashboard_Webhooks(t *testing.T) {
 	if strings.Contains(eval[string](b, "reading the page", `document.body.innerText`), secret) {
 		t.Fatal("a secret is still in the page")
 	}
+}
+
+// TestDashboard_WebhooksNotConfigured: a deep link to the Webhooks page of
+// a server that delivers no webhooks says so in words.
+func TestDashboard_WebhooksNotConfigured(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, replying(nil))
+	b := newBrowser(t)
+	b.do("opening the Webhooks page by its link", chromedp.Navigate(srv.URL+"/#v=webhooks"))
+	b.waitFor("the page says the server delivers no webhooks", `!document.querySelector('#webhooks-page').hidden &&
+		document.querySelector('[data-testid="wh-load-status"]').textContent.startsWith('✕ Loading webhook endpoints: NOT_READY — this server delivers no webhooks')`)
 }

@@ -54,7 +54,7 @@ function stateSpan(icon, tone, text, testid) {
 // after Send test and Redeliver.
 function attemptText(d) {
   const http = d.httpStatus ? `HTTP ${d.httpStatus}` : 'no answer';
-  const err = d.error ? ` — ${d.error}` : '';
+  const err = d.error && d.error !== http ? ` — ${d.error}` : '';
   return `${d.type} attempt ${d.attempt} ${d.status}: ${http} in ${formatDuration(d.latencyMs)}${err}`;
 }
 
@@ -289,7 +289,8 @@ class EndpointCard {
   // reads the page again.
   async act(what, deliveryId) {
     const w = this.hook;
-    const buttons = [...this.el.querySelectorAll('.wh-actions button')];
+    // Every button of the card waits, so a double click acts once.
+    const buttons = [...this.el.querySelectorAll('button')];
     for (const b of buttons) b.disabled = true;
     try {
       if (what === 'test') {
@@ -389,7 +390,7 @@ class EndpointCard {
     const at = toMillis(d.at);
     return h('tr', { 'data-testid': 'wh-delivery', 'data-id': d.id, 'data-status': d.status, 'data-type': d.type },
       h('td', { class: 'time', title: at !== null ? new Date(at).toISOString() : '' }, at !== null ? formatClock(at, { day: true }) : ''),
-      h('td', { class: 'mono' }, d.type),
+      h('td', { class: 'mono', title: `webhook-id ${d.eventId}` }, d.type),
       h('td', { class: 'num' }, String(d.attempt)),
       h('td', {}, stateSpan(st.icon, st.tone, d.status, 'wh-delivery-status')),
       h('td', { class: 'num', 'data-testid': 'wh-delivery-http' }, d.httpStatus ? String(d.httpStatus) : '—'),
