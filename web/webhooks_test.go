@@ -77,12 +77,13 @@ func deliveriesAre(n int) string {
 }
 
 // TestDashboard_Webhooks drives the Webhooks page against a real server
-// and a loopback receiver at 800 px: a bad URL is refused in words; an
-// endpoint is created and its secret shown once; Send test adds a
-// succeeded row, and a failing one a failed row with HTTP 500; Redeliver
-// sends that event again with the same webhook-id; a run's events arrive
-// on the page by themselves; the log pages; disable, enable, rotate and
-// a confirmed delete work.
+// and a loopback receiver at 800 px: an empty form is refused next to its
+// fields, a bad URL in the server's words; an endpoint is created and its
+// secret shown once; Send test adds a succeeded row, and a receiver
+// answering 500 a failed one; Redeliver sends that event again with the
+// same webhook-id; a run's events arrive on the open page by themselves;
+// the log pages; disable, enable and rotate work; a 410 disables the
+// endpoint and the page says why; delete asks first.
 func TestDashboard_Webhooks(t *testing.T) {
 	t.Parallel()
 	rc := startReceiver(t)
@@ -100,8 +101,17 @@ func TestDashboard_Webhooks(t *testing.T) {
 		t.Fatalf("the form offers events %v, want every subscribable type %v", offered, want)
 	}
 
+	// Nothing filled in: said next to each field before any request.
+	b.do("submitting the form empty, with no event chosen",
+		chromedp.Click(chromedp.CSS(`[data-testid="wh-event-run.settled"]`)),
+		chromedp.Click(chromedp.CSS(`[data-testid="wh-event-task.settled"]`)),
+		chromedp.Click(chromedp.CSS(`[data-testid="wh-create"]`)))
+	b.waitFor("the URL and the events are asked for", `document.querySelector('[data-testid="wh-url-error"]').textContent === 'Enter the URL that receives the deliveries.' &&
+		document.querySelector('[data-testid="wh-events-error"]').textContent === 'Choose at least one event type.'`)
+
 	// A URL the server refuses: its field message and the problem's detail, in words.
-	b.do("submitting an ftp URL",
+	b.do("submitting an ftp URL for run.settled",
+		chromedp.Click(chromedp.CSS(`[data-testid="wh-event-run.settled"]`)),
 		chromedp.SendKeys(chromedp.CSS(`[data-testid="wh-url-input"]`), "ftp://example.com/hook"),
 		chromedp.Click(chromedp.CSS(`[data-testid="wh-create"]`)))
 	b.waitFor("the URL is refused next to its field and in the form's error line",
@@ -114,7 +124,6 @@ func TestDashboard_Webhooks(t *testing.T) {
 	b.do("creating an endpoint for run.started and run.settled",
 		chromedp.SetValue(chromedp.CSS(`[data-testid="wh-url-input"]`), url),
 		chromedp.Click(chromedp.CSS(`[data-testid="wh-event-run.started"]`)),
-		chromedp.Click(chromedp.CSS(`[data-testid="wh-event-task.settled"]`)),
 		chromedp.SendKeys(chromedp.CSS(`[data-testid="wh-description"]`), "CI receiver"),
 		chromedp.Click(chromedp.CSS(`[data-testid="wh-create"]`)))
 	b.waitFor("the secret is shown with its warning", secretValue+`?.startsWith('whsec_') &&
@@ -245,7 +254,8 @@ func TestDashboard_Webhooks(t *testing.T) {
 	b.waitFor("the confirmation is shown", `!document.querySelector('[data-testid="wh-confirm"]').hidden`)
 	b.screenshot("confirm-delete")
 	b.do("confirming the delete", chromedp.Click(chromedp.CSS(`[data-testid="wh-delete-yes"]`)))
-	b.waitFor("the page is empty again", `!`+card+` && !document.querySelector('[data-testid="wh-empty"]').hidden &&
+	b.waitFor("the page is empty again, the focus on its heading", `!`+card+` && !document.querySelector('[data-testid="wh-empty"]').hidden &&
+		document.activeElement.id === 'webhooks-h' &&
 		document.querySelector('[data-testid="wh-load-status"]').textContent === `+jsString("✓ Deleted "+url))
 	var list struct {
 		Webhooks []struct{} `json:"webhooks"`

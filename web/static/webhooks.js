@@ -58,6 +58,8 @@ function attemptText(d) {
   return `${d.type} attempt ${d.attempt} ${d.status}: ${http} in ${formatDuration(d.latencyMs)}${err}`;
 }
 
+const ACTION_NAMES = { test: 'Send test', redeliver: 'Redeliver', rotate: 'Rotate secret', delete: 'Delete' };
+
 export class WebhooksPage {
   constructor() {
     this.cards = new Map(); // webhook id → card
@@ -311,9 +313,16 @@ class EndpointCard {
         await api('DELETE', paths.webhook(w.id));
         if ($('wh-secret').dataset.webhook === w.id) this.page.hideSecret();
         $('wh-load-status').textContent = `✓ Deleted ${w.url}`;
+        // The card and its focused button go: the focus moves to the page heading.
+        $('webhooks-h').focus();
       }
     } catch (err) {
-      this.say(false, `${what === 'toggle' ? (w.enabled ? 'Disable' : 'Enable') : what[0].toUpperCase() + what.slice(1)} failed: ${describeError(err)}`);
+      const name = what === 'toggle' ? (w.enabled ? 'Disable' : 'Enable') : ACTION_NAMES[what];
+      const msg = `${name} failed: ${describeError(err)}`;
+      this.say(false, msg);
+      // The refresh removes the card of an endpoint deleted elsewhere: the
+      // page says it instead.
+      if (err.code === 'WEBHOOK_NOT_FOUND') $('wh-load-status').textContent = `✕ ${w.url}: ${msg}`;
     } finally {
       for (const b of buttons) b.disabled = false;
       this.page.refresh();
