@@ -220,6 +220,7 @@ class EndpointCard {
     this.hook = null;
     this.rows = new Map(); // delivery id → row
     this.log = { open: false, items: [], next: '' };
+    this.reads = Promise.resolve();
 
     const btn = (testid, text, onclick, attrs = {}) => h('button', { type: 'button', 'data-testid': testid, onclick, ...attrs }, text);
     this.state = h('span', {});
@@ -334,39 +335,62 @@ class EndpointCard {
     if (!d.open) d.open = true;
   }
 
+  // read runs the log's reads one after another, so their answers never
+  // cross; fn(log) reads into log, and what it read is dropped when the log
+  // was closed (or closed and opened again) meanwhile.
+  read(fn) {
+    const log = this.log;
+    this.reads = this.reads.then(async () => {
+      if (log !== this.log) return;
+      try {
+        const err = await fn(log);
+        if (log !== this.log) return;
+        this.logError.textContent = err || '';
+      } catch (err) {
+        if (log === this.log) this.logError.textContent = describeError(err);
+      }
+      if (log === this.log) this.renderLog();
+    });
+    return this.reads;
+  }
+
   // loadLog reads the newest page of the delivery log and puts it before
   // the older pages already read; when it shares no delivery with them,
   // more arrived than a page holds and the log starts over from this page.
   // log.next always continues after the oldest delivery held.
-  async loadLog() {
-    try {
-      const page = (await api('GET', paths.webhookDeliveries(this.id, { limit: PAGE }))) || {};
+  loadLog() {
+    return this.read(async (log) => {
+      let page;
+      try {
+        page = (await api('GET', paths.webhookDeliveries(this.id, { limit: PAGE }))) || {};
+      } catch (err) {
+        return `Reading the delivery log: ${describeError(err)}`;
+      }
       const first = page.deliveries || [];
       const seen = new Set(first.map((d) => d.id));
-      if (this.log.items.some((d) => seen.has(d.id))) {
-        this.log.items = [...first, ...this.log.items.filter((d) => !seen.has(d.id))];
+      if (log.items.some((d) => seen.has(d.id))) {
+        log.items = [...first, ...log.items.filter((d) => !seen.has(d.id))];
       } else {
-        this.log.items = first;
-        this.log.next = page.nextCursor || '';
+        log.items = first;
+        log.next = page.nextCursor || '';
       }
-      this.logError.textContent = '';
-    } catch (err) {
-      this.logError.textContent = `Reading the delivery log: ${describeError(err)}`;
-    }
-    this.renderLog();
+      return '';
+    });
   }
 
-  async loadOlder() {
-    try {
-      const page = (await api('GET', paths.webhookDeliveries(this.id, { limit: PAGE, after: this.log.next }))) || {};
-      const seen = new Set(this.log.items.map((d) => d.id));
-      this.log.items.push(...(page.deliveries || []).filter((d) => !seen.has(d.id)));
-      this.log.next = page.nextCursor || '';
-      this.logError.textContent = '';
-    } catch (err) {
-      this.logError.textContent = `Reading older deliveries: ${describeError(err)}`;
-    }
-    this.renderLog();
+  loadOlder() {
+    return this.read(async (log) => {
+      let page;
+      try {
+        page = (await api('GET', paths.webhookDeliveries(this.id, { limit: PAGE, after: log.next }))) || {};
+      } catch (err) {
+        return `Reading older deliveries: ${describeError(err)}`;
+      }
+      const seen = new Set(log.items.map((d) => d.id));
+      log.items.push(...(page.deliveries || []).filter((d) => !seen.has(d.id)));
+      log.next = page.nextCursor || '';
+      return '';
+    });
   }
 
   renderLog() {
