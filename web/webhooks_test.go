@@ -82,7 +82,7 @@ func deliveriesAre(n int) string {
 // secret shown once; Send test adds a succeeded row, and a receiver
 // answering 500 a failed one; Redeliver sends that event again with the
 // same webhook-id; a run's events arrive on the open page by themselves;
-// the log pages; disable, enable and rotate work; a 410 disables the
+// the log pages; disable, enable, edit and rotate work; a 410 disables the
 // endpoint and the page says why; delete asks first.
 func TestDashboard_Webhooks(t *testing.T) {
 	t.Parallel()
@@ -224,6 +224,29 @@ func TestDashboard_Webhooks(t *testing.T) {
 	srv.getJSON(t, "/v1/webhooks/"+id, &hook)
 	if !hook.Enabled {
 		t.Fatal("after Enable the API says the endpoint is disabled")
+	}
+
+	// Edit: the form takes the endpoint; Save changes it.
+	b.do("editing the endpoint", chromedp.Click(chromedp.CSS(`[data-testid="wh-edit"]`)))
+	b.waitFor("the form holds the endpoint", `document.querySelector('#wh-form-h').textContent === `+jsString("Edit endpoint "+id)+` &&
+		document.querySelector('#wh-url-input').value === `+jsString(url)+` && document.querySelector('#wh-description').value === 'CI receiver' &&
+		[...document.querySelectorAll('#wh-events-list input:checked')].map(c => c.value).join() === 'run.started,run.settled' &&
+		document.querySelector('[data-testid="wh-create"]').textContent === 'Save changes' && document.activeElement.id === 'wh-url-input'`)
+	b.do("adding task.started and a new description",
+		chromedp.Click(chromedp.CSS(`[data-testid="wh-event-task.started"]`)),
+		chromedp.SetValue(chromedp.CSS(`[data-testid="wh-description"]`), "CI receiver v2"),
+		chromedp.Click(chromedp.CSS(`[data-testid="wh-create"]`)))
+	b.waitFor("the card shows the change and the form adds again", `[...document.querySelectorAll('[data-testid="wh-events"] .chip')].map(c => c.textContent).join() === 'run.settled,run.started,task.started' &&
+		`+card+`.textContent.includes('CI receiver v2') && document.querySelector('[data-testid="wh-status"]').textContent === '✓ Changes saved' &&
+		document.querySelector('#wh-form-h').textContent === 'Add an endpoint' && document.querySelector('[data-testid="wh-cancel"]').hidden &&
+		document.querySelector('#wh-url-input').value === ''`)
+	var edited struct {
+		Events      []string `json:"events"`
+		Description string   `json:"description"`
+	}
+	srv.getJSON(t, "/v1/webhooks/"+id, &edited)
+	if !slices.Equal(edited.Events, []string{"run.settled", "run.started", "task.started"}) || edited.Description != "CI receiver v2" {
+		t.Fatalf("after the edit the API says events %v, description %q", edited.Events, edited.Description)
 	}
 
 	// Rotate: a new secret, shown once.

@@ -1,5 +1,5 @@
-// The Webhooks page: the tenant's endpoints with their state, the create
-// form, a secret shown once (at creation and rotation) with a copy button,
+// The Webhooks page: the tenant's endpoints with their state, one form that
+// adds an endpoint or edits one's URL, events and description, a secret shown once (at creation and rotation) with a copy button,
 // enable/disable, delete (confirmed in place), Send test, and each
 // endpoint's delivery log in pages with a Redeliver button per attempt.
 // While the page is open it reads everything again every few seconds and
@@ -71,10 +71,13 @@ export class WebhooksPage {
     this.form.querySelector('#wh-events-list').replaceChildren(...SUBSCRIBABLE.map(([type, what]) => h('label', {},
       h('input', { type: 'checkbox', name: 'events', value: type, checked: DEFAULT_EVENTS.has(type), 'data-testid': `wh-event-${type}` }),
       h('span', { class: 'mono' }, type), h('span', { class: 'help' }, ` ${what}`))));
+    /** The endpoint the form edits; null while it adds one. */
+    this.editing = null;
     this.form.addEventListener('submit', (e) => {
       e.preventDefault();
-      this.create();
+      this.submit();
     });
+    $('wh-cancel').addEventListener('click', () => this.resetForm());
   }
 
   /** Shows the page: reads it now and then every REFRESH_MS until close. */
@@ -146,7 +149,8 @@ export class WebhooksPage {
     await Promise.all([...this.cards.values()].filter((c) => c.log.open).map((c) => c.loadLog()));
   }
 
-  async create() {
+  // submit creates an endpoint from the form, or saves the one it edits.
+  async submit() {
     const f = this.form;
     const errLine = $('wh-form-error');
     clearErrors(f);
@@ -157,19 +161,56 @@ export class WebhooksPage {
     if (!url) bad = setFieldError(f, 'url', 'Enter the URL that receives the deliveries.');
     if (!events.length) bad = setFieldError(f, 'events', 'Choose at least one event type.') || bad;
     if (bad) return;
+    const body = { url, events, description: f.elements.description.value.trim() };
+    const editing = this.editing;
     const submit = $('wh-create');
     submit.disabled = true;
     try {
-      const w = await api('POST', paths.webhooks(), { url, events, description: f.elements.description.value.trim() });
-      f.elements.url.value = '';
-      f.elements.description.value = '';
-      this.showSecret(w, 'created');
+      if (editing) {
+        // Types the form does not offer (webhook.test) stay subscribed.
+        body.events.push(...editing.events.filter((e) => !SUBSCRIBABLE.some(([t]) => t === e)));
+        await api('PATCH', paths.webhook(editing.id), body);
+        this.cards.get(editing.id)?.say(true, 'Changes saved');
+      } else {
+        this.showSecret(await api('POST', paths.webhooks(), body), 'created');
+      }
+      this.resetForm();
       this.refresh();
     } catch (err) {
       showApiError(f, errLine, err);
     } finally {
       submit.disabled = false;
     }
+  }
+
+  /** Fills the form with an endpoint to change its URL, events or description. */
+  edit(w) {
+    const f = this.form;
+    this.editing = w;
+    clearErrors(f);
+    $('wh-form-error').textContent = '';
+    f.elements.url.value = w.url;
+    f.elements.description.value = w.description || '';
+    for (const c of f.querySelectorAll('input[name="events"]')) c.checked = (w.events || []).includes(c.value);
+    $('wh-form-h').textContent = `Edit endpoint ${w.id}`;
+    $('wh-create').textContent = 'Save changes';
+    $('wh-cancel').hidden = false;
+    f.scrollIntoView({ block: 'nearest' });
+    f.elements.url.focus();
+  }
+
+  // resetForm empties the form back to adding an endpoint.
+  resetForm() {
+    const f = this.form;
+    this.editing = null;
+    clearErrors(f);
+    $('wh-form-error').textContent = '';
+    f.elements.url.value = '';
+    f.elements.description.value = '';
+    for (const c of f.querySelectorAll('input[name="events"]')) c.checked = DEFAULT_EVENTS.has(c.value);
+    $('wh-form-h').textContent = 'Add an endpoint';
+    $('wh-create').textContent = 'Add endpoint';
+    $('wh-cancel').hidden = true;
   }
 
   /** Shows a secret the API answered once ('created' or 'rotated'). */
@@ -257,6 +298,7 @@ class EndpointCard {
       h('div', { class: 'actions wh-actions', role: 'group', 'aria-label': 'Endpoint actions' },
         btn('wh-test', 'Send test', () => this.act('test')),
         btn('wh-rotate', 'Rotate secret', () => this.act('rotate')),
+        btn('wh-edit', 'Edit', () => page.edit(this.hook)),
         this.toggle, this.del, this.confirm),
       this.status, details);
   }
@@ -313,6 +355,7 @@ class EndpointCard {
       } else if (what === 'delete') {
         await api('DELETE', paths.webhook(w.id));
         if ($('wh-secret').dataset.webhook === w.id) this.page.hideSecret();
+        if (this.page.editing?.id === w.id) this.page.resetForm();
         $('wh-load-status').textContent = `✓ Deleted ${w.url}`;
         // The card and its focused button go: the focus moves to the page heading.
         $('webhooks-h').focus();
