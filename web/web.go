@@ -8,9 +8,10 @@
 // tree with roll-ups), overview.js (the first view), session.js (head, run
 // cards, actions, composer), transcript.js (conversation and event log),
 // trace.js (nested spans of a tree on one time axis), search.js (search
-// inside conversations), delegate.js (start forms), providers.js and
-// auth.js (sign-in); app.js
-// wires them and routes deep links (#s=<session>&r=<run> plus the filter).
+// inside conversations), delegate.js (start forms), providers.js,
+// webhooks.js (the Webhooks page: endpoints, secrets shown once, the
+// delivery log) and auth.js (sign-in); app.js wires them and routes deep
+// links (#s=<session>&r=<run> plus the filter, #v=webhooks for the page).
 //
 // It loads the history once, then follows GET /v1/events; a reconnect
 // resumes after the stream's cursor (Last-Event-ID, or ?after= when the

@@ -19,6 +19,7 @@ import { Store } from './store.js';
 import { EventStream } from './stream.js';
 import { Transcript } from './transcript.js';
 import { Tree } from './tree.js';
+import { WebhooksPage } from './webhooks.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -94,6 +95,7 @@ class App {
     // The span picked in the trace (its path of indexes), shown in the side panel.
     this.spanKey = '';
     this.delegate = new DelegateForm(store, { select: (id, o) => this.select(id, o) });
+    this.webhooks = new WebhooksPage();
   }
 
   // ---- connection indicator and errors ------------------------------------
@@ -330,11 +332,12 @@ class App {
     sel.value = cur;
   }
 
-  // ---- routing: #s=<session>&r=<run>&q=…&p=…&st=…&t=… ----------------------------
+  // ---- routing: #s=<session>&r=<run>&q=…&p=…&st=…&t=…&v=<page> -----------------
 
   writeHash() {
     const u = this.store.ui;
     const q = new URLSearchParams();
+    if (u.page) q.set('v', u.page);
     if (u.selected) q.set('s', u.selected);
     if (u.runId) q.set('r', u.runId);
     for (const [k, key] of Object.entries(FILTER_KEYS)) if (u.filter[k]) q.set(key, u.filter[k]);
@@ -347,6 +350,7 @@ class App {
   async route({ initial = false } = {}) {
     const s = this.store;
     const q = new URLSearchParams(location.hash.slice(1));
+    this.showPage(q.get('v') === 'webhooks' ? 'webhooks' : '');
     if (initial || Object.values(FILTER_KEYS).some((key) => q.has(key))) {
       const filter = {};
       for (const [k, key] of Object.entries(FILTER_KEYS)) filter[k] = q.get(key) || '';
@@ -370,6 +374,20 @@ class App {
     if (id) this.select(id, { runId });
     if (id && id === s.ui.selected && this.transcript.loaded) this.reveal();
     this.writeHash();
+  }
+
+  // showPage shows the sessions ('') or the Webhooks page ('webhooks'),
+  // which reads the API only while it is shown.
+  showPage(page) {
+    this.store.set({ page });
+    $('sessions-page').hidden = page !== '';
+    $('webhooks-page').hidden = page !== 'webhooks';
+    for (const [id, p] of [['nav-sessions', ''], ['nav-webhooks', 'webhooks']]) {
+      if (p === page) $(id).setAttribute('aria-current', 'page');
+      else $(id).removeAttribute('aria-current');
+    }
+    if (page === 'webhooks') this.webhooks.open();
+    else this.webhooks.close();
   }
 
   // select shows a session (and, with runId, one of its runs). The

@@ -29,4 +29,10 @@ export const paths = {
   followup: (childId) => `/v1/subagents/${e(childId)}/followup`,
   interrupt: (childId) => `/v1/subagents/${e(childId)}/interrupt`,
   lifecycle: () => '/v1/events',
+  webhooks: () => '/v1/webhooks',
+  webhook: (id) => `/v1/webhooks/${e(id)}`,
+  webhookRotate: (id) => `/v1/webhooks/${e(id)}/rotate`,
+  webhookTest: (id) => `/v1/webhooks/${e(id)}/test`,
+  webhookDeliveries: (id, params) => q(`/v1/webhooks/${e(id)}/deliveries`, params),
+  webhookRedeliver: (id, deliveryId) => `/v1/webhooks/${e(id)}/deliveries/${e(deliveryId)}/redeliver`,
 };

@@ -51,6 +51,8 @@ export class Store {
       found: { q: '', ids: new Set() },
       log: { type: '', chunks: false },
       tab: 'conv',
+      // The page shown: '' the sessions, 'webhooks' the Webhooks page.
+      page: '',
       conn: { lifecycle: 'connecting', session: '', detail: '' },
       baselineLoaded: false,
     };
