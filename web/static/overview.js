@@ -37,7 +37,7 @@ export function renderOverview(el, store) {
     h('h3', {}, title, ' ', h('span', { class: 'count', 'data-testid': `overview-${id}-count` }, String(count))),
     items.length ? h('ul', { class: 'ov-list' }, items) : h('p', { class: 'empty' }, empty));
 
-  el.replaceChildren(
+  const next = h('div', {},
     h('h2', { id: 'overview-h' }, 'Overview'),
     h('p', { class: 'help' }, `${store.nodes.size} session${store.nodes.size === 1 ? '' : 's'} in ${roots} tree${roots === 1 ? '' : 's'}, ${runs.length} run${runs.length === 1 ? '' : 's'}. Select a session in the tree, or follow a link below.`),
     h('div', { class: 'ov-grid' },
@@ -48,4 +48,35 @@ export function renderOverview(el, store) {
       'No failures in the last hour.'),
       section('recent', 'Recent activity', recent.length, recent.map(({ r, at, what }) => entry(r, what === 'started' ? 'running' : what,
         h('span', {}, what), h('span', { class: 'age' }, formatAge(now - at)))), 'No runs yet.')));
+  morph(el, next);
+}
+
+/** Times that change every second; everything else changes only with the store. */
+const TICKING = '.dur, .age';
+
+/**
+ * Makes el show next's children. When only the ticking times differ, they
+ * are updated in place, so a link a reader is about to click (or has
+ * focused) stays the same element from one second to the next.
+ * @param {HTMLElement} el
+ * @param {HTMLElement} next
+ */
+function morph(el, next) {
+  const shape = shapeOf(next);
+  if (el.dataset.shape === shape) {
+    const now = next.querySelectorAll(TICKING);
+    el.querySelectorAll(TICKING).forEach((t, i) => {
+      if (t.textContent !== now[i].textContent) t.textContent = now[i].textContent;
+    });
+    return;
+  }
+  el.replaceChildren(...next.childNodes);
+  el.dataset.shape = shape;
+}
+
+/** The markup of node with its ticking times left out. */
+function shapeOf(node) {
+  const copy = node.cloneNode(true);
+  copy.querySelectorAll(TICKING).forEach((t) => { t.textContent = ''; });
+  return copy.innerHTML;
 }
