@@ -96,7 +96,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "subagentd_webhook_backlog_events",
-			Help: "Lifecycle events committed after the cursors of the enabled webhook endpoints of every tenant, summed over the endpoints (each endpoint's count capped at internal/webhooks' backlogCap). The same store-wide value on every replica.",
+			Help: "Lifecycle events committed after the cursors of the enabled webhook endpoints of every tenant, summed over the endpoints (each endpoint's count capped). The same store-wide value on every replica.",
 		}),
 		oldest: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "subagentd_webhook_backlog_oldest_seconds",
