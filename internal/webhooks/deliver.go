@@ -305,18 +305,25 @@ type outgoing struct {
 
 // runTrace returns the traceparent run runID's row kept, "" when the run
 // kept none or is not found (a store error is logged: the delivery goes
-// on in a trace of its own).
+// on in a trace of its own). A row's traceparent never changes, so the
+// run's later events find it remembered.
 func (s *Service) runTrace(ctx context.Context, log *slog.Logger, runID string) string {
 	if runID == "" {
 		return ""
 	}
+	if tp, ok := s.traces.get(runID); ok {
+		return tp
+	}
 	r, err := s.st.GetRun(ctx, runID)
-	if err != nil {
-		if !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		if ctx.Err() == nil {
 			log.WarnContext(ctx, "webhooks: read the run for its trace", slog.String("run", runID), slog.Any("error", err))
 		}
 		return ""
 	}
+	s.traces.put(r.Traceparent, runID)
 	return r.Traceparent
 }
 

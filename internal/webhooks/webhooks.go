@@ -138,6 +138,7 @@ type Service struct {
 	poll    time.Duration
 	client  *http.Client
 	roots   roots
+	traces  memo[string] // run id → the traceparent its row kept
 	metrics *telemetry.Metrics
 
 	// kick wakes the loop when a worker ends or schedules a retry.
