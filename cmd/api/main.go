@@ -467,7 +467,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 		return nil, fmt.Errorf("record the providers removed since the last start: %w", err)
 	}
 
-	hooks, err := newWebhooks(cfg, file, st, log, owner(replica))
+	hooks, err := newWebhooks(cfg, file, webhooks.Config{Store: st, Logger: log, Owner: owner(replica), Metrics: metrics})
 	if err != nil {
 		return nil, err
 	}
@@ -486,9 +486,9 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	return &app{svc: svc, mgr: mgr, roots: roots, api: api, authenticated: len(sec.tokens) > 0, stop: stop}, nil
 }
 
-// newWebhooks returns the webhook service of SUBAGENTD_WEBHOOK_RETRY and
-// SUBAGENTD_WEBHOOK_ALLOW_PRIVATE (or the file's webhooks: allowPrivate).
-func newWebhooks(cfg config, file *cfgfile.File, st store.Store, log *slog.Logger, owner string) (*webhooks.Service, error) {
+// newWebhooks returns the webhook service of wc with SUBAGENTD_WEBHOOK_RETRY
+// and SUBAGENTD_WEBHOOK_ALLOW_PRIVATE (or the file's webhooks: allowPrivate).
+func newWebhooks(cfg config, file *cfgfile.File, wc webhooks.Config) (*webhooks.Service, error) {
 	retry, err := webhooks.ParseRetry(cfg.get("SUBAGENTD_WEBHOOK_RETRY"))
 	if err != nil {
 		return nil, fmt.Errorf("SUBAGENTD_WEBHOOK_RETRY: %w", err)
@@ -497,7 +497,8 @@ func newWebhooks(cfg config, file *cfgfile.File, st store.Store, log *slog.Logge
 	if err != nil {
 		return nil, fmt.Errorf("SUBAGENTD_WEBHOOK_ALLOW_PRIVATE: want true or false, got %q", cfg.get("SUBAGENTD_WEBHOOK_ALLOW_PRIVATE"))
 	}
-	return webhooks.New(webhooks.Config{Store: st, Logger: log, Owner: owner, Retry: retry, AllowPrivate: allow || file.WebhooksAllowPrivate}), nil
+	wc.Retry, wc.AllowPrivate = retry, allow || file.WebhooksAllowPrivate
+	return webhooks.New(wc), nil
 }
 
 // idempotencySweep is how often expired idempotency keys and sign-ins are

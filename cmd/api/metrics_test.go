@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,7 +98,8 @@ func sample(fams map[string]*dto.MetricFamily, name string, labels map[string]st
 
 // TestMetrics_Scenario counts a known workload on a real server, on each
 // store: three one-shot spawn runs, a continuable child whose first
-// activation settles, and a followup that starts its second. Every counter
+// activation settles, and a followup that starts its second, with a webhook
+// endpoint subscribed to run.started and run.settled. Every counter
 // of the domain matches the workload, the registry passes the Prometheus
 // lint, and no label value is an id.
 func TestMetrics_Scenario(t *testing.T) {
@@ -110,7 +113,17 @@ func TestMetrics_Scenario(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := inProcess(t, tc.vars(t))
+			vars := tc.vars(t)
+			vars["SUBAGENTD_WEBHOOK_ALLOW_PRIVATE"] = "true"
+			s := inProcess(t, vars)
+			var hooked atomic.Int64
+			receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				hooked.Add(1)
+				w.WriteHeader(http.StatusNoContent)
+			}))
+			t.Cleanup(receiver.Close)
+			s.call(t, http.MethodPost, "/v1/webhooks", fmt.Sprintf(`{"url":%q,"events":["run.started","run.settled"]}`, receiver.URL),
+				http.StatusCreated, nil)
 			var root struct{ ID string }
 			s.call(t, http.MethodPost, "/v1/sessions", `{"label":"metrics"}`, http.StatusCreated, &root)
 			ids := []string{root.ID}
@@ -160,9 +173,14 @@ func TestMetrics_Scenario(t *testing.T) {
 				{"subagentd_runs_live", spawn, 0},
 				{"subagentd_runs_live", act, 0},
 				{"subagentd_followups_total", map[string]string{"route": "started"}, 1},
+				// The three runs' run.started and run.settled, delivered.
+				{"subagentd_webhook_deliveries_total", map[string]string{"outcome": "success"}, 6},
+				{"subagentd_webhook_backlog_events", map[string]string{}, 0},
+				{"subagentd_webhook_backlog_oldest_seconds", map[string]string{}, 0},
 			}
 			// The second activation's end is counted by the listener right
-			// after the store holds it: wait for the counts, bounded.
+			// after the store holds it, a delivery once its receiver
+			// answered: wait for the counts, bounded.
 			var fams map[string]*dto.MetricFamily
 			var body string
 			deadline := time.Now().Add(30 * time.Second)
@@ -170,7 +188,8 @@ func TestMetrics_Scenario(t *testing.T) {
 			defer tick.Stop()
 			for {
 				fams, body = s.scrape(t)
-				if sample(fams, "subagentd_runs_settled_total", with(act, "stop_reason", "completed")) >= 2 || time.Now().After(deadline) {
+				if (sample(fams, "subagentd_runs_settled_total", with(act, "stop_reason", "completed")) >= 2 &&
+					sample(fams, "subagentd_webhook_deliveries_total", map[string]string{"outcome": "success"}) >= 6) || time.Now().After(deadline) {
 					break
 				}
 				<-tick.C
@@ -179,6 +198,9 @@ func TestMetrics_Scenario(t *testing.T) {
 				if got := sample(fams, w.name, w.labels); got != w.value {
 					t.Errorf("%s%v = %v, want %v", w.name, w.labels, got, w.value)
 				}
+			}
+			if got := hooked.Load(); got != 6 {
+				t.Errorf("the receiver got %d deliveries, want 6", got)
 			}
 			// Echo reports usage: five runs' worth of input and output.
 			for _, typ := range []string{"input", "output"} {

@@ -198,6 +198,34 @@ func (s *Store) ReleaseWebhook(_ context.Context, id, owner string) error {
 	return nil
 }
 
+// WebhookBacklog counts, per enabled endpoint, at most upTo of its
+// tenant's lifecycle events after its cursor, and finds the oldest.
+func (s *Store) WebhookBacklog(_ context.Context, upTo int) (store.WebhookBacklog, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var b store.WebhookBacklog
+	for _, h := range s.hooks.byID {
+		if !h.w.Enabled {
+			continue
+		}
+		n := 0
+		for _, rec := range s.lifecycle[min(max(h.w.Cursor-s.lifeBase, 0), int64(len(s.lifecycle))):] {
+			if n == upTo {
+				break
+			}
+			if rec.tenant != h.w.Tenant {
+				continue
+			}
+			if n == 0 && (b.Oldest.IsZero() || rec.ev.Time.Before(b.Oldest)) {
+				b.Oldest = rec.ev.Time
+			}
+			n++
+		}
+		b.Events += int64(n)
+	}
+	return b, nil
+}
+
 // AddWebhookDelivery adds d to the endpoint's delivery log. Returns
 // store.ErrNotFound.
 func (s *Store) AddWebhookDelivery(ctx context.Context, d store.WebhookDelivery) error {

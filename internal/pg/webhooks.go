@@ -211,6 +211,22 @@ func (s *Store) ReleaseWebhook(ctx context.Context, id, owner string) (err error
 	return err
 }
 
+// WebhookBacklog counts, per enabled endpoint, at most upTo of its
+// tenant's lifecycle events after its cursor (an index range of
+// lifecycle_events_replay_idx) and finds the oldest of them (one probe).
+func (s *Store) WebhookBacklog(ctx context.Context, upTo int) (_ store.WebhookBacklog, err error) {
+	defer wrap(&err, "read the webhook backlog")
+	var b store.WebhookBacklog
+	var oldest *time.Time
+	err = s.pool.QueryRow(ctx, `SELECT
+		coalesce(sum((SELECT count(*) FROM (SELECT 1 FROM lifecycle_events e
+			WHERE e.tenant = w.tenant AND e.id > w.cursor LIMIT $1) c)), 0),
+		min((SELECT e.time FROM lifecycle_events e WHERE e.tenant = w.tenant AND e.id > w.cursor ORDER BY e.id LIMIT 1))
+		FROM webhook_endpoints w WHERE w.enabled`, upTo).Scan(&b.Events, &oldest)
+	b.Oldest = fromDB(oldest)
+	return b, err
+}
+
 // AddWebhookDelivery adds d to the endpoint's delivery log. Returns
 // store.ErrNotFound.
 func (s *Store) AddWebhookDelivery(ctx context.Context, d store.WebhookDelivery) (err error) {

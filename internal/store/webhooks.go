@@ -120,6 +120,18 @@ type AdvanceWebhookParams struct {
 	Delivery *WebhookDelivery
 }
 
+// WebhookBacklog is what the enabled endpoints of every tenant have yet
+// to go through: the lifecycle events after their cursors.
+type WebhookBacklog struct {
+	// Events sums, over the endpoints, their tenant's lifecycle events
+	// after their cursor, each endpoint's count capped at the cap asked
+	// for (so the sum is "at least" past it).
+	Events int64
+	// Oldest is the commit time of the oldest of those events; zero when
+	// there are none.
+	Oldest time.Time
+}
+
 // Webhooks is the part of Store that keeps webhook endpoints, their
 // cursors into the lifecycle log and their delivery logs.
 type Webhooks interface {
@@ -152,6 +164,10 @@ type Webhooks interface {
 	// ReleaseWebhook drops owner's lease on the endpoint; another
 	// owner's lease, or an unknown id, is left alone.
 	ReleaseWebhook(ctx context.Context, id, owner string) error
+
+	// WebhookBacklog returns the backlog of the enabled endpoints of every
+	// tenant, counting at most upTo events per endpoint.
+	WebhookBacklog(ctx context.Context, upTo int) (WebhookBacklog, error)
 
 	// AddWebhookDelivery adds d (an on-demand attempt: a test, a
 	// redelivery) to the delivery log. Returns ErrNotFound if the endpoint

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -20,6 +21,9 @@ type Metrics struct {
 	takeover prometheus.Counter
 	control  *prometheus.CounterVec
 	replays  prometheus.Counter
+	hooks    *prometheus.CounterVec
+	backlog  prometheus.Gauge
+	oldest   prometheus.Gauge
 
 	// mine holds the runs this process counted live: an end this process
 	// records for a run another replica started (a lost replica's run it
@@ -31,6 +35,15 @@ type Metrics struct {
 const (
 	KindOneShot    = "one-shot"
 	KindActivation = "activation"
+)
+
+// Webhook delivery outcomes, as the outcome label says them: a 2xx
+// answer, a 410 Gone, and any other failed attempt (no answer, another
+// status).
+const (
+	WebhookSuccess = "success"
+	WebhookFailure = "failure"
+	WebhookGone    = "gone"
 )
 
 // knownStopReasons bound the stop_reason label: the set is open, and any
@@ -77,8 +90,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "subagentd_idempotent_replays_total",
 			Help: "Requests answered from a stored answer because they repeated an Idempotency-Key.",
 		}),
+		hooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "subagentd_webhook_deliveries_total",
+			Help: "Webhook delivery attempts this process made, by outcome (success: a 2xx; gone: a 410; failure: anything else).",
+		}, []string{"outcome"}),
+		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "subagentd_webhook_backlog_events",
+			Help: "Lifecycle events committed after the cursors of the enabled webhook endpoints of every tenant, summed over the endpoints (each endpoint's count capped). The same store-wide value on every replica.",
+		}),
+		oldest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "subagentd_webhook_backlog_oldest_seconds",
+			Help: "Age of the oldest lifecycle event an enabled webhook endpoint has yet to go through, 0 when none. The same store-wide value on every replica.",
+		}),
 	}
-	reg.MustRegister(m.started, m.settled, m.live, m.follow, m.tokens, m.takeover, m.control, m.replays)
+	reg.MustRegister(m.started, m.settled, m.live, m.follow, m.tokens, m.takeover, m.control, m.replays, m.hooks, m.backlog, m.oldest)
 	return m
 }
 
@@ -153,4 +178,23 @@ func (m *Metrics) IdempotentReplay() {
 		return
 	}
 	m.replays.Inc()
+}
+
+// WebhookDelivery counts one delivery attempt by outcome (WebhookSuccess,
+// WebhookFailure or WebhookGone).
+func (m *Metrics) WebhookDelivery(outcome string) {
+	if m == nil {
+		return
+	}
+	m.hooks.WithLabelValues(outcome).Inc()
+}
+
+// WebhookBacklog sets the webhook backlog: events not yet gone through
+// and the age of the oldest.
+func (m *Metrics) WebhookBacklog(events int64, oldest time.Duration) {
+	if m == nil {
+		return
+	}
+	m.backlog.Set(float64(events))
+	m.oldest.Set(max(oldest, 0).Seconds())
 }

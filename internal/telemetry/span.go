@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
@@ -20,6 +21,10 @@ const instrumentation = "github.com/subagentd/subagentd"
 // RunIDKey is the attribute of an invoke_agent span that names the run or
 // activation it traces.
 const RunIDKey = attribute.Key("subagentd.run_id")
+
+// WebhookEventKey is the attribute of a "webhook deliver" span that names
+// the event type delivered.
+const WebhookEventKey = attribute.Key("subagentd.webhook.event_type")
 
 // tracerOf is the tracer of one tracer provider.
 type tracerOf struct {
@@ -224,4 +229,54 @@ func StartTool(ctx context.Context, name, callID string) (context.Context, trace
 		span.SetAttributes(semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(name), semconv.GenAIToolCallID(callID))
 	}
 	return ctx, span
+}
+
+// Delivery is an open "webhook deliver" span: one delivery attempt of a
+// webhook. The zero Delivery (traces off) is a no-op.
+type Delivery struct {
+	span   trace.Span
+	parent string
+	tp     string
+}
+
+// StartDelivery opens the CLIENT span of one webhook delivery attempt of
+// an event of eventType, a child of the span parent names — the span that
+// asked for the run the event reports, as its row kept it — or the root of
+// a new trace when parent is "".
+func StartDelivery(ctx context.Context, parent, eventType string) Delivery {
+	if !Recording() {
+		return Delivery{parent: parent}
+	}
+	ctx, span := tracer().Start(WithTraceparent(ctx, parent), "webhook deliver", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(semconv.HTTPRequestMethodPost, WebhookEventKey.String(eventType)))
+	return Delivery{span: span, parent: parent, tp: Traceparent(ctx)}
+}
+
+// Traceparent is the traceparent header of the attempt: the span's when
+// traces are recorded, else the parent it was started with ("" if none):
+// the trace a receiver wants is the run's, traced here or not.
+func (d Delivery) Traceparent() string {
+	if d.tp != "" {
+		return d.tp
+	}
+	return d.parent
+}
+
+// End closes the span with the receiver's status (0: no answer); err, or
+// a status outside 2xx, marks it failed.
+func (d Delivery) End(status int, err error) {
+	if d.span == nil {
+		return
+	}
+	if status != 0 {
+		d.span.SetAttributes(semconv.HTTPResponseStatusCode(status))
+	}
+	switch {
+	case err != nil:
+		d.span.RecordError(err)
+		d.span.SetStatus(codes.Error, err.Error())
+	case status < 200 || status > 299:
+		d.span.SetStatus(codes.Error, "HTTP "+strconv.Itoa(status))
+	}
+	d.span.End()
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // Start starts delivering in the background until Stop. It returns at once.
@@ -49,6 +50,7 @@ func (s *Service) loop(ctx context.Context) {
 	var workers sync.WaitGroup
 	defer workers.Wait()
 	sweep := time.Now()
+	var measured time.Time
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -62,6 +64,10 @@ func (s *Service) loop(ctx context.Context) {
 		}
 		now := time.Now()
 		s.claim(ctx, now, &workers)
+		if s.metrics != nil && now.Sub(measured) >= s.poll {
+			measured = now
+			s.measure(ctx, now)
+		}
 		if now.Sub(sweep) > time.Hour {
 			sweep = now
 			if _, err := s.st.SweepWebhookDeliveries(ctx, now.Add(-DeliveryRetention)); err != nil && ctx.Err() == nil {
@@ -70,6 +76,22 @@ func (s *Service) loop(ctx context.Context) {
 		}
 		timer.Reset(s.next(now))
 	}
+}
+
+// measure reads the backlog of every enabled endpoint into the metrics.
+func (s *Service) measure(ctx context.Context, now time.Time) {
+	b, err := s.st.WebhookBacklog(ctx, backlogCap)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.WarnContext(ctx, "webhooks: read the backlog", slog.Any("error", err))
+		}
+		return
+	}
+	var age time.Duration
+	if !b.Oldest.IsZero() {
+		age = now.Sub(b.Oldest)
+	}
+	s.metrics.WebhookBacklog(b.Events, age)
 }
 
 // next is how long the loop waits without a wake-up: until the earliest
@@ -202,7 +224,7 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, w store.Webhook
 	if w.RetryEvent == le.ID {
 		attempt = w.Attempts + 1
 	}
-	res := s.send(ctx, w, eventID(le), b)
+	res := s.send(ctx, w, outgoing{id: eventID(le), typ: typ, body: b, trace: s.runTrace(ctx, log, e.RunID)})
 	if err := ctx.Err(); err != nil {
 		return w, false, err // stopping: the attempt is made again by the next claimer
 	}
@@ -273,27 +295,69 @@ func (r result) errText() string {
 // that the connection can be reused.
 const maxDrain = 64 << 10
 
-// send POSTs body to the endpoint as event id, signed with the secrets
-// that sign now.
-func (s *Service) send(ctx context.Context, w store.Webhook, id string, body []byte) result {
+// outgoing is one delivery attempt to make: event id of type typ with
+// body, in the trace that traceparent trace names ("" for none).
+type outgoing struct {
+	id, typ string
+	body    []byte
+	trace   string
+}
+
+// runTrace returns the traceparent run runID's row kept, "" when the run
+// kept none or is not found (a store error is logged: the delivery goes
+// on in a trace of its own). A row's traceparent never changes, so the
+// run's later events find it remembered.
+func (s *Service) runTrace(ctx context.Context, log *slog.Logger, runID string) string {
+	if runID == "" {
+		return ""
+	}
+	if tp, ok := s.traces.get(runID); ok {
+		return tp
+	}
+	r, err := s.st.GetRun(ctx, runID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		if ctx.Err() == nil {
+			log.WarnContext(ctx, "webhooks: read the run for its trace", slog.String("run", runID), slog.Any("error", err))
+		}
+		return ""
+	}
+	s.traces.put(r.Traceparent, runID)
+	return r.Traceparent
+}
+
+// send POSTs o to the endpoint, signed with the secrets that sign now,
+// with a traceparent continuing o's trace (under a "webhook deliver" span
+// when traces are recorded), and counts the outcome.
+func (s *Service) send(ctx context.Context, w store.Webhook, o outgoing) (res result) {
 	start := time.Now()
-	res := result{at: start}
-	sig, err := signature(secrets(w, start), id, start, body)
+	res.at = start
+	span := telemetry.StartDelivery(ctx, o.trace, o.typ)
+	defer func() {
+		span.End(res.status, res.err)
+		s.count(ctx, res)
+	}()
+	tp := span.Traceparent()
+	if tp == "" {
+		tp = newTraceparent()
+	}
+	sig, err := signature(secrets(w, start), o.id, start, o.body)
 	if err != nil {
 		res.err = err
 		return res
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(o.body))
 	if err != nil {
 		res.err = err
 		return res
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "subagentd-webhooks")
-	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-id", o.id)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(start.Unix(), 10))
 	req.Header.Set("webhook-signature", sig)
-	req.Header.Set("traceparent", traceparent(ctx))
+	req.Header.Set("traceparent", tp)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		res.err, res.latency = unwrapURLError(err), time.Since(start)
@@ -303,6 +367,20 @@ func (s *Service) send(ctx context.Context, w store.Webhook, id string, body []b
 	resp.Body.Close()
 	res.status, res.latency = resp.StatusCode, time.Since(start)
 	return res
+}
+
+// count counts the outcome of an attempt; one abandoned because ctx ended
+// (the service stopping) is no outcome.
+func (s *Service) count(ctx context.Context, res result) {
+	switch {
+	case ctx.Err() != nil:
+	case res.ok():
+		s.metrics.WebhookDelivery(telemetry.WebhookSuccess)
+	case res.status == http.StatusGone:
+		s.metrics.WebhookDelivery(telemetry.WebhookGone)
+	default:
+		s.metrics.WebhookDelivery(telemetry.WebhookFailure)
+	}
 }
 
 // unwrapURLError drops the "Post <url>:" prefix of a client error: the

@@ -88,17 +88,45 @@ func (s *Service) lifecycleBody(ctx context.Context, le store.LifecycleEvent, e 
 	return marshal(body{Type: typ, Timestamp: timestamp(le.Time), Data: d})
 }
 
-// maxRoots bounds the root cache; past it the cache starts over.
-const maxRoots = 10_000
+// maxMemo bounds a memo; past it the memo starts over.
+const maxMemo = 10_000
+
+// memo remembers values that never change once known (a session's root, a
+// run's traceparent), at most maxMemo of them. Safe for concurrent use.
+type memo[V any] struct {
+	mu sync.Mutex
+	m  map[string]V
+}
+
+func (c *memo[V]) get(key string) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[key]
+	return v, ok
+}
+
+// put remembers v for each of keys.
+func (c *memo[V]) put(v V, keys ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m)+len(keys) > maxMemo {
+		c.m = nil
+	}
+	if c.m == nil {
+		c.m = make(map[string]V)
+	}
+	for _, k := range keys {
+		c.m[k] = v
+	}
+}
 
 // roots finds the root session of a session by walking session headers up,
-// caching what it learnt: a header's parent never changes.
+// remembering what it learnt: a header's parent never changes.
 type roots struct {
 	st interface {
 		GetSession(ctx context.Context, id string) (store.Session, error)
 	}
-	mu    sync.Mutex
-	cache map[string]string // session id → root session id
+	memo memo[string] // session id → root session id
 }
 
 // root returns the root of the tree holding session id. A header that is
@@ -107,10 +135,7 @@ type roots struct {
 func (r *roots) root(ctx context.Context, id string) (string, error) {
 	var walked []string
 	for id != "" {
-		r.mu.Lock()
-		root, ok := r.cache[id]
-		r.mu.Unlock()
-		if ok {
+		if root, ok := r.memo.get(id); ok {
 			id = root
 			break
 		}
@@ -127,16 +152,6 @@ func (r *roots) root(ctx context.Context, id string) (string, error) {
 		}
 		id = sess.ParentID
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.cache)+len(walked) > maxRoots {
-		r.cache = nil
-	}
-	if r.cache == nil {
-		r.cache = make(map[string]string)
-	}
-	for _, w := range walked {
-		r.cache[w] = id
-	}
+	r.memo.put(id, walked...)
 	return id, nil
 }

@@ -1,7 +1,6 @@
 package webhooks
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -54,9 +53,10 @@ func secrets(w store.Webhook, now time.Time) []string {
 	return []string{w.Secret}
 }
 
-// traceparent returns the W3C traceparent header of a delivery: a new
-// sampled trace, since no tracing context reaches the deliverer yet.
-func traceparent(context.Context) string {
+// newTraceparent returns the W3C traceparent of a new sampled trace: what
+// a delivery carries when no trace reaches it (the run it reports kept
+// none, or it reports none).
+func newTraceparent() string {
 	var ids [24]byte
 	_, _ = rand.Read(ids[:]) // never fails (crypto/rand)
 	return "00-" + hex.EncodeToString(ids[:16]) + "-" + hex.EncodeToString(ids[16:]) + "-01"

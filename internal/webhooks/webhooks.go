@@ -28,6 +28,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // Error codes of this package (the HTTP layer maps them to statuses).
@@ -61,6 +62,9 @@ const (
 	batch = 100
 	// maxError bounds the error text of a delivery.
 	maxError = 512
+	// backlogCap bounds how many events of one endpoint the backlog
+	// metric counts, and so the cost of counting them.
+	backlogCap = 100_000
 )
 
 // DefaultRetry is the retry schedule: the waits after the first, second, …
@@ -94,6 +98,8 @@ type Store interface {
 	Lifecycle(ctx context.Context, f store.LifecycleFilter) ([]store.LifecycleEvent, error)
 	// GetSession finds the root of a tree for the payloads.
 	GetSession(ctx context.Context, id string) (store.Session, error)
+	// GetRun finds the trace a delivery continues.
+	GetRun(ctx context.Context, runID string) (store.Run, error)
 	// Subscribe wakes the deliverer on new events and endpoints.
 	Subscribe(topic string) (<-chan struct{}, func())
 }
@@ -113,6 +119,9 @@ type Config struct {
 	// AllowPrivate lets deliveries reach loopback, private and link-local
 	// addresses (SUBAGENTD_WEBHOOK_ALLOW_PRIVATE).
 	AllowPrivate bool
+	// Metrics counts attempts by outcome and, when set, gets the backlog
+	// read from the store once per poll interval; nil counts nothing.
+	Metrics *telemetry.Metrics
 }
 
 // Service manages endpoints and, between Start and Stop, delivers to them.
@@ -125,10 +134,12 @@ type Service struct {
 	// lease is how long a claim holds an endpoint: an attempt (at most
 	// timeout) and its record fit in it with room to spare, so a lease
 	// never lapses under a live attempt.
-	lease  time.Duration
-	poll   time.Duration
-	client *http.Client
-	roots  roots
+	lease   time.Duration
+	poll    time.Duration
+	client  *http.Client
+	roots   roots
+	traces  memo[string] // run id → the traceparent its row kept
+	metrics *telemetry.Metrics
 
 	// kick wakes the loop when a worker ends or schedules a retry.
 	kick chan struct{}
@@ -152,7 +163,7 @@ func New(cfg Config) *Service {
 		st: cfg.Store, log: cfg.Logger, owner: cfg.Owner, retry: retry,
 		timeout: timeout, lease: 2*timeout + 5*time.Second, poll: cmpOr(cfg.Poll, DefaultPoll),
 		client: newClient(timeout, cfg.AllowPrivate),
-		roots:  roots{st: cfg.Store},
+		roots:  roots{st: cfg.Store}, metrics: cfg.Metrics,
 		kick:   make(chan struct{}, 1),
 		active: make(map[string]bool),
 	}
@@ -308,7 +319,7 @@ func (s *Service) Redeliver(ctx context.Context, id, deliveryID string) (store.W
 
 // onDemand makes one attempt of d and adds it to the delivery log.
 func (s *Service) onDemand(ctx context.Context, w store.Webhook, d store.WebhookDelivery) (store.WebhookDelivery, error) {
-	res := s.send(ctx, w, d.EventID, d.Body)
+	res := s.send(ctx, w, outgoing{id: d.EventID, typ: d.Type, body: d.Body})
 	d.ID, d.WebhookID, d.At = newID("dlv_"), w.ID, res.at
 	d.HTTPStatus, d.Error, d.Latency = res.status, res.errText(), res.latency
 	d.Status = store.DeliveryFailed

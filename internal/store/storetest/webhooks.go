@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -186,6 +187,43 @@ var webhookTests = []test{
 		if _, err := s.GetWebhookDelivery(ctx, w.ID, "d-4"); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("a deleted endpoint's delivery = %v, want ErrNotFound", err)
 		}
+	}},
+	{"Backlog", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		backlog := func(upTo int, want store.WebhookBacklog) {
+			t.Helper()
+			got := must(s.WebhookBacklog(ctx, upTo))(t)
+			if got.Events != want.Events || !got.Oldest.Equal(want.Oldest) {
+				t.Fatalf("backlog(%d) = %+v, want %+v", upTo, got, want)
+			}
+		}
+		appendAt := func(ctx context.Context, at time.Time) {
+			t.Helper()
+			ok(t, errOf(s.AppendLifecycle(ctx, store.LifecycleEvent{Type: "subagent/start", Time: at, Payload: []byte(`{}`)})))
+		}
+		appendAt(ctx, sec(1)) // before the endpoint: not its
+		w := must(s.CreateWebhook(ctx, newWebhook("wh-b")))(t)
+		backlog(10, store.WebhookBacklog{})
+		appendAt(other(ctx), sec(2)) // another tenant's: not its
+		backlog(10, store.WebhookBacklog{})
+		appendAt(ctx, sec(5))
+		appendAt(ctx, sec(6))
+		backlog(10, store.WebhookBacklog{Events: 2, Oldest: sec(5)})
+		backlog(1, store.WebhookBacklog{Events: 1, Oldest: sec(5)})
+		// Another tenant's endpoint adds its own backlog.
+		ok(t, errOf(s.CreateWebhook(other(ctx), newWebhook("wh-o"))))
+		appendAt(other(ctx), sec(3))
+		backlog(10, store.WebhookBacklog{Events: 3, Oldest: sec(3)})
+		// A disabled endpoint has none; a moved cursor leaves only the rest.
+		off := false
+		ok(t, errOf(s.UpdateWebhook(other(ctx), "wh-o", store.WebhookUpdate{Enabled: &off})))
+		claimed := must(s.ClaimWebhooks(ctx, store.ClaimWebhooksParams{Owner: "a", Now: t0, Until: sec(60)}))(t)
+		if len(claimed) != 1 || claimed[0].ID != w.ID {
+			t.Fatalf("claim = %+v, want wh-b", claimed)
+		}
+		first := must(s.Lifecycle(ctx, store.LifecycleFilter{After: w.Cursor, Limit: 1}))(t)
+		ok(t, s.AdvanceWebhook(ctx, store.AdvanceWebhookParams{ID: w.ID, Owner: "a", Cursor: first[0].ID, Until: sec(60)}))
+		backlog(10, store.WebhookBacklog{Events: 1, Oldest: sec(6)})
 	}},
 	{"WakeOnCreate", func(t *testing.T, s store.Store) {
 		ch, end := s.Subscribe(store.WebhooksTopic)
