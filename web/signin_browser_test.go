@@ -10,9 +10,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/subagentd/subagentd/internal/config"
 	apihttp "github.com/subagentd/subagentd/internal/http"
 	"github.com/subagentd/subagentd/internal/memstore"
+	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/web"
 )
@@ -28,7 +28,7 @@ func TestBrowser_SignInCookieAndEventSource(t *testing.T) {
 	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: "web-test"})
 	api := apihttp.NewServer(apihttp.Config{
 		Service: svc, Store: st, Logger: log, Dashboard: web.FS,
-		Tokens: []config.Token{{Tenant: "alpha", Hash: sha256.Sum256([]byte(token))}},
+		Tokens: []store.Token{{Tenant: "alpha", Hash: sha256.Sum256([]byte(token))}},
 	})
 	ts := httptest.NewServer(api.Handler())
 	t.Cleanup(func() {

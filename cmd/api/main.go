@@ -506,7 +506,7 @@ const idempotencySweep = 10 * time.Minute
 
 // securityConfig is the parsed security settings (DESIGN §7).
 type securityConfig struct {
-	tokens      []cfgfile.Token
+	tokens      []store.Token
 	corsOrigins []string
 	maxLiveRuns int
 	maxStreams  int

@@ -21,7 +21,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/pg"
 	"github.com/subagentd/subagentd/internal/pg/pgtest"
@@ -35,8 +34,8 @@ const (
 	tokenB = "bravo-token-0123456789"
 )
 
-func testTokens() []config.Token {
-	return []config.Token{
+func testTokens() []store.Token {
+	return []store.Token{
 		{Tenant: "alpha", Hash: sha256.Sum256([]byte(tokenA))},
 		{Tenant: "bravo", Hash: sha256.Sum256([]byte(tokenB))},
 	}

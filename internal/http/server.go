@@ -21,7 +21,6 @@ import (
 	"github.com/go-playground/validator/v10"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
@@ -163,7 +162,7 @@ type Config struct {
 	// /readyz and /metrics need a bearer token or a sign-in cookie, and
 	// the token's tenant scopes the request. Without tokens every request
 	// is the default tenant's and only loopback Host headers are answered.
-	Tokens []config.Token
+	Tokens []store.Token
 	// CORSOrigins are the origins (scheme://host[:port]) whose pages may
 	// call the API; none turns CORS off.
 	CORSOrigins []string
@@ -197,7 +196,7 @@ type Server struct {
 	writeTO     time.Duration
 	maxWait     time.Duration
 	bodyLimit   int64
-	tokens      []config.Token
+	tokens      []store.Token
 	corsOrigins []string
 	limiter     *limiter
 	streamCap   *counter
