@@ -416,9 +416,9 @@ func (f *followupRequest) source() sessionlog.Source {
 }
 
 type followupResponse struct {
-	Route     string `json:"route"`
-	TaskID    string `json:"taskId,omitempty"`
-	MessageID string `json:"messageId"`
+	Route     subagent.Route `json:"route"`
+	TaskID    string         `json:"taskId,omitempty"`
+	MessageID string         `json:"messageId"`
 }
 
 type interruptRequest struct {
