@@ -23,6 +23,7 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/fork"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/web"
 )
@@ -61,15 +62,16 @@ func startServer(t *testing.T, mdl model.Model, opts ...func(*apihttp.Config)) *
 			t.Fatalf("registering %s: %v", p.Name(), err)
 		}
 	}
-	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: logger})
-	mgr := subagent.NewManager(svc, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: logger})
+	agents := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: logger})
+	mgr := subagent.NewManager(svc, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(deps), Notices: agents, Logger: logger})
 	dtools := delegate.NewTools(delegate.ToolsConfig{Seam: svc, Continuations: mgr, Store: st, Registry: tools, Logger: logger})
 	if err := dtools.Start(t.Context()); err != nil {
 		t.Fatalf("mounting the delegation tools: %v", err)
 	}
 	cfg := apihttp.Config{
 		Service: svc, Store: st, Logger: logger, Dashboard: web.FS,
-		Continuations: mgr, Roots: roots, Routes: routes,
+		Continuations: mgr, Roots: agents, Routes: routes,
+		Sessions: roots.New(roots.Config{Store: st, Routes: routes, Agents: agents}),
 	}
 	for _, opt := range opts {
 		opt(&cfg)
@@ -94,7 +96,7 @@ func startServer(t *testing.T, mdl model.Model, opts ...func(*apihttp.Config)) *
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		// The order of cmd/api: root agents, activations, runs, streams.
-		if err := errors.Join(roots.Close(ctx), mgr.Shutdown(ctx), svc.Shutdown(ctx), api.Shutdown(ctx)); err != nil {
+		if err := errors.Join(agents.Close(ctx), mgr.Shutdown(ctx), svc.Shutdown(ctx), api.Shutdown(ctx)); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 		dtools.Stop()

@@ -10,9 +10,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/subagentd/subagentd/internal/config"
 	apihttp "github.com/subagentd/subagentd/internal/http"
 	"github.com/subagentd/subagentd/internal/memstore"
+	"github.com/subagentd/subagentd/internal/roots"
+	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/web"
 )
@@ -27,8 +28,8 @@ func TestBrowser_SignInCookieAndEventSource(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: "web-test"})
 	api := apihttp.NewServer(apihttp.Config{
-		Service: svc, Store: st, Logger: log, Dashboard: web.FS,
-		Tokens: []config.Token{{Tenant: "alpha", Hash: sha256.Sum256([]byte(token))}},
+		Service: svc, Sessions: roots.New(roots.Config{Store: st}), Store: st, Logger: log, Dashboard: web.FS,
+		Tokens: []store.Token{{Tenant: "alpha", Hash: sha256.Sum256([]byte(token))}},
 	})
 	ts := httptest.NewServer(api.Handler())
 	t.Cleanup(func() {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/subagentd/subagentd/internal/config"
 	apihttp "github.com/subagentd/subagentd/internal/http"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/store"
 )
 
 // TestDashboard_SignInWithTokenThenSignOut: with tokens configured, a
@@ -22,7 +22,7 @@ func TestDashboard_SignInWithTokenThenSignOut(t *testing.T) {
 	const token = "s3cret-token-0123456789"
 	release := make(chan struct{})
 	srv := startServer(t, scripted.New(scripted.Step{Text: answer, Pause: release}), func(c *apihttp.Config) {
-		c.Tokens = []config.Token{{Tenant: "acme", Hash: sha256.Sum256([]byte(token))}}
+		c.Tokens = []store.Token{{Tenant: "acme", Hash: sha256.Sum256([]byte(token))}}
 	})
 	res, err := http.Get(srv.URL + "/v1/auth/session")
 	if err != nil {

@@ -202,7 +202,10 @@ providers:
 	}
 
 	s2 := startServer(t, env)
-	var res struct{ Route, TaskID string }
+	var res struct {
+		Route  subagent.Route
+		TaskID string
+	}
 	s2.call(t, http.MethodPost, "/v1/subagents/"+created.ChildID+"/followup",
 		fmt.Sprintf(`{"parentSessionId":%q,"content":[{"type":"text","text":"beta"}]}`, sess.ID), http.StatusOK, &res)
 	if res.Route != subagent.RouteStarted {

@@ -40,6 +40,7 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/fork"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	rootrules "github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/internal/telemetry"
@@ -476,8 +477,9 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	stop = func() { hooks.Stop(); stopRest() }
 	api := httpapi.NewServer(httpapi.Config{
 		Service: svc, Store: st, Logger: log, Registry: reg, Metrics: metrics, Tracing: tracing, Version: buildVersion(), Dashboard: web.FS,
-		Continuations: mgr, Roots: roots, Routes: routes, WorkspaceRoots: file.WorkspaceRoots, Webhooks: hooks,
-		Tokens: sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,
+		Continuations: mgr, Roots: roots, Routes: routes, Webhooks: hooks,
+		Sessions: rootrules.New(rootrules.Config{Store: st, Routes: routes, WorkspaceRoots: file.WorkspaceRoots, Agents: roots}),
+		Tokens:   sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,
 		MCP: func(api *httpapi.Server) http.Handler {
 			return mcpface.NewHandler(mcpface.Config{API: api, Logger: log, Version: buildVersion()})
 		},
@@ -507,7 +509,7 @@ const idempotencySweep = 10 * time.Minute
 
 // securityConfig is the parsed security settings (docs/architecture.md §10).
 type securityConfig struct {
-	tokens      []cfgfile.Token
+	tokens      []store.Token
 	corsOrigins []string
 	maxLiveRuns int
 	maxStreams  int

@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/subagentd/subagentd/internal/pg/pgtest"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // The MCP face's tests drive /mcp of the wired process (the real router,
@@ -276,9 +277,12 @@ func TestMCP_ToolsOverTheRealServer(t *testing.T) {
 		if task.State != "settled" || task.text() != "echo: first" || task.Kind != "activation" {
 			t.Fatalf("get_task = %+v, want the settled first turn", task)
 		}
-		var next struct{ Route, TaskID string }
+		var next struct {
+			Route  subagent.Route
+			TaskID string
+		}
 		callTool(t, cs, "followup", map[string]any{"childId": started.ChildID, "content": "/sleep 5m\nsecond"}, &next)
-		if next.Route != "started" || next.TaskID == "" || next.TaskID == started.TaskID {
+		if next.Route != subagent.RouteStarted || next.TaskID == "" || next.TaskID == started.TaskID {
 			t.Fatalf("followup = %+v, want a new task", next)
 		}
 		var accepted struct{ Accepted bool }

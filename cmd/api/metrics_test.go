@@ -18,6 +18,7 @@ import (
 	prommodel "github.com/prometheus/common/model"
 
 	"github.com/subagentd/subagentd/internal/pg/pgtest"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // inProcess runs the server in this process with vars on a free port and
@@ -147,7 +148,7 @@ func TestMetrics_Scenario(t *testing.T) {
 				return strings.Contains(data, `"id":"`+childID+`"`)
 			})
 			fu := s.followup(t, root.ID, childID, "second")
-			if fu.Route != "started" {
+			if fu.Route != subagent.RouteStarted {
 				t.Fatalf("followup after the activation ended: %+v, want route started", fu)
 			}
 			ids = append(ids, fu.TaskID, fu.MessageID)

@@ -150,7 +150,10 @@ func (s *server) spawnChild(t *testing.T, parent, label, text string) (childID, 
 }
 
 // followupAnswer is the answer to a followup.
-type followupAnswer struct{ Route, TaskID, MessageID string }
+type followupAnswer struct {
+	Route             subagent.Route
+	TaskID, MessageID string
+}
 
 // followup sends a followup to child through s.
 func (s *server) followup(t *testing.T, parent, child, text string) followupAnswer {

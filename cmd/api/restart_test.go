@@ -499,10 +499,13 @@ func TestRestart_SIGKILL_AcceptedFollowupRunsAfterRestart(t *testing.T) {
 	b.waitStream(t, "/v1/events?after=0&types=subagent/end", func(_, data string) bool {
 		return strings.Contains(data, `"id":"`+child.ChildID+`"`) && strings.Contains(data, "echo: second")
 	})
-	var fu struct{ Route, TaskID string }
+	var fu struct {
+		Route  subagent.Route
+		TaskID string
+	}
 	b.call(t, http.MethodPost, "/v1/subagents/"+child.ChildID+"/followup",
 		fmt.Sprintf(`{"parentSessionId":%q,"content":[{"type":"text","text":"third"}]}`, sess.ID), http.StatusOK, &fu)
-	if fu.Route != "started" {
+	if fu.Route != subagent.RouteStarted {
 		t.Fatalf("followup after the recovered activation settled answered %+v, want route started", fu)
 	}
 	b.waitChildEvent(t, child.ChildID, func(typ, data string) bool {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/subagentd/subagentd/internal/store"
 )
 
 // Provider and model types, permission policies and defaults.
@@ -52,7 +54,7 @@ type File struct {
 	WorkspaceRoots []string
 	// Tokens are the API tokens of the file's tokens: list, by SHA-256;
 	// SUBAGENTD_TOKENS adds more (ParseTokens).
-	Tokens []Token
+	Tokens []store.Token
 	// WebhooksAllowPrivate (webhooks: allowPrivate:) lets webhook
 	// deliveries reach loopback, private and link-local addresses;
 	// SUBAGENTD_WEBHOOK_ALLOW_PRIVATE=true does too.

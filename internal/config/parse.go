@@ -13,6 +13,8 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
+
+	"github.com/subagentd/subagentd/internal/store"
 )
 
 // The wire structs mirror the file. Pointers tell an absent key from an empty
@@ -214,7 +216,7 @@ func (v *validator) file(raw fileYAML, startDir string) *File {
 			v.fail(p.with("sha256"), "the same token is listed twice")
 		}
 		hashes[h] = true
-		f.Tokens = append(f.Tokens, Token{Tenant: r.Tenant, Hash: h})
+		f.Tokens = append(f.Tokens, store.Token{Tenant: r.Tenant, Hash: h})
 	}
 	return f
 }

@@ -6,15 +6,9 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-)
 
-// Token is one API token (docs/architecture.md §10): a request that presents the token
-// whose SHA-256 is Hash acts as Tenant. Only the hash is kept, so neither
-// the file nor the process holds a usable token.
-type Token struct {
-	Tenant string
-	Hash   [sha256.Size]byte
-}
+	"github.com/subagentd/subagentd/internal/store"
+)
 
 // MinTokenLength is the shortest token SUBAGENTD_TOKENS accepts: shorter
 // ones can be guessed.
@@ -42,8 +36,8 @@ func checkTenant(name string) string {
 // A tenant may have several tokens; a token may serve only one tenant. The
 // errors never repeat a token, and name the entry, not the variable: the
 // caller says where the list came from (a flag or the variable).
-func ParseTokens(s string) ([]Token, error) {
-	var out []Token
+func ParseTokens(s string) ([]store.Token, error) {
+	var out []store.Token
 	seen := map[[sha256.Size]byte]bool{}
 	for i, pair := range strings.Split(s, ",") {
 		pair = strings.TrimSpace(pair)
@@ -65,7 +59,7 @@ func ParseTokens(s string) ([]Token, error) {
 			return nil, fmt.Errorf("entry %d (tenant %q): the token is listed twice", i+1, tenant)
 		}
 		seen[h] = true
-		out = append(out, Token{Tenant: tenant, Hash: h})
+		out = append(out, store.Token{Tenant: tenant, Hash: h})
 	}
 	return out, nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
+
+	"github.com/subagentd/subagentd/internal/store"
 )
 
 func TestParseTokens(t *testing.T) {
@@ -13,10 +15,10 @@ func TestParseTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Token{
-		{"acme", sha256.Sum256([]byte("0123456789abcdef-1"))},
-		{"acme", sha256.Sum256([]byte("0123456789abcdef-2"))},
-		{"beta.team", sha256.Sum256([]byte("0123456789abcdef-3"))},
+	want := []store.Token{
+		{Tenant: "acme", Hash: sha256.Sum256([]byte("0123456789abcdef-1"))},
+		{Tenant: "acme", Hash: sha256.Sum256([]byte("0123456789abcdef-2"))},
+		{Tenant: "beta.team", Hash: sha256.Sum256([]byte("0123456789abcdef-3"))},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("tokens = %v", got)
@@ -49,7 +51,7 @@ func TestParse_Tokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(f.Tokens) != 1 || f.Tokens[0] != (Token{"acme", h}) {
+	if len(f.Tokens) != 1 || f.Tokens[0] != (store.Token{Tenant: "acme", Hash: h}) {
 		t.Fatalf("tokens = %+v", f.Tokens)
 	}
 	for src, want := range map[string]string{

@@ -6,10 +6,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -55,6 +57,28 @@ func (w *world) prompt(t *testing.T, text string, n int) {
 		t.Fatalf("prompt %q: %v", text, err)
 	}
 	w.waitTurnEnd(t, w.Parent.Session.ID, n)
+}
+
+// awaitIdle waits until the live agent of root session id runs no turn
+// and has nothing runnable queued (agent.Agent.Idle): a turn/end in the
+// log comes a little before that.
+func (w *world) awaitIdle(t *testing.T, id string) {
+	t.Helper()
+	var idle <-chan struct{}
+	key := resident.Key{Tenant: store.Tenant(inprocesstest.Ctx(t)), ID: id}
+	w.roots.roots.Peek(key, func(s *root) {
+		if s.agent != nil {
+			idle = s.agent.Idle()
+		}
+	})
+	if idle == nil {
+		t.Fatalf("root session %s has no live agent", id)
+	}
+	select {
+	case <-idle:
+	case <-time.After(inprocesstest.Timeout):
+		t.Fatalf("the agent of root session %s is not idle after %s", id, inprocesstest.Timeout)
+	}
 }
 
 // waitTurnEnd waits until session id's log holds the turn/end of turn n.

@@ -26,7 +26,7 @@ func (r *Roots) route(ctx context.Context, id, op string, payload any, local fun
 	if r.cfg.Control == nil {
 		return local()
 	}
-	_, err := subagent.Route(ctx, r.cfg.Control, id, op, payload, func() (struct{}, error) { return struct{}{}, local() })
+	_, err := subagent.Forward(ctx, r.cfg.Control, id, op, payload, func() (struct{}, error) { return struct{}{}, local() })
 	return err
 }
 

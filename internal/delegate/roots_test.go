@@ -37,6 +37,7 @@ func TestRoots_PromptRunsTurnAndColdLoadsAfterCloseIdle(t *testing.T) {
 	if live, _ := w.roots.Live(ctx, root); !live {
 		t.Fatal("no live agent after a prompt")
 	}
+	w.awaitIdle(t, root)
 	n, err := w.roots.CloseIdle(ctx, time.Now())
 	if err != nil || n != 1 {
 		t.Fatalf("CloseIdle = %d, %v, want 1 closed", n, err)
@@ -61,18 +62,32 @@ func TestRoots_CloseIdleKeepsRecentAndRunning(t *testing.T) {
 	m := scripted.Func(func(req model.Request) scripted.Step { return scripted.Step{Text: "ok", Gate: gate} })
 	w := newWorld(t, m)
 	ctx := inprocesstest.Ctx(t)
+	root := w.Parent.Session.ID
 	before := time.Now()
-	if _, err := w.roots.Prompt(ctx, w.Parent.Session.ID, inprocesstest.Text("x")); err != nil {
+	if _, err := w.roots.Prompt(ctx, root, inprocesstest.Text("x")); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := w.roots.CloseIdle(ctx, before); n != 0 || err != nil {
-		t.Errorf("CloseIdle(before last use) = %d, %v", n, err)
-	}
-	if n, err := w.roots.CloseIdle(ctx, time.Now()); n != 0 || err != nil {
-		t.Errorf("CloseIdle of a running agent = %d, %v", n, err)
+	// Its last use is after before and before after; the cutoffs keep a
+	// minute's distance from both, so no clock tick decides.
+	recent, old := before.Add(-time.Minute), time.Now().Add(time.Minute)
+	if n, err := w.roots.CloseIdle(ctx, old); n != 0 || err != nil {
+		t.Errorf("CloseIdle of a running agent = %d, %v, want 0", n, err)
 	}
 	close(gate)
-	w.waitTurnEnd(t, w.Parent.Session.ID, 1)
+	w.waitTurnEnd(t, root, 1)
+	w.awaitIdle(t, root)
+	if n, err := w.roots.CloseIdle(ctx, recent); n != 0 || err != nil {
+		t.Errorf("CloseIdle of an idle agent used after the cutoff = %d, %v, want 0", n, err)
+	}
+	if live, _ := w.roots.Live(ctx, root); !live {
+		t.Fatal("an idle agent used after the cutoff was closed")
+	}
+	if n, err := w.roots.CloseIdle(ctx, old); n != 1 || err != nil {
+		t.Errorf("CloseIdle of an idle agent last used before the cutoff = %d, %v, want 1", n, err)
+	}
+	if live, _ := w.roots.Live(ctx, root); live {
+		t.Fatal("an idle agent last used before the cutoff is still live")
+	}
 }
 
 func TestRoots_PromptErrors(t *testing.T) {

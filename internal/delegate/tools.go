@@ -109,6 +109,13 @@ type Tools struct {
 	unsub   func()
 	mounted map[string]string // provider name → tool name
 	control []string          // registered control tool names
+
+	// probes are the goroutines that describe a tool again once its
+	// provider's capabilities are known (redescribe); Stop ends their
+	// waits (endProbes) and waits for them.
+	probes    sync.WaitGroup
+	endProbes context.CancelFunc
+	probeCtx  context.Context
 }
 
 // NewTools returns Tools for cfg; Start mounts them.
@@ -117,8 +124,9 @@ func NewTools(cfg ToolsConfig) *Tools {
 	if cfg.MaxDepth != nil {
 		depth = *cfg.MaxDepth
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Tools{seam: cfg.Seam, conts: cfg.Continuations, store: cfg.Store, registry: cfg.Registry, maxDepth: depth,
-		log: cfg.Logger, mounted: map[string]string{}}
+		log: cfg.Logger, mounted: map[string]string{}, probeCtx: ctx, endProbes: cancel}
 }
 
 // ToolName is the delegation tool name of the provider named provider.
@@ -165,8 +173,9 @@ func (t *Tools) Start(ctx context.Context) error {
 // Stop unsubscribes and removes every mounted tool. Idempotent.
 func (t *Tools) Stop() {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.stopLocked()
+	t.mu.Unlock()
+	t.probes.Wait()
 }
 
 func (t *Tools) stopLocked() {
@@ -174,6 +183,7 @@ func (t *Tools) stopLocked() {
 		return
 	}
 	t.stopped = true
+	t.endProbes()
 	if t.unsub != nil {
 		t.unsub()
 	}
@@ -213,7 +223,9 @@ func (t *Tools) onEvent(ctx context.Context, e subagent.Event) error {
 	return nil
 }
 
-// mountLocked (re-)registers p's tool with wording derived from p now.
+// mountLocked (re-)registers p's tool with wording derived from p now,
+// and, while p still learns its capabilities, describes it again once it
+// knows them (redescribe).
 func (t *Tools) mountLocked(p subagent.Provider) error {
 	tool := t.tool(p)
 	if _, ok := t.mounted[p.Name()]; ok {
@@ -225,7 +237,42 @@ func (t *Tools) mountLocked(p subagent.Provider) error {
 	}
 	t.mounted[p.Name()] = tool.Name
 	t.log.Info("delegation tool mounted", slog.String("tool", tool.Name), slog.String("provider", p.Name()))
+	if pr, ok := p.(subagent.Prober); ok && probing(pr) {
+		t.probes.Go(func() { t.redescribe(pr) })
+	}
 	return nil
+}
+
+// probing reports whether p is still learning its capabilities.
+func probing(p subagent.Prober) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return errors.Is(p.WaitProbe(ctx), context.Canceled)
+}
+
+// redescribe waits until p's capabilities are known, or cannot be, and
+// mounts the tool of the provider then registered under p's name again,
+// so that its description offers what p turned out to support. Stop ends
+// the wait.
+func (t *Tools) redescribe(p subagent.Prober) {
+	if err := p.WaitProbe(t.probeCtx); err != nil && t.probeCtx.Err() != nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	if _, ok := t.mounted[p.Name()]; !ok {
+		return
+	}
+	cur, ok := t.seam.Provider(p.Name())
+	if !ok {
+		return
+	}
+	if err := t.mountLocked(cur); err != nil {
+		t.log.Error("describe a delegation tool again", slog.String("provider", p.Name()), slog.Any("error", err))
+	}
 }
 
 // delegateArgs are the delegation tool's arguments.
@@ -235,26 +282,32 @@ type delegateArgs struct {
 	RunInBackground *bool  `json:"run_in_background"`
 }
 
-// delegation is how one mounted tool delegates: to which provider, whether
-// it can run children in the background, and whether it sends a depth cap.
+// delegation is how one mounted tool delegates: its name and its
+// provider.
 type delegation struct {
-	tool, provider         string
-	background, depthLimit bool
+	tool string
+	p    subagent.Provider
 }
 
-// tool builds the delegation tool of p. It runs children in the background
-// by default when a continuation manager is configured and p can create
-// continuable children; otherwise it always waits for the result.
+// background reports whether a tool of a provider with caps runs children
+// in the background: when a continuation manager is configured and the
+// provider can create continuable children.
+func (t *Tools) background(caps subagent.Capabilities) bool {
+	return caps.Resume && t.conts != nil
+}
+
+// tool builds the delegation tool of p, described with the capabilities p
+// knows now. It runs children in the background by default when they
+// allow it (background); otherwise it always waits for the result.
 func (t *Tools) tool(p subagent.Provider) agent.Tool {
-	caps := p.Capabilities()
-	d := delegation{tool: ToolName(p.Name()), provider: p.Name(),
-		background: caps.Resume && t.conts != nil, depthLimit: caps.DepthLimit}
-	description, promptParam := toolDescription(p, d.background)
+	d := delegation{tool: ToolName(p.Name()), p: p}
+	background := t.background(p.Capabilities())
+	description, promptParam := toolDescription(p, background)
 	props := map[string]any{
 		"description": map[string]any{"type": "string", "description": descriptionParam},
 		"prompt":      map[string]any{"type": "string", "description": promptParam},
 	}
-	if d.background {
+	if background {
 		props["run_in_background"] = map[string]any{"type": "boolean", "description": backgroundParam}
 	}
 	schema := mustJSON(map[string]any{"type": "object", "properties": props,
@@ -280,8 +333,9 @@ func mustJSON(v any) json.RawMessage {
 }
 
 // delegate runs one delegation call (docs/seam.md §23): background
-// when the tool supports it and run_in_background is not false, else
-// foreground.
+// when the provider supports it and run_in_background is not false, else
+// foreground. A provider that is still learning its capabilities is
+// waited for first (capabilities).
 func (t *Tools) delegate(ctx context.Context, d delegation, call agent.Call) ([]model.Block, error) {
 	if call.Agent == nil {
 		return nil, fmt.Errorf("%s requires a calling agent (exec.agent was undefined)", d.tool)
@@ -293,9 +347,14 @@ func (t *Tools) delegate(ctx context.Context, d delegation, call agent.Call) ([]
 	if strings.TrimSpace(args.Prompt) == "" {
 		return nil, fmt.Errorf("INVALID_ARGS: %s needs a non-empty prompt", d.tool)
 	}
-	background := d.background && (args.RunInBackground == nil || *args.RunInBackground)
-	if !d.background && args.RunInBackground != nil && *args.RunInBackground {
-		return nil, fmt.Errorf("run_in_background is not available for %s: provider %s cannot run continuable children here", d.tool, d.provider)
+	caps, err := capabilities(ctx, d.p)
+	if err != nil {
+		return nil, err
+	}
+	provider, can := d.p.Name(), t.background(caps)
+	background := can && (args.RunInBackground == nil || *args.RunInBackground)
+	if !can && args.RunInBackground != nil && *args.RunInBackground {
+		return nil, fmt.Errorf("run_in_background is not available for %s: provider %s cannot run continuable children here", d.tool, provider)
 	}
 	parent, err := t.parent(ctx, call.Agent.ID())
 	if err != nil {
@@ -303,18 +362,32 @@ func (t *Tools) delegate(ctx context.Context, d delegation, call agent.Call) ([]
 	}
 	prompt := []model.Block{model.TextBlock(args.Prompt)}
 	var maxDepth *int
-	if d.depthLimit {
+	if caps.DepthLimit {
 		maxDepth = &t.maxDepth
 	}
 	if background {
-		started, err := t.conts.StartContinuable(ctx, subagent.ContinuableRequest{Provider: d.provider,
+		started, err := t.conts.StartContinuable(ctx, subagent.ContinuableRequest{Provider: provider,
 			Label: args.Description, Prompt: prompt, Parent: parent, MaxDepth: maxDepth})
 		if err != nil {
 			return nil, t.safe(ctx, "start", err)
 		}
 		return text("started subagent " + started.ChildID), nil
 	}
-	return t.foreground(ctx, d.provider, subagent.Request{Label: args.Description, Prompt: prompt, Parent: parent, MaxDepth: maxDepth})
+	return t.foreground(ctx, provider, subagent.Request{Label: args.Description, Prompt: prompt, Parent: parent, MaxDepth: maxDepth})
+}
+
+// capabilities returns p's capabilities once they are known, waiting
+// within the calling turn for a provider still learning them
+// (subagent.Prober). A provider whose agent cannot be started has them
+// unknown, reported as false; its start then fails with the reason.
+// Returns ctx's error when the turn ends first.
+func capabilities(ctx context.Context, p subagent.Provider) (subagent.Capabilities, error) {
+	if pr, ok := p.(subagent.Prober); ok {
+		if err := pr.WaitProbe(ctx); err != nil && ctx.Err() != nil {
+			return subagent.Capabilities{}, fmt.Errorf("%s: the calling turn ended while its capabilities were being learnt: %w", p.Name(), ctx.Err())
+		}
+	}
+	return p.Capabilities(), nil
 }
 
 // text is a tool result of one text block.

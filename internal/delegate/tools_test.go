@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
@@ -210,5 +211,114 @@ func TestDelegate_5_1_CancelledTurnCancelsChild(t *testing.T) {
 	}
 	if _, live := w.Service.Run(t.Context(), evs[0].RunID); live {
 		t.Error("run not disposed")
+	}
+}
+
+// probingProvider learns whether it can resume only once its probe ends
+// (subagent.Prober): until the test closes known it reports Resume false,
+// and every WaitProbe that waits sends on waits first.
+type probingProvider struct {
+	*fakeProvider
+	waits chan struct{}
+	known chan struct{}
+}
+
+func (p *probingProvider) Capabilities() subagent.Capabilities {
+	c := p.fakeProvider.Capabilities()
+	select {
+	case <-p.known:
+		c.Resume = true
+	default:
+	}
+	return c
+}
+
+func (p *probingProvider) WaitProbe(ctx context.Context) error {
+	select {
+	case <-p.known:
+		return nil
+	default:
+	}
+	if ctx.Err() == nil {
+		p.waits <- struct{}{}
+	}
+	select {
+	case <-p.known:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// startingConts is a continuation manager that only starts continuable
+// children, answering child id "bg-child" and passing each request on.
+type startingConts struct {
+	Continuations
+	started chan subagent.ContinuableRequest
+}
+
+func (c *startingConts) StartContinuable(_ context.Context, req subagent.ContinuableRequest) (subagent.ContinuableStarted, error) {
+	c.started <- req
+	return subagent.ContinuableStarted{ChildID: "bg-child"}, nil
+}
+
+// TestTools_BackgroundWaitsForTheCapabilityProbe: a provider still
+// learning whether it can resume is never taken for one that cannot. A
+// delegation called meanwhile waits for the probe and then runs in the
+// background, and the tool is described again, offering
+// run_in_background, once the probe ended.
+func TestTools_BackgroundWaitsForTheCapabilityProbe(t *testing.T) {
+	t.Parallel()
+	conts := &startingConts{started: make(chan subagent.ContinuableRequest, 1)}
+	m := scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "ok"} })
+	w := newWorld(t, m, func(c *ToolsConfig, _ *Roots, _ inprocess.Deps) { c.Continuations = conts })
+	ctx := inprocesstest.Ctx(t)
+	p := &probingProvider{fakeProvider: &fakeProvider{name: "probe"}, waits: make(chan struct{}, 4), known: make(chan struct{})}
+	if err := w.Service.Register(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	await := func(what string) {
+		t.Helper()
+		select {
+		case <-p.waits:
+		case <-time.After(inprocesstest.Timeout):
+			t.Fatalf("%s did not wait for the probe within %s", what, inprocesstest.Timeout)
+		}
+	}
+	await("the mounted tool")
+	w.prompt(t, "before", 1)
+	if spec := toolSpec(t, m.Requests()[0], "subagent_probe"); strings.Contains(string(spec.Parameters), "run_in_background") {
+		t.Errorf("while probing the tool offers run_in_background: %s", spec.Parameters)
+	}
+
+	type result struct {
+		out []model.Block
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := w.callTool(t, ctx, p, map[string]any{"description": "d", "prompt": "go", "run_in_background": true})
+		done <- result{out, err}
+	}()
+	await("the delegation call")
+	close(p.known)
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(inprocesstest.Timeout):
+		t.Fatalf("the delegation did not return within %s", inprocesstest.Timeout)
+	}
+	if res.err != nil || model.Text(res.out) != "started subagent bg-child" {
+		t.Fatalf("delegation = %v, %v; want a background start", model.Text(res.out), res.err)
+	}
+	if req := <-conts.started; req.Provider != "probe" || req.Label != "d" {
+		t.Errorf("continuable request = %+v", req)
+	}
+
+	w.tools.probes.Wait() // the tool has been described again
+	w.prompt(t, "after", 2)
+	reqs := m.Requests()
+	if spec := toolSpec(t, reqs[len(reqs)-1], "subagent_probe"); !strings.Contains(string(spec.Parameters), "run_in_background") {
+		t.Errorf("once probed the tool does not offer run_in_background: %s", spec.Parameters)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/providers/acp"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -69,7 +70,8 @@ func setupACP(t *testing.T, command string, env map[string]string) *acpWorld {
 		}
 		w.p = p
 		mgr := subagent.NewManager(b.svc, subagent.ManagerConfig{Logger: b.log})
-		cfg.Continuations, cfg.WorkspaceRoots = mgr, []string{w.root}
+		cfg.Continuations = mgr
+		cfg.Sessions = roots.New(roots.Config{Store: b.st, WorkspaceRoots: []string{w.root}})
 		b.stops = append(b.stops, mgr.Shutdown, func(context.Context) error { return p.Close() })
 	})
 	return w

@@ -22,6 +22,7 @@ import (
 
 	"github.com/subagentd/subagentd/api"
 	"github.com/subagentd/subagentd/internal/memstore"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/internal/telemetry"
@@ -134,6 +135,9 @@ func startSeam(t *testing.T, seam subagent.Config, wire func(b *testBundle, cfg 
 	b := &testBundle{st: st, svc: svc, log: log, logs: logs}
 	if wire != nil {
 		wire(b, &cfg)
+	}
+	if cfg.Sessions == nil {
+		cfg.Sessions = roots.New(roots.Config{Store: st, Routes: cfg.Routes})
 	}
 	b.srv = NewServer(cfg)
 	b.ts = httptest.NewServer(b.srv.Handler())

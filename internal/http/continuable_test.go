@@ -17,6 +17,7 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/fork"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -68,6 +69,7 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 		w.mgr = subagent.NewManager(b.svc, subagent.ManagerConfig{
 			Materializer: inprocess.NewMaterializer(deps), Notices: w.roots, Logger: b.log})
 		cfg.Continuations, cfg.Roots, cfg.Routes = w.mgr, w.roots, table
+		cfg.Sessions = roots.New(roots.Config{Store: b.st, Routes: table, Agents: w.roots})
 		cfg.MCP = func(s *Server) http.Handler { return mcpface.NewHandler(mcpface.Config{API: s, Logger: b.log}) }
 		withWebhooks(b, cfg, false)
 		// Activations settle (and notify their roots) before the roots close.
@@ -645,7 +647,7 @@ func TestSessions_PromptRunsTheRootAgent(t *testing.T) {
 // server does not have is rejected at creation.
 func TestSessions_UnknownRouteIs422(t *testing.T) {
 	w := setupWorld(t, scriptedRoute("main", replying(nil)))
-	p := w.wantProblem(t, http.StatusUnprocessableEntity, codeUnknownRoute, call{method: http.MethodPost, path: "/v1/sessions",
+	p := w.wantProblem(t, http.StatusUnprocessableEntity, roots.EUnknownRoute, call{method: http.MethodPost, path: "/v1/sessions",
 		body: map[string]any{"agentOptions": map[string]any{"provider": "nowhere"}}})
 	if len(p.Errors) != 1 || p.Errors[0].Field != "agentOptions.provider" || !strings.Contains(p.Detail, `"nowhere"`) || !strings.Contains(p.Detail, "main") {
 		t.Fatalf("problem %+v", p)

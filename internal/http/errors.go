@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/internal/webhooks"
@@ -27,9 +28,6 @@ const (
 	// resident agent's lease to another replica half-way (store.ErrFenced);
 	// the retry reaches the new owner.
 	codeLeaseLost = "LEASE_LOST"
-	// codeUnknownRoute: agentOptions.provider names no configured model
-	// route. A 422 of its own, since INVALID_REQUEST is 400 in the table.
-	codeUnknownRoute = "UNKNOWN_ROUTE"
 )
 
 // unavailableRetry is the Retry-After of a 503.
@@ -58,7 +56,7 @@ var problems = map[string]problemType{
 	subagent.EInvalidRequest:        {http.StatusBadRequest, "Invalid request"},
 	subagent.EUnsupportedSchema:     {http.StatusUnprocessableEntity, "Unsupported output schema"},
 	subagent.EInvalidMaxDepth:       {http.StatusUnprocessableEntity, "Invalid maxDepth"},
-	codeUnknownRoute:                {http.StatusUnprocessableEntity, "Unknown model route"},
+	roots.EUnknownRoute:             {http.StatusUnprocessableEntity, "Unknown model route"},
 	subagent.EDepthExceeded:         {http.StatusUnprocessableEntity, "Delegation depth exceeded"},
 	subagent.EDuplicateChild:        {http.StatusConflict, "Child already exists"},
 	subagent.ENotResumable:          {http.StatusConflict, "Child not resumable"},

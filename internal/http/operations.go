@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -109,7 +110,7 @@ func (s *Server) FaceRoot(ctx context.Context, label string) (string, error) {
 	id := label + "~" + store.Tenant(ctx)
 	_, err := s.session(ctx, id)
 	if subagent.ErrorCode(err) == subagent.ESessionNotFound {
-		_, err = s.createRoot(ctx, id, createSessionRequest{Label: label})
+		_, err = s.sessions.Create(ctx, roots.CreateParams{ID: id, Label: label})
 		if errors.Is(err, store.ErrConflict) {
 			_, err = s.session(ctx, id)
 		}

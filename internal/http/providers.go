@@ -8,21 +8,13 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// prober is a provider whose capabilities are learnt by starting its agent
-// (acp.Provider). WaitProbe returns nil once they are known, the reason
-// they cannot be learnt (its agent does not start), or ctx's error while
-// they are still being learnt.
-type prober interface {
-	WaitProbe(ctx context.Context) error
-}
-
 // awaitProbe waits, within ctx, until p's capabilities are known or
 // cannot be, so that an unknown capability is never reported as false. It
 // returns why p's agent cannot be started ("" when it can, or p learns
 // nothing at run time), or NOT_READY (wrapping ctx's error) when ctx ended
 // first.
 func awaitProbe(ctx context.Context, p subagent.Provider) (unavailable string, err error) {
-	pr, ok := p.(prober)
+	pr, ok := p.(subagent.Prober)
 	if !ok {
 		return "", nil
 	}

@@ -41,7 +41,7 @@ func (s *Server) searchSessions(w http.ResponseWriter, r *http.Request, q string
 	for i, h := range hits {
 		rows[i] = h.Session
 	}
-	working, err := s.activity(r.Context(), rows)
+	working, err := s.sessions.Activity(r.Context(), rows)
 	if err != nil {
 		return err
 	}

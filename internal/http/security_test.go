@@ -21,10 +21,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/pg"
 	"github.com/subagentd/subagentd/internal/pg/pgtest"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -35,8 +35,8 @@ const (
 	tokenB = "bravo-token-0123456789"
 )
 
-func testTokens() []config.Token {
-	return []config.Token{
+func testTokens() []store.Token {
+	return []store.Token{
 		{Tenant: "alpha", Hash: sha256.Sum256([]byte(tokenA))},
 		{Tenant: "bravo", Hash: sha256.Sum256([]byte(tokenB))},
 	}
@@ -573,7 +573,7 @@ func TestSessions_CwdSymlinkContainment(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(root, "in"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	b := setup(t, func(c *Config) { c.WorkspaceRoots = []string{root} })
+	b := setup(t, func(c *Config) { c.Sessions = roots.New(roots.Config{Store: c.Store, WorkspaceRoots: []string{root}}) })
 	for _, cwd := range []string{root + "/link", root + "/link/..", root + "/link/../..", root + "/in/../link"} {
 		b.wantProblem(t, 400, subagent.EInvalidRequest, call{method: "POST", path: "/v1/sessions", body: map[string]any{"cwd": cwd}})
 	}

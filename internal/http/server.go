@@ -21,8 +21,8 @@ import (
 	"github.com/go-playground/validator/v10"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -93,10 +93,18 @@ type Roots interface {
 	// Prompt queues content as the next turn of a root session's agent and
 	// returns the message id once it is durably accepted.
 	Prompt(ctx context.Context, sessionID string, content []model.Block) (string, error)
-	// Live reports whether the session's agent is loaded here and whether
-	// it runs a turn.
-	Live(ctx context.Context, sessionID string) (live, running bool)
 }
+
+// Sessions creates root sessions and tells which sessions are working;
+// *roots.Sessions implements it.
+type Sessions interface {
+	// Create creates a root session and returns its header as stored.
+	Create(ctx context.Context, p roots.CreateParams) (store.Session, error)
+	// Activity reports which of rows are working.
+	Activity(ctx context.Context, rows []store.Session) (map[string]bool, error)
+}
+
+var _ Sessions = (*roots.Sessions)(nil)
 
 // Defaults of Config.
 const (
@@ -107,25 +115,22 @@ const (
 	DefaultRingSize     = 1024
 )
 
-// Config configures a Server. Service, Store and Logger are required; zero
-// limits take the defaults above.
+// Config configures a Server. Service, Sessions, Store and Logger are
+// required; zero limits take the defaults above.
 type Config struct {
 	Service Service
+	// Sessions creates root sessions (POST /v1/sessions, the MCP face's
+	// root) and answers the activity of listed sessions.
+	Sessions Sessions
 	// Continuations serves continuable children and the children and
 	// descendants listings; nil answers those routes NOT_READY (503).
 	Continuations Continuations
 	// Roots runs root sessions' agents; nil answers POST
 	// /v1/sessions/{id}/messages NOT_READY (503).
 	Roots Roots
-	// Routes are the model routes of in-process agents: session creation
-	// rejects an unknown agentOptions.provider with them, and
-	// /v1/providers shows the default route of in-process providers. nil
-	// checks no route and shows no model.
+	// Routes are the model routes of in-process agents: /v1/providers shows
+	// the default route of in-process providers. nil shows no model.
 	Routes *model.Routes
-	// WorkspaceRoots, when set, bound the cwd of a root session: it must be
-	// an existing directory inside one of them (the cwd children inherit,
-	// and ACP agents run in). Empty accepts any absolute path.
-	WorkspaceRoots []string
 	// Webhooks manages webhook endpoints; nil answers the /v1/webhooks
 	// routes NOT_READY (503).
 	Webhooks Webhooks
@@ -163,7 +168,7 @@ type Config struct {
 	// /readyz and /metrics need a bearer token or a sign-in cookie, and
 	// the token's tenant scopes the request. Without tokens every request
 	// is the default tenant's and only loopback Host headers are answered.
-	Tokens []config.Token
+	Tokens []store.Token
 	// CORSOrigins are the origins (scheme://host[:port]) whose pages may
 	// call the API; none turns CORS off.
 	CORSOrigins []string
@@ -184,11 +189,11 @@ type Config struct {
 // Shutdown when the process stops.
 type Server struct {
 	svc         Service
+	sessions    Sessions
 	conts       Continuations
 	roots       Roots
 	hooks       Webhooks
 	modelRoutes *model.Routes
-	workspaces  []string // Config.WorkspaceRoots
 	store       store.Store
 	log         *slog.Logger
 	version     string
@@ -197,7 +202,7 @@ type Server struct {
 	writeTO     time.Duration
 	maxWait     time.Duration
 	bodyLimit   int64
-	tokens      []config.Token
+	tokens      []store.Token
 	corsOrigins []string
 	limiter     *limiter
 	streamCap   *counter
@@ -232,11 +237,11 @@ func NewServer(cfg Config) *Server {
 	}
 	s := &Server{
 		svc:         cfg.Service,
+		sessions:    cfg.Sessions,
 		conts:       cfg.Continuations,
 		roots:       cfg.Roots,
 		hooks:       cfg.Webhooks,
 		modelRoutes: cfg.Routes,
-		workspaces:  cfg.WorkspaceRoots,
 		store:       cfg.Store,
 		log:         cfg.Logger,
 		version:     cfg.Version,

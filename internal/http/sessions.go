@@ -4,66 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
-	"path/filepath"
 	"slices"
-	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/subagentd/subagentd/internal/config"
-	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// createSession creates a root session with a fresh id (see createRoot).
+// createSession creates a root session with a fresh id.
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	var req createSessionRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	stored, err := s.createRoot(r.Context(), uuid.NewString(), req)
+	stored, err := s.sessions.Create(r.Context(), req.params(uuid.NewString()))
 	if err != nil {
 		return err
 	}
 	w.Header().Set("Location", "/v1/sessions/"+stored.ID)
 	s.writeJSON(w, r, http.StatusCreated, sessionOut(stored, false))
 	return nil
-}
-
-// createRoot creates root session id as req describes and returns its
-// header as stored. A model route that is not configured is UNKNOWN_ROUTE
-// (422) now rather than a failed turn later; a cwd outside the workspace
-// roots is INVALID_REQUEST. An id that exists is store.ErrConflict.
-func (s *Server) createRoot(ctx context.Context, id string, req createSessionRequest) (store.Session, error) {
-	opts := req.AgentOptions.seam()
-	if opts == nil {
-		opts = &subagent.AgentOptions{}
-	}
-	if err := s.checkRoute(opts.Provider); err != nil {
-		return store.Session{}, err
-	}
-	cwd, err := s.checkCwd(req.Cwd)
-	if err != nil {
-		return store.Session{}, err
-	}
-	hdr := store.Session{
-		ID:            id,
-		Cwd:           cwd,
-		Label:         req.Label,
-		AgentProvider: opts.Provider,
-		AgentModel:    opts.Model,
-		MaxTokens:     opts.MaxTokens,
-		Persona:       req.Persona,
-		CreatedAt:     time.Now(),
-	}
-	if err := s.store.CreateSession(ctx, hdr); err != nil {
-		return store.Session{}, fmt.Errorf("create session: %w", err)
-	}
-	return s.session(ctx, id)
 }
 
 // listSessions pages through sessions, oldest first, optionally only the
@@ -98,7 +60,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("list sessions: %w", err)
 	}
-	working, err := s.activity(r.Context(), rows)
+	working, err := s.sessions.Activity(r.Context(), rows)
 	if err != nil {
 		return err
 	}
@@ -247,49 +209,6 @@ func (s *Server) continuations() (Continuations, error) {
 	return s.conts, nil
 }
 
-// checkRoute returns UNKNOWN_ROUTE when name is set and is not a
-// configured model route; without Config.Routes nothing is checked.
-func (s *Server) checkRoute(name string) error {
-	if name == "" || s.modelRoutes == nil {
-		return nil
-	}
-	_, _, err := s.modelRoutes.Resolve(name, "")
-	if errors.Is(err, model.ErrUnknownRoute) {
-		msg := fmt.Sprintf("unknown model route %q; configured: %s", name, strings.Join(s.modelRoutes.Names(), ", "))
-		return &subagent.Error{Code: codeUnknownRoute, Message: msg, Fields: map[string]string{"agentOptions.provider": msg}, Err: err}
-	}
-	if err != nil {
-		return fmt.Errorf("resolve model route %q: %w", name, err)
-	}
-	return nil
-}
-
-// checkCwd refuses a root session cwd outside the workspace roots
-// (INVALID_REQUEST naming the field), so that no child, and no ACP agent,
-// ever runs outside them, and returns the cwd to store: the path with its
-// symlinks resolved, the one that was checked (a "root/link/.." whose link
-// leads elsewhere resolves there, not to root). Containment is first
-// checked on the cleaned path before the filesystem is looked at, and
-// every refusal has the same words, so that the answer tells a client
-// nothing about paths outside the roots.
-func (s *Server) checkCwd(cwd string) (string, error) {
-	if cwd == "" || len(s.workspaces) == 0 {
-		return cwd, nil
-	}
-	clean := filepath.Clean(cwd)
-	inside := slices.ContainsFunc(s.workspaces, func(root string) bool {
-		rel, err := filepath.Rel(root, clean)
-		return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
-	})
-	if inside {
-		if real, err := config.ResolveWorkdir(cwd, s.workspaces); err == nil {
-			return real, nil
-		}
-	}
-	const msg = "must be an existing directory inside the workspace roots"
-	return "", &subagent.Error{Code: subagent.EInvalidRequest, Message: "cwd " + msg, Fields: map[string]string{"cwd": msg}}
-}
-
 // session reads one header. Returns SESSION_NOT_FOUND.
 func (s *Server) session(ctx context.Context, id string) (store.Session, error) {
 	hdr, err := s.store.GetSession(ctx, id)
@@ -307,44 +226,9 @@ func sessionError(id string, err error) error {
 	return fmt.Errorf("read session %s: %w", id, err)
 }
 
-// activity reports, for a page of sessions, which are working, whichever
-// replica drives them: a root session whose agent runs a turn (here, or
-// on the replica holding its lease: store.Driving), or a running child
-// (subagent.Running) — one store query each for the page's roots and
-// children.
-func (s *Server) activity(ctx context.Context, rows []store.Session) (map[string]bool, error) {
-	working := map[string]bool{}
-	var roots, children []string
-	for _, row := range rows {
-		switch {
-		case row.ParentID != "":
-			children = append(children, row.ID)
-		case s.roots != nil:
-			if _, running := s.roots.Live(ctx, row.ID); running {
-				working[row.ID] = true
-			} else {
-				roots = append(roots, row.ID)
-			}
-		}
-	}
-	running, err := subagent.Running(ctx, s.store, children...)
-	if err != nil {
-		return nil, err
-	}
-	maps.Copy(working, running)
-	if len(roots) > 0 {
-		driven, err := s.store.Driving(ctx, roots, time.Now())
-		if err != nil {
-			return nil, fmt.Errorf("read the activity of %d root sessions: %w", len(roots), err)
-		}
-		maps.Copy(working, driven)
-	}
-	return working, nil
-}
-
-// running reports whether session hdr is working (see activity).
+// running reports whether session hdr is working (Sessions.Activity).
 func (s *Server) running(ctx context.Context, hdr store.Session) (bool, error) {
-	working, err := s.activity(ctx, []store.Session{hdr})
+	working, err := s.sessions.Activity(ctx, []store.Session{hdr})
 	return working[hdr.ID], err
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -78,7 +79,7 @@ func TestSessions_CwdInsideWorkspaceRoots(t *testing.T) {
 	if err := os.Mkdir(inside, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	b := setup(t, func(c *Config) { c.WorkspaceRoots = []string{root} })
+	b := setup(t, func(c *Config) { c.Sessions = roots.New(roots.Config{Store: c.Store, WorkspaceRoots: []string{root}}) })
 	// Outside, missing, not a directory, escaping by "..": one answer, so
 	// that clients cannot probe the server's files.
 	file := filepath.Join(root, "file")

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -120,6 +121,11 @@ type createSessionRequest struct {
 	Cwd          string            `json:"cwd" validate:"omitempty,max=4096,startswith=/"`
 	AgentOptions *agentOptionsJSON `json:"agentOptions"`
 	Persona      *string           `json:"persona" validate:"omitempty,max=16384"`
+}
+
+// params are the domain's parameters of req for a root session id.
+func (req createSessionRequest) params(id string) roots.CreateParams {
+	return roots.CreateParams{ID: id, Label: req.Label, Cwd: req.Cwd, Agent: req.AgentOptions.seam(), Persona: req.Persona}
 }
 
 type sessionJSON struct {
@@ -410,9 +416,9 @@ func (f *followupRequest) source() sessionlog.Source {
 }
 
 type followupResponse struct {
-	Route     string `json:"route"`
-	TaskID    string `json:"taskId,omitempty"`
-	MessageID string `json:"messageId"`
+	Route     subagent.Route `json:"route"`
+	TaskID    string         `json:"taskId,omitempty"`
+	MessageID string         `json:"messageId"`
 }
 
 type interruptRequest struct {

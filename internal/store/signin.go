@@ -6,6 +6,14 @@ import (
 	"time"
 )
 
+// Token is one API token (docs/architecture.md §10): a request that
+// presents the token whose SHA-256 is Hash acts as Tenant. Only the hash is
+// kept, so neither the configuration nor the process holds a usable token.
+type Token struct {
+	Tenant string
+	Hash   [sha256.Size]byte
+}
+
 // Signin is a browser sign-in (docs/architecture.md §10): the cookie a token was traded
 // for. Stores keep only the SHA-256 of the cookie value, so a dump of the
 // store yields no usable cookie.

@@ -33,22 +33,26 @@ import (
 //     user/message, so a message accepted before a crash is delivered after
 //     the restart (Recover) instead of being lost (R132).
 
-// Followup routes (R83, R94, docs/seam.md §22).
+// Route says where an accepted followup went: RouteSteered, RouteStarted,
+// RouteParked or RouteQueued (R83, R94, R96, docs/seam.md §22).
+type Route string
+
+// The four followup routes.
 const (
 	// RouteSteered: the content was admitted into the running turn's next
 	// model step.
-	RouteSteered = "steered"
+	RouteSteered Route = "steered"
 	// RouteStarted: the content runs as its own turn of a new activation
 	// that cold-resumed the child, behind the messages accepted before it.
-	RouteStarted = "started"
+	RouteStarted Route = "started"
 	// RouteParked: the content was accepted while an interrupt stopped the
 	// child's turn; it waits, durably, and runs first when the next
 	// followup starts the child (R102–R103). No task runs it yet.
-	RouteParked = "parked"
+	RouteParked Route = "parked"
 	// RouteQueued: the child's running turn takes no content (a Queuer,
 	// such as an ACP agent); the content runs as the next turn of the same
 	// activation once that turn ends.
-	RouteQueued = "queued"
+	RouteQueued Route = "queued"
 )
 
 // Child activity in listings and ChildInfo (docs/seam.md §19).
@@ -257,7 +261,7 @@ type ContinuableStarted struct {
 // activation that runs it (none while parked), MessageID the message id
 // the child logs it under.
 type FollowupResult struct {
-	Route     string
+	Route     Route
 	TaskID    string
 	MessageID string
 }

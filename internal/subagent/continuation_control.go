@@ -101,7 +101,7 @@ func (m *Manager) handle() {
 // is kept across replicas, so a request retried after its owner was lost
 // stores the message once.
 func (m *Manager) followupRow(ctx context.Context, parent string, row store.InboxMessage) (FollowupResult, error) {
-	return Route(ctx, m.svc.ctl, row.ChildID, opFollowup, followupArgs{parent, row}, func() (FollowupResult, error) {
+	return Forward(ctx, m.svc.ctl, row.ChildID, opFollowup, followupArgs{parent, row}, func() (FollowupResult, error) {
 		return m.followup(ctx, parent, row)
 	})
 }
@@ -109,7 +109,7 @@ func (m *Manager) followupRow(ctx context.Context, parent string, row store.Inbo
 // deliverRow is deliverInbox of row (a notice or a report to a continuable
 // parent), on the replica that drives the parent.
 func (m *Manager) deliverRow(ctx context.Context, row store.InboxMessage, waking bool) error {
-	_, err := Route(ctx, m.svc.ctl, row.ChildID, opDeliver, deliverArgs{row, waking}, func() (struct{}, error) {
+	_, err := Forward(ctx, m.svc.ctl, row.ChildID, opDeliver, deliverArgs{row, waking}, func() (struct{}, error) {
 		return struct{}{}, m.deliver(ctx, row, waking)
 	})
 	return err
@@ -132,11 +132,11 @@ func (m *Manager) routeRun(ctx context.Context, runID string, dispose bool) erro
 	}
 	if run.Kind == store.KindActivation {
 		op := map[bool]string{false: opCancelActivity, true: opDisposeActivity}[dispose]
-		_, err = Route(ctx, m.svc.ctl, run.ChildID, op, runID, local)
+		_, err = Forward(ctx, m.svc.ctl, run.ChildID, op, runID, local)
 		return err
 	}
 	op := map[bool]string{false: opCancelRun, true: opDisposeRun}[dispose]
-	_, err = RouteRun(ctx, m.svc.ctl, run, op, runID, local)
+	_, err = ForwardRun(ctx, m.svc.ctl, run, op, runID, local)
 	return err
 }
 
@@ -189,11 +189,11 @@ func (m *Manager) routeSteer(ctx context.Context, runID string, content []model.
 		return "", Errorf(ERunNotFound, "run %s is no live run", runID)
 	}
 	if run.Kind == store.KindOneShot {
-		return RouteRun(ctx, m.svc.ctl, run, opSteerRun, steerArgs{runID, content}, func() (string, error) {
+		return ForwardRun(ctx, m.svc.ctl, run, opSteerRun, steerArgs{runID, content}, func() (string, error) {
 			return m.steerRun(ctx, runID, content)
 		})
 	}
-	return Route(ctx, m.svc.ctl, run.ChildID, opSteer, steerArgs{runID, content}, func() (string, error) {
+	return Forward(ctx, m.svc.ctl, run.ChildID, opSteer, steerArgs{runID, content}, func() (string, error) {
 		return "", Errorf(ERunNotFound, "run %s is no live activation of any replica", runID)
 	})
 }

@@ -205,7 +205,7 @@ func TestFollowup_R65_R72_R90_FiftyConcurrentAcrossSettlements(t *testing.T) {
 	e := newContEnv(t, scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "ok"} }))
 	res := e.start(t, e.req(t, "go"))
 	var wg sync.WaitGroup
-	routes := make([]string, 50)
+	routes := make([]Route, 50)
 	for i := range 50 {
 		wg.Go(func() {
 			f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt(fmt.Sprintf("f%02d", i)), sessionlog.Source{})

@@ -26,7 +26,7 @@ import (
 // back; the requester answers its client with exactly that. When the
 // owner's lease lapses while a request waits, the requester claims the
 // agent and acts itself. The Manager and Roots keep their seam API and call
-// Route; this file is all the cross-replica plumbing there is.
+// Forward; this file is all the cross-replica plumbing there is.
 //
 // A Service has one Control (Service.Control). Safe for concurrent use.
 type Control struct {
@@ -162,13 +162,13 @@ type controlErrorJSON struct {
 	Fields  map[string]string `json:"fields,omitempty"`
 }
 
-// Route runs op on resident agent target: local when no other replica
+// Forward runs op on resident agent target: local when no other replica
 // holds target's lease live (local claims it as it starts driving, and may
 // return resident.ErrHeldElsewhere when it lost that race), else as a control
 // request to the holder, whose answer — result or *Error — it returns as
 // local would have. When the holder's lease lapses before it answers, the
-// agent is free: Route runs local.
-func Route[R any](ctx context.Context, c *Control, target, op string, payload any, local func() (R, error)) (R, error) {
+// agent is free: Forward runs local.
+func Forward[R any](ctx context.Context, c *Control, target, op string, payload any, local func() (R, error)) (R, error) {
 	var zero R
 	for {
 		owner, err := c.holder(ctx, target)
@@ -193,10 +193,10 @@ func Route[R any](ctx context.Context, c *Control, target, op string, payload an
 	}
 }
 
-// RouteRun runs op on run runID of kind one-shot that owner drives: as a
+// ForwardRun runs op on run runID of kind one-shot that owner drives: as a
 // control request when owner is another replica whose lease on the run is
 // live, else local.
-func RouteRun[R any](ctx context.Context, c *Control, run store.Run, op string, payload any, local func() (R, error)) (R, error) {
+func ForwardRun[R any](ctx context.Context, c *Control, run store.Run, op string, payload any, local func() (R, error)) (R, error) {
 	if run.State != store.StateRunning || run.Owner == c.owner || !run.LeaseUntil.After(time.Now()) {
 		return local()
 	}

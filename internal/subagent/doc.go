@@ -13,7 +13,7 @@
 //     /v1/subagents/{childId}/followup, or the delegate tool's sendMessage —
 //     calls Manager.Followup (followup.go).
 //  2. Followup checks the request and builds the inbox row, then routes it
-//     (followupRow, continuation_control.go → Route, control.go): when
+//     (followupRow, continuation_control.go → Forward, control.go): when
 //     another live replica holds the child's resident lease, the row goes
 //     there as a control request (store.SendControl, woken by NOTIFY), that
 //     replica runs the steps below, and its answer comes back through the

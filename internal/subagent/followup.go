@@ -102,7 +102,7 @@ func (m *Manager) followup(ctx context.Context, parentSessionID string, row stor
 		err = nil
 		c.waiters[row.ID] = w
 		// A cold resume that finds the child held by another replica
-		// withdraws the row and answers resident.ErrHeldElsewhere: Route sends the
+		// withdraws the row and answers resident.ErrHeldElsewhere: Forward sends the
 		// followup there.
 		m.route(context.WithoutCancel(ctx), c, row, true)
 	})
@@ -131,7 +131,7 @@ func (m *Manager) followup(ctx context.Context, parentSessionID string, row stor
 // routed returns a followup's answer, counting its route.
 func (m *Manager) routed(a answer) (FollowupResult, error) {
 	if a.err == nil {
-		m.svc.metrics.Followup(a.res.Route)
+		m.svc.metrics.Followup(string(a.res.Route))
 	}
 	return a.res, a.err
 }

@@ -26,7 +26,7 @@ import (
 // durable parent — checked for live and settled children alike. A child
 // another replica drives is interrupted there (see Control).
 func (m *Manager) Interrupt(ctx context.Context, parentSessionID, childID string) error {
-	_, err := Route(ctx, m.svc.ctl, childID, opInterrupt, parentSessionID, func() (struct{}, error) {
+	_, err := Forward(ctx, m.svc.ctl, childID, opInterrupt, parentSessionID, func() (struct{}, error) {
 		var err error
 		key := resident.Key{Tenant: store.Tenant(ctx), ID: childID}
 		if derr := m.children.DoContext(ctx, key, func(c *child) { err = m.interrupt(ctx, c, parentSessionID) }); derr != nil {

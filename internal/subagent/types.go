@@ -131,6 +131,17 @@ type Provider interface {
 	Start(ctx context.Context, req ResolvedRequest) (Run, error)
 }
 
+// Prober is a Provider whose capabilities are learnt by starting its agent
+// (acp.Provider); until then Capabilities reports the unknown ones as
+// false. WaitProbe returns nil once they are known, the reason they cannot
+// be learnt (its agent does not start), or ctx's error while they are still
+// being learnt. Whoever reports or acts on a capability waits for it first,
+// so that an unknown capability is never taken for "no".
+type Prober interface {
+	Provider
+	WaitProbe(ctx context.Context) error
+}
+
 // Preparer is a Provider whose children the service stores itself, in
 // the run's first commit: Prepare composes the child of req and writes
 // nothing, and the service stores the child's session and the start of its

@@ -14,6 +14,7 @@ import (
 	"github.com/subagentd/subagentd/internal/config"
 	httpapi "github.com/subagentd/subagentd/internal/http"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -39,7 +40,8 @@ func serve(t *testing.T, p *Provider, b *bundle) *httptest.Server {
 	if err := svc.Register(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
-	api := httpapi.NewServer(httpapi.Config{Service: svc, Store: b.store, Logger: p.log, Registry: httpapi.NewRegistry()})
+	api := httpapi.NewServer(httpapi.Config{Service: svc, Store: b.store, Logger: p.log, Registry: httpapi.NewRegistry(),
+		Sessions: roots.New(roots.Config{Store: b.store})})
 	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -74,7 +74,7 @@ type Provider struct {
 	closing bool
 }
 
-var _ subagent.Provider = (*Provider)(nil)
+var _ subagent.Prober = (*Provider)(nil)
 
 // New returns the provider for cfg, which config.Load has validated. The
 // command is resolved now, with exec.LookPath: a bare name through the
