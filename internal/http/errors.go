@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -149,6 +150,10 @@ func (s *Server) problemOf(ctx context.Context, err error, source slog.Attr) pro
 		code, detail = subagent.EInvalidRequest, "the request holds data the store refuses: text that is not UTF-8, a NUL character or an oversized value"
 	case errors.Is(err, store.ErrFenced):
 		code, detail = codeLeaseLost, "another replica took this agent over while the request ran; retry"
+	case errors.Is(err, resident.ErrHeldByOtherKind):
+		// A session is a root or a child: the request named the other kind
+		// while this process drives the session as its own kind.
+		code, detail = subagent.EInvalidRequest, "the session is live here as another kind (a root session, or a continuable child) than this request addresses"
 	}
 	pt, ok := problems[code]
 	if !ok {

@@ -29,6 +29,13 @@ var ErrHeldElsewhere = errors.New("resident agent is held by another replica")
 // this is a request that named a session of the wrong kind.
 var ErrHeldByOtherKind = errors.New("resident agent's lease is held by another kind in this process")
 
+// HolderTakeover holds the lease of an agent whose owner was lost while
+// the takeover finds out which kind resumes it. It is the one holder a kind
+// may take a lease from: a request for the agent that arrives meanwhile
+// drives it under the takeover's claim (and the takeover's Pass and Release
+// then find the lease gone and do nothing).
+const HolderTakeover = "takeover"
+
 // Leases is the one registry of the resident leases this process holds,
 // keyed by agent and knowing which holder (a kind of resident agent, or a
 // takeover) holds each. A lease is claimed through the Claimer by the
@@ -81,10 +88,10 @@ func (l *Leases) done(key Key, e *lease) {
 }
 
 // Hold makes holder the holder of key's lease, claiming it first unless
-// holder holds it already. Returns ErrHeldByOtherKind when another holder
-// of this process holds it, and the Claimer's error (ErrHeldElsewhere when
-// another replica holds it live). A nil registry holds nothing (a single
-// process without leases).
+// holder holds it already, or taking it from HolderTakeover. Returns
+// ErrHeldByOtherKind when another holder of this process holds it, and the
+// Claimer's error (ErrHeldElsewhere when another replica holds it live). A
+// nil registry holds nothing (a single process without leases).
 func (l *Leases) Hold(ctx context.Context, key Key, holder string) error {
 	if l == nil {
 		return nil
@@ -93,6 +100,9 @@ func (l *Leases) Hold(ctx context.Context, key Key, holder string) error {
 	defer l.done(key, e)
 	switch e.holder {
 	case holder:
+		return nil
+	case HolderTakeover:
+		e.holder = holder // claimed by the takeover already
 		return nil
 	case "":
 	default:

@@ -141,3 +141,32 @@ func TestGroup_LoopReleasesItsLeaseBeforeAnswering(t *testing.T) {
 		t.Fatal("the lease outlived the command that stopped driving")
 	}
 }
+
+// TestLeases_AKindTakesATakeoversLease: a request for an agent whose lease
+// a takeover holds (its owner was lost; the takeover is still finding out
+// which kind resumes it) drives the agent under that claim instead of
+// being refused, and the takeover's own hand-over and release then change
+// nothing.
+func TestLeases_AKindTakesATakeoversLease(t *testing.T) {
+	t.Parallel()
+	c := newClaims()
+	l := NewLeases(c)
+	k := Key{Tenant: "t", ID: "s"}
+	ctx := t.Context()
+	if err := l.Hold(ctx, k, HolderTakeover); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Hold(ctx, k, "child"); err != nil {
+		t.Fatalf("a kind's hold of a lease a takeover holds: %v", err)
+	}
+	if l.Pass(k, HolderTakeover, "child") {
+		t.Fatal("the takeover passed a lease it no longer holds")
+	}
+	l.Release(ctx, k, HolderTakeover)
+	if !c.holds(k.ID) || l.Holder(k) != "child" {
+		t.Fatalf("after the takeover's release: durable %v, holder %q; want the child's", c.holds(k.ID), l.Holder(k))
+	}
+	if err := l.Hold(ctx, k, "root"); !errors.Is(err, ErrHeldByOtherKind) {
+		t.Fatalf("another kind's hold of the child's lease: %v", err)
+	}
+}

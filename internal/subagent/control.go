@@ -66,10 +66,6 @@ type ResidentKind interface {
 	Fence(ctx context.Context)
 }
 
-// holderTakeover is the holder of a lapsed agent's lease in Leases while
-// takeOver decides which kind resumes it.
-const holderTakeover = "takeover"
-
 // errOwnerLapsed: the owner a request was sent to stopped renewing its
 // lease before answering.
 var errOwnerLapsed = errors.New("owner's lease lapsed before it answered")
@@ -379,13 +375,13 @@ func (c *Control) takeOver(ctx context.Context, now time.Time) error {
 	for _, r := range lapsed {
 		rctx := store.WithTenant(ctx, r.Tenant)
 		key := resident.Key{Tenant: r.Tenant, ID: r.SessionID}
-		if err := c.leases.Hold(rctx, key, holderTakeover); err != nil {
+		if err := c.leases.Hold(rctx, key, resident.HolderTakeover); err != nil {
 			continue // another replica got there first, or a loop here holds it
 		}
 		c.metrics.Takeover()
 		c.log.WarnContext(rctx, "took over a resident agent of a lost owner", slog.String("session_id", r.SessionID), slog.String("owner", r.Owner))
 		err := c.resumeLapsed(rctx, r.SessionID, kinds)
-		c.leases.Release(rctx, key, holderTakeover) // unless a kind took it
+		c.leases.Release(rctx, key, resident.HolderTakeover) // unless a kind took it
 		if err != nil {
 			errs = append(errs, fmt.Errorf("take over %s of %q: %w", r.SessionID, r.Owner, err))
 		}
@@ -407,7 +403,7 @@ func (c *Control) resumeLapsed(ctx context.Context, id string, kinds []ResidentK
 		return err
 	}
 	for _, k := range kinds {
-		if ok, err := k.TakeOver(ctx, sess, holderTakeover); ok || err != nil {
+		if ok, err := k.TakeOver(ctx, sess, resident.HolderTakeover); ok || err != nil {
 			return err
 		}
 	}
