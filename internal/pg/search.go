@@ -13,7 +13,7 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-// searchText is the text of an event as migrations/000015_search.up.sql
+// searchText is the text of an event as migrations/000011_search.up.sql
 // indexes it, written the same way so that queries use the index: the JSON
 // array of the event's "text" strings, then its arguments.
 const searchText = `(jsonb_path_query_array(e.data, 'strict $.**.text ? (@.type() == "string")')::text || ' ' || coalesce(e.data->>'arguments', ''))`
