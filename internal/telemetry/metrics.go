@@ -25,11 +25,20 @@ type Metrics struct {
 	backlog  prometheus.Gauge
 	oldest   prometheus.Gauge
 
-	// mine holds the runs this process counted live: an end this process
-	// records for a run another replica started (a lost replica's run it
-	// closes) must not take the gauge below what it counted.
-	mine sync.Map
+	// mu guards mine and early. mine holds the runs this process counted
+	// live: an end this process records for a run another replica started
+	// (a lost replica's run it closes) must not take the gauge below what
+	// it counted. early holds, with when, the ends that arrived before
+	// their start (the listeners of one run may be called out of order), so
+	// that the late start is not counted live; an entry whose start never
+	// comes here (a run started elsewhere) is dropped after earlyFor.
+	mu    sync.Mutex
+	mine  map[string]struct{}
+	early map[string]time.Time
 }
+
+// earlyFor bounds how long an end waits for its own start.
+const earlyFor = time.Minute
 
 // Run kinds, as the kind label says them.
 const (
@@ -57,7 +66,7 @@ var knownRoutes = map[string]bool{"steered": true, "started": true, "queued": tr
 
 // NewMetrics registers the metric set in reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
+	m := &Metrics{mine: map[string]struct{}{}, early: map[string]time.Time{},
 		started: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "subagentd_runs_started_total",
 			Help: "One-shot runs and continuable activations this process started, by provider and kind (one-shot, activation).",
@@ -112,9 +121,18 @@ func (m *Metrics) RunStarted(runID, provider, kind string) {
 	if m == nil {
 		return
 	}
+	m.mu.Lock()
+	_, ended := m.early[runID]
+	if ended {
+		delete(m.early, runID)
+	} else {
+		m.mine[runID] = struct{}{}
+	}
+	m.mu.Unlock()
+	if !ended {
+		m.live.WithLabelValues(provider, kind).Inc()
+	}
 	m.started.WithLabelValues(provider, kind).Inc()
-	m.live.WithLabelValues(provider, kind).Inc()
-	m.mine.Store(runID, struct{}{})
 }
 
 // RunSettled counts the recorded end of run runID with stopReason.
@@ -125,10 +143,26 @@ func (m *Metrics) RunSettled(runID, provider, kind, stopReason string) {
 	if !knownStopReasons[stopReason] {
 		stopReason = "other"
 	}
-	m.settled.WithLabelValues(provider, kind, stopReason).Inc()
-	if _, ok := m.mine.LoadAndDelete(runID); ok {
+	m.mu.Lock()
+	_, ok := m.mine[runID]
+	if ok {
+		delete(m.mine, runID)
+	} else {
+		now := time.Now()
+		for id, at := range m.early {
+			if now.Sub(at) > earlyFor {
+				delete(m.early, id)
+			}
+		}
+		m.early[runID] = now
+	}
+	m.mu.Unlock()
+	// The gauge moves before the counter, so that a reader that sees the
+	// end counted sees the run no longer live.
+	if ok {
 		m.live.WithLabelValues(provider, kind).Dec()
 	}
+	m.settled.WithLabelValues(provider, kind, stopReason).Inc()
 }
 
 // Followup counts a followup delivered by route.

@@ -149,3 +149,25 @@ func TestMetrics_LintAndBoundedLabels(t *testing.T) {
 	var nilMetrics *Metrics
 	nilMetrics.RunStarted("r", "p", KindOneShot) // counts nothing, no panic
 }
+
+// TestMetrics_LiveRunsWhateverTheListenersOrder: a run's end counted before
+// its start (its listeners called out of order) leaves it not live, as an
+// end after its start does; an end of a run started elsewhere takes the
+// gauge below nothing.
+func TestMetrics_LiveRunsWhateverTheListenersOrder(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	live := func() float64 { return testutil.ToFloat64(m.live.WithLabelValues("spawn", KindActivation)) }
+	m.RunStarted("a", "spawn", KindActivation)
+	m.RunSettled("a", "spawn", KindActivation, "completed")
+	m.RunSettled("b", "spawn", KindActivation, "completed")
+	m.RunStarted("b", "spawn", KindActivation)
+	m.RunSettled("c", "spawn", KindActivation, "completed")
+	if got := live(); got != 0 {
+		t.Fatalf("live runs %v after every run ended, want 0", got)
+	}
+	m.RunStarted("d", "spawn", KindActivation)
+	if got := live(); got != 1 {
+		t.Fatalf("live runs %v with one running, want 1", got)
+	}
+}
