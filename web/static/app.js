@@ -47,6 +47,8 @@ const FILTER_KEYS = { q: 'q', provider: 'p', state: 'st', since: 't' };
 
 /** Background reads of session logs at once (names, tree usage). */
 const READERS = 3;
+/** Tries of a log read that fails (a busy server's 429, a dropped connection) before it counts as read. */
+const READ_TRIES = 3;
 /** Trees up to this size have their usage read as soon as one is selected. */
 const SMALL_TREE = 50;
 
@@ -65,6 +67,8 @@ class App {
     this.queue = new Map();
     /** sessions whose log is to be read again once the read in flight ends */
     this.again = new Set();
+    /** Failed log reads so far, by session. */
+    this.failedReads = new Map();
     this.readers = 0;
     // How many sessions were known when tool calls were last linked.
     this.linkedAt = -1;
@@ -235,8 +239,18 @@ class App {
       if (first) s.recordPrompt(id, blocks(first.data.data));
       s.recordUsage(id, events.map((e) => e.data));
       s.recordTrace(id, events.map((e) => e.data));
+      this.failedReads.delete(id);
     } catch {
       if (kind === 'prompt') s.recordPrompt(id, '');
+      const tries = (this.failedReads.get(id) || 0) + 1;
+      if (kind === 'log' && tries < READ_TRIES) {
+        // Read it again after a pause, rather than count a log whose
+        // read failed on a busy server as read and empty.
+        this.failedReads.set(id, tries);
+        setTimeout(() => this.enqueue(id, 'log'), 250 * tries);
+        return;
+      }
+      this.failedReads.delete(id);
     }
     if (kind === 'log') {
       s.logsRead.add(id);
