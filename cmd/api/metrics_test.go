@@ -181,7 +181,8 @@ func TestMetrics_Scenario(t *testing.T) {
 			}
 			// The second activation's end is counted by the listener right
 			// after the store holds it, a delivery once its receiver
-			// answered: wait for the counts, bounded.
+			// answered, and the backlog is read on the deliverer's next
+			// poll: wait for the counts, bounded.
 			var fams map[string]*dto.MetricFamily
 			var body string
 			deadline := time.Now().Add(30 * time.Second)
@@ -190,7 +191,8 @@ func TestMetrics_Scenario(t *testing.T) {
 			for {
 				fams, body = s.scrape(t)
 				if (sample(fams, "subagentd_runs_settled_total", with(act, "stop_reason", "completed")) >= 2 &&
-					sample(fams, "subagentd_webhook_deliveries_total", map[string]string{"outcome": "success"}) >= 6) || time.Now().After(deadline) {
+					sample(fams, "subagentd_webhook_deliveries_total", map[string]string{"outcome": "success"}) >= 6 &&
+					sample(fams, "subagentd_webhook_backlog_events", map[string]string{}) == 0) || time.Now().After(deadline) {
 					break
 				}
 				<-tick.C
