@@ -48,22 +48,7 @@ func BenchmarkOneShotRun(b *testing.B) {
 }
 
 func benchOneShotRun(b *testing.B, tracing bool) {
-	cfg, err := loadConfig(nil, env(map[string]string{"SUBAGENTD_RATE_LIMIT": "0"}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	a, err := wire(b.Context(), cfg, newLogger(io.Discard), tracing)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ts := httptest.NewServer(a.api.Handler())
-	b.Cleanup(func() {
-		if err := a.shutdown(context.WithoutCancel(b.Context())); err != nil {
-			b.Error(err)
-		}
-		ts.Close()
-		a.stop()
-	})
+	ts := benchServer(b, tracing)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	call := func(method, path string, body []byte, want int, out any) error {
 		req, err := http.NewRequest(method, ts.URL+path, bytes.NewReader(body))
@@ -130,4 +115,26 @@ func cpuTime(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchServer serves the wired in-memory service, without rate limits, on
+// a loopback test server until b ends.
+func benchServer(b *testing.B, tracing bool) *httptest.Server {
+	cfg, err := loadConfig(nil, env(map[string]string{"SUBAGENTD_RATE_LIMIT": "0"}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := wire(b.Context(), cfg, newLogger(io.Discard), tracing)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := httptest.NewServer(a.api.Handler())
+	b.Cleanup(func() {
+		if err := a.shutdown(context.WithoutCancel(b.Context())); err != nil {
+			b.Error(err)
+		}
+		ts.Close()
+		a.stop()
+	})
+	return ts
 }

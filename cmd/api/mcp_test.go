@@ -510,22 +510,7 @@ func TestMCP_NodeClientAgainstTwoReplicas(t *testing.T) {
 // MCP request, the JSON-RPC envelope, the answer as structuredContent and
 // text), and delegate against POST /v1/runs?wait=true (a whole echo run).
 func BenchmarkMCPOverhead(b *testing.B) {
-	cfg, err := loadConfig(nil, env(map[string]string{"SUBAGENTD_RATE_LIMIT": "0"}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	a, err := wire(b.Context(), cfg, newLogger(io.Discard), false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ts := httptest.NewServer(a.api.Handler())
-	b.Cleanup(func() {
-		if err := a.shutdown(context.WithoutCancel(b.Context())); err != nil {
-			b.Error(err)
-		}
-		ts.Close()
-		a.stop()
-	})
+	ts := benchServer(b, false)
 	client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
 	cs, err := client.Connect(b.Context(), &mcp.StreamableClientTransport{Endpoint: ts.URL + "/mcp", DisableStandaloneSSE: true}, nil)
 	if err != nil {
