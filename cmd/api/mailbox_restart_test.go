@@ -216,10 +216,18 @@ func TestRestart_SIGKILL_UnderLoadEveryAcceptedMessageIsLoggedOnce(t *testing.T)
 	// Every child's notices reached its parent: one per activation that
 	// settled in its process (an activation whose owner was lost sends
 	// none; one killed between its notice and its end sends one more).
+	// A notice reached the parent once it is in the parent's durable
+	// inbox: one that settled just before the SIGTERM may still wait there,
+	// queued behind a turn the shutdown stopped, for the next start — so
+	// a notice counts when its id is in the parent's log or its inbox.
 	for _, c := range children {
 		var notices, settled int
-		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM session_events WHERE session_id = $1
-			AND type = 'user/message' AND data->'source'->>'kind' = $2 AND data->'source'->>'senderSessionId' = $3`,
+		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM (
+			SELECT data->>'id' FROM session_events WHERE session_id = $1
+				AND type = 'user/message' AND data->'source'->>'kind' = $2 AND data->'source'->>'senderSessionId' = $3
+			UNION
+			SELECT id FROM inbox WHERE child_id = $1
+				AND source->>'kind' = $2 AND source->>'senderSessionId' = $3) n`,
 			c.parent, subagent.SourceSubagentSettled, c.id).Scan(&notices); err != nil {
 			t.Fatal(err)
 		}
