@@ -70,6 +70,10 @@ type Continuations interface {
 	// Interrupt stops the current turn of a continuable child of
 	// parentSessionID.
 	Interrupt(ctx context.Context, parentSessionID, childID string) error
+	// Dispose disposes a continuable child of parentSessionID: its live
+	// activation settles, its agent is released and later followups get
+	// DISPOSED. Idempotent.
+	Dispose(ctx context.Context, parentSessionID, childID string) error
 	// Child returns a child's header, identity, activity and task.
 	Child(ctx context.Context, childID string) (subagent.ChildInfo, error)
 	// Children lists the direct subagent children of parentID.
@@ -363,6 +367,7 @@ func (s *Server) routes() chi.Router {
 
 		r.Post("/subagents", s.h(s.createSubagent))
 		r.Get("/subagents/{childId}", s.h(s.getSubagent))
+		r.Delete("/subagents/{childId}", s.h(s.disposeSubagent))
 		r.Post("/subagents/{childId}/followup", s.h(s.followupSubagent))
 		r.Post("/subagents/{childId}/interrupt", s.h(s.interruptSubagent))
 		r.Get("/tasks/{taskId}", s.h(s.getTask))

@@ -97,7 +97,11 @@ func (m *Manager) end(act *activation, reason string, output []model.Block) (dis
 	if err != nil {
 		log.ErrorContext(act.base, "encode activation output", slog.Any("error", err))
 	}
-	e, recorded := m.svc.recordEnd(act.base, log, e, store.RunResult{StopReason: reason, Output: out},
+	res := store.RunResult{StopReason: reason, Output: out}
+	if reason == StopAborted {
+		res.Diagnostic = act.diagnostic
+	}
+	e, recorded := m.svc.recordEnd(act.base, log, e, res,
 		func(ctx context.Context) error { return m.children.Reclaim(ctx, act.c.key) })
 	act.inv.End(reason, nil)
 	return func() {
