@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/subagentd/subagentd/internal/resident"
@@ -164,8 +165,9 @@ func (m *Manager) notDisposed(ctx context.Context, c *child) error {
 
 // CancelRunForTree cancels run runID — a one-shot run or an activation —
 // as part of a tree cancel, on the replica that drives it, and returns
-// once it has settled (or ctx ended), with diagnostic as the diagnostic of
-// its aborted end. It reports whether the run was live and this call
+// once it has settled and, for a one-shot run, its provider released it
+// (an ACP agent's process is stopped; or ctx ended), with diagnostic as
+// the diagnostic of its aborted end. It reports whether the run was live and this call
 // cancelled it: a run settled already, settling, or lost with its owner
 // (the reaper closes it) counts as not. An activation's accepted messages
 // stay in the durable inbox, as after Interrupt, and run with the next
@@ -196,6 +198,12 @@ func (m *Manager) cancelTree(ctx context.Context, runID, diagnostic string) (boo
 		select {
 		case <-h.Done():
 		case <-ctx.Done():
+		}
+		if cancelled {
+			// As at a settlement the agent answered: its process goes too.
+			if err := h.Release(ctx); err != nil {
+				m.log.WarnContext(ctx, "release a run cancelled by its tree", slog.String("run_id", runID), slog.Any("error", err))
+			}
 		}
 		return cancelled, nil
 	}

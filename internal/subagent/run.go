@@ -151,6 +151,17 @@ func (h *RunHandle) CancelWith(diagnostic string) bool {
 	return true
 }
 
+// Release stops what the provider keeps for the run once it is cancelled
+// — an ACP agent's process group — and waits for that, without disposing
+// of the run: it stays readable, and Dispose still marks it disposed
+// later. ctx bounds the wait. Returns the provider's release error.
+func (h *RunHandle) Release(ctx context.Context) error {
+	if err := h.run.Dispose(ctx); err != nil {
+		return fmt.Errorf("release run %s: %w", h.id, err)
+	}
+	return nil
+}
+
 // Steer sends content into the running child and returns the message id
 // once a model step admitted it. Returns EUnsupportedCapability when the
 // provider's runs cannot be steered, and the provider's ESteerRejected when
