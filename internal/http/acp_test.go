@@ -195,3 +195,37 @@ func readPid(t *testing.T, path string) int {
 	}
 	return pid
 }
+
+// TestACP_DisposeReleasesTheAgent: disposing a continuable ACP child
+// whose turn hangs settles its task once, aborted, stops its agent's
+// process before the 204, and refuses later followups with 409 DISPOSED.
+func TestACP_DisposeReleasesTheAgent(t *testing.T) {
+	t.Parallel()
+	ready := filepath.Join(t.TempDir(), "ready")
+	if err := syscall.Mkfifo(ready, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := setupACP(t, fakeAgent(t), map[string]string{"FAKE_MODE": "hang", "FAKE_CAPS": "resume", "FAKE_READY": ready})
+	if err := w.p.Probe(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	parent := w.parent(t)
+	var created createSubagentResponse
+	w.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/subagents",
+		body: map[string]any{"provider": "fake", "parentSessionId": parent, "label": "coder", "prompt": textPrompt("hold")}}).decode(t, &created)
+	pid := readPid(t, ready) // the agent is inside its prompt
+
+	w.want(t, http.StatusNoContent, disposeChild(created.ChildID, parent))
+	var task runJSON
+	w.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/tasks/" + created.TaskID}).decode(t, &task)
+	if task.Result == nil || task.Result.StopReason != subagent.StopAborted {
+		t.Fatalf("disposed ACP task: %+v", task)
+	}
+	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+		t.Fatalf("the agent's process %d after dispose: kill 0 = %v, want ESRCH", pid, err)
+	}
+	if ends := w.endsOf(t, task.RunID); len(ends) != 1 {
+		t.Fatalf("disposed ACP task has %d subagent/end events", len(ends))
+	}
+	w.wantProblem(t, http.StatusConflict, subagent.EDisposed, followup(created.ChildID, parent, "more"))
+}

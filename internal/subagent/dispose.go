@@ -81,6 +81,9 @@ func (m *Manager) Dispose(ctx context.Context, parentSessionID, childID string) 
 		}
 		select {
 		case <-done:
+			if sess, err := m.store.GetSession(ctx, childID); err == nil {
+				m.forget(ctx, sess)
+			}
 			return struct{}{}, nil
 		case <-ctx.Done():
 			return struct{}{}, &Error{Code: EAborted, Err: context.Cause(ctx),
@@ -133,12 +136,42 @@ func (m *Manager) dispose(ctx context.Context, c *child, parentSessionID string)
 		delete(c.waiters, id)
 	}
 	if act == nil {
+		m.forget(ctx, sess)
 		return nil, nil
+	}
+	if act.state < actSettling {
+		// Read by settle, which a later command of this loop starts; an
+		// activation settling already closes its agent, and Dispose has
+		// the provider forget what that kept.
+		act.discard = true
 	}
 	if act.to(actInterrupted) {
 		act.agent.Cancel(sessionlog.CauseDisposed, false)
 	}
 	return act.done, nil
+}
+
+// Discarder is a ChildAgent whose Close keeps something for the child's
+// next activation (an ACP agent's process, for its idle timeout): Discard
+// closes it keeping nothing. A disposed child's agent is discarded.
+type Discarder interface {
+	Discard(ctx context.Context) error
+}
+
+// ChildForgetter is a provider that may keep something for a continuable
+// child between its activations (an idle ACP agent): ForgetChild stops it
+// and returns once it is gone. A disposed child is forgotten.
+type ChildForgetter interface {
+	ForgetChild(ctx context.Context, childID string)
+}
+
+// forget has the provider of the child sess stop what it keeps for it.
+func (m *Manager) forget(ctx context.Context, sess store.Session) {
+	if p, ok := m.svc.Provider(sess.Provider); ok {
+		if f, ok := p.(ChildForgetter); ok {
+			f.ForgetChild(ctx, sess.ID)
+		}
+	}
 }
 
 // disposedError is the answer to input for disposed child id.

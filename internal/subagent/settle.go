@@ -55,7 +55,11 @@ func (m *Manager) settle(act *activation) {
 	ctx := act.base
 	outcome := act.agent.Outcome()
 	output, reason := outcome.Output, EpochStopReason(outcome)
-	if err := act.agent.Close(ctx); err != nil {
+	closeAgent := act.agent.Close
+	if d, ok := act.agent.(Discarder); ok && act.discard {
+		closeAgent = d.Discard
+	}
+	if err := closeAgent(ctx); err != nil {
 		m.log.ErrorContext(ctx, "close continuable child agent", slog.String("child_id", c.key.ID), slog.Any("error", err))
 		reason, output = StopError, []model.Block{}
 	}
