@@ -87,6 +87,8 @@ type root struct {
 	lastUsed time.Time
 	// closed: Roots.Close reached this loop; no agent loads any more.
 	closed bool
+	// disposed: the root was disposed (Dispose); it takes no more prompts.
+	disposed bool
 	// notices are the messages Notify accepted and has not handed over
 	// for good, in acceptance order: a prefix steered into the running
 	// turn and awaiting admission, then messages waiting for those to
@@ -182,6 +184,7 @@ func NewRoots(cfg RootsConfig) *Roots {
 			}
 			return nil, r.Notify(ctx, parentID, a.Msg, a.Quiet)
 		})
+		r.handleTree(ctl)
 	}
 	return r
 }
@@ -320,6 +323,11 @@ func (r *Roots) watch(s *root) (<-chan error, func(context.Context, *root, error
 func (r *Roots) load(ctx context.Context, s *root, create bool, f func(s *root) error) error {
 	if create && s.closed {
 		return subagent.Errorf(subagent.EDraining, "the service is shutting down")
+	}
+	if create {
+		if err := r.notDisposed(ctx, s); err != nil {
+			return err
+		}
 	}
 	if s.agent == nil && create {
 		if err := r.open(ctx, s, true); err != nil {

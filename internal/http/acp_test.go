@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/config"
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/providers/acp"
 	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -71,6 +72,7 @@ func setupACP(t *testing.T, command string, env map[string]string) *acpWorld {
 		w.p = p
 		mgr := subagent.NewManager(b.svc, subagent.ManagerConfig{Logger: b.log})
 		cfg.Continuations = mgr
+		cfg.Trees = governance.New(governance.Config{Store: b.st, Runs: mgr, Roots: noRoots{}, Logger: b.log})
 		cfg.Sessions = roots.New(roots.Config{Store: b.st, WorkspaceRoots: []string{w.root}})
 		b.stops = append(b.stops, mgr.Shutdown, func(context.Context) error { return p.Close() })
 	})
@@ -140,4 +142,90 @@ func TestACP_ContinuableChildQueuesAFollowupDuringItsTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.Close()
+}
+
+// noRoots is the Roots of tree control in a world without root agents.
+type noRoots struct{}
+
+func (noRoots) StopTurn(context.Context, string) (bool, error) { return false, nil }
+func (noRoots) Dispose(context.Context, string) error          { return nil }
+
+// TestACP_TreeCancelStopsTheAgent: a tree cancel of a parent whose ACP
+// child hangs in its prompt sends the agent session/cancel; the run
+// settles once, aborted with diagnostic "cancelled by tree", and the
+// agent's process is gone by the answer.
+func TestACP_TreeCancelStopsTheAgent(t *testing.T) {
+	t.Parallel()
+	ready := filepath.Join(t.TempDir(), "ready")
+	if err := syscall.Mkfifo(ready, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := setupACP(t, fakeAgent(t), map[string]string{"FAKE_MODE": "hang", "FAKE_READY": ready})
+	parent := w.parent(t)
+	var run runJSON
+	w.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/runs",
+		body: map[string]any{"provider": "fake", "parentSessionId": parent, "prompt": textPrompt("hold")}}).decode(t, &run)
+	pid := readPid(t, ready) // the agent is inside its prompt
+
+	var got treeCancelResponse
+	w.want(t, http.StatusAccepted, call{method: http.MethodPost, path: "/v1/sessions/" + parent + "/cancel"}).decode(t, &got)
+	if got.Cancelled != 1 {
+		t.Fatalf("cancelled %d, want 1", got.Cancelled)
+	}
+	var settled runJSON
+	w.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/runs/" + run.RunID}).decode(t, &settled)
+	if settled.Result == nil || settled.Result.StopReason != subagent.StopAborted || settled.Result.Diagnostic != governance.DiagnosticCancelled {
+		t.Fatalf("ACP run after the tree cancel: %+v", settled)
+	}
+	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+		t.Fatalf("the agent's process %d after the tree cancel: kill 0 = %v, want ESRCH", pid, err)
+	}
+}
+
+// readPid reads the pid the fake agent writes to FIFO path.
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(data), &pid); err != nil {
+		t.Fatalf("pid %q: %v", data, err)
+	}
+	return pid
+}
+
+// TestACP_DisposeReleasesTheAgent: disposing a continuable ACP child
+// whose turn hangs settles its task once, aborted, stops its agent's
+// process before the 204, and refuses later followups with 409 DISPOSED.
+func TestACP_DisposeReleasesTheAgent(t *testing.T) {
+	t.Parallel()
+	ready := filepath.Join(t.TempDir(), "ready")
+	if err := syscall.Mkfifo(ready, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := setupACP(t, fakeAgent(t), map[string]string{"FAKE_MODE": "hang", "FAKE_CAPS": "resume", "FAKE_READY": ready})
+	if err := w.p.Probe(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	parent := w.parent(t)
+	var created createSubagentResponse
+	w.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/subagents",
+		body: map[string]any{"provider": "fake", "parentSessionId": parent, "label": "coder", "prompt": textPrompt("hold")}}).decode(t, &created)
+	pid := readPid(t, ready) // the agent is inside its prompt
+
+	w.want(t, http.StatusNoContent, disposeChild(created.ChildID, parent))
+	var task runJSON
+	w.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/tasks/" + created.TaskID}).decode(t, &task)
+	if task.Result == nil || task.Result.StopReason != subagent.StopAborted {
+		t.Fatalf("disposed ACP task: %+v", task)
+	}
+	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+		t.Fatalf("the agent's process %d after dispose: kill 0 = %v, want ESRCH", pid, err)
+	}
+	if ends := w.endsOf(t, task.RunID); len(ends) != 1 {
+		t.Fatalf("disposed ACP task has %d subagent/end events", len(ends))
+	}
+	w.wantProblem(t, http.StatusConflict, subagent.EDisposed, followup(created.ChildID, parent, "more"))
 }

@@ -61,6 +61,7 @@ var problems = map[string]problemType{
 	subagent.EDepthExceeded:         {http.StatusUnprocessableEntity, "Delegation depth exceeded"},
 	subagent.EDuplicateChild:        {http.StatusConflict, "Child already exists"},
 	subagent.ENotResumable:          {http.StatusConflict, "Child not resumable"},
+	subagent.EDisposed:              {http.StatusConflict, "Disposed"},
 	subagent.ESteerRejected:         {http.StatusConflict, "Steer rejected"},
 	subagent.EActivationClosing:     {http.StatusConflict, "Activation closing"},
 	subagent.EParentUnavailable:     {http.StatusConflict, "Parent unavailable"},

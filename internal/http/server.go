@@ -21,6 +21,7 @@ import (
 	"github.com/go-playground/validator/v10"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -70,6 +71,10 @@ type Continuations interface {
 	// Interrupt stops the current turn of a continuable child of
 	// parentSessionID.
 	Interrupt(ctx context.Context, parentSessionID, childID string) error
+	// Dispose disposes a continuable child of parentSessionID: its live
+	// activation settles, its agent is released and later followups get
+	// DISPOSED. Idempotent.
+	Dispose(ctx context.Context, parentSessionID, childID string) error
 	// Child returns a child's header, identity, activity and task.
 	Child(ctx context.Context, childID string) (subagent.ChildInfo, error)
 	// Children lists the direct subagent children of parentID.
@@ -94,6 +99,19 @@ type Roots interface {
 	// returns the message id once it is durably accepted.
 	Prompt(ctx context.Context, sessionID string, content []model.Block) (string, error)
 }
+
+// Trees carries out tree control (POST /v1/sessions/{id}/cancel, DELETE
+// /v1/sessions/{id}); *governance.Trees implements it.
+type Trees interface {
+	// Cancel settles every live run and activation below a session, and
+	// a root's running turn, and returns how many it stopped.
+	Cancel(ctx context.Context, id string) (int, error)
+	// Dispose cancels a root's tree, disposes its continuable children
+	// and the root, which then refuses prompts. Idempotent.
+	Dispose(ctx context.Context, id string) error
+}
+
+var _ Trees = (*governance.Trees)(nil)
 
 // Sessions creates root sessions and tells which sessions are working;
 // *roots.Sessions implements it.
@@ -128,6 +146,9 @@ type Config struct {
 	// Roots runs root sessions' agents; nil answers POST
 	// /v1/sessions/{id}/messages NOT_READY (503).
 	Roots Roots
+	// Trees carries out tree cancel and dispose; nil answers those routes
+	// NOT_READY (503).
+	Trees Trees
 	// Routes are the model routes of in-process agents: /v1/providers shows
 	// the default route of in-process providers. nil shows no model.
 	Routes *model.Routes
@@ -192,6 +213,7 @@ type Server struct {
 	sessions    Sessions
 	conts       Continuations
 	roots       Roots
+	trees       Trees
 	hooks       Webhooks
 	modelRoutes *model.Routes
 	store       store.Store
@@ -240,6 +262,7 @@ func NewServer(cfg Config) *Server {
 		sessions:    cfg.Sessions,
 		conts:       cfg.Continuations,
 		roots:       cfg.Roots,
+		trees:       cfg.Trees,
 		hooks:       cfg.Webhooks,
 		modelRoutes: cfg.Routes,
 		store:       cfg.Store,
@@ -347,6 +370,8 @@ func (s *Server) routes() chi.Router {
 		r.Post("/sessions", s.h(s.createSession))
 		r.Get("/sessions", s.h(s.listSessions))
 		r.Get("/sessions/{id}", s.h(s.getSession))
+		r.Delete("/sessions/{id}", s.h(s.disposeSession))
+		r.Post("/sessions/{id}/cancel", s.h(s.cancelSession))
 		r.Get("/sessions/{id}/events", s.h(s.listSessionEvents))
 		r.Post("/sessions/{id}/messages", s.h(s.promptSession))
 		r.Get("/sessions/{id}/children", s.h(s.listSessionChildren))
@@ -363,6 +388,7 @@ func (s *Server) routes() chi.Router {
 
 		r.Post("/subagents", s.h(s.createSubagent))
 		r.Get("/subagents/{childId}", s.h(s.getSubagent))
+		r.Delete("/subagents/{childId}", s.h(s.disposeSubagent))
 		r.Post("/subagents/{childId}/followup", s.h(s.followupSubagent))
 		r.Post("/subagents/{childId}/interrupt", s.h(s.interruptSubagent))
 		r.Get("/tasks/{taskId}", s.h(s.getTask))

@@ -200,6 +200,43 @@ func (s *Server) promptSession(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// cancelSession cancels the tree under a session and answers 202
+// {cancelled} once what it stopped has settled.
+func (s *Server) cancelSession(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	id := p.id("id")
+	if err := p.err(); err != nil {
+		return err
+	}
+	if s.trees == nil {
+		return subagent.Errorf(codeNotReady, "this server runs no tree control")
+	}
+	n, err := s.trees.Cancel(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, r, http.StatusAccepted, treeCancelResponse{Cancelled: n})
+	return nil
+}
+
+// disposeSession disposes a root session's tree and answers 204, again
+// for a root disposed already.
+func (s *Server) disposeSession(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	id := p.id("id")
+	if err := p.err(); err != nil {
+		return err
+	}
+	if s.trees == nil {
+		return subagent.Errorf(codeNotReady, "this server runs no tree control")
+	}
+	if err := s.trees.Dispose(r.Context(), id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
 // continuations returns the continuation manager, or NOT_READY when the
 // server runs without one.
 func (s *Server) continuations() (Continuations, error) {

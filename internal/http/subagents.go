@@ -120,6 +120,30 @@ func (s *Server) interruptSubagent(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
+// disposeSubagent disposes a continuable child of ?parentSessionId= and
+// answers 204 once its live activation, if any, has settled; again 204
+// for a child disposed already.
+func (s *Server) disposeSubagent(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	childID := p.id("childId")
+	parentID := p.str("parentSessionId", maxIDLength)
+	if parentID == "" {
+		p.fail("parentSessionId", "required")
+	}
+	if err := p.err(); err != nil {
+		return err
+	}
+	conts, err := s.continuations()
+	if err != nil {
+		return err
+	}
+	if err := conts.Dispose(r.Context(), parentID, childID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
 // interrupt stops the current turn of continuable child childID (user
 // authority: req names the child's durable parent) without waiting for
 // the turn to unwind. Messages not yet admitted stay parked and run first

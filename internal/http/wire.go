@@ -421,6 +421,11 @@ type followupResponse struct {
 	MessageID string         `json:"messageId"`
 }
 
+// treeCancelResponse answers POST /v1/sessions/{id}/cancel.
+type treeCancelResponse struct {
+	Cancelled int `json:"cancelled"`
+}
+
 type interruptRequest struct {
 	ParentSessionID string `json:"parentSessionId" validate:"required,max=128"`
 }

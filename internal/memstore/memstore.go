@@ -88,6 +88,9 @@ type session struct {
 	// snapshot is the seq of the newest store.SnapshotEvent, -1 when the
 	// log has none: LogTail starts there.
 	snapshot int64
+	// disposedAt is when the session was disposed (DisposeSession), zero
+	// while it was not.
+	disposedAt time.Time
 }
 
 type run struct {
@@ -179,6 +182,33 @@ func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error
 		return store.Session{}, fmt.Errorf("memstore: get session: %w", err)
 	}
 	return cloneSession(sess.hdr), nil
+}
+
+// DisposeSession marks session id disposed at at, keeping the first
+// mark, and returns the mark. Returns store.ErrNotFound.
+func (s *Store) DisposeSession(ctx context.Context, id string, at time.Time) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess, err := s.session(ctx, id)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("memstore: dispose session: %w", err)
+	}
+	if sess.disposedAt.IsZero() {
+		sess.disposedAt = at.UTC().Truncate(time.Microsecond)
+	}
+	return sess.disposedAt, nil
+}
+
+// Disposed returns when session id was disposed, zero when it was not.
+// Returns store.ErrNotFound.
+func (s *Store) Disposed(ctx context.Context, id string) (time.Time, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sess, err := s.session(ctx, id)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("memstore: disposed: %w", err)
+	}
+	return sess.disposedAt, nil
 }
 
 // ListSessions returns headers ordered by (CreatedAt, ID). Returns

@@ -139,6 +139,31 @@ func (s *Store) GetSession(ctx context.Context, id string) (_ store.Session, err
 	return h, nil
 }
 
+// DisposeSession marks session id disposed at at, keeping the first
+// mark (sessions.disposed_at), and returns the mark. Returns
+// store.ErrNotFound.
+func (s *Store) DisposeSession(ctx context.Context, id string, at time.Time) (_ time.Time, err error) {
+	defer wrap(&err, "dispose session %q", id)
+	var mark time.Time
+	err = s.pool.QueryRow(ctx, `UPDATE sessions SET disposed_at = COALESCE(disposed_at, $3)
+		WHERE tenant = $1 AND id = $2 RETURNING disposed_at`, store.Tenant(ctx), id, at.UTC()).Scan(&mark)
+	return mark.UTC(), err
+}
+
+// Disposed returns when session id was disposed, zero when it was not;
+// never from the header cache, since disposal changes it. Returns
+// store.ErrNotFound.
+func (s *Store) Disposed(ctx context.Context, id string) (_ time.Time, err error) {
+	defer wrap(&err, "read disposal of session %q", id)
+	var mark *time.Time
+	err = s.pool.QueryRow(ctx, `SELECT disposed_at FROM sessions WHERE tenant = $1 AND id = $2`,
+		store.Tenant(ctx), id).Scan(&mark)
+	if err != nil || mark == nil {
+		return time.Time{}, err
+	}
+	return mark.UTC(), nil
+}
+
 // ListSessions returns headers ordered by (CreatedAt, ID). Returns
 // store.ErrNotFound if f.AfterID names no session of the tenant.
 func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) (_ []store.Session, err error) {

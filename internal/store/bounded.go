@@ -48,6 +48,14 @@ func (b *bounded) check(parent, callCtx context.Context, err error) error {
 	return err
 }
 
+func (b *bounded) DisposeSession(ctx context.Context, id string, at time.Time) (time.Time, error) {
+	return call(b, ctx, func(c context.Context) (time.Time, error) { return b.Store.DisposeSession(c, id, at) })
+}
+
+func (b *bounded) Disposed(ctx context.Context, id string) (time.Time, error) {
+	return call(b, ctx, func(c context.Context) (time.Time, error) { return b.Store.Disposed(c, id) })
+}
+
 func (b *bounded) CreateSession(ctx context.Context, s Session) error {
 	return do(b, ctx, func(c context.Context) error { return b.Store.CreateSession(c, s) })
 }

@@ -32,6 +32,12 @@ type activation struct {
 	// Owned by c's loop.
 	state    actState // see state.go
 	inflight int      // submitted steers and reports not yet settled
+	// diagnostic, when set, is the diagnostic of an aborted end (a tree
+	// cancel's); set before the turn is cancelled.
+	diagnostic string
+	// discard: the child was disposed; settle discards the agent
+	// (Discarder) instead of closing it.
+	discard bool
 	// release gives back the activation's live-run slot
 	// (Service.reserveLive) when it settles, unless settle hands the slot
 	// on to the cold resume it owes (then nil).

@@ -313,6 +313,9 @@ type child struct {
 	// for the cold resume a command is about to start; coldResume hands it
 	// to the activation.
 	slot func()
+	// disposed: the child was disposed (Manager.Dispose); it takes no more
+	// messages.
+	disposed bool
 	// outbox holds the lifecycle dispatches a command decided, in order;
 	// its sender runs them once the command returned
 	// (resident.Policy.Outbox).
@@ -354,6 +357,7 @@ func NewManager(svc *Service, cfg ManagerConfig) *Manager {
 		},
 	})
 	m.handle()
+	m.handleDispose()
 	svc.mgr = m
 	return m
 }

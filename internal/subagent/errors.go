@@ -28,6 +28,10 @@ const (
 	EPayloadTooLarge       = "PAYLOAD_TOO_LARGE"
 	EDraining              = "DRAINING"
 	EAborted               = "ABORTED"
+	// EDisposed: the continuable child or root session was disposed
+	// (DELETE /v1/subagents/{childId}, DELETE /v1/sessions/{id}); it takes
+	// no more followups or prompts.
+	EDisposed = "DISPOSED"
 	// EActivationClosing: the reporting child's activation already began
 	// to settle.
 	EActivationClosing = "ACTIVATION_CLOSING"

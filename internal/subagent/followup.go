@@ -147,6 +147,9 @@ func (m *Manager) resumable(ctx context.Context, c *child, parentID string) erro
 	if sess.ParentID != parentID {
 		return Errorf(EUnauthorized, "subagent %q belongs to another parent session", c.key.ID)
 	}
+	if err := m.notDisposed(ctx, c); err != nil {
+		return err
+	}
 	if c.desc != nil {
 		return nil
 	}

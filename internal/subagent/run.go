@@ -51,6 +51,8 @@ type RunHandle struct {
 	disposed    chan struct{}
 	disposeErr  error
 
+	// cause is the diagnostic CancelWith gave an aborted end.
+	cause atomic.Pointer[string]
 	// settled is the end settleWith recorded, for watch to dispatch.
 	settled atomic.Pointer[settlement]
 	// row is the run row as recorded at the start; it never changes once
@@ -132,6 +134,33 @@ func (h *RunHandle) Result() (Result, error) {
 // Cancel aborts the run's remaining work; it settles "aborted" unless it
 // had already completed (R23, R25). Idempotent.
 func (h *RunHandle) Cancel() { h.run.Cancel() }
+
+// CancelWith is Cancel with diagnostic as the diagnostic of the aborted
+// end (a tree cancel's). It reports whether this call cancelled the run:
+// false when it had settled, or was cancelled with a diagnostic, before.
+func (h *RunHandle) CancelWith(diagnostic string) bool {
+	select {
+	case <-h.done:
+		return false
+	default:
+	}
+	if !h.cause.CompareAndSwap(nil, &diagnostic) {
+		return false
+	}
+	h.run.Cancel()
+	return true
+}
+
+// Release stops what the provider keeps for the run once it is cancelled
+// — an ACP agent's process group — and waits for that, without disposing
+// of the run: it stays readable, and Dispose still marks it disposed
+// later. ctx bounds the wait. Returns the provider's release error.
+func (h *RunHandle) Release(ctx context.Context) error {
+	if err := h.run.Dispose(ctx); err != nil {
+		return fmt.Errorf("release run %s: %w", h.id, err)
+	}
+	return nil
+}
 
 // Steer sends content into the running child and returns the message id
 // once a model step admitted it. Returns EUnsupportedCapability when the
@@ -295,6 +324,9 @@ func (h *RunHandle) settle(res Result, err error) Result {
 	}
 	if res.StopReason == StopCompleted {
 		res.Diagnostic = ""
+	}
+	if c := h.cause.Load(); c != nil && res.StopReason == StopAborted {
+		res.Diagnostic = *c
 	}
 	res.Diagnostic = TruncateDiagnostic(res.Diagnostic)
 	return res

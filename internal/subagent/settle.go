@@ -55,7 +55,11 @@ func (m *Manager) settle(act *activation) {
 	ctx := act.base
 	outcome := act.agent.Outcome()
 	output, reason := outcome.Output, EpochStopReason(outcome)
-	if err := act.agent.Close(ctx); err != nil {
+	closeAgent := act.agent.Close
+	if d, ok := act.agent.(Discarder); ok && act.discard {
+		closeAgent = d.Discard
+	}
+	if err := closeAgent(ctx); err != nil {
 		m.log.ErrorContext(ctx, "close continuable child agent", slog.String("child_id", c.key.ID), slog.Any("error", err))
 		reason, output = StopError, []model.Block{}
 	}
@@ -97,7 +101,11 @@ func (m *Manager) end(act *activation, reason string, output []model.Block) (dis
 	if err != nil {
 		log.ErrorContext(act.base, "encode activation output", slog.Any("error", err))
 	}
-	e, recorded := m.svc.recordEnd(act.base, log, e, store.RunResult{StopReason: reason, Output: out},
+	res := store.RunResult{StopReason: reason, Output: out}
+	if reason == StopAborted {
+		res.Diagnostic = act.diagnostic
+	}
+	e, recorded := m.svc.recordEnd(act.base, log, e, res,
 		func(ctx context.Context) error { return m.children.Reclaim(ctx, act.c.key) })
 	act.inv.End(reason, nil)
 	return func() {

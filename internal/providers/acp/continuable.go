@@ -618,6 +618,42 @@ func (r *resident) Close(ctx context.Context) error {
 	return nil
 }
 
+// Discard is Close for a disposed child (subagent.Discarder): nothing is
+// kept for a next activation, so the agent's process is stopped before
+// it returns.
+func (r *resident) Discard(ctx context.Context) error {
+	r.Cancel(sessionlog.CauseDisposed, false)
+	if err := r.waitIdle(ctx); err != nil {
+		return fmt.Errorf("discard ACP child %s: %w", r.key.id, err)
+	}
+	r.mu.Lock()
+	l := r.live
+	r.live, r.closed = nil, true
+	r.mu.Unlock()
+	if l != nil {
+		l.attach(ignore{})
+		if err := l.release(true, r.session); err != nil {
+			return fmt.Errorf("discard ACP child %s: %w", r.key.id, err)
+		}
+	}
+	return nil
+}
+
+// ForgetChild stops the agent an earlier activation of child childID of
+// ctx's tenant left idle, if one still runs (subagent.ChildForgetter: the
+// child was disposed), and returns once it is gone.
+func (p *Provider) ForgetChild(ctx context.Context, childID string) {
+	key := idleKey{store.Tenant(ctx), childID}
+	p.idleMu.Lock()
+	ia := p.idle[key]
+	delete(p.idle, key)
+	p.idleMu.Unlock()
+	if ia != nil {
+		ia.timer.Stop()
+		p.stopIdle(ia.live, ia.session)
+	}
+}
+
 // idleKey identifies a continuable child across tenants.
 type idleKey struct{ tenant, id string }
 

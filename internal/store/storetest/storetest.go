@@ -25,6 +25,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		tests []test
 	}{
 		{"Sessions", sessionTests},
+		{"Disposals", disposalTests},
 		{"Search", searchTests},
 		{"Events", eventTests},
 		{"Runs", runTests},

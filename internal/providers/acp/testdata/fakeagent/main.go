@@ -26,6 +26,9 @@
 //
 // FAKE_MODE=meta answers with the _meta of the session/prompt request.
 //
+// FAKE_MODE=hang says "working", signals FAKE_READY when it is set, and
+// ends the turn (cancelled) only on session/cancel.
+//
 // FAKE_MODE=orphan starts a sleeper child when FAKE_GRANDCHILD is set,
 // signals FAKE_READY and works forever.
 //
@@ -331,6 +334,9 @@ func (a *agent) prompt(id json.RawMessage, params json.RawMessage) {
 		os.Exit(3)
 	case mode == "hang":
 		a.say("working")
+		if os.Getenv("FAKE_READY") != "" {
+			ready()
+		}
 		<-a.cancelled
 		stop("cancelled")
 	case mode == "longstderr":
