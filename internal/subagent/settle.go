@@ -66,7 +66,7 @@ func (m *Manager) settle(act *activation) {
 	}
 	<-act.started // dispatched by whoever began act, once its command returned
 	m.notify(act, reason, output)
-	m.end(act, reason, output)()
+	m.end(act, reason, output, outcome.Usage)()
 
 	m.do(c.key, func(c *child) {
 		owed := c.settled()
@@ -86,7 +86,7 @@ func (m *Manager) settle(act *activation) {
 
 // end records act's subagent/end with reason and output, exactly once (see
 // Service.recordEnd), and returns the func that dispatches it (R71).
-func (m *Manager) end(act *activation, reason string, output []model.Block) (dispatch func()) {
+func (m *Manager) end(act *activation, reason string, output []model.Block, usage store.Usage) (dispatch func()) {
 	e := act.event(EventEnd)
 	e.StopReason = reason
 	if len(output) > 0 {
@@ -97,7 +97,7 @@ func (m *Manager) end(act *activation, reason string, output []model.Block) (dis
 	if err != nil {
 		log.ErrorContext(act.base, "encode activation output", slog.Any("error", err))
 	}
-	e, recorded := m.svc.recordEnd(act.base, log, e, store.RunResult{StopReason: reason, Output: out},
+	e, recorded := m.svc.recordEnd(act.base, log, e, store.RunResult{StopReason: reason, Output: out, Usage: usage, UsageKnown: usage.Known()},
 		func(ctx context.Context) error { return m.children.Reclaim(ctx, act.c.key) })
 	act.inv.End(reason, nil)
 	return func() {
