@@ -33,6 +33,7 @@ import (
 	cfgfile "github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/delegate"
 	mcpface "github.com/subagentd/subagentd/internal/faces/mcp"
+	"github.com/subagentd/subagentd/internal/governance"
 	httpapi "github.com/subagentd/subagentd/internal/http"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/pg"
@@ -477,7 +478,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	stop = func() { hooks.Stop(); stopRest() }
 	api := httpapi.NewServer(httpapi.Config{
 		Service: svc, Store: st, Logger: log, Registry: reg, Metrics: metrics, Tracing: tracing, Version: buildVersion(), Dashboard: web.FS,
-		Continuations: mgr, Roots: roots, Routes: routes, Webhooks: hooks,
+		Continuations: mgr, Roots: roots, Routes: routes, Webhooks: hooks, Usage: governance.NewUsage(st),
 		Sessions: rootrules.New(rootrules.Config{Store: st, Routes: routes, WorkspaceRoots: file.WorkspaceRoots, Agents: roots}),
 		Tokens:   sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,
 		MCP: func(api *httpapi.Server) http.Handler {

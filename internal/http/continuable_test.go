@@ -11,6 +11,7 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/delegate"
 	mcpface "github.com/subagentd/subagentd/internal/faces/mcp"
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/echo"
 	"github.com/subagentd/subagentd/internal/model/scripted"
@@ -69,6 +70,7 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 		w.mgr = subagent.NewManager(b.svc, subagent.ManagerConfig{
 			Materializer: inprocess.NewMaterializer(deps), Notices: w.roots, Logger: b.log})
 		cfg.Continuations, cfg.Roots, cfg.Routes = w.mgr, w.roots, table
+		cfg.Usage = governance.NewUsage(b.st)
 		cfg.Sessions = roots.New(roots.Config{Store: b.st, Routes: table, Agents: w.roots})
 		cfg.MCP = func(s *Server) http.Handler { return mcpface.NewHandler(mcpface.Config{API: s, Logger: b.log}) }
 		withWebhooks(b, cfg, false)
@@ -232,6 +234,7 @@ type lifecycleJSON struct {
 	ID              string `json:"id"`
 	Local           bool   `json:"local"`
 	ParentSessionID string `json:"parentSessionId"`
+	RootSessionID   string `json:"rootSessionId"`
 	TaskID          string `json:"taskId"`
 	StopReason      string `json:"stopReason"`
 }
