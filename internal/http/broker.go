@@ -44,17 +44,20 @@ type item struct {
 	id       int64
 	typ      string
 	parentID string // lifecycle events only, for filtering
+	rootID   string // lifecycle events only, for filtering
 	data     []byte // one line of JSON
 }
 
 // filter selects lifecycle items; the zero filter keeps everything.
 type filter struct {
 	parentID string
+	rootID   string
 	types    []string
 }
 
 func (f filter) keep(it item) bool {
-	return (f.parentID == "" || it.parentID == f.parentID) && (len(f.types) == 0 || slices.Contains(f.types, it.typ))
+	return (f.parentID == "" || it.parentID == f.parentID) && (f.rootID == "" || it.rootID == f.rootID) &&
+		(len(f.types) == 0 || slices.Contains(f.types, it.typ))
 }
 
 // source reads one topic's rows from the store.
@@ -367,7 +370,7 @@ func (l lifecycleSource) anchor(ctx context.Context, _ int64) (int64, error) {
 }
 
 func (l lifecycleSource) read(ctx context.Context, after int64, n int, f filter) ([]item, error) {
-	rows, err := l.st.Lifecycle(ctx, store.LifecycleFilter{After: after, Limit: n, ParentID: f.parentID, Types: f.types})
+	rows, err := l.st.Lifecycle(ctx, store.LifecycleFilter{After: after, Limit: n, ParentID: f.parentID, RootID: f.rootID, Types: f.types})
 	if err != nil {
 		return nil, fmt.Errorf("read lifecycle after %d: %w", after, err)
 	}
@@ -377,7 +380,7 @@ func (l lifecycleSource) read(ctx context.Context, after int64, n int, f filter)
 		if err != nil {
 			return nil, fmt.Errorf("lifecycle event %d: %w", e.ID, err)
 		}
-		out = append(out, item{id: e.ID, typ: e.Type, parentID: e.ParentID, data: data})
+		out = append(out, item{id: e.ID, typ: e.Type, parentID: e.ParentID, rootID: e.RootID, data: data})
 	}
 	return out, nil
 }

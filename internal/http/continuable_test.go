@@ -71,6 +71,7 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 			Materializer: inprocess.NewMaterializer(deps), Notices: w.roots, Logger: b.log})
 		cfg.Continuations, cfg.Roots, cfg.Routes = w.mgr, w.roots, table
 		cfg.Trees = governance.New(governance.Config{Store: b.st, Runs: w.mgr, Roots: w.roots, Logger: b.log})
+		cfg.Usage = governance.NewUsage(b.st)
 		cfg.Sessions = roots.New(roots.Config{Store: b.st, Routes: table, Agents: w.roots})
 		cfg.MCP = func(s *Server) http.Handler { return mcpface.NewHandler(mcpface.Config{API: s, Logger: b.log}) }
 		withWebhooks(b, cfg, false)
@@ -234,6 +235,7 @@ type lifecycleJSON struct {
 	ID              string `json:"id"`
 	Local           bool   `json:"local"`
 	ParentSessionID string `json:"parentSessionId"`
+	RootSessionID   string `json:"rootSessionId"`
 	TaskID          string `json:"taskId"`
 	StopReason      string `json:"stopReason"`
 }

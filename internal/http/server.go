@@ -155,6 +155,9 @@ type Config struct {
 	// Webhooks manages webhook endpoints; nil answers the /v1/webhooks
 	// routes NOT_READY (503).
 	Webhooks Webhooks
+	// Usage answers GET /v1/sessions/{id}/usage; nil answers it NOT_READY
+	// (503).
+	Usage Usage
 	// Store is where sessions, logs, runs and the lifecycle log are read.
 	Store  store.Store
 	Logger *slog.Logger
@@ -215,6 +218,7 @@ type Server struct {
 	roots       Roots
 	trees       Trees
 	hooks       Webhooks
+	usage       Usage
 	modelRoutes *model.Routes
 	store       store.Store
 	log         *slog.Logger
@@ -264,6 +268,7 @@ func NewServer(cfg Config) *Server {
 		roots:       cfg.Roots,
 		trees:       cfg.Trees,
 		hooks:       cfg.Webhooks,
+		usage:       cfg.Usage,
 		modelRoutes: cfg.Routes,
 		store:       cfg.Store,
 		log:         cfg.Logger,
@@ -376,6 +381,7 @@ func (s *Server) routes() chi.Router {
 		r.Post("/sessions/{id}/messages", s.h(s.promptSession))
 		r.Get("/sessions/{id}/children", s.h(s.listSessionChildren))
 		r.Get("/sessions/{id}/descendants", s.h(s.listSessionDescendants))
+		r.Get("/sessions/{id}/usage", s.h(s.getSessionUsage))
 		r.Get("/sessions/{id}/stream", s.h(s.streamSession))
 
 		r.Post("/runs", s.h(s.createRun))

@@ -240,7 +240,7 @@ const (
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	p := newParams(r)
 	after, replay := p.resume(0, 0)
-	f := filter{parentID: p.str("parentSessionId", maxIDLength)}
+	f := filter{parentID: p.str("parentSessionId", maxIDLength), rootID: p.str("rootSessionId", maxIDLength)}
 	if raw := p.str("types", maxTypes*(maxTypeLength+1)); raw != "" {
 		f.types = strings.Split(raw, ",")
 		if len(f.types) > maxTypes || slices.ContainsFunc(f.types, func(t string) bool { return t == "" || len(t) > maxTypeLength }) {

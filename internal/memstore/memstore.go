@@ -64,6 +64,7 @@ type Store struct {
 	byParent  map[[2]string][]*session           // by (tenant, parent), in (CreatedAt, ID) order
 	runs      map[string]*run                    // by id, every tenant
 	runList   map[string][]*run                  // by tenant, in (StartedAt, ID) order
+	byChild   map[string][]*run                  // by child id, in start order: SessionUsage
 	lifecycle []lifecycleEvent                   // lifecycle[i].ev.ID == lifeBase+i+1
 	lifeBase  int64                              // ids evicted from the front
 	lifeLast  map[string]int64                   // newest lifecycle id, by tenant
@@ -85,6 +86,9 @@ type session struct {
 	tenant string
 	hdr    store.Session
 	events []store.Event // events[i].Seq == i
+	// usage is the running sum of the usage of the events appended after
+	// creation (store.SessionUsage.Log).
+	usage store.Usage
 	// snapshot is the seq of the newest store.SnapshotEvent, -1 when the
 	// log has none: LogTail starts there.
 	snapshot int64
@@ -123,6 +127,7 @@ func NewWithRetention(r Retention) *Store {
 		byParent: make(map[[2]string][]*session),
 		runs:     make(map[string]*run),
 		runList:  make(map[string][]*run),
+		byChild:  make(map[string][]*run),
 		inbox:    make(map[string]bool),
 		inboxPos: make(map[string]uint64),
 		queues:   make(map[[2]string][]store.InboxMessage),
@@ -165,12 +170,35 @@ func (s *Store) createLocked(tenant string, hdr store.Session, evs []store.NewEv
 	}
 	hdr = cloneSession(hdr)
 	hdr.CreatedAt = stamp(hdr.CreatedAt)
+	if hdr.RootID == "" {
+		hdr.RootID = s.rootOfLocked(hdr)
+	}
 	sess := &session{tenant: tenant, hdr: hdr, snapshot: -1}
 	s.sessions[hdr.ID] = sess
 	s.byTenant[tenant] = insertSorted(s.byTenant[tenant], sess, cmpSession)
 	key := [2]string{tenant, hdr.ParentID}
 	s.byParent[key] = insertSorted(s.byParent[key], sess, cmpSession)
 	return sess.append(evs), nil
+}
+
+// rootOfLocked is the root of a new session hdr: itself for a root, else
+// its parent's root, or its parent when that is not stored. The caller
+// holds s.mu.
+func (s *Store) rootOfLocked(hdr store.Session) string {
+	if hdr.ParentID == "" {
+		return hdr.ID
+	}
+	if p, ok := s.sessions[hdr.ParentID]; ok && p.hdr.RootID != "" {
+		return p.hdr.RootID
+	}
+	return hdr.ParentID
+}
+
+// addUsage adds the usage evs record to the session's running sum.
+func (sess *session) addUsage(evs []store.NewEvent) {
+	for _, e := range evs {
+		sess.usage = sess.usage.Add(e.Usage)
+	}
 }
 
 // GetSession returns one header. Returns store.ErrNotFound.
@@ -302,6 +330,7 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs ...store
 		return nil, fmt.Errorf("memstore: append events: %w", err)
 	}
 	out := sess.append(evs)
+	sess.addUsage(evs)
 	s.mu.Unlock()
 	if len(evs) > 0 {
 		s.hub.Wake(store.SessionTopic(sessionID))
@@ -467,11 +496,12 @@ func (s *Store) startLocked(tenant string, r store.Run, start store.LifecycleEve
 	}
 	rec := &run{tenant: tenant, r: store.Run{
 		ID: r.ID, Kind: r.Kind, Provider: r.Provider, ChildID: r.ChildID, ParentID: r.ParentID,
-		TaskID: r.TaskID, Local: r.Local, State: store.StateRunning, StartedAt: stamp(r.StartedAt),
+		RootID: r.RootID, TaskID: r.TaskID, Local: r.Local, State: store.StateRunning, StartedAt: stamp(r.StartedAt),
 		Owner: r.Owner, LeaseUntil: norm(r.LeaseUntil), Tenant: tenant, Traceparent: r.Traceparent,
 	}}
 	s.runs[r.ID] = rec
 	s.runList[tenant] = insertSorted(s.runList[tenant], rec, cmpRun)
+	s.byChild[r.ChildID] = append(s.byChild[r.ChildID], rec)
 	return s.appendLifecycle(tenant, start), nil
 }
 
@@ -515,6 +545,7 @@ func (s *Store) EndRunWithEvents(ctx context.Context, runID string, res store.Ru
 	var log []store.Event
 	if child != nil {
 		log = child.append(evs)
+		child.addUsage(evs)
 	}
 	rec.r.State = store.StateSettled
 	rec.r.EndedAt = stamp(res.EndedAt)
@@ -522,6 +553,7 @@ func (s *Store) EndRunWithEvents(ctx context.Context, runID string, res store.Ru
 	rec.r.Output = cloneJSON(res.Output)
 	rec.r.Structured = cloneJSON(res.Structured)
 	rec.r.Diagnostic = res.Diagnostic
+	rec.r.Usage, rec.r.UsageKnown = res.Usage, res.UsageKnown
 	end = s.appendLifecycle(rec.tenant, end)
 	s.mu.Unlock()
 	if child != nil {
@@ -574,6 +606,11 @@ func (s *Store) evict(now time.Time) {
 		}
 		delete(s.runs, d.runID)
 		gone[d.runID] = true
+		if list := slices.DeleteFunc(s.byChild[rec.r.ChildID], func(r *run) bool { return r == rec }); len(list) > 0 {
+			s.byChild[rec.r.ChildID] = list
+		} else {
+			delete(s.byChild, rec.r.ChildID)
+		}
 		if sess, ok := s.sessions[rec.r.ChildID]; ok && sess.tenant == rec.tenant && sess.hdr.Mode != "continuable" {
 			delete(s.sessions, sess.hdr.ID)
 			gone[sess.hdr.ID] = true
@@ -646,6 +683,62 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 		}
 	}
 	return out, nil
+}
+
+// SessionUsage returns the usage of session id and, with tree, of every
+// session below it: the session first, then the others in (CreatedAt, ID)
+// order. Returns store.ErrNotFound for an unknown session.
+func (s *Store) SessionUsage(ctx context.Context, id string, tree bool, now time.Time) ([]store.SessionUsage, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	root, err := s.session(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("memstore: session usage: %w", err)
+	}
+	out := []store.SessionUsage{s.usageLocked(root, now)}
+	if !tree {
+		return out, nil
+	}
+	var below []*session
+	seen := map[string]bool{id: true}
+	for queue := []string{id}; len(queue) > 0; queue = queue[1:] {
+		for _, kid := range s.byParent[[2]string{root.tenant, queue[0]}] {
+			if !seen[kid.hdr.ID] {
+				seen[kid.hdr.ID] = true
+				below = append(below, kid)
+				queue = append(queue, kid.hdr.ID)
+			}
+		}
+	}
+	slices.SortFunc(below, cmpSession)
+	for _, sess := range below {
+		out = append(out, s.usageLocked(sess, now))
+	}
+	return out, nil
+}
+
+// usageLocked is the usage of sess: its log's sum and its runs'. The caller
+// holds s.mu.
+func (s *Store) usageLocked(sess *session, now time.Time) store.SessionUsage {
+	u := store.SessionUsage{SessionID: sess.hdr.ID, ParentID: sess.hdr.ParentID, Log: sess.usage}
+	for _, rec := range s.byChild[sess.hdr.ID] {
+		if rec.tenant != sess.tenant {
+			continue
+		}
+		u.RunCount++
+		switch {
+		case rec.r.State == store.StateRunning:
+			if rec.r.LeaseUntil.After(now) {
+				u.LiveRuns++
+			}
+		default:
+			u.Runs = u.Runs.Add(rec.r.Usage)
+			if !rec.r.UsageKnown {
+				u.Unknown++
+			}
+		}
+	}
+	return u
 }
 
 // RenewLeases sets LeaseUntil of every running run and resident lease owned
@@ -739,6 +832,7 @@ func (s *Store) Lifecycle(ctx context.Context, f store.LifecycleFilter) ([]store
 		}
 		e := rec.ev
 		if rec.tenant == tenant && (f.ParentID == "" || e.ParentID == f.ParentID) &&
+			(f.RootID == "" || e.RootID == f.RootID) &&
 			(len(f.Types) == 0 || slices.Contains(f.Types, e.Type)) {
 			out = append(out, cloneLifecycle(e))
 		}

@@ -13,6 +13,7 @@ type lifecycleRow struct {
 	ID       int64     `db:"id"`
 	Type     string    `db:"type"`
 	ParentID string    `db:"parent_id"`
+	RootID   string    `db:"root_id"`
 	RunID    string    `db:"run_id"`
 	Time     time.Time `db:"time"`
 	Payload  []byte    `db:"payload"`
@@ -48,17 +49,20 @@ func (s *Store) Lifecycle(ctx context.Context, f store.LifecycleFilter) (_ []sto
 	if f.ParentID != "" {
 		q.and("parent_id = ?", f.ParentID)
 	}
+	if f.RootID != "" {
+		q.and("root_id = ?", f.RootID)
+	}
 	if len(f.Types) > 0 {
 		q.and("type = ANY(?)", f.Types)
 	}
-	rows, _ := s.pool.Query(ctx, q.sql("id, type, parent_id, run_id, time, payload", "lifecycle_events", "id", limit(f.Limit)), q.args...)
+	rows, _ := s.pool.Query(ctx, q.sql("id, type, parent_id, root_id, run_id, time, payload", "lifecycle_events", "id", limit(f.Limit)), q.args...)
 	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[lifecycleRow])
 	if err != nil {
 		return nil, err
 	}
 	out := make([]store.LifecycleEvent, len(list))
 	for i, r := range list {
-		out[i] = store.LifecycleEvent{ID: r.ID, Type: r.Type, ParentID: r.ParentID, RunID: r.RunID, Time: r.Time.UTC(), Payload: r.Payload}
+		out[i] = store.LifecycleEvent{ID: r.ID, Type: r.Type, ParentID: r.ParentID, RootID: r.RootID, RunID: r.RunID, Time: r.Time.UTC(), Payload: r.Payload}
 	}
 	return out, nil
 }

@@ -111,7 +111,8 @@ func (r *recent) read(tenant string, f store.LifecycleFilter) (_ []store.Lifecyc
 		if len(out) == limit(f.Limit) {
 			break
 		}
-		if x.tenant != tenant || (f.ParentID != "" && x.e.ParentID != f.ParentID) || (len(f.Types) > 0 && !slices.Contains(f.Types, x.e.Type)) {
+		if x.tenant != tenant || (f.ParentID != "" && x.e.ParentID != f.ParentID) ||
+			(f.RootID != "" && x.e.RootID != f.RootID) || (len(f.Types) > 0 && !slices.Contains(f.Types, x.e.Type)) {
 			continue
 		}
 		e := x.e

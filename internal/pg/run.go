@@ -11,7 +11,8 @@ import (
 )
 
 const runCols = `tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, ended_at,
-	stop_reason, output, structured, diagnostic, owner, lease_until, traceparent`
+	stop_reason, output, structured, diagnostic, owner, lease_until, traceparent,
+	root_id, input_tokens, output_tokens, model_calls, reported_calls, usage_known`
 
 type runRow struct {
 	Tenant      string     `db:"tenant"`
@@ -32,6 +33,12 @@ type runRow struct {
 	Owner       string     `db:"owner"`
 	LeaseUntil  *time.Time `db:"lease_until"`
 	Traceparent string     `db:"traceparent"`
+	RootID      string     `db:"root_id"`
+	Input       int64      `db:"input_tokens"`
+	OutTokens   int64      `db:"output_tokens"`
+	Calls       int64      `db:"model_calls"`
+	Reported    int64      `db:"reported_calls"`
+	UsageKnown  bool       `db:"usage_known"`
 }
 
 func (r runRow) run() store.Run {
@@ -40,6 +47,8 @@ func (r runRow) run() store.Run {
 		TaskID: r.TaskID, Local: r.Local, State: r.State, StartedAt: r.StartedAt.UTC(),
 		EndedAt: fromDB(r.EndedAt), StopReason: r.StopReason, Output: r.Output, Structured: r.Structured,
 		Diagnostic: r.Diagnostic, Owner: r.Owner, LeaseUntil: fromDB(r.LeaseUntil), Traceparent: r.Traceparent,
+		RootID: r.RootID, UsageKnown: r.UsageKnown,
+		Usage: store.Usage{InputTokens: r.Input, OutputTokens: r.OutTokens, ModelCalls: r.Calls, Reported: r.Reported},
 	}
 }
 
@@ -76,6 +85,7 @@ func (s *Store) StartRunWithSession(ctx context.Context, h store.Session, evs []
 	}
 	tenant := store.Tenant(ctx)
 	h.CreatedAt = now(h.CreatedAt)
+	h.RootID = s.rootOf(ctx, h)
 	o := &op{topic: store.SessionTopic(h.ID), key: "s:" + h.ID, event: &start, tenant: tenant}
 	o.data = func(b *pgx.Batch) {
 		if len(evs) > 0 {
@@ -95,10 +105,10 @@ func (s *Store) StartRunWithSession(ctx context.Context, h store.Session, evs []
 // queueStart queues the insert of r as running.
 func queueStart(b *pgx.Batch, tenant string, r store.Run) {
 	b.Queue(`INSERT INTO runs
-		(tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, owner, lease_until, traceparent)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11, $12)`,
+		(tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, owner, lease_until, traceparent, root_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11, $12, $13)`,
 		tenant, r.ID, r.Kind, r.Provider, r.ChildID, r.ParentID, r.TaskID, r.Local,
-		now(r.StartedAt), r.Owner, nullTime(r.LeaseUntil), r.Traceparent)
+		now(r.StartedAt), r.Owner, nullTime(r.LeaseUntil), r.Traceparent, r.RootID)
 }
 
 // EndRun settles the run with res and appends end in one transaction; a
@@ -113,12 +123,14 @@ func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, e
 		b.Queue(`
 			WITH r AS (
 				UPDATE runs
-				SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7
+				SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7,
+					`+setRunUsage("$9")+`
 				WHERE tenant = $1 AND id = $2 AND state = 'running' AND `+activationFence("$8")+`
 				RETURNING id
 			)
 			SELECT `+markSettled+` FROM r`,
-			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic, owner)
+			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic, owner,
+			runUsage(res))
 	}
 	if err := s.w.do(ctx, o); err != nil {
 		return end, err
@@ -127,6 +139,23 @@ func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, e
 		return end, s.notEnded(ctx, tenant, runID, owner)
 	}
 	return end, nil
+}
+
+// setRunUsage is the SET list that records the run usage in the bigint[5]
+// parameter param (runUsage).
+func setRunUsage(param string) string {
+	return `input_tokens = (` + param + `::bigint[])[1], output_tokens = (` + param + `::bigint[])[2],
+		model_calls = (` + param + `::bigint[])[3], reported_calls = (` + param + `::bigint[])[4], usage_known = (` + param + `::bigint[])[5] = 1`
+}
+
+// runUsage is the usage of res, as setRunUsage's parameter.
+func runUsage(res store.RunResult) []int64 {
+	known := int64(0)
+	if res.UsageKnown {
+		known = 1
+	}
+	u := res.Usage
+	return []int64{u.InputTokens, u.OutputTokens, u.ModelCalls, u.Reported, known}
 }
 
 // markSettled, selected from a CTE r of settled runs' ids, notes them in a
@@ -164,14 +193,15 @@ func (s *Store) EndRunWithEvents(ctx context.Context, runID string, res store.Ru
 	o.data = func(b *pgx.Batch) {
 		b.Queue(`
 			WITH s AS (
-				UPDATE sessions SET last_seq = last_seq + cardinality($8::text[])
+				UPDATE sessions SET last_seq = last_seq + cardinality($8::text[]), `+addUsage("$13")+`
 				WHERE tenant = $1 AND id = (
 					SELECT child_id FROM runs WHERE tenant = $1 AND id = $2 AND state = 'running' AND `+activationFence("$11")+`
 					FOR UPDATE)
 				RETURNING id, last_seq - cardinality($8::text[]) AS before
 			), r AS (
 				UPDATE runs
-				SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7
+				SET state = 'settled', ended_at = $3, stop_reason = $4, output = $5, structured = $6, diagnostic = $7,
+					`+setRunUsage("$12")+`
 				WHERE tenant = $1 AND id = $2 AND state = 'running' AND EXISTS (SELECT 1 FROM s)
 				RETURNING id
 			), ins AS (
@@ -184,7 +214,7 @@ func (s *Store) EndRunWithEvents(ctx context.Context, runID string, res store.Ru
 			)
 			SELECT seq, type, time, data FROM ins, (SELECT count(*) FROM mark) AS m ORDER BY seq`,
 			tenant, runID, ended, res.StopReason, nullJSON(res.Output), nullJSON(res.Structured), res.Diagnostic,
-			types, times, data, owner,
+			types, times, data, owner, runUsage(res), usageOf(evs),
 		).Query(func(rows pgx.Rows) error {
 			var err error
 			log, err = pgx.AppendRows(make([]store.Event, 0, len(evs)), rows, scanEvent)
@@ -305,4 +335,50 @@ func (s *Store) ExpiredRuns(ctx context.Context, at time.Time) (_ []store.Run, e
 	rows, _ := s.pool.Query(ctx, `SELECT `+runCols+` FROM runs
 		WHERE state = 'running' AND lease_until < $1 ORDER BY started_at, id LIMIT $2`, at, maxLimit)
 	return collectRuns(rows)
+}
+
+// SessionUsage returns the usage of session id and, with tree, of every
+// session below it (the session first, then the others by (CreatedAt,
+// ID)), in one statement: the sessions by a recursive walk of
+// sessions_parent_idx, each one's runs by runs_child_idx. Returns
+// store.ErrNotFound for an unknown session.
+func (s *Store) SessionUsage(ctx context.Context, id string, tree bool, at time.Time) (_ []store.SessionUsage, err error) {
+	defer wrap(&err, "read usage of session %q", id)
+	rows, _ := s.pool.Query(ctx, `
+		WITH RECURSIVE t AS (
+			SELECT id, parent_id, created_at, input_tokens, output_tokens, model_calls, reported_calls, 0 AS depth
+			FROM sessions WHERE tenant = $1 AND id = $2
+			UNION
+			SELECT s.id, s.parent_id, s.created_at, s.input_tokens, s.output_tokens, s.model_calls, s.reported_calls, 1
+			FROM sessions s JOIN t ON s.tenant = $1 AND s.parent_id = t.id
+			WHERE $4
+		)
+		SELECT t.id, t.parent_id, t.input_tokens, t.output_tokens, t.model_calls, t.reported_calls,
+			r.input_tokens, r.output_tokens, r.model_calls, r.reported_calls, r.unknown, r.runs, r.live
+		FROM t CROSS JOIN LATERAL (
+			SELECT coalesce(sum(input_tokens) FILTER (WHERE state <> 'running'), 0)::bigint AS input_tokens,
+				coalesce(sum(output_tokens) FILTER (WHERE state <> 'running'), 0)::bigint AS output_tokens,
+				coalesce(sum(model_calls) FILTER (WHERE state <> 'running'), 0)::bigint AS model_calls,
+				coalesce(sum(reported_calls) FILTER (WHERE state <> 'running'), 0)::bigint AS reported_calls,
+				count(*) FILTER (WHERE state <> 'running' AND NOT usage_known) AS unknown,
+				count(*) AS runs,
+				count(*) FILTER (WHERE state = 'running' AND lease_until > $3) AS live
+			FROM runs WHERE tenant = $1 AND child_id = t.id
+		) r
+		ORDER BY t.depth, t.created_at, t.id`, store.Tenant(ctx), id, at, tree)
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.SessionUsage, error) {
+		var u store.SessionUsage
+		err := row.Scan(&u.SessionID, &u.ParentID,
+			&u.Log.InputTokens, &u.Log.OutputTokens, &u.Log.ModelCalls, &u.Log.Reported,
+			&u.Runs.InputTokens, &u.Runs.OutputTokens, &u.Runs.ModelCalls, &u.Runs.Reported,
+			&u.Unknown, &u.RunCount, &u.LiveRuns)
+		return u, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("session: %w", store.ErrNotFound)
+	}
+	return out, nil
 }

@@ -11,12 +11,13 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 )
 
-const sessionCols = `id, parent_id, origin, delegation_depth, seed_length, cwd, label, provider, mode,
+const sessionCols = `id, parent_id, root_id, origin, delegation_depth, seed_length, cwd, label, provider, mode,
 	agent_provider, agent_model, max_tokens, persona, created_at`
 
 type sessionRow struct {
 	ID              string    `db:"id"`
 	ParentID        string    `db:"parent_id"`
+	RootID          string    `db:"root_id"`
 	Origin          string    `db:"origin"`
 	DelegationDepth int       `db:"delegation_depth"`
 	SeedLength      int       `db:"seed_length"`
@@ -33,7 +34,7 @@ type sessionRow struct {
 
 func (r sessionRow) session() store.Session {
 	return store.Session{
-		ID: r.ID, ParentID: r.ParentID, Origin: r.Origin, DelegationDepth: r.DelegationDepth,
+		ID: r.ID, ParentID: r.ParentID, RootID: r.RootID, Origin: r.Origin, DelegationDepth: r.DelegationDepth,
 		SeedLength: r.SeedLength, Cwd: r.Cwd, Label: r.Label, Provider: r.Provider, Mode: r.Mode,
 		AgentProvider: r.AgentProvider, AgentModel: r.AgentModel, MaxTokens: r.MaxTokens,
 		Persona: r.Persona, CreatedAt: r.CreatedAt.UTC(),
@@ -57,6 +58,7 @@ func (s *Store) CreateSession(ctx context.Context, h store.Session) (err error) 
 	defer wrap(&err, "create session %q", h.ID)
 	tenant := store.Tenant(ctx)
 	h.CreatedAt = now(h.CreatedAt)
+	h.RootID = s.rootOf(ctx, h)
 	if err := s.w.do(ctx, &op{data: func(b *pgx.Batch) { queueCreate(b, tenant, h) }}); err != nil {
 		return err
 	}
@@ -77,6 +79,7 @@ func (s *Store) CreateSessionWithEvents(ctx context.Context, h store.Session, ev
 	}
 	tenant := store.Tenant(ctx)
 	h.CreatedAt = now(h.CreatedAt)
+	h.RootID = s.rootOf(ctx, h)
 	o := &op{topic: store.SessionTopic(h.ID), key: "s:" + h.ID}
 	o.data = func(b *pgx.Batch) { queueCreateWithEvents(b, tenant, h, evs, &out) }
 	if err = s.w.do(ctx, o); err != nil {
@@ -86,11 +89,27 @@ func (s *Store) CreateSessionWithEvents(ctx context.Context, h store.Session, ev
 	return out, nil
 }
 
+// rootOf is the root of a new session h: its RootID when set, itself for
+// a root, else its parent's root, or its parent when that is not stored
+// (or cannot be read now).
+func (s *Store) rootOf(ctx context.Context, h store.Session) string {
+	switch {
+	case h.RootID != "":
+		return h.RootID
+	case h.ParentID == "":
+		return h.ID
+	}
+	if p, err := s.GetSession(ctx, h.ParentID); err == nil && p.RootID != "" {
+		return p.RootID
+	}
+	return h.ParentID
+}
+
 // queueCreate queues the insert of header h.
 func queueCreate(b *pgx.Batch, tenant string, h store.Session) {
 	b.Queue(`INSERT INTO sessions (tenant, `+sessionCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
-		tenant, h.ID, h.ParentID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
+		tenant, h.ID, h.ParentID, h.RootID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
 		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, h.CreatedAt)
 }
 
@@ -102,16 +121,16 @@ func queueCreateWithEvents(b *pgx.Batch, tenant string, h store.Session, evs []s
 	b.Queue(`
 		WITH s AS (
 			INSERT INTO sessions (tenant, `+sessionCols+`, last_seq)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, cardinality($16::text[]) - 1)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, cardinality($17::text[]) - 1)
 			RETURNING id
 		), ins AS (
 			INSERT INTO session_events (tenant, session_id, seq, type, time, data)
 			SELECT $1, s.id, e.n - 1, e.type, e.time, e.data::jsonb
-			FROM s, unnest($16::text[], $17::timestamptz[], $18::text[]) WITH ORDINALITY AS e (type, time, data, n)
+			FROM s, unnest($17::text[], $18::timestamptz[], $19::text[]) WITH ORDINALITY AS e (type, time, data, n)
 			RETURNING seq, type, time, data
 		)
 		SELECT seq, type, time, data FROM ins ORDER BY seq`,
-		tenant, h.ID, h.ParentID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
+		tenant, h.ID, h.ParentID, h.RootID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
 		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, h.CreatedAt,
 		types, times, data,
 	).Query(func(rows pgx.Rows) error {
@@ -221,7 +240,7 @@ func queueAppend(b *pgx.Batch, o *op, tenant, sessionID, owner string, evs []sto
 	types, times, data := eventColumns(evs)
 	b.Queue(`
 		WITH s AS (
-			UPDATE sessions SET last_seq = last_seq + cardinality($3::text[])
+			UPDATE sessions SET last_seq = last_seq + cardinality($3::text[]), `+addUsage("$7")+`
 			WHERE tenant = $1 AND id = $2 AND `+fenceCond("$2", "$6")+`
 			RETURNING last_seq - cardinality($3::text[]) AS before
 		), ins AS (
@@ -231,7 +250,7 @@ func queueAppend(b *pgx.Batch, o *op, tenant, sessionID, owner string, evs []sto
 			RETURNING seq, type, time, data
 		)
 		SELECT seq, type, time, data FROM ins ORDER BY seq`,
-		tenant, sessionID, types, times, data, owner,
+		tenant, sessionID, types, times, data, owner, usageOf(evs),
 	).Query(func(rows pgx.Rows) error {
 		list, err := pgx.AppendRows(make([]store.Event, 0, len(evs)), rows, scanEvent)
 		if err != nil {
@@ -243,6 +262,22 @@ func queueAppend(b *pgx.Batch, o *op, tenant, sessionID, owner string, evs []sto
 		*out = list
 		return nil
 	})
+}
+
+// addUsage is the SET list that adds the usage in the bigint[4] parameter
+// param (usageOf) to a session's running sum.
+func addUsage(param string) string {
+	return `input_tokens = input_tokens + (` + param + `::bigint[])[1], output_tokens = output_tokens + (` + param + `::bigint[])[2],
+		model_calls = model_calls + (` + param + `::bigint[])[3], reported_calls = reported_calls + (` + param + `::bigint[])[4]`
+}
+
+// usageOf is the usage evs record, as addUsage's parameter.
+func usageOf(evs []store.NewEvent) []int64 {
+	var u store.Usage
+	for _, e := range evs {
+		u = u.Add(e.Usage)
+	}
+	return []int64{u.InputTokens, u.OutputTokens, u.ModelCalls, u.Reported}
 }
 
 // eventColumns returns the columns of evs as arrays for unnest; a zero

@@ -425,7 +425,8 @@ func (w *writer) flush(ctx context.Context, ops []*op) (err error) {
 func queueLifecycle(b *pgx.Batch, ops []*op) {
 	var (
 		owners                               []*op
-		tenants, types, parents, runs, conds []string
+		tenants, types, parents, roots, runs []string
+		conds                                []string
 		times                                []time.Time
 		payloads                             []*string
 	)
@@ -436,6 +437,7 @@ func queueLifecycle(b *pgx.Batch, ops []*op) {
 		e := o.event
 		owners = append(owners, o)
 		tenants, types, parents, runs = append(tenants, o.tenant), append(types, e.Type), append(parents, e.ParentID), append(runs, e.RunID)
+		roots = append(roots, e.RootID)
 		conds = append(conds, o.settles)
 		times = append(times, now(e.Time))
 		var p *string
@@ -451,21 +453,21 @@ func queueLifecycle(b *pgx.Batch, ops []*op) {
 	b.Queue(`
 		WITH e AS (
 			SELECT e.*, row_number() OVER (ORDER BY e.n) AS k
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $7::text[])
-				WITH ORDINALITY AS e (tenant, type, parent, run, time, payload, settles, n)
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::text[])
+				WITH ORDINALITY AS e (tenant, type, parent, run, time, payload, settles, root, n)
 			WHERE e.settles = ''
 				OR strpos(coalesce(current_setting('subagentd.settled', true), ''), ',' || e.settles || ',') > 0
 		), c AS (
 			UPDATE lifecycle_counter SET last_id = last_id + (SELECT count(*) FROM e)
 			RETURNING last_id - (SELECT count(*) FROM e) AS before
 		), ins AS (
-			INSERT INTO lifecycle_events (tenant, id, type, parent_id, run_id, time, payload)
-			SELECT e.tenant, c.before + e.k, e.type, e.parent, e.run, e.time, e.payload::jsonb
+			INSERT INTO lifecycle_events (tenant, id, type, parent_id, root_id, run_id, time, payload)
+			SELECT e.tenant, c.before + e.k, e.type, e.parent, e.root, e.run, e.time, e.payload::jsonb
 			FROM c, e
 			RETURNING id, payload
 		)
 		SELECT e.n, ins.id, e.time, ins.payload FROM c CROSS JOIN e JOIN ins ON ins.id = c.before + e.k ORDER BY e.n`,
-		tenants, types, parents, runs, times, payloads, conds,
+		tenants, types, parents, runs, times, payloads, conds, roots,
 	).Query(func(rows pgx.Rows) error {
 		// Results are read after the server ran the batch, which may have
 		// committed already: a surprise here fails the callers, never the

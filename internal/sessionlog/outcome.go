@@ -35,6 +35,10 @@ type Outcome struct {
 	// Messages are the ids of the user/messages logged: the messages whose
 	// inbox rows are delivered.
 	Messages []string
+	// Usage is the model usage the events record: a model call per step
+	// started, the tokens of each step's message that reported them
+	// (Usage.Known says whether every call did).
+	Usage store.Usage
 }
 
 // OutcomeFold folds events into their Outcome. It is incremental: a writer
@@ -51,6 +55,7 @@ type OutcomeFold struct {
 	end      *TurnEnd
 	dropped  bool
 	messages []string
+	usage    store.Usage
 }
 
 // Add folds events, which follow those already folded in log order.
@@ -70,6 +75,9 @@ func (f *OutcomeFold) Fold(e store.Event, payload any) {
 		d, ok := payloadOf[AssistantMessageData](e, payload)
 		if ok && len(d.Message.Content) > 0 {
 			f.output, f.streamed = d.Message.Content, nil
+		}
+		if ok && d.Usage != nil {
+			f.usage = f.usage.Add(store.Usage{InputTokens: int64(d.Usage.InputTokens), OutputTokens: int64(d.Usage.OutputTokens), Reported: 1})
 		}
 	case EventAssistantChunk:
 		if f.output != nil {
@@ -91,6 +99,7 @@ func (f *OutcomeFold) Fold(e store.Event, payload any) {
 		if d, ok := payloadOf[StepData](e, payload); ok {
 			mark(&f.stepped, d.Turn)
 		}
+		f.usage.ModelCalls++
 	case EventInboxSpliced:
 		d, ok := spliceOf(e, payload)
 		switch {
@@ -133,7 +142,7 @@ func (f *OutcomeFold) Outcome() Outcome {
 	if f == nil {
 		f = &OutcomeFold{}
 	}
-	o := Outcome{Output: f.output, DroppedUnrun: f.dropped, Messages: f.messages[:len(f.messages):len(f.messages)]}
+	o := Outcome{Output: f.output, DroppedUnrun: f.dropped, Messages: f.messages[:len(f.messages):len(f.messages)], Usage: f.usage}
 	switch {
 	case o.Output != nil:
 	case len(f.streamed) > 0:

@@ -32,7 +32,47 @@ func Encode(typ string, payload any) (Entry, error) {
 	if err != nil {
 		return Entry{}, fmt.Errorf("encode %s payload: %w", typ, err)
 	}
-	return Entry{NewEvent: store.NewEvent{Type: typ, Data: raw, Marshaled: true}, Payload: payload}, nil
+	return Entry{NewEvent: store.NewEvent{Type: typ, Data: raw, Marshaled: true, Usage: usageOf(typ, payload)}, Payload: payload}, nil
+}
+
+// usageOf is the model usage an event records, which the store adds to the
+// session's running sum: a step's start is one model call, a step's
+// assistant/message the tokens that call reported, when it reported them.
+func usageOf(typ string, payload any) store.Usage {
+	switch typ {
+	case EventStepStart:
+		return store.Usage{ModelCalls: 1}
+	case EventAssistantMessage:
+		var u *UsageData
+		switch d := payload.(type) {
+		case AssistantMessageData:
+			u = d.Usage
+		case *AssistantMessageData:
+			u = d.Usage
+		}
+		if u != nil {
+			return store.Usage{InputTokens: int64(u.InputTokens), OutputTokens: int64(u.OutputTokens), Reported: 1}
+		}
+	}
+	return store.Usage{}
+}
+
+// UsageOf is the model usage events record, decoded from their data: what
+// the store's running sums and settled runs add up, for a reader that holds
+// a log (a test, a check) rather than the sums.
+func UsageOf(events []store.Event) store.Usage {
+	var u store.Usage
+	for _, e := range events {
+		switch e.Type {
+		case EventStepStart:
+			u.ModelCalls++
+		case EventAssistantMessage:
+			if d, err := Decode[AssistantMessageData](e); err == nil && d.Usage != nil {
+				u = u.Add(store.Usage{InputTokens: int64(d.Usage.InputTokens), OutputTokens: int64(d.Usage.OutputTokens), Reported: 1})
+			}
+		}
+	}
+	return u
 }
 
 // Decode reads the payload of e as a T. It returns the JSON error of a

@@ -140,6 +140,10 @@ func (b *bounded) ExpiredRuns(ctx context.Context, now time.Time) ([]Run, error)
 	return call(b, ctx, func(c context.Context) ([]Run, error) { return b.Store.ExpiredRuns(c, now) })
 }
 
+func (b *bounded) SessionUsage(ctx context.Context, id string, tree bool, now time.Time) ([]SessionUsage, error) {
+	return call(b, ctx, func(c context.Context) ([]SessionUsage, error) { return b.Store.SessionUsage(c, id, tree, now) })
+}
+
 func (b *bounded) AppendLifecycle(ctx context.Context, e LifecycleEvent) (LifecycleEvent, error) {
 	return call(b, ctx, func(c context.Context) (LifecycleEvent, error) { return b.Store.AppendLifecycle(c, e) })
 }

@@ -48,6 +48,10 @@ func Tenant(ctx context.Context) string {
 type Session struct {
 	ID       string
 	ParentID string // "" for a root session
+	// RootID is the root session of the session's tree, its own ID for a
+	// root. The store fills it in when a session is created without one:
+	// the parent's RootID (its ParentID when the parent is not stored).
+	RootID string
 	// Origin is "subagent" for children and "" for roots.
 	Origin          string
 	DelegationDepth int
@@ -66,6 +70,38 @@ type Session struct {
 	Persona       *string
 	CreatedAt     time.Time
 }
+
+// RootOf is the root of s's tree: its RootID, else (a header built before
+// the store filled it in) itself for a root and its parent for a child.
+func RootOf(s Session) string {
+	switch {
+	case s.RootID != "":
+		return s.RootID
+	case s.ParentID == "":
+		return s.ID
+	}
+	return s.ParentID
+}
+
+// Usage counts model calls and the tokens they reported (docs/seam.md §1 has
+// the log events that record them).
+type Usage struct {
+	InputTokens  int64
+	OutputTokens int64
+	ModelCalls   int64
+	// Reported is how many of ModelCalls reported their usage: the tokens
+	// are complete only when it equals ModelCalls.
+	Reported int64
+}
+
+// Add returns the sum of u and v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{InputTokens: u.InputTokens + v.InputTokens, OutputTokens: u.OutputTokens + v.OutputTokens,
+		ModelCalls: u.ModelCalls + v.ModelCalls, Reported: u.Reported + v.Reported}
+}
+
+// Known reports whether every model call counted reported its usage.
+func (u Usage) Known() bool { return u.Reported >= u.ModelCalls }
 
 // SessionFilter selects sessions for ListSessions, oldest first.
 type SessionFilter struct {
@@ -87,6 +123,12 @@ type NewEvent struct {
 	// and CheckJSONText still apply). Never set it for data that came
 	// from outside.
 	Marshaled bool
+	// Usage is the model usage the event records (sessionlog.Encode sets
+	// it: a step's start counts a model call, its assistant/message the
+	// tokens the call reported), which AppendEvents and EndRunWithEvents
+	// add to the session's running sum (SessionUsage.Log) in the same
+	// commit. Zero for other events.
+	Usage Usage
 }
 
 // Event is one entry of a session log. Seq is 0-based and contiguous.
@@ -118,11 +160,14 @@ type Run struct {
 	// Tenant is filled in by the store when reading; it is ignored on write
 	// (the context's tenant is used). Readers across tenants (ExpiredRuns)
 	// need it to scope the follow-up writes.
-	Tenant     string
-	Kind       string
-	Provider   string
-	ChildID    string
-	ParentID   string
+	Tenant   string
+	Kind     string
+	Provider string
+	ChildID  string
+	ParentID string
+	// RootID is the root session of the tree the run belongs to (the
+	// parent's Session.RootID), carried by its lifecycle events.
+	RootID     string
 	TaskID     string
 	Local      bool
 	State      string
@@ -138,6 +183,11 @@ type Run struct {
 	// run (a parent's tool call), "" when it was not traced: the run's
 	// span is its child wherever and whenever the run starts or resumes.
 	Traceparent string
+	// Usage is the model usage of the run's own work, recorded when it
+	// settles (RunResult.Usage); zero while it runs. UsageKnown is false
+	// when its provider reported none (or the run was closed unsettled).
+	Usage      Usage
+	UsageKnown bool
 }
 
 // RunResult is how a run settled.
@@ -147,6 +197,27 @@ type RunResult struct {
 	Structured json.RawMessage
 	Diagnostic string
 	EndedAt    time.Time
+	// Usage is the model usage of the run's own work, UsageKnown whether
+	// its provider reported it (false for a run closed without a result).
+	Usage      Usage
+	UsageKnown bool
+}
+
+// SessionUsage is one session's usage as SessionUsage sums it.
+type SessionUsage struct {
+	SessionID string
+	ParentID  string
+	// Log is the running sum of the model usage the session's log records
+	// (NewEvent.Usage of the events appended after its creation: a fork's
+	// seed is the parent's), kept by the store in the commit of each
+	// append, so it is read without folding the log.
+	Log Usage
+	// Runs sums Run.Usage over the session's settled runs; Unknown counts
+	// those of them whose UsageKnown is false.
+	Runs     Usage
+	Unknown  int64
+	RunCount int64
+	LiveRuns int64
 }
 
 // RunFilter selects runs for ListRuns, oldest first.
@@ -169,9 +240,12 @@ type LifecycleEvent struct {
 	ID       int64
 	Type     string
 	ParentID string
-	RunID    string
-	Time     time.Time
-	Payload  json.RawMessage
+	// RootID is the root session of the tree the event belongs to, ""
+	// for unscoped events (a provider's).
+	RootID  string
+	RunID   string
+	Time    time.Time
+	Payload json.RawMessage
 }
 
 // LifecycleFilter selects lifecycle events with ID > After, oldest first.
@@ -179,7 +253,9 @@ type LifecycleFilter struct {
 	After    int64
 	Limit    int
 	ParentID string
-	Types    []string
+	// RootID, when set, keeps only the events of that tree.
+	RootID string
+	Types  []string
 }
 
 // InboxMessage is a message accepted for a resident agent (a root session
@@ -305,6 +381,14 @@ type Store interface {
 	// ExpiredRuns returns running runs, of any tenant, whose lease ended
 	// before now: their owner is gone.
 	ExpiredRuns(ctx context.Context, now time.Time) ([]Run, error)
+	// SessionUsage returns the usage of session id and, with tree, of
+	// every session below it (by ParentID, to any depth), the session
+	// first, then the others ordered by (CreatedAt, ID): each one's log
+	// sum and the sums over the runs rows whose ChildID it
+	// is, from stored sums, without reading a log. Runs count as live when
+	// running with a lease that ends after now. Returns ErrNotFound for an
+	// unknown session.
+	SessionUsage(ctx context.Context, id string, tree bool, now time.Time) ([]SessionUsage, error)
 
 	// AppendLifecycle appends e (provider-added/-removed and other unscoped
 	// events) and returns it with its ID.

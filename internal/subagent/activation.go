@@ -28,6 +28,7 @@ type activation struct {
 	provider string // the descriptor's, registered or not (R7, R71)
 	local    bool   // the provider's Local; true for an unregistered one (in-process resume)
 	parentID string
+	rootID   string
 
 	// Owned by c's loop.
 	state    actState // see state.go
@@ -55,7 +56,7 @@ type activation struct {
 // event returns the lifecycle event of type typ for act.
 func (a *activation) event(typ string) Event {
 	return Event{Type: typ, RunID: a.runID, Provider: a.provider, ID: a.c.key.ID, Local: a.local,
-		ParentID: a.parentID, TaskID: a.taskID}
+		ParentID: a.parentID, RootID: a.rootID, TaskID: a.taskID}
 }
 
 // incarnation identifies the activation a materialization became, so that
@@ -73,7 +74,7 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 	release func(), tr runTrace) (*activation, error) {
 	act := &activation{
 		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(), release: release,
-		provider: desc.Provider, local: true, parentID: sess.ParentID, inv: tr.inv,
+		provider: desc.Provider, local: true, parentID: sess.ParentID, rootID: store.RootOf(sess), inv: tr.inv,
 		done: make(chan struct{}), started: make(chan struct{}),
 	}
 	tr.inv.SetRun(act.runID, c.key.ID)
@@ -89,7 +90,7 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 	if err == nil {
 		row, err = m.store.StartRun(ctx, store.Run{
 			ID: act.runID, Kind: store.KindActivation, Provider: act.provider, ChildID: c.key.ID,
-			ParentID: act.parentID, TaskID: act.taskID, Local: act.local, State: store.StateRunning,
+			ParentID: act.parentID, RootID: act.rootID, TaskID: act.taskID, Local: act.local, State: store.StateRunning,
 			StartedAt: now, Owner: m.svc.owner, LeaseUntil: now.Add(m.svc.lease), Traceparent: tr.parent,
 		}, row)
 	}
@@ -125,7 +126,7 @@ func (m *Manager) open(act *activation, row store.InboxMessage) error {
 func (m *Manager) rollback(act *activation) {
 	act.mustTo(actSettled)
 	m.closeAgent(act.base, act.c.key.ID, act.agent)
-	act.c.outbox = append(act.c.outbox, m.end(act, StopAborted, []model.Block{}))
+	act.c.outbox = append(act.c.outbox, m.end(act, StopAborted, []model.Block{}, store.Usage{})) // no model call ran
 	act.release()
 	close(act.done)
 }

@@ -134,7 +134,7 @@ func (s *Service) reap(ctx context.Context, now time.Time) error {
 		rctx := store.WithTenant(ctx, r.Tenant)
 		end := Event{
 			Type: EventEnd, RunID: r.ID, Provider: r.Provider, ID: r.ChildID, Local: r.Local,
-			ParentID: r.ParentID, TaskID: r.TaskID, StopReason: StopError,
+			ParentID: r.ParentID, RootID: r.RootID, TaskID: r.TaskID, StopReason: StopError,
 		}
 		row, err := lifecycleRow(end, now)
 		if err != nil {

@@ -23,6 +23,7 @@ type eventPayload struct {
 	ID                   string        `json:"id,omitempty"`
 	Local                *bool         `json:"local,omitempty"`
 	ParentSessionID      string        `json:"parentSessionId,omitempty"`
+	RootSessionID        string        `json:"rootSessionId,omitempty"`
 	TaskID               string        `json:"taskId,omitempty"`
 	StopReason           string        `json:"stopReason,omitempty"`
 	LastAssistantMessage []model.Block `json:"lastAssistantMessage,omitempty"`
@@ -32,7 +33,7 @@ type eventPayload struct {
 func isRunEvent(typ string) bool { return typ == EventStart || typ == EventEnd }
 
 // EventPayload returns the JSON payload of e as stored in the lifecycle log:
-// {runId, provider, id, local, parentSessionId, taskId?} for subagent/start,
+// {runId, provider, id, local, parentSessionId, rootSessionId, taskId?} for subagent/start,
 // plus stopReason and lastAssistantMessage (omitted when empty) for
 // subagent/end; {provider} for provider events. It writes what
 // json.Marshal writes for eventPayload (the decoding side, ParseEvent),
@@ -54,6 +55,9 @@ func EventPayload(e Event) (json.RawMessage, error) {
 		b = strconv.AppendBool(b, e.Local)
 		if e.ParentID != "" {
 			b = appendField(b, "parentSessionId", e.ParentID)
+		}
+		if e.RootID != "" {
+			b = appendField(b, "rootSessionId", e.RootID)
 		}
 		if e.TaskID != "" {
 			b = appendField(b, "taskId", e.TaskID)
@@ -101,6 +105,7 @@ func ParseEvent(le store.LifecycleEvent) (Event, error) {
 		ID:                   p.ID,
 		Local:                p.Local != nil && *p.Local,
 		ParentID:             p.ParentSessionID,
+		RootID:               p.RootSessionID,
 		TaskID:               p.TaskID,
 		StopReason:           p.StopReason,
 		LastAssistantMessage: p.LastAssistantMessage,
@@ -117,7 +122,7 @@ func lifecycleRow(e Event, at time.Time) (store.LifecycleEvent, error) {
 	if err != nil {
 		return store.LifecycleEvent{}, err
 	}
-	return store.LifecycleEvent{Type: e.Type, ParentID: e.ParentID, RunID: e.RunID, Time: at, Payload: payload}, nil
+	return store.LifecycleEvent{Type: e.Type, ParentID: e.ParentID, RootID: e.RootID, RunID: e.RunID, Time: at, Payload: payload}, nil
 }
 
 // endRetryFor bounds how long recordEnd keeps retrying a failing store.

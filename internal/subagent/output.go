@@ -63,7 +63,7 @@ func OneShotStopReason(end *sessionlog.TurnEnd, cancelled bool) string {
 // failed turn's message, bounded by TruncateDiagnostic.
 func OneShotResult(o sessionlog.Outcome, cancelled, schemaRequested bool, structured json.RawMessage) Result {
 	end := o.End
-	r := Result{Output: o.Output, StopReason: OneShotStopReason(end, cancelled)}
+	r := Result{Output: o.Output, StopReason: OneShotStopReason(end, cancelled), Usage: o.Usage, UsageKnown: o.Usage.Known()}
 	switch {
 	case structured != nil:
 		r.Structured = structured

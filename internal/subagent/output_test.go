@@ -82,7 +82,14 @@ func TestOneShotResult(t *testing.T) {
 		sessionlog.EventAssistantMessage, message(model.TextBlock("answer")), sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonCompleted))
 	failed := logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventStepStart, step(1), sessionlog.EventAssistantChunk, chunk("text-delta", "par"),
 		sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: 1, Reason: sessionlog.TurnReason{Kind: sessionlog.ReasonError, Message: "model unavailable"}})
+	withUsage := message(model.TextBlock("answer"))
+	withUsage.Usage = &sessionlog.UsageData{InputTokens: 7, OutputTokens: 2}
+	reported := logOf(sessionlog.EventTurnStart, turnStart(1), sessionlog.EventStepStart, step(1),
+		sessionlog.EventAssistantMessage, withUsage, sessionlog.EventTurnEnd, turnEnd(1, sessionlog.ReasonCompleted))
 	captured := json.RawMessage(`{"ok":true}`)
+	// One model call each: completed's message reported no usage, nor did
+	// failed's cut stream.
+	oneCall := store.Usage{ModelCalls: 1}
 	tests := []struct {
 		name            string
 		log             []store.Event
@@ -90,18 +97,20 @@ func TestOneShotResult(t *testing.T) {
 		structured      json.RawMessage
 		result          Result
 	}{
-		{"completed", completed, false, false, nil, Result{Output: []model.Block{model.TextBlock("answer")}, StopReason: StopCompleted}},
+		{"completed", completed, false, false, nil, Result{Output: []model.Block{model.TextBlock("answer")}, StopReason: StopCompleted, Usage: oneCall}},
 		{"failed keeps partial output and message", failed, false, false, nil,
-			Result{Output: []model.Block{model.TextBlock("par")}, StopReason: StopError, Diagnostic: "model unavailable"}},
+			Result{Output: []model.Block{model.TextBlock("par")}, StopReason: StopError, Diagnostic: "model unavailable", Usage: oneCall}},
 		{"schema satisfied", completed, false, true, captured,
-			Result{Output: []model.Block{model.TextBlock("answer")}, StopReason: StopCompleted, Structured: captured}},
+			Result{Output: []model.Block{model.TextBlock("answer")}, StopReason: StopCompleted, Structured: captured, Usage: oneCall}},
 		{"schema without capture", completed, false, true, nil,
-			Result{Output: []model.Block{model.TextBlock("answer")}, StopReason: StopError, Diagnostic: "the child finished without recording structured output"}},
+			Result{Output: []model.Block{model.TextBlock("answer")}, StopReason: StopError, Diagnostic: "the child finished without recording structured output", Usage: oneCall}},
 		{"schema without capture, cancelled", completed, true, true, nil,
-			Result{Output: []model.Block{model.TextBlock("answer")}, StopReason: StopAborted, Diagnostic: "the child finished without recording structured output"}},
+			Result{Output: []model.Block{model.TextBlock("answer")}, StopReason: StopAborted, Diagnostic: "the child finished without recording structured output", Usage: oneCall}},
 		{"capture kept on any reason", failed, true, true, captured,
-			Result{Output: []model.Block{model.TextBlock("par")}, StopReason: StopAborted, Structured: captured, Diagnostic: "model unavailable"}},
-		{"nothing ran", nil, false, false, nil, Result{Output: []model.Block{}, StopReason: StopError}},
+			Result{Output: []model.Block{model.TextBlock("par")}, StopReason: StopAborted, Structured: captured, Diagnostic: "model unavailable", Usage: oneCall}},
+		{"usage reported", reported, false, false, nil, Result{Output: []model.Block{model.TextBlock("answer")}, StopReason: StopCompleted,
+			Usage: store.Usage{InputTokens: 7, OutputTokens: 2, ModelCalls: 1, Reported: 1}, UsageKnown: true}},
+		{"nothing ran", nil, false, false, nil, Result{Output: []model.Block{}, StopReason: StopError, UsageKnown: true}},
 	}
 	for _, tt := range tests {
 		got := OneShotResult(sessionlog.OutcomeOf(tt.log), tt.cancelled, tt.want, tt.structured)

@@ -30,6 +30,7 @@ type RunHandle struct {
 	provider string
 	childID  string
 	parentID string
+	rootID   string
 	local    bool
 	run      Run
 	// inv is the run's invoke_agent span, ended when it settles.
@@ -222,7 +223,7 @@ func (h *RunHandle) abandon() {
 // event returns the lifecycle event of type typ for this run (R17: start
 // and end share run id, provider, child id and local).
 func (h *RunHandle) event(typ string) Event {
-	return Event{Type: typ, RunID: h.id, Provider: h.provider, ID: h.childID, Local: h.local, ParentID: h.parentID}
+	return Event{Type: typ, RunID: h.id, Provider: h.provider, ID: h.childID, Local: h.local, ParentID: h.parentID, RootID: h.rootID}
 }
 
 // watch waits for the provider's result, then records and dispatches
@@ -259,6 +260,7 @@ func (h *RunHandle) finish(res Result, resErr error, rr store.RunResult, recorde
 		h.ended = h.row
 		h.ended.State, h.ended.EndedAt, h.ended.StopReason = store.StateSettled, rr.EndedAt, rr.StopReason
 		h.ended.Output, h.ended.Structured, h.ended.Diagnostic = rr.Output, rr.Structured, rr.Diagnostic
+		h.ended.Usage, h.ended.UsageKnown = rr.Usage, rr.UsageKnown
 		h.recorded = true
 	}
 	h.expiry = time.AfterFunc(h.svc.retain, h.expire)
@@ -313,7 +315,8 @@ func (h *RunHandle) expire() {
 func (h *RunHandle) settle(res Result, err error) Result {
 	if err != nil {
 		h.logger().ErrorContext(h.ctx, "run result failed", slog.Any("error", err))
-		return Result{Output: []model.Block{}, StopReason: StopError, Diagnostic: TruncateDiagnostic(ErrorMessage(err))}
+		return Result{Output: []model.Block{}, StopReason: StopError, Diagnostic: TruncateDiagnostic(ErrorMessage(err)),
+			Usage: res.Usage, UsageKnown: false}
 	}
 	if res.StopReason == "" {
 		h.logger().ErrorContext(h.ctx, "provider settled a run without a stop reason")
@@ -339,5 +342,5 @@ func storeResult(res Result) (store.RunResult, error) {
 		return store.RunResult{}, fmt.Errorf("encode run output: %w", err)
 	}
 	return store.RunResult{StopReason: res.StopReason, Output: output, Structured: res.Structured,
-		Diagnostic: res.Diagnostic, EndedAt: storedTime(time.Now())}, nil
+		Diagnostic: res.Diagnostic, EndedAt: storedTime(time.Now()), Usage: res.Usage, UsageKnown: res.UsageKnown}, nil
 }

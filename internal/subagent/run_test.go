@@ -110,7 +110,7 @@ func TestRun_R15_LastAssistantMessageOnlyWhenNonEmpty(t *testing.T) {
 			payloads[e.RunID] = string(e.Payload)
 		}
 	}
-	if want := fmt.Sprintf(`{"runId":%q,"provider":"spawn","id":"a","local":true,"parentSessionId":"p1","stopReason":"max-tokens","lastAssistantMessage":[{"type":"text","text":"answer"}]}`, h1.ID()); payloads[h1.ID()] != want {
+	if want := fmt.Sprintf(`{"runId":%q,"provider":"spawn","id":"a","local":true,"parentSessionId":"p1","rootSessionId":"p1","stopReason":"max-tokens","lastAssistantMessage":[{"type":"text","text":"answer"}]}`, h1.ID()); payloads[h1.ID()] != want {
 		t.Errorf("end payload\n got: %s\nwant: %s", payloads[h1.ID()], want)
 	}
 	if p := payloads[h2.ID()]; strings.Contains(p, "lastAssistantMessage") {

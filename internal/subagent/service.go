@@ -294,7 +294,7 @@ func (s *Service) start(ctx context.Context, p Provider, req ResolvedRequest, re
 		release()
 		return nil, fmt.Errorf("start %s child: %w", p.Name(), err)
 	}
-	return s.publish(ctx, p.Name(), req.Parent.Session.ID, run, release, tr)
+	return s.publish(ctx, p.Name(), req.Parent.Session, run, release, tr)
 }
 
 // runTrace is the invoke_agent span of a run or activation and the
@@ -420,7 +420,7 @@ func (s *Service) startPrepared(ctx context.Context, p Preparer, req ResolvedReq
 		return nil, fmt.Errorf("start %s child: %w", p.Name(), err)
 	}
 	hdr, evs := child.Session()
-	h, err := s.publishWith(ctx, p.Name(), req.Parent.Session.ID, child.Run(), release, tr,
+	h, err := s.publishWith(ctx, p.Name(), req.Parent.Session, child.Run(), release, tr,
 		func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error) {
 			if err := ctx.Err(); err != nil {
 				return start, &Error{Code: EAborted, Message: "subagent request was aborted during child setup", Err: context.Cause(ctx)}
@@ -444,8 +444,8 @@ func (s *Service) startPrepared(ctx context.Context, p Preparer, req ResolvedReq
 //
 // release gives back the run's live-run slot; the handle calls it when the
 // run settles (or is abandoned), before done is closed.
-func (s *Service) publish(ctx context.Context, provider, parentID string, run Run, release func(), tr runTrace) (*RunHandle, error) {
-	return s.publishWith(ctx, provider, parentID, run, release, tr, func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error) {
+func (s *Service) publish(ctx context.Context, provider string, parent store.Session, run Run, release func(), tr runTrace) (*RunHandle, error) {
+	return s.publishWith(ctx, provider, parent, run, release, tr, func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error) {
 		return s.store.StartRun(h.ctx, r, start)
 	})
 }
@@ -453,7 +453,7 @@ func (s *Service) publish(ctx context.Context, provider, parentID string, run Ru
 // publishWith is publish with record as the write of the run row r and
 // its start edge for handle h. An *Error from record is returned as it is.
 // The handle ends tr's span when the run settles.
-func (s *Service) publishWith(ctx context.Context, provider, parentID string, run Run, release func(), tr runTrace,
+func (s *Service) publishWith(ctx context.Context, provider string, parent store.Session, run Run, release func(), tr runTrace,
 	record func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error)) (*RunHandle, error) {
 	now := storedTime(time.Now())
 	h := &RunHandle{
@@ -463,7 +463,8 @@ func (s *Service) publishWith(ctx context.Context, provider, parentID string, ru
 		id:       uuid.NewString(),
 		provider: provider,
 		childID:  run.ChildID(),
-		parentID: parentID,
+		parentID: parent.ID,
+		rootID:   store.RootOf(parent),
 		local:    run.Local(),
 		run:      run,
 		done:     make(chan struct{}),
@@ -484,7 +485,7 @@ func (s *Service) publishWith(ctx context.Context, provider, parentID string, ru
 	start := h.event(EventStart)
 	h.row = store.Run{
 		ID: h.id, Tenant: h.tenant, Kind: store.KindOneShot, Provider: provider, ChildID: h.childID,
-		ParentID: parentID, Local: h.local, State: store.StateRunning, StartedAt: now,
+		ParentID: parent.ID, RootID: h.rootID, Local: h.local, State: store.StateRunning, StartedAt: now,
 		Owner: s.owner, LeaseUntil: now.Add(s.lease), Traceparent: tr.parent,
 	}
 	row, err := lifecycleRow(start, now)

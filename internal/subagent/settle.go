@@ -70,7 +70,7 @@ func (m *Manager) settle(act *activation) {
 	}
 	<-act.started // dispatched by whoever began act, once its command returned
 	m.notify(act, reason, output)
-	m.end(act, reason, output)()
+	m.end(act, reason, output, outcome.Usage)()
 
 	m.do(c.key, func(c *child) {
 		owed := c.settled()
@@ -90,7 +90,7 @@ func (m *Manager) settle(act *activation) {
 
 // end records act's subagent/end with reason and output, exactly once (see
 // Service.recordEnd), and returns the func that dispatches it (R71).
-func (m *Manager) end(act *activation, reason string, output []model.Block) (dispatch func()) {
+func (m *Manager) end(act *activation, reason string, output []model.Block, usage store.Usage) (dispatch func()) {
 	e := act.event(EventEnd)
 	e.StopReason = reason
 	if len(output) > 0 {
@@ -101,7 +101,7 @@ func (m *Manager) end(act *activation, reason string, output []model.Block) (dis
 	if err != nil {
 		log.ErrorContext(act.base, "encode activation output", slog.Any("error", err))
 	}
-	res := store.RunResult{StopReason: reason, Output: out}
+	res := store.RunResult{StopReason: reason, Output: out, Usage: usage, UsageKnown: usage.Known()}
 	if reason == StopAborted {
 		res.Diagnostic = act.diagnostic
 	}

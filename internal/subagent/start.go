@@ -130,7 +130,7 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 	}()
 	parent := req.Parent.Session
 	header := store.Session{
-		ID: childID, ParentID: parent.ID, Origin: OriginSubagent, DelegationDepth: depth,
+		ID: childID, ParentID: parent.ID, RootID: store.RootOf(parent), Origin: OriginSubagent, DelegationDepth: depth,
 		SeedLength: len(spec.Seed), Cwd: parent.Cwd, Label: req.Label, Provider: req.Provider,
 		Mode: ModeContinuable, AgentProvider: opts.Provider, AgentModel: opts.Model,
 		MaxTokens: opts.MaxTokens, Persona: clonePtr(req.Persona), CreatedAt: time.Now(),

@@ -167,7 +167,7 @@ func TestStart_R13_StartDispatchedBeforeReturn(t *testing.T) {
 	if len(got) != 1 || got[0].Type != EventStart {
 		t.Fatalf("when Start returned, listeners had seen %+v", got)
 	}
-	want := Event{Type: EventStart, RunID: h.ID(), Provider: "spawn", ID: "child-1", Local: true, ParentID: "p1"}
+	want := Event{Type: EventStart, RunID: h.ID(), Provider: "spawn", ID: "child-1", Local: true, ParentID: "p1", RootID: "p1"}
 	want.Seq = got[0].Seq
 	if !reflect.DeepEqual(got[0], want) {
 		t.Errorf("start = %+v, want %+v", got[0], want)
@@ -185,7 +185,7 @@ func TestStart_R13_StartDispatchedBeforeReturn(t *testing.T) {
 	if last.Type != EventStart || last.ID != got[0].Seq || last.RunID != h.ID() || last.ParentID != "p1" {
 		t.Errorf("stored start = %+v", last)
 	}
-	wantPayload := `{"runId":"` + h.ID() + `","provider":"spawn","id":"child-1","local":true,"parentSessionId":"p1"}`
+	wantPayload := `{"runId":"` + h.ID() + `","provider":"spawn","id":"child-1","local":true,"parentSessionId":"p1","rootSessionId":"p1"}`
 	if string(last.Payload) != wantPayload {
 		t.Errorf("payload = %s, want %s", last.Payload, wantPayload)
 	}

@@ -86,6 +86,10 @@ type Result struct {
 	Structured json.RawMessage
 	StopReason string
 	Diagnostic string
+	// Usage is the model usage of the child's work in this run, which the
+	// run row records; UsageKnown is false when its provider reported none.
+	Usage      store.Usage
+	UsageKnown bool
 }
 
 // Run is a provider's published one-shot child. Providers return it from
@@ -198,7 +202,9 @@ type Event struct {
 	ID       string
 	Local    bool
 	ParentID string
-	TaskID   string
+	// RootID is the root session of the parent's tree (rootSessionId).
+	RootID string
+	TaskID string
 	// StopReason and LastAssistantMessage are set on subagent/end only;
 	// LastAssistantMessage is nil when the output was empty.
 	StopReason           string

@@ -75,9 +75,14 @@ func eventID(le store.LifecycleEvent) string { return "evt_" + itoa(le.ID) }
 // typ. It depends only on the log and on session headers, which never
 // change, so every attempt builds the same bytes.
 func (s *Service) lifecycleBody(ctx context.Context, le store.LifecycleEvent, e subagent.Event, typ string) ([]byte, error) {
-	root, err := s.roots.root(ctx, e.ParentID)
-	if err != nil {
-		return nil, err
+	// Events carry their tree's root; those written before it did are
+	// walked up to it.
+	root := e.RootID
+	if root == "" {
+		var err error
+		if root, err = s.roots.root(ctx, e.ParentID); err != nil {
+			return nil, err
+		}
 	}
 	d := bodyData{SessionID: e.ID, ParentSessionID: e.ParentID, RootSessionID: root, Provider: e.Provider, StopReason: e.StopReason}
 	if e.TaskID != "" {

@@ -216,6 +216,7 @@ func (p *Provider) childSession(id, cwd string, req subagent.ResolvedRequest) st
 	return store.Session{
 		ID:              id,
 		ParentID:        req.Parent.Session.ID,
+		RootID:          store.RootOf(req.Parent.Session),
 		Origin:          "subagent",
 		DelegationDepth: req.ChildDepth,
 		Cwd:             cwd,

@@ -57,7 +57,9 @@ func TestStart_R12_PublishesAfterHandshakeAndStreamsIntoChildLog(t *testing.T) {
 	}
 	res := result(t, r)
 	// The agent echoes the prompt blocks it received: only the text ones.
-	want := subagent.Result{Output: textOutput("You said: text:hello | text:world"), StopReason: subagent.StopCompleted}
+	// The agent reports the usage of its answer: one call, known.
+	want := subagent.Result{Output: textOutput("You said: text:hello | text:world"), StopReason: subagent.StopCompleted,
+		Usage: store.Usage{InputTokens: 3, OutputTokens: 5, ModelCalls: 1, Reported: 1}, UsageKnown: true}
 	if !reflect.DeepEqual(res, want) {
 		t.Fatalf("result = %+v, want %+v", res, want)
 	}
@@ -66,7 +68,7 @@ func TestStart_R12_PublishesAfterHandshakeAndStreamsIntoChildLog(t *testing.T) {
 	if err != nil {
 		t.Fatalf("child session: %v", err)
 	}
-	wantSess := store.Session{ID: r.ChildID(), ParentID: parentID, Origin: "subagent", DelegationDepth: 1,
+	wantSess := store.Session{ID: r.ChildID(), ParentID: parentID, RootID: parentID, Origin: "subagent", DelegationDepth: 1,
 		Cwd: b.root, Label: "task", Provider: "fake", Mode: subagent.ModeOneShot, CreatedAt: sess.CreatedAt}
 	if !reflect.DeepEqual(sess, wantSess) {
 		t.Fatalf("child session = %+v, want %+v", sess, wantSess)
@@ -391,7 +393,8 @@ func TestRun_StopReasonMapping_4_8(t *testing.T) {
 			p, b := setup(t, "stop:"+tt.stop)
 			r := start(t, p, b)
 			res := result(t, r)
-			want := subagent.Result{Output: textOutput("partial"), StopReason: tt.want, Diagnostic: tt.diagnostic}
+			// No usage reported: the prompt is one call whose usage is not known.
+			want := subagent.Result{Output: textOutput("partial"), StopReason: tt.want, Diagnostic: tt.diagnostic, Usage: unreported}
 			if !reflect.DeepEqual(res, want) {
 				t.Fatalf("result %+v, want %+v", res, want)
 			}
@@ -403,11 +406,14 @@ func TestRun_StopReasonMapping_4_8(t *testing.T) {
 	}
 }
 
+// unreported is the usage of a run whose one prompt reported none.
+var unreported = store.Usage{ModelCalls: 1}
+
 func TestRun_R27_JSONRPCErrorSettlesError(t *testing.T) {
 	t.Parallel()
 	p, b := setup(t, "autherror")
 	res := result(t, start(t, p, b))
-	want := subagent.Result{Output: []model.Block{}, StopReason: subagent.StopError, Diagnostic: "Authentication required"}
+	want := subagent.Result{Output: []model.Block{}, StopReason: subagent.StopError, Diagnostic: "Authentication required", Usage: unreported}
 	if !reflect.DeepEqual(res, want) {
 		t.Fatalf("result %+v, want %+v", res, want)
 	}
@@ -440,7 +446,7 @@ func TestCancel_R26_SettlesWithoutAgent(t *testing.T) {
 	r.Cancel()
 	r.Cancel() // idempotent
 	res := result(t, r)
-	want := subagent.Result{Output: textOutput("working"), StopReason: subagent.StopAborted}
+	want := subagent.Result{Output: textOutput("working"), StopReason: subagent.StopAborted, Usage: unreported}
 	if !reflect.DeepEqual(res, want) {
 		t.Fatalf("result %+v, want %+v", res, want)
 	}

@@ -127,7 +127,7 @@ func TestCompose_R46_ChildHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := store.Session{ID: run.ChildID(), ParentID: h.Parent.Session.ID, Origin: inprocess.Origin,
+	want := store.Session{ID: run.ChildID(), ParentID: h.Parent.Session.ID, RootID: h.Parent.Session.ID, Origin: inprocess.Origin,
 		DelegationDepth: 1, Cwd: inprocesstest.ParentCwd, Label: "look around", Provider: spawn.Name, Mode: subagent.ModeOneShot}
 	hdr.CreatedAt = want.CreatedAt
 	if !sessionsEqual(hdr, want) {

@@ -209,6 +209,7 @@ func (d *Driver) compose(req subagent.ResolvedRequest) (child, error) {
 		header: store.Session{
 			ID:              id,
 			ParentID:        parent.ID,
+			RootID:          store.RootOf(parent),
 			Origin:          Origin,
 			DelegationDepth: *opts.SubagentDepth,
 			Cwd:             parent.Cwd,
