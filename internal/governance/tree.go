@@ -127,7 +127,7 @@ func (t *Trees) Cancel(ctx context.Context, id string) (int, error) {
 			n++
 		}
 	}
-	if err := t.announce(ctx, id, n); err != nil {
+	if err := t.announce(ctx, sess, n); err != nil {
 		errs = append(errs, err)
 	}
 	return n, errors.Join(errs...)
@@ -304,19 +304,22 @@ func (t *Trees) cancelRuns(ctx context.Context, runs []store.Run) (int, error) {
 
 // treeCancelled is the data of EventTreeCancelled.
 type treeCancelled struct {
-	SessionID string `json:"sessionId"`
-	Cancelled int    `json:"cancelled"`
+	SessionID     string `json:"sessionId"`
+	RootSessionID string `json:"rootSessionId"`
+	Cancelled     int    `json:"cancelled"`
 }
 
-// announce appends EventTreeCancelled for the tree under id. Its parent is
-// id, so that a stream filtered by parentSessionId=id sees it with the
-// ends of id's children.
-func (t *Trees) announce(ctx context.Context, id string, n int) error {
-	payload, err := json.Marshal(treeCancelled{SessionID: id, Cancelled: n})
+// announce appends EventTreeCancelled for the tree under sess. Its parent
+// is sess, so that a stream filtered by parentSessionId=sess.ID sees it
+// with the ends of its children; its root is sess's tree's, as for every
+// lifecycle event, so that a stream of the tree sees it too.
+func (t *Trees) announce(ctx context.Context, sess store.Session, n int) error {
+	id, root := sess.ID, store.RootOf(sess)
+	payload, err := json.Marshal(treeCancelled{SessionID: id, RootSessionID: root, Cancelled: n})
 	if err != nil {
 		return err
 	}
-	_, err = t.st.AppendLifecycle(ctx, store.LifecycleEvent{Type: EventTreeCancelled, ParentID: id, Time: time.Now(), Payload: payload})
+	_, err = t.st.AppendLifecycle(ctx, store.LifecycleEvent{Type: EventTreeCancelled, ParentID: id, RootID: root, Time: time.Now(), Payload: payload})
 	if err != nil {
 		return fmt.Errorf("announce the cancel of %s: %w", id, err)
 	}

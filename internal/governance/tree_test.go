@@ -117,7 +117,8 @@ func TestCancel_DeepestFirstRootTurnLastAnnouncedOnce(t *testing.T) {
 		t.Fatal("the root's turn was not stopped")
 	}
 	evs, err := st.Lifecycle(t.Context(), store.LifecycleFilter{Types: []string{EventTreeCancelled}})
-	if err != nil || len(evs) != 1 || string(evs[0].Payload) != `{"sessionId":"root","cancelled":4}` || evs[0].ParentID != "root" {
+	if err != nil || len(evs) != 1 || string(evs[0].Payload) != `{"sessionId":"root","rootSessionId":"root","cancelled":4}` ||
+		evs[0].ParentID != "root" || evs[0].RootID != "root" {
 		t.Fatalf("tree/cancelled events %+v, %v", evs, err)
 	}
 	// A second cancel finds nothing live and says so.
@@ -140,10 +141,15 @@ func TestCancel_WalksAgainForRunsStartedMeanwhile(t *testing.T) {
 }
 
 func TestCancel_Subtree(t *testing.T) {
-	trees, _, runs, roots := tree(t)
+	trees, st, runs, roots := tree(t)
 	n, err := trees.Cancel(t.Context(), "a")
 	if err != nil || n != 1 || !slices.Equal(runs.cancelled, []string{"rb"}) || !roots.running {
 		t.Fatalf("Cancel(a) = %d, %v, cancelled %v, root running %v; want only rb", n, err, runs.cancelled, roots.running)
+	}
+	// The event names the subtree and the tree it belongs to.
+	evs, err := st.Lifecycle(t.Context(), store.LifecycleFilter{Types: []string{EventTreeCancelled}})
+	if err != nil || len(evs) != 1 || evs[0].ParentID != "a" || evs[0].RootID != "root" {
+		t.Fatalf("tree/cancelled events %+v, %v; want one of a, in root's tree", evs, err)
 	}
 }
 
