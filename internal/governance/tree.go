@@ -77,7 +77,8 @@ func New(cfg Config) *Trees {
 // settles.
 const settleBound = 15 * time.Second
 
-// parallel is how many runs a tree cancel stops at once.
+// parallel is how many runs a tree cancel stops, and how many children a
+// tree dispose disposes, at once.
 const parallel = 8
 
 // passes bounds how often Cancel walks the tree again for runs started
@@ -156,19 +157,20 @@ func (t *Trees) Dispose(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
+	// A level's children are disposed together, the deepest level first.
 	for _, level := range slices.Backward(levels) {
-		for _, s := range level {
+		err := fanOut(level, func(s store.Session) error {
 			if s.Mode != subagent.ModeContinuable {
-				continue
+				return nil
 			}
 			if err := t.runs.Dispose(ctx, s.ParentID, s.ID); err != nil && subagent.ErrorCode(err) != subagent.ENotResumable {
-				errs = append(errs, fmt.Errorf("dispose child %s: %w", s.ID, err))
+				return fmt.Errorf("dispose child %s: %w", s.ID, err)
 			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
 	}
 	return t.roots.Dispose(ctx, id)
 }
@@ -197,13 +199,19 @@ func (t *Trees) cancelPass(ctx context.Context, id string) (int, error) {
 	// levels[0] is id itself: its runs are its direct children's.
 	parents := append([][]store.Session{{{ID: id}}}, levels...)
 	for _, level := range slices.Backward(parents) {
-		var live []store.Run
-		for _, s := range level {
+		var (
+			mu   sync.Mutex
+			live []store.Run
+		)
+		err := fanOut(level, func(s store.Session) error {
 			runs, err := t.liveRuns(ctx, s.ID)
-			if err != nil {
-				return n, err
-			}
+			mu.Lock()
 			live = append(live, runs...)
+			mu.Unlock()
+			return err
+		})
+		if err != nil {
+			return n, err
 		}
 		got, err := t.cancelRuns(ctx, live)
 		n += got
@@ -275,31 +283,48 @@ func (t *Trees) liveRuns(ctx context.Context, parent string) ([]store.Run, error
 // stopped.
 func (t *Trees) cancelRuns(ctx context.Context, runs []store.Run) (int, error) {
 	var (
+		mu sync.Mutex
+		n  int
+	)
+	err := fanOut(runs, func(r store.Run) error {
+		rctx, cancel := context.WithTimeout(ctx, settleBound)
+		defer cancel()
+		stopped, err := t.runs.CancelRunForTree(rctx, r.ID, DiagnosticCancelled)
+		if stopped {
+			mu.Lock()
+			n++
+			mu.Unlock()
+		}
+		if err != nil {
+			return fmt.Errorf("cancel run %s: %w", r.ID, err)
+		}
+		return nil
+	})
+	return n, err
+}
+
+// fanOut runs f for every item, parallel at a time, and returns f's
+// errors joined once every call returned.
+func fanOut[T any](items []T, f func(T) error) error {
+	var (
 		mu   sync.Mutex
-		n    int
 		errs []error
 		wg   sync.WaitGroup
 	)
 	sem := make(chan struct{}, parallel)
-	for _, r := range runs {
+	for _, item := range items {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			rctx, cancel := context.WithTimeout(ctx, settleBound)
-			defer cancel()
-			stopped, err := t.runs.CancelRunForTree(rctx, r.ID, DiagnosticCancelled)
-			mu.Lock()
-			defer mu.Unlock()
-			if stopped {
-				n++
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("cancel run %s: %w", r.ID, err))
+			if err := f(item); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	return n, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // treeCancelled is the data of EventTreeCancelled.
