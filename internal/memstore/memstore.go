@@ -79,6 +79,7 @@ type Store struct {
 	// residents are the resident leases, by (tenant, session).
 	residents map[[2]string]store.Resident
 	controls  controls
+	approvals approvals
 }
 
 type session struct {

@@ -224,6 +224,7 @@ type Store interface {
 	Signins
 	Residents
 	Webhooks
+	Approvals
 
 	// CreateSession stores a new header. Returns ErrConflict if the id exists
 	// in any tenant: ids are global.

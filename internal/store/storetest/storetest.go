@@ -38,6 +38,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Idempotency", idempotencyTests},
 		{"Signins", signinTests},
 		{"Webhooks", webhookTests},
+		{"Approvals", approvalTests},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
