@@ -11,6 +11,7 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/delegate"
 	mcpface "github.com/subagentd/subagentd/internal/faces/mcp"
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/echo"
 	"github.com/subagentd/subagentd/internal/model/scripted"
@@ -72,6 +73,7 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 		cfg.Sessions = roots.New(roots.Config{Store: b.st, Routes: table, Agents: w.roots})
 		cfg.MCP = func(s *Server) http.Handler { return mcpface.NewHandler(mcpface.Config{API: s, Logger: b.log}) }
 		withWebhooks(b, cfg, false)
+		cfg.Approvals = governance.New(governance.Config{Store: b.st, Owner: "test", Logger: b.log})
 		// Activations settle (and notify their roots) before the roots close.
 		b.stops = append(b.stops, w.mgr.Shutdown, w.roots.Close)
 	}, opts...)

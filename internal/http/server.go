@@ -134,6 +134,9 @@ type Config struct {
 	// Webhooks manages webhook endpoints; nil answers the /v1/webhooks
 	// routes NOT_READY (503).
 	Webhooks Webhooks
+	// Approvals lists and decides approvals; nil answers the /v1/approvals
+	// routes NOT_READY (503).
+	Approvals Approvals
 	// Store is where sessions, logs, runs and the lifecycle log are read.
 	Store  store.Store
 	Logger *slog.Logger
@@ -193,6 +196,7 @@ type Server struct {
 	conts       Continuations
 	roots       Roots
 	hooks       Webhooks
+	approvalSvc Approvals
 	modelRoutes *model.Routes
 	store       store.Store
 	log         *slog.Logger
@@ -241,6 +245,7 @@ func NewServer(cfg Config) *Server {
 		conts:       cfg.Continuations,
 		roots:       cfg.Roots,
 		hooks:       cfg.Webhooks,
+		approvalSvc: cfg.Approvals,
 		modelRoutes: cfg.Routes,
 		store:       cfg.Store,
 		log:         cfg.Logger,
@@ -369,6 +374,7 @@ func (s *Server) routes() chi.Router {
 
 		r.Get("/events", s.h(s.streamEvents))
 		s.webhookRoutes(r)
+		s.approvalRoutes(r)
 	})
 
 	r.Post(mcpPath, s.h(s.serveMCP))
