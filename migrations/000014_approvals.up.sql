@@ -31,3 +31,5 @@ CREATE TABLE approvals (
 
 CREATE INDEX approvals_tenant_idx ON approvals (tenant, created_at, id);
 CREATE INDEX approvals_pending_idx ON approvals (created_at, id) WHERE state = 'pending';
+-- A run's pendingApprovals count.
+CREATE INDEX approvals_run_pending_idx ON approvals (tenant, run_id) WHERE state = 'pending';

@@ -136,6 +136,11 @@ func TestApprovals_AskAllowCompletesTheTurn(t *testing.T) {
 	if len(list.Approvals) != 0 {
 		t.Fatalf("decided before any decision: %+v", list)
 	}
+	var live runJSON
+	w.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/runs/" + run.RunID}).decode(t, &live)
+	if live.State != "running" || live.PendingApprovals != 1 {
+		t.Fatalf("run while its agent waits: %+v, want running with 1 pending approval", live)
+	}
 	w.wantProblem(t, http.StatusUnprocessableEntity, subagent.EOptionUnavailable, call{method: http.MethodPost,
 		path: "/v1/approvals/" + id + "/decision", body: map[string]any{"outcome": "allow", "scope": "always"}})
 
@@ -163,8 +168,9 @@ func TestApprovals_AskAllowCompletesTheTurn(t *testing.T) {
 	if err := json.Unmarshal(got.Result.Output, &out); err != nil {
 		t.Fatal(err)
 	}
-	if got.Result.StopReason != subagent.StopCompleted || !strings.Contains(model.Text(out), "I've successfully updated the configuration.") {
-		t.Fatalf("run %+v", got.Result)
+	if got.Result.StopReason != subagent.StopCompleted || !strings.Contains(model.Text(out), "I've successfully updated the configuration.") ||
+		got.PendingApprovals != 0 {
+		t.Fatalf("run %+v, result %+v", got, got.Result)
 	}
 	w.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/approvals/" + id}).decode(t, &decided)
 	if decided.State != "decided" {

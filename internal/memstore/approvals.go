@@ -12,7 +12,8 @@ import (
 // approvals are the stored approvals. They live under s.mu: every state
 // change appends a lifecycle event in the same critical section.
 type approvals struct {
-	byID map[string]*store.Approval // every tenant
+	byID    map[string]*store.Approval // every tenant
+	pending map[string]int             // pending approvals by run id
 }
 
 // CreateApproval stores a as pending and appends requested, atomically.
@@ -29,7 +30,7 @@ func (s *Store) CreateApproval(ctx context.Context, a store.Approval, requested 
 		return store.Approval{}, store.LifecycleEvent{}, fmt.Errorf("memstore: create approval %q: %w", a.ID, store.ErrConflict)
 	}
 	if s.approvals.byID == nil {
-		s.approvals.byID = map[string]*store.Approval{}
+		s.approvals.byID, s.approvals.pending = map[string]*store.Approval{}, map[string]int{}
 	}
 	a.Tenant = store.Tenant(ctx)
 	a.State = store.ApprovalPending
@@ -38,6 +39,7 @@ func (s *Store) CreateApproval(ctx context.Context, a store.Approval, requested 
 	a.ExpiresAt = norm(a.ExpiresAt)
 	a = cloneApproval(a)
 	s.approvals.byID[a.ID] = &a
+	s.approvals.pending[a.RunID]++
 	ev := s.appendLifecycle(a.Tenant, requested)
 	out := cloneApproval(a)
 	s.mu.Unlock()
@@ -111,6 +113,9 @@ func (s *Store) CloseApproval(ctx context.Context, id string, c store.ApprovalCl
 	if err != nil {
 		s.mu.Unlock()
 		return store.Approval{}, store.LifecycleEvent{}, err
+	}
+	if s.approvals.pending[a.RunID]--; s.approvals.pending[a.RunID] <= 0 {
+		delete(s.approvals.pending, a.RunID)
 	}
 	a.State = c.State
 	a.Decision = nil

@@ -11,7 +11,8 @@ import (
 )
 
 const runCols = `tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, ended_at,
-	stop_reason, output, structured, diagnostic, owner, lease_until, traceparent`
+	stop_reason, output, structured, diagnostic, owner, lease_until, traceparent,
+	(SELECT count(*) FROM approvals a WHERE a.tenant = runs.tenant AND a.run_id = runs.id AND a.state = 'pending') AS pending_approvals`
 
 type runRow struct {
 	Tenant      string     `db:"tenant"`
@@ -32,6 +33,9 @@ type runRow struct {
 	Owner       string     `db:"owner"`
 	LeaseUntil  *time.Time `db:"lease_until"`
 	Traceparent string     `db:"traceparent"`
+	// PendingApprovals is counted by the partial index of pending
+	// approvals by run.
+	PendingApprovals int64 `db:"pending_approvals"`
 }
 
 func (r runRow) run() store.Run {
@@ -40,6 +44,7 @@ func (r runRow) run() store.Run {
 		TaskID: r.TaskID, Local: r.Local, State: r.State, StartedAt: r.StartedAt.UTC(),
 		EndedAt: fromDB(r.EndedAt), StopReason: r.StopReason, Output: r.Output, Structured: r.Structured,
 		Diagnostic: r.Diagnostic, Owner: r.Owner, LeaseUntil: fromDB(r.LeaseUntil), Traceparent: r.Traceparent,
+		PendingApprovals: int(r.PendingApprovals),
 	}
 }
 

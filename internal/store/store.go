@@ -138,6 +138,9 @@ type Run struct {
 	// run (a parent's tool call), "" when it was not traced: the run's
 	// span is its child wherever and whenever the run starts or resumes.
 	Traceparent string
+	// PendingApprovals counts the run's approvals still pending. Stores
+	// fill it in when reading (GetRun, ListRuns); it is ignored on write.
+	PendingApprovals int
 }
 
 // RunResult is how a run settled.

@@ -188,3 +188,30 @@ func TestNew_AskNeedsAnApprover(t *testing.T) {
 		t.Fatalf("New: %v", err)
 	}
 }
+
+// TestContinuable_AskWaitsForTheDecision: a continuable child's turn asks
+// like a one-shot run; its approval names the task, and the activation
+// counts it as pending until the decision, which its turn then acts on.
+func TestContinuable_AskWaitsForTheDecision(t *testing.T) {
+	t.Parallel()
+	p, b := continuable(t, "resume", func(c *config.ProviderConfig) {
+		c.Env["FAKE_MODE"], c.Permission = "permission", config.PermissionAsk
+	})
+	w, _ := world(t, p, b)
+	res := w.start(t, b, "go")
+	ap := awaitApproval(t, b.store, res.ChildID, store.ApprovalPending)
+	if ap.TaskID != res.TaskID || ap.ToolCall.Title != "Delete build/" || ap.ToolCall.Kind != "other" {
+		t.Fatalf("approval %+v, want task %s", ap, res.TaskID)
+	}
+	run, err := b.store.GetRun(context.Background(), ap.RunID)
+	if err != nil || run.TaskID != res.TaskID || run.PendingApprovals != 1 {
+		t.Fatalf("activation %+v, %v; want 1 pending approval", run, err)
+	}
+	if _, err := b.approvals.Decide(context.Background(), ap.ID, governance.Decision{OptionID: "yes"}); err != nil {
+		t.Fatal(err)
+	}
+	e := w.end(t, res.TaskID)
+	if e.StopReason != subagent.StopCompleted || !strings.Contains(model.Text(e.LastAssistantMessage), "selected yes") {
+		t.Fatalf("end %+v", e)
+	}
+}

@@ -44,6 +44,31 @@ func canonApproval(t *testing.T, a store.Approval) store.Approval {
 }
 
 var approvalTests = []test{
+	{"RunsCountPending", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		run := store.Run{ID: "run-ap-1", Kind: store.KindOneShot, Provider: "acp", ChildID: "child-ap-1", ParentID: "root", StartedAt: t0}
+		must(s.StartRun(ctx, run, store.LifecycleEvent{Type: "subagent/start", RunID: run.ID, Payload: []byte(`{}`)}))(t)
+		pending := func(want int) {
+			t.Helper()
+			if got := must(s.GetRun(ctx, run.ID))(t); got.PendingApprovals != want {
+				t.Fatalf("GetRun: %d pending approvals, want %d", got.PendingApprovals, want)
+			}
+			if l := must(s.ListRuns(ctx, store.RunFilter{ChildID: run.ChildID}))(t); len(l) != 1 || l[0].PendingApprovals != want {
+				t.Fatalf("ListRuns: %s, want %d pending approvals", show(l), want)
+			}
+		}
+		pending(0)
+		must3(s.CreateApproval(ctx, newApproval("ap-1", 1), requested("ap-1")))(t)
+		second := newApproval("ap-2", 2)
+		second.RunID = run.ID
+		must3(s.CreateApproval(ctx, second, requested("ap-2")))(t)
+		pending(2)
+		must3(s.CloseApproval(ctx, "ap-1", store.ApprovalClose{State: store.ApprovalCancelled}, decided("ap-1")))(t)
+		pending(1)
+		_, _, err := s.CloseApproval(ctx, "ap-1", store.ApprovalClose{State: store.ApprovalCancelled}, decided("ap-1"))
+		isErr(t, err, store.ErrConflict, "a second close")
+		pending(1)
+	}},
 	{"CreateGetList", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		wake, stop := s.Subscribe(store.LifecycleTopic)
