@@ -405,6 +405,15 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 		}
 	}
 	loops.Go(func() { svc.KeepLeases(bg) })
+	approvals := governance.NewApprovals(governance.ApprovalsConfig{Store: st, Owner: owner(replica), Logger: log})
+	if replica != "" {
+		// Likewise the approvals its agents waited on: no agent of this
+		// process waits yet.
+		if _, err := approvals.Recover(ctx, true); err != nil {
+			return nil, fmt.Errorf("cancel the approvals of the previous %q: %w", replica, err)
+		}
+	}
+	loops.Go(func() { approvals.SweepOrphans(bg, lease) })
 
 	tools := agent.NewRegistry()
 	deps := inprocess.Deps{Store: st, Routes: routes, Tools: tools, Logger: log, Metrics: metrics}
@@ -430,7 +439,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 		log.WarnContext(ctx, "reaped the agents of a previous process", slog.Int("process_groups", n), slog.Any("error", err))
 	}
 	for _, pc := range file.Providers {
-		p, err := acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots, SecretEnv: secretEnv})
+		p, err := acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots, SecretEnv: secretEnv, Approver: approvals})
 		if err != nil {
 			return nil, err
 		}
@@ -478,8 +487,8 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	stop = func() { hooks.Stop(); stopRest() }
 	api := httpapi.NewServer(httpapi.Config{
 		Service: svc, Store: st, Logger: log, Registry: reg, Metrics: metrics, Tracing: tracing, Version: buildVersion(), Dashboard: web.FS,
-		Continuations: mgr, Roots: roots, Routes: routes, Webhooks: hooks, Usage: governance.NewUsage(st),
-		Trees:    governance.New(governance.Config{Store: st, Runs: mgr, Roots: roots, Logger: log}),
+		Continuations: mgr, Roots: roots, Routes: routes, Webhooks: hooks, Usage: governance.NewUsage(st), Approvals: approvals,
+		Trees:    governance.NewTrees(governance.TreesConfig{Store: st, Runs: mgr, Roots: roots, Logger: log}),
 		Sessions: rootrules.New(rootrules.Config{Store: st, Routes: routes, WorkspaceRoots: file.WorkspaceRoots, Agents: roots}),
 		Tokens:   sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,
 		MCP: func(api *httpapi.Server) http.Handler {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -28,6 +29,14 @@ const (
 	PermissionReject = "reject"
 	// PermissionAllow grants tool permissions the agent asks for.
 	PermissionAllow = "allow"
+	// PermissionAsk asks a person: each request becomes a pending approval
+	// (internal/governance) that the agent waits on.
+	PermissionAsk = "ask"
+
+	// OnTimeoutReject answers an approval that timed out with the agent's
+	// reject option; OnTimeoutCancel answers it "cancelled".
+	OnTimeoutReject = "reject"
+	OnTimeoutCancel = "cancel"
 
 	DefaultDisposeEOFGrace = 6 * time.Second
 	DefaultDisposeGrace    = 3 * time.Second
@@ -79,8 +88,18 @@ type ProviderConfig struct {
 	// resolved once, against the start directory), or "" to run each child
 	// in its parent session's cwd.
 	Cwd string
-	// Permission is PermissionReject or PermissionAllow.
+	// Permission is PermissionReject, PermissionAllow or PermissionAsk:
+	// the answer to a permission request that no rule matches.
 	Permission string
+	// Rules refine Permission by tool kind and title; the first that
+	// matches decides (PermissionFor).
+	Rules []PermissionRule
+	// ApprovalTimeout bounds how long an approval waits for a person; 0
+	// waits until the turn ends. OnTimeout (OnTimeoutReject, the default
+	// when a timeout is set, or OnTimeoutCancel) is the answer the agent
+	// then gets.
+	ApprovalTimeout time.Duration
+	OnTimeout       string
 	// DisposeEOFGrace is how long disposal waits after closing the agent's
 	// stdin before SIGTERM; DisposeGrace how long after SIGTERM before
 	// SIGKILL. Both positive.
@@ -91,6 +110,48 @@ type ProviderConfig struct {
 	// the process is stopped and a followup resumes the ACP session in a new
 	// one. 0 stops it when each activation settles.
 	IdleTimeout time.Duration
+}
+
+// ToolKinds are the ACP tool kinds a rule may name.
+var ToolKinds = []string{"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "other"}
+
+// PermissionRule is one rule of a provider's permission policy.
+type PermissionRule struct {
+	// Kind is one of ToolKinds; a tool call that names no kind counts as
+	// "other".
+	Kind string
+	// TitlePattern, when set, must also match the tool call's title (a Go
+	// regular expression, unanchored).
+	TitlePattern *regexp.Regexp
+	// Decision is PermissionAllow, PermissionReject or PermissionAsk.
+	Decision string
+}
+
+// PermissionFor is the policy's answer to a tool call of kind and title:
+// the decision of the first rule that matches, else Permission.
+func (pc ProviderConfig) PermissionFor(kind, title string) string {
+	if kind == "" {
+		kind = "other"
+	}
+	for _, r := range pc.Rules {
+		if r.Kind == kind && (r.TitlePattern == nil || r.TitlePattern.MatchString(title)) {
+			return r.Decision
+		}
+	}
+	return pc.Permission
+}
+
+// MayAsk reports whether the policy can ask a person for some tool call.
+func (pc ProviderConfig) MayAsk() bool {
+	if pc.Permission == PermissionAsk {
+		return true
+	}
+	for _, r := range pc.Rules {
+		if r.Decision == PermissionAsk {
+			return true
+		}
+	}
+	return false
 }
 
 // ModelConfig is one OpenAI-compatible model route.

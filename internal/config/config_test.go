@@ -122,8 +122,26 @@ func TestParse_Errors(t *testing.T) {
 			`line 2: providers[0].command: is required`},
 		{"wrong provider type", "providers:\n  - name: a\n    type: codex\n    command: x\n",
 			`line 3: providers[0].type: "codex" is not a provider type (want "acp")`},
-		{"bad permission", "providers:\n  - name: a\n    command: x\n    permission: ask\n",
-			`line 4: providers[0].permission: "ask" must be "reject" or "allow"`},
+		{"bad permission", "providers:\n  - name: a\n    command: x\n    permission: maybe\n",
+			`line 4: providers[0].permission: "maybe" must be "reject", "allow" or "ask"`},
+		{"bad rule kind", "providers:\n  - name: a\n    command: x\n    rules:\n      - kind: write\n        decision: ask\n",
+			`line 5: providers[0].rules[0].kind: "write" must be one of read, edit, delete, move, search, execute, think, fetch, other`},
+		{"missing rule decision", "providers:\n  - name: a\n    command: x\n    rules:\n      - kind: edit\n",
+			`line 5: providers[0].rules[0].decision: is required`},
+		{"bad rule decision", "providers:\n  - name: a\n    command: x\n    rules:\n      - kind: edit\n        decision: yes\n",
+			`line 6: providers[0].rules[0].decision: "yes" must be "allow", "reject" or "ask"`},
+		{"bad title pattern", "providers:\n  - name: a\n    command: x\n    rules:\n      - kind: edit\n        titlePattern: \"(\"\n        decision: ask\n",
+			"line 6: providers[0].rules[0].titlePattern: \"(\" is not a regular expression: error parsing regexp: missing closing ): `(`"},
+		{"unknown rule key", "providers:\n  - name: a\n    command: x\n    rules:\n      - kind: edit\n        decison: ask\n",
+			`line 6: unknown field "decison"`},
+		{"bad approval timeout", "providers:\n  - name: a\n    command: x\n    permission: ask\n    approvalTimeout: 0s\n",
+			`line 5: providers[0].approvalTimeout: "0s" must be a positive duration such as "10m"`},
+		{"approval timeout without ask", "providers:\n  - name: a\n    command: x\n    approvalTimeout: 1m\n",
+			`line 4: providers[0].approvalTimeout: applies only when permission or a rule is "ask"`},
+		{"bad onTimeout", "providers:\n  - name: a\n    command: x\n    permission: ask\n    approvalTimeout: 1m\n    onTimeout: allow\n",
+			`line 6: providers[0].onTimeout: "allow" must be "reject" or "cancel"`},
+		{"onTimeout without timeout", "providers:\n  - name: a\n    command: x\n    permission: ask\n    onTimeout: cancel\n",
+			`line 5: providers[0].onTimeout: needs approvalTimeout`},
 		{"zero grace", "providers:\n  - name: a\n    command: x\n    disposeGrace: 0s\n",
 			`line 4: providers[0].disposeGrace: "0s" must be a positive duration such as "3s"`},
 		{"negative idle timeout", "providers:\n  - name: a\n    command: x\n    idleTimeout: -1s\n",
@@ -163,7 +181,7 @@ func TestParse_Errors(t *testing.T) {
 		{"several problems are all reported", "providers:\n  - name: A\n  - name: b\n    command: x\n    permission: no\n",
 			"line 2: providers[0].name: \"A\" must match [a-z0-9][a-z0-9_-]*\n" +
 				"line 2: providers[0].command: is required\n" +
-				`line 5: providers[1].permission: "no" must be "reject" or "allow"`},
+				`line 5: providers[1].permission: "no" must be "reject", "allow" or "ask"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -325,5 +343,39 @@ func TestParse_EmptyWorkspaceRootsIsAnError(t *testing.T) {
 	t.Parallel()
 	if _, err := parse([]byte("workspaceRoots: []\n"), t.TempDir()); err == nil || !strings.Contains(err.Error(), "at least one directory") {
 		t.Fatalf("parse with workspaceRoots: []: %v", err)
+	}
+}
+
+func TestParse_PermissionRules(t *testing.T) {
+	t.Parallel()
+	src := "providers:\n  - name: a\n    command: x\n    permission: ask\n    approvalTimeout: 2m\n    onTimeout: cancel\n    rules:\n" +
+		"      - {kind: read, decision: allow}\n" +
+		"      - {kind: edit, titlePattern: '\\.md$', decision: allow}\n" +
+		"      - {kind: execute, decision: reject}\n"
+	f, err := parse([]byte(src), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := f.Providers[0]
+	if pc.ApprovalTimeout != 2*time.Minute || pc.OnTimeout != OnTimeoutCancel || len(pc.Rules) != 3 || !pc.MayAsk() {
+		t.Fatalf("provider = %+v", pc)
+	}
+	for _, tc := range []struct{ kind, title, want string }{
+		{"read", "Read a.go", PermissionAllow},
+		{"edit", "Write notes.md", PermissionAllow},
+		{"edit", "Write main.go", PermissionAsk},
+		{"execute", "rm -rf /", PermissionReject},
+		{"", "untitled", PermissionAsk},
+	} {
+		if got := pc.PermissionFor(tc.kind, tc.title); got != tc.want {
+			t.Errorf("PermissionFor(%q, %q) = %q, want %q", tc.kind, tc.title, got, tc.want)
+		}
+	}
+	def, err := parse([]byte("providers:\n  - name: a\n    command: x\n"), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := def.Providers[0]; p.MayAsk() || p.PermissionFor("edit", "x") != PermissionReject || p.OnTimeout != "" {
+		t.Fatalf("default provider = %+v, want reject and no approvals", p)
 	}
 }

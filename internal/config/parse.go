@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,10 +49,26 @@ type providerYAML struct {
 	Env             map[string]string `yaml:"env"`
 	Cwd             *string           `yaml:"cwd"`
 	Permission      string            `yaml:"permission"`
+	Rules           []ruleYAML        `yaml:"rules"`
+	ApprovalTimeout *string           `yaml:"approvalTimeout"`
+	OnTimeout       string            `yaml:"onTimeout"`
 	DisposeEOFGrace *string           `yaml:"disposeEofGrace"`
 	DisposeGrace    *string           `yaml:"disposeGrace"`
 	IdleTimeout     *string           `yaml:"idleTimeout"`
 }
+
+// ruleYAML is one rule of a provider's permission policy.
+type ruleYAML struct {
+	Kind         string  `yaml:"kind"`
+	TitlePattern *string `yaml:"titlePattern"`
+	Decision     string  `yaml:"decision"`
+}
+
+// maxRules bounds a provider's rules; maxTitlePattern a rule's pattern.
+const (
+	maxRules        = 64
+	maxTitlePattern = 512
+)
 
 type modelYAML struct {
 	Name       string  `yaml:"name"`
@@ -282,14 +299,70 @@ func (v *validator) provider(p at, r providerYAML, startDir string, roots []stri
 	switch pc.Permission {
 	case "":
 		pc.Permission = PermissionReject
-	case PermissionReject, PermissionAllow:
+	case PermissionReject, PermissionAllow, PermissionAsk:
 	default:
-		v.fail(p.with("permission"), "%q must be %q or %q", pc.Permission, PermissionReject, PermissionAllow)
+		v.fail(p.with("permission"), "%q must be %q, %q or %q", pc.Permission, PermissionReject, PermissionAllow, PermissionAsk)
+	}
+	if len(r.Rules) > maxRules {
+		v.fail(p.with("rules"), "has %d rules, more than %d", len(r.Rules), maxRules)
+	}
+	for i, rule := range r.Rules {
+		pc.Rules = append(pc.Rules, v.rule(p.with("rules", i), rule))
+	}
+	if r.ApprovalTimeout != nil {
+		d, err := time.ParseDuration(*r.ApprovalTimeout)
+		if err != nil || d <= 0 {
+			v.fail(p.with("approvalTimeout"), "%q must be a positive duration such as \"10m\"", *r.ApprovalTimeout)
+		}
+		pc.ApprovalTimeout = d
+	}
+	switch pc.OnTimeout = r.OnTimeout; pc.OnTimeout {
+	case "":
+		if r.ApprovalTimeout != nil {
+			pc.OnTimeout = OnTimeoutReject
+		}
+	case OnTimeoutReject, OnTimeoutCancel:
+		if r.ApprovalTimeout == nil {
+			v.fail(p.with("onTimeout"), "needs approvalTimeout")
+		}
+	default:
+		v.fail(p.with("onTimeout"), "%q must be %q or %q", pc.OnTimeout, OnTimeoutReject, OnTimeoutCancel)
+	}
+	if r.ApprovalTimeout != nil && !pc.MayAsk() {
+		v.fail(p.with("approvalTimeout"), "applies only when permission or a rule is %q", PermissionAsk)
 	}
 	if r.Cwd != nil {
 		pc.Cwd = v.cwd(p.with("cwd"), *r.Cwd, startDir, roots)
 	}
 	return pc
+}
+
+// rule validates one permission rule.
+func (v *validator) rule(p at, r ruleYAML) PermissionRule {
+	out := PermissionRule{Kind: r.Kind, Decision: r.Decision}
+	if !slices.Contains(ToolKinds, r.Kind) {
+		v.fail(p.with("kind"), "%q must be one of %s", r.Kind, strings.Join(ToolKinds, ", "))
+	}
+	switch r.Decision {
+	case PermissionAllow, PermissionReject, PermissionAsk:
+	case "":
+		v.fail(p.with("decision"), "is required")
+	default:
+		v.fail(p.with("decision"), "%q must be %q, %q or %q", r.Decision, PermissionAllow, PermissionReject, PermissionAsk)
+	}
+	if r.TitlePattern != nil {
+		switch re, err := regexp.Compile(*r.TitlePattern); {
+		case *r.TitlePattern == "":
+			v.fail(p.with("titlePattern"), "must not be empty (omit it to match every title)")
+		case len(*r.TitlePattern) > maxTitlePattern:
+			v.fail(p.with("titlePattern"), "is longer than %d characters", maxTitlePattern)
+		case err != nil:
+			v.fail(p.with("titlePattern"), "%q is not a regular expression: %v", *r.TitlePattern, err)
+		default:
+			out.TitlePattern = re
+		}
+	}
+	return out
 }
 
 // cwd resolves a configured working directory once, at load.

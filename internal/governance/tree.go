@@ -51,8 +51,8 @@ type Roots interface {
 
 var _ Runs = (*subagent.Manager)(nil)
 
-// Config configures Trees. Every field is required.
-type Config struct {
+// TreesConfig configures Trees. Every field is required.
+type TreesConfig struct {
 	Store  store.Store
 	Runs   Runs
 	Roots  Roots
@@ -67,8 +67,8 @@ type Trees struct {
 	log   *slog.Logger
 }
 
-// New returns Trees for cfg.
-func New(cfg Config) *Trees {
+// NewTrees returns Trees for cfg.
+func NewTrees(cfg TreesConfig) *Trees {
 	return &Trees{st: cfg.Store, runs: cfg.Runs, roots: cfg.Roots, log: cfg.Logger}
 }
 

@@ -93,7 +93,7 @@ func tree(t *testing.T) (*Trees, store.Store, *fakeRuns, *fakeRoots) {
 		startRun(t, st, r)
 	}
 	runs, roots := &fakeRuns{st: st}, &fakeRoots{running: true}
-	return New(Config{Store: st, Runs: runs, Roots: roots, Logger: slog.New(slog.DiscardHandler)}), st, runs, roots
+	return NewTrees(TreesConfig{Store: st, Runs: runs, Roots: roots, Logger: slog.New(slog.DiscardHandler)}), st, runs, roots
 }
 
 func startRun(t *testing.T, st store.Store, r store.Run) {

@@ -70,11 +70,12 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 		w.mgr = subagent.NewManager(b.svc, subagent.ManagerConfig{
 			Materializer: inprocess.NewMaterializer(deps), Notices: w.roots, Logger: b.log})
 		cfg.Continuations, cfg.Roots, cfg.Routes = w.mgr, w.roots, table
-		cfg.Trees = governance.New(governance.Config{Store: b.st, Runs: w.mgr, Roots: w.roots, Logger: b.log})
+		cfg.Trees = governance.NewTrees(governance.TreesConfig{Store: b.st, Runs: w.mgr, Roots: w.roots, Logger: b.log})
 		cfg.Usage = governance.NewUsage(b.st)
 		cfg.Sessions = roots.New(roots.Config{Store: b.st, Routes: table, Agents: w.roots})
 		cfg.MCP = func(s *Server) http.Handler { return mcpface.NewHandler(mcpface.Config{API: s, Logger: b.log}) }
 		withWebhooks(b, cfg, false)
+		cfg.Approvals = governance.NewApprovals(governance.ApprovalsConfig{Store: b.st, Owner: "test", Logger: b.log})
 		// Activations settle (and notify their roots) before the roots close.
 		b.stops = append(b.stops, w.mgr.Shutdown, w.roots.Close)
 	}, opts...)

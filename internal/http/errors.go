@@ -77,6 +77,9 @@ var problems = map[string]problemType{
 	codeNotReady:                    {http.StatusServiceUnavailable, "Not ready"},
 	codeUnavailable:                 {http.StatusServiceUnavailable, "Unavailable"},
 	subagent.EAgentUnavailable:      {http.StatusBadGateway, "Agent unavailable"},
+	subagent.EApprovalNotFound:      {http.StatusNotFound, "No such approval"},
+	subagent.EAlreadyDecided:        {http.StatusConflict, "Already decided"},
+	subagent.EOptionUnavailable:     {http.StatusUnprocessableEntity, "Option unavailable"},
 	// ABORTED: a start was cancelled before its child was published
 	// (gRPC's Aborted → 409, as in ardanlabs' table).
 	subagent.EAborted:  {http.StatusConflict, "Aborted"},

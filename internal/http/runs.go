@@ -248,8 +248,10 @@ func (s *Server) disposeRun(w http.ResponseWriter, r *http.Request) error {
 // run reads one run. Returns RUN_NOT_FOUND.
 func (s *Server) run(ctx context.Context, id string) (store.Run, error) {
 	if h, ok := s.svc.Run(ctx, id); ok {
-		if row, ok := h.Row(); ok {
-			return row, nil // this process recorded it: no read back
+		// This process recorded a settled run: no read back. A running
+		// one is read, for its pendingApprovals count.
+		if row, ok := h.Row(); ok && row.State != store.StateRunning {
+			return row, nil
 		}
 	}
 	run, err := s.store.GetRun(ctx, id)

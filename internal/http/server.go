@@ -158,6 +158,9 @@ type Config struct {
 	// Usage answers GET /v1/sessions/{id}/usage; nil answers it NOT_READY
 	// (503).
 	Usage Usage
+	// Approvals lists and decides approvals; nil answers the /v1/approvals
+	// routes NOT_READY (503).
+	Approvals Approvals
 	// Store is where sessions, logs, runs and the lifecycle log are read.
 	Store  store.Store
 	Logger *slog.Logger
@@ -219,6 +222,7 @@ type Server struct {
 	trees       Trees
 	hooks       Webhooks
 	usage       Usage
+	approvalSvc Approvals
 	modelRoutes *model.Routes
 	store       store.Store
 	log         *slog.Logger
@@ -269,6 +273,7 @@ func NewServer(cfg Config) *Server {
 		trees:       cfg.Trees,
 		hooks:       cfg.Webhooks,
 		usage:       cfg.Usage,
+		approvalSvc: cfg.Approvals,
 		modelRoutes: cfg.Routes,
 		store:       cfg.Store,
 		log:         cfg.Logger,
@@ -401,6 +406,7 @@ func (s *Server) routes() chi.Router {
 
 		r.Get("/events", s.h(s.streamEvents))
 		s.webhookRoutes(r)
+		s.approvalRoutes(r)
 	})
 
 	r.Post(mcpPath, s.h(s.serveMCP))

@@ -306,6 +306,8 @@ type runJSON struct {
 	StartedAt       time.Time      `json:"startedAt"`
 	EndedAt         *time.Time     `json:"endedAt,omitempty"`
 	Result          *runResultJSON `json:"result,omitempty"`
+	// PendingApprovals counts the approvals the run's agent waits on.
+	PendingApprovals int `json:"pendingApprovals"`
 }
 
 func runOut(r store.Run) runJSON {
@@ -319,6 +321,8 @@ func runOut(r store.Run) runJSON {
 		Local:           r.Local,
 		State:           r.State,
 		StartedAt:       r.StartedAt,
+
+		PendingApprovals: r.PendingApprovals,
 	}
 	if r.State == store.StateRunning {
 		return out

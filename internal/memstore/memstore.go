@@ -80,6 +80,7 @@ type Store struct {
 	// residents are the resident leases, by (tenant, session).
 	residents map[[2]string]store.Resident
 	controls  controls
+	approvals approvals
 }
 
 type session struct {
@@ -640,7 +641,9 @@ func (s *Store) GetRun(ctx context.Context, runID string) (store.Run, error) {
 	if err != nil {
 		return store.Run{}, fmt.Errorf("memstore: get run: %w", err)
 	}
-	return cloneRun(rec.r), nil
+	r := cloneRun(rec.r)
+	r.PendingApprovals = s.approvals.pending[runID]
+	return r, nil
 }
 
 // run returns the tenant's run id. The caller holds s.mu.
@@ -679,7 +682,9 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 		if (f.ParentID == "" || r.ParentID == f.ParentID) && (f.ChildID == "" || r.ChildID == f.ChildID) &&
 			(len(f.ChildIDs) == 0 || slices.Contains(f.ChildIDs, r.ChildID)) &&
 			(f.TaskID == "" || r.TaskID == f.TaskID) && (f.State == "" || r.State == f.State) {
-			out = append(out, cloneRun(r))
+			r = cloneRun(r)
+			r.PendingApprovals = s.approvals.pending[r.ID]
+			out = append(out, r)
 		}
 	}
 	return out, nil

@@ -12,7 +12,8 @@ import (
 
 const runCols = `tenant, id, kind, provider, child_id, parent_id, task_id, local, state, started_at, ended_at,
 	stop_reason, output, structured, diagnostic, owner, lease_until, traceparent,
-	root_id, input_tokens, output_tokens, model_calls, reported_calls, usage_known`
+	root_id, input_tokens, output_tokens, model_calls, reported_calls, usage_known,
+	(SELECT count(*) FROM approvals a WHERE a.tenant = runs.tenant AND a.run_id = runs.id AND a.state = 'pending') AS pending_approvals`
 
 type runRow struct {
 	Tenant      string     `db:"tenant"`
@@ -39,6 +40,9 @@ type runRow struct {
 	Calls       int64      `db:"model_calls"`
 	Reported    int64      `db:"reported_calls"`
 	UsageKnown  bool       `db:"usage_known"`
+	// PendingApprovals is counted by the partial index of pending
+	// approvals by run.
+	PendingApprovals int64 `db:"pending_approvals"`
 }
 
 func (r runRow) run() store.Run {
@@ -48,7 +52,8 @@ func (r runRow) run() store.Run {
 		EndedAt: fromDB(r.EndedAt), StopReason: r.StopReason, Output: r.Output, Structured: r.Structured,
 		Diagnostic: r.Diagnostic, Owner: r.Owner, LeaseUntil: fromDB(r.LeaseUntil), Traceparent: r.Traceparent,
 		RootID: r.RootID, UsageKnown: r.UsageKnown,
-		Usage: store.Usage{InputTokens: r.Input, OutputTokens: r.OutTokens, ModelCalls: r.Calls, Reported: r.Reported},
+		Usage:            store.Usage{InputTokens: r.Input, OutputTokens: r.OutTokens, ModelCalls: r.Calls, Reported: r.Reported},
+		PendingApprovals: int(r.PendingApprovals),
 	}
 }
 

@@ -319,3 +319,37 @@ func (b *bounded) GetWebhookDelivery(ctx context.Context, webhookID, id string) 
 func (b *bounded) SweepWebhookDeliveries(ctx context.Context, before time.Time) (int64, error) {
 	return call(b, ctx, func(c context.Context) (int64, error) { return b.Store.SweepWebhookDeliveries(c, before) })
 }
+
+// approvalWrite is the pair of values an approval write returns.
+type approvalWrite struct {
+	a Approval
+	e LifecycleEvent
+}
+
+func (b *bounded) CreateApproval(ctx context.Context, a Approval, requested LifecycleEvent) (Approval, LifecycleEvent, error) {
+	w, err := call(b, ctx, func(c context.Context) (approvalWrite, error) {
+		a, e, err := b.Store.CreateApproval(c, a, requested)
+		return approvalWrite{a, e}, err
+	})
+	return w.a, w.e, err
+}
+
+func (b *bounded) GetApproval(ctx context.Context, id string) (Approval, error) {
+	return call(b, ctx, func(c context.Context) (Approval, error) { return b.Store.GetApproval(c, id) })
+}
+
+func (b *bounded) ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approval, error) {
+	return call(b, ctx, func(c context.Context) ([]Approval, error) { return b.Store.ListApprovals(c, f) })
+}
+
+func (b *bounded) CloseApproval(ctx context.Context, id string, cl ApprovalClose, ev LifecycleEvent) (Approval, LifecycleEvent, error) {
+	w, err := call(b, ctx, func(c context.Context) (approvalWrite, error) {
+		a, e, err := b.Store.CloseApproval(c, id, cl, ev)
+		return approvalWrite{a, e}, err
+	})
+	return w.a, w.e, err
+}
+
+func (b *bounded) PendingApprovals(ctx context.Context) ([]Approval, error) {
+	return call(b, ctx, func(c context.Context) ([]Approval, error) { return b.Store.PendingApprovals(c) })
+}

@@ -188,6 +188,9 @@ type Run struct {
 	// when its provider reported none (or the run was closed unsettled).
 	Usage      Usage
 	UsageKnown bool
+	// PendingApprovals counts the run's approvals still pending. Stores
+	// fill it in when reading (GetRun, ListRuns); it is ignored on write.
+	PendingApprovals int
 }
 
 // RunResult is how a run settled.
@@ -301,6 +304,7 @@ type Store interface {
 	Residents
 	Webhooks
 	Disposals
+	Approvals
 
 	// CreateSession stores a new header. Returns ErrConflict if the id exists
 	// in any tenant: ids are global.

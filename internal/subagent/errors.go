@@ -41,7 +41,15 @@ const (
 	// EAgentUnavailable: an external agent could not be started, or failed
 	// its handshake; the message says why.
 	EAgentUnavailable = "AGENT_UNAVAILABLE"
-	EInternal         = "INTERNAL"
+	// EApprovalNotFound: no approval with that id in the tenant.
+	EApprovalNotFound = "APPROVAL_NOT_FOUND"
+	// EAlreadyDecided: the approval was closed already (decided, expired
+	// or cancelled); the first decision won.
+	EAlreadyDecided = "ALREADY_DECIDED"
+	// EOptionUnavailable: the agent offered no option that the decision
+	// names or maps onto.
+	EOptionUnavailable = "OPTION_UNAVAILABLE"
+	EInternal          = "INTERNAL"
 )
 
 // Error is an error whose Code and Message may be shown to API clients. Any

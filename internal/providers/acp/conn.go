@@ -336,7 +336,7 @@ func choose(policy string, options []sdk.PermissionOption) *sdk.PermissionOption
 func (p *Provider) decide(req sdk.RequestPermissionRequest, cancelled bool, turn int) (sdk.RequestPermissionResponse, sessionlog.ACPPermissionData) {
 	var chosen *sdk.PermissionOption
 	if !cancelled {
-		chosen = choose(p.cfg.Permission, req.Options)
+		chosen = choose(p.policyFor(req), req.Options)
 	}
 	d := sessionlog.ACPPermissionData{Turn: turn, ToolCallID: string(req.ToolCall.ToolCallId), Outcome: "cancelled"}
 	if req.ToolCall.Title != nil {

@@ -13,6 +13,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
@@ -131,6 +132,7 @@ type acpTurn struct {
 	content []model.Block // the prompt
 	text    outputText
 	stop    chan struct{} // closed by Cancel, or when the log failed
+	ended   chan struct{} // closed once the turn is closed
 	cause   string
 	// failed: a write to the child log failed, so the turn was stopped and
 	// fails.
@@ -332,7 +334,7 @@ func (r *resident) openLocked(msg sessionlog.UserMessage) error {
 		return err
 	}
 	r.turn = n
-	r.cur = &acpTurn{n: n, content: msg.Content, stop: make(chan struct{})}
+	r.cur = &acpTurn{n: n, content: msg.Content, stop: make(chan struct{}), ended: make(chan struct{})}
 	r.queue = slices.DeleteFunc(r.queue, func(m sessionlog.UserMessage) bool { return m.ID == msg.ID })
 	return nil
 }
@@ -362,6 +364,7 @@ func (r *resident) runTurn() bool {
 	o.diagnostic = subagent.TruncateDiagnostic(o.diagnostic)
 	_, ended := closeTurn(r.appendLocked, r.log, t.n, t.text.blocks(), o)
 	r.cur = nil
+	close(t.ended)
 	if !ended {
 		r.queue = nil
 	}
@@ -475,10 +478,11 @@ func (r *resident) sessionUpdate(n sdk.SessionNotification) {
 }
 
 // requestPermission answers by the configured policy; "cancelled" when no
-// turn runs, it was cancelled, or its log cannot be written.
+// turn runs, it was cancelled, or its log cannot be written. A request the
+// policy asks about waits for a person (ask) until the turn is stopped or
+// closed.
 func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPermissionResponse {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	t := r.cur
 	cancelled := t == nil
 	n := r.turn
@@ -489,6 +493,11 @@ func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.Reque
 		default:
 		}
 	}
+	if !cancelled && r.p.policyFor(req) == config.PermissionAsk {
+		r.mu.Unlock()
+		return r.p.ask(r.logCtx, r.key.id, n, req, r.recorder(t), t.stop, t.ended)
+	}
+	defer r.mu.Unlock()
 	resp, d := r.p.decide(req, cancelled, n)
 	if t != nil && !t.failed {
 		if err := r.appendLocked(typed{sessionlog.EventACPPermission, d}); err != nil {
@@ -497,6 +506,23 @@ func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.Reque
 		}
 	}
 	return resp
+}
+
+// recorder writes events of turn t to the child log while t runs; a
+// failed write stops t and is returned.
+func (r *resident) recorder(t *acpTurn) func(evs ...typed) error {
+	return func(evs ...typed) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.cur != t || t.failed {
+			return nil
+		}
+		if err := r.appendLocked(evs...); err != nil {
+			r.failLocked(t, evs[0].typ, err)
+			return err
+		}
+		return nil
+	}
 }
 
 // failLocked stops turn t after a write to its log failed: a turn never

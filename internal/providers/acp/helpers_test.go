@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/config"
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -58,6 +59,8 @@ type bundle struct {
 	root  string // the workspace root and the parent session's cwd
 	marks string // where the fake agent leaves teardown marks
 	logs  *lockedBuffer
+	// approvals take the permission requests of a provider that asks.
+	approvals *governance.Approvals
 }
 
 // setup returns a provider running the fake agent in mode, with generous
@@ -83,7 +86,12 @@ func setup(t *testing.T, mode string, edit ...func(*config.ProviderConfig)) (*Pr
 	// The SDK logs from its own goroutines, possibly after a test ended, so
 	// logs go to a buffer rather than to t.Log.
 	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p, err := New(cfg, Deps{Store: b.store, Logger: log, WorkspaceRoots: []string{b.root}})
+	deps := Deps{Store: b.store, Logger: log, WorkspaceRoots: []string{b.root}}
+	if cfg.MayAsk() {
+		b.approvals = governance.NewApprovals(governance.ApprovalsConfig{Store: b.store, Owner: "test", Logger: log, Poll: time.Hour})
+		deps.Approver = b.approvals
+	}
+	p, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

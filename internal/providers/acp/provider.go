@@ -45,6 +45,10 @@ type Deps struct {
 	// their names — the model routes' apiKeyEnv: their values are redacted
 	// from the diagnostics of agents (which never inherit them).
 	SecretEnv []string
+	// Approver takes the permission requests the policy asks a person
+	// about; required when the provider's policy can ask
+	// (config.ProviderConfig.MayAsk).
+	Approver Approver
 }
 
 // Log is the part of the store the provider writes child sessions and
@@ -63,6 +67,7 @@ type Provider struct {
 	roots []string
 	// secretEnv is Deps.SecretEnv.
 	secretEnv []string
+	approver  Approver
 
 	// caps is what the agent's initialize said (caps.go).
 	caps caps
@@ -89,6 +94,9 @@ func New(cfg config.ProviderConfig, deps Deps) (*Provider, error) {
 		return nil, fmt.Errorf("ACP provider %q: command %q: %w", cfg.Name, cfg.Command, err)
 	}
 	cfg.Command = path
+	if cfg.MayAsk() && deps.Approver == nil {
+		return nil, fmt.Errorf("ACP provider %q: its permission policy asks, but this server takes no approvals", cfg.Name)
+	}
 	return &Provider{
 		cfg:   cfg,
 		store: deps.Store,
@@ -96,6 +104,7 @@ func New(cfg config.ProviderConfig, deps Deps) (*Provider, error) {
 		roots: deps.WorkspaceRoots,
 
 		secretEnv: deps.SecretEnv,
+		approver:  deps.Approver,
 		idle:      map[idleKey]*idleAgent{},
 	}, nil
 }

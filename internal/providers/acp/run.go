@@ -11,6 +11,7 @@ import (
 
 	sdk "github.com/coder/acp-go-sdk"
 
+	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
@@ -332,7 +333,8 @@ func (r *run) sessionUpdate(n sdk.SessionNotification) {
 }
 
 // requestPermission answers by the configured policy, "cancelled" once the
-// run is cancelled.
+// run is cancelled. A request the policy asks about waits for a person
+// (ask) until the run is cancelled or settles.
 func (r *run) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPermissionResponse {
 	var cancelled bool
 	select {
@@ -340,16 +342,27 @@ func (r *run) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPer
 		cancelled = true
 	default:
 	}
-	resp, d := r.p.decide(req, cancelled, turn)
-	r.mu.Lock()
-	var err error
-	if r.logging && !r.settled && !r.logFailed {
-		err = r.appendLocked(typed{sessionlog.EventACPPermission, d})
+	if !cancelled && r.p.policyFor(req) == config.PermissionAsk {
+		return r.p.ask(r.logCtx, r.childID, turn, req, r.record, r.cancelled, r.done)
 	}
-	r.mu.Unlock()
-	if err != nil {
-		r.failLog(sessionlog.EventACPPermission, err)
+	resp, d := r.p.decide(req, cancelled, turn)
+	if err := r.record(typed{sessionlog.EventACPPermission, d}); err != nil {
 		return permissionCancelled()
 	}
 	return resp
+}
+
+// record appends evs to the child log unless the turn is over; a failed
+// write stops the turn and is returned.
+func (r *run) record(evs ...typed) error {
+	r.mu.Lock()
+	var err error
+	if r.logging && !r.settled && !r.logFailed {
+		err = r.appendLocked(evs...)
+	}
+	r.mu.Unlock()
+	if err != nil {
+		r.failLog(evs[0].typ, err)
+	}
+	return err
 }

@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Signins", signinTests},
 		{"Webhooks", webhookTests},
 		{"Usage", usageTests},
+		{"Approvals", approvalTests},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
