@@ -128,6 +128,13 @@ func TestUsage_TreeIsTheSumOfItsSessions(t *testing.T) {
 					(silent && c.InputTokens+c.OutputTokens != 0) {
 					t.Fatalf("child %s %+v: want %d settled runs of one call each, known %v", c.SessionID, c, wantRuns[c.SessionID], !silent)
 				}
+				if c.SessionID == one.ChildSessionID {
+					// The run's own row shows what its session sums.
+					u := one.Result.Usage
+					if u.InputTokens != c.InputTokens || u.OutputTokens != c.OutputTokens || u.ModelCalls != c.ModelCalls || !u.Known {
+						t.Fatalf("run %s usage %+v, its session's %+v", one.RunID, u, c)
+					}
+				}
 				sum.InputTokens += c.InputTokens
 				sum.OutputTokens += c.OutputTokens
 				sum.ModelCalls += c.ModelCalls

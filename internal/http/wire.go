@@ -292,6 +292,15 @@ type runResultJSON struct {
 	Structured json.RawMessage `json:"structured,omitempty"`
 	StopReason string          `json:"stopReason"`
 	Diagnostic string          `json:"diagnostic,omitempty"`
+	Usage      runUsageJSON    `json:"usage"`
+}
+
+// runUsageJSON is the model usage a run recorded when it settled.
+type runUsageJSON struct {
+	InputTokens  int64 `json:"inputTokens"`
+	OutputTokens int64 `json:"outputTokens"`
+	ModelCalls   int64 `json:"modelCalls"`
+	Known        bool  `json:"known"`
 }
 
 type runJSON struct {
@@ -328,7 +337,9 @@ func runOut(r store.Run) runJSON {
 		return out
 	}
 	out.EndedAt = nonZero(r.EndedAt)
-	res := runResultJSON{Output: r.Output, StopReason: r.StopReason, Diagnostic: r.Diagnostic}
+	res := runResultJSON{Output: r.Output, StopReason: r.StopReason, Diagnostic: r.Diagnostic,
+		Usage: runUsageJSON{InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens,
+			ModelCalls: r.Usage.ModelCalls, Known: r.UsageKnown}}
 	if len(res.Output) == 0 || bytes.Equal(res.Output, []byte("null")) {
 		res.Output = json.RawMessage("[]")
 	}
