@@ -29,7 +29,7 @@ import (
 
 // mcpTools are the face's tools; governance tools arrive with their
 // features.
-var mcpTools = []string{"delegate", "followup", "get_run", "get_task", "interrupt", "list_providers", "start_subagent"}
+var mcpTools = []string{"cancel_tree", "decide_approval", "delegate", "followup", "get_run", "get_task", "interrupt", "list_approvals", "list_providers", "start_subagent"}
 
 // wiredServer wires the process from vars (the in-memory store, the echo
 // model, no tokens unless vars say otherwise) and serves it on a loopback
@@ -296,6 +296,38 @@ func TestMCP_ToolsOverTheRealServer(t *testing.T) {
 		}
 	})
 
+	t.Run("cancel_tree stops what runs below the session", func(t *testing.T) {
+		var run toolRun
+		callTool(t, cs, "delegate", map[string]any{"provider": "spawn", "prompt": "/sleep 5m\nlong", "wait": 0}, &run)
+		if run.State != "running" {
+			t.Fatalf("delegate wait 0 = %+v, want a running run", run)
+		}
+		// Without sessionId, the tenant's root labelled mcp: the parent of
+		// every run the face started.
+		var cancelled struct{ Cancelled int }
+		callTool(t, cs, "cancel_tree", nil, &cancelled)
+		if cancelled.Cancelled < 1 {
+			t.Fatalf("cancel_tree = %+v, want the sleeping run counted", cancelled)
+		}
+		var viaREST struct {
+			State  string
+			Result struct{ StopReason, Diagnostic string }
+		}
+		getJSON(t, base+"/v1/runs/"+run.RunID, &viaREST)
+		if viaREST.State != "settled" || viaREST.Result.StopReason != "aborted" || viaREST.Result.Diagnostic != "cancelled by tree" {
+			t.Fatalf("the run after cancel_tree = %+v, want it aborted, cancelled by tree", viaREST)
+		}
+	})
+
+	t.Run("approvals are listed and decided as over REST", func(t *testing.T) {
+		var viaTool, viaREST any
+		callTool(t, cs, "list_approvals", map[string]any{"state": "pending", "limit": 10}, &viaTool)
+		getJSON(t, base+"/v1/approvals?state=pending&limit=10", &viaREST)
+		if !jsonEqual(viaTool, viaREST) {
+			t.Fatalf("list_approvals answers %v, GET /v1/approvals %v", viaTool, viaREST)
+		}
+	})
+
 	t.Run("invalid arguments are tool errors with the problem code", func(t *testing.T) {
 		for _, c := range []struct {
 			tool string
@@ -315,6 +347,13 @@ func TestMCP_ToolsOverTheRealServer(t *testing.T) {
 			{"get_task", map[string]any{"taskId": "no-such-task"}, "TASK_NOT_FOUND: "},
 			{"followup", map[string]any{"childId": "no-such-child", "content": "x"}, "SESSION_NOT_FOUND: "},
 			{"start_subagent", map[string]any{"provider": "spawn", "prompt": "x"}, "INVALID_REQUEST: invalid request: label: is required"},
+			{"cancel_tree", map[string]any{"sessionId": "no-such-session"}, "SESSION_NOT_FOUND: "},
+			{"list_approvals", map[string]any{"state": "maybe"}, "INVALID_REQUEST: invalid request: state: must be pending, decided, expired or cancelled"},
+			{"list_approvals", map[string]any{"limit": 0}, "INVALID_REQUEST: invalid request: limit: must be an integer from 1 to"},
+			{"list_approvals", map[string]any{"state": true}, "INVALID_REQUEST: invalid request: state: must be a string or a number"},
+			{"decide_approval", map[string]any{"outcome": "allow"}, "INVALID_REQUEST: invalid request: approvalId: is required"},
+			{"decide_approval", map[string]any{"approvalId": "no-such-approval", "outcome": "allow"}, "APPROVAL_NOT_FOUND: "},
+			{"decide_approval", map[string]any{"approvalId": "no-such-approval", "outcome": "maybe"}, "INVALID_REQUEST: "},
 		} {
 			if got := toolError(t, cs, c.tool, c.args); !strings.HasPrefix(got, c.want) {
 				t.Errorf("%s(%v) = %q, want it to start with %q", c.tool, c.args, got, c.want)
@@ -323,9 +362,9 @@ func TestMCP_ToolsOverTheRealServer(t *testing.T) {
 	})
 
 	t.Run("an unknown tool is a protocol error", func(t *testing.T) {
-		_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "cancel_tree", Arguments: map[string]any{}})
-		if err == nil || !strings.Contains(err.Error(), "cancel_tree") {
-			t.Fatalf("cancel_tree = %v, want a protocol error naming the tool", err)
+		_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "no_such_tool", Arguments: map[string]any{}})
+		if err == nil || !strings.Contains(err.Error(), "no_such_tool") {
+			t.Fatalf("no_such_tool = %v, want a protocol error naming the tool", err)
 		}
 	})
 

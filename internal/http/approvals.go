@@ -105,7 +105,17 @@ func (s *Server) approvals() (Approvals, error) {
 
 // listApprovals answers a page of the tenant's approvals, oldest first.
 func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) error {
-	p := newParams(r)
+	out, err := s.approvalPage(r.Context(), newParams(r))
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
+	return nil
+}
+
+// approvalPage reads the filter of GET /v1/approvals from p's query and
+// answers that page.
+func (s *Server) approvalPage(ctx context.Context, p *params) (approvalListJSON, error) {
 	f := store.ApprovalFilter{
 		State:         p.str("state", 16),
 		RootSessionID: p.str("rootSessionId", maxIDLength),
@@ -117,22 +127,21 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) error {
 		p.fail("state", "must be pending, decided, expired or cancelled")
 	}
 	if err := p.err(); err != nil {
-		return err
+		return approvalListJSON{}, err
 	}
 	svc, err := s.approvals()
 	if err != nil {
-		return err
+		return approvalListJSON{}, err
 	}
-	page, err := svc.List(r.Context(), f)
+	page, err := svc.List(ctx, f)
 	if err != nil {
-		return err
+		return approvalListJSON{}, err
 	}
 	out := approvalListJSON{Approvals: make([]approvalJSON, 0, len(page.Approvals)), NextCursor: page.NextCursor}
 	for _, a := range page.Approvals {
 		out.Approvals = append(out.Approvals, approvalOut(a))
 	}
-	s.writeJSON(w, r, http.StatusOK, out)
-	return nil
+	return out, nil
 }
 
 // getApproval answers one approval.
@@ -162,18 +171,27 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) error {
 	if err := p.err(); err != nil {
 		return err
 	}
-	svc, err := s.approvals()
-	if err != nil {
-		return err
-	}
 	var req decisionRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	a, err := svc.Decide(r.Context(), id, governance.Decision{OptionID: req.OptionID, Outcome: req.Outcome, Scope: req.Scope, Reason: req.Reason})
+	out, err := s.decide(r.Context(), id, req)
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, r, http.StatusOK, approvalOut(a))
+	s.writeJSON(w, r, http.StatusOK, out)
 	return nil
+}
+
+// decide takes req as the decision of approval id.
+func (s *Server) decide(ctx context.Context, id string, req decisionRequest) (approvalJSON, error) {
+	svc, err := s.approvals()
+	if err != nil {
+		return approvalJSON{}, err
+	}
+	a, err := svc.Decide(ctx, id, governance.Decision{OptionID: req.OptionID, Outcome: req.Outcome, Scope: req.Scope, Reason: req.Reason})
+	if err != nil {
+		return approvalJSON{}, err
+	}
+	return approvalOut(a), nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"reflect"
 	"regexp"
 	"slices"
@@ -260,11 +261,19 @@ func jsonKind(t reflect.Type) string {
 // params reads query parameters and path ids, collecting every problem so
 // that one answer lists them all.
 type params struct {
-	r      *http.Request
+	r      *http.Request // nil for queryParams: no path ids, no headers
+	query  url.Values
 	fields map[string]string
 }
 
-func newParams(r *http.Request) *params { return &params{r: r, fields: map[string]string{}} }
+func newParams(r *http.Request) *params {
+	return &params{r: r, query: r.URL.Query(), fields: map[string]string{}}
+}
+
+// queryParams reads query parameters from q alone: a route's query as
+// another face passes it (operations.go). Path ids and headers are not
+// read through it.
+func queryParams(q url.Values) *params { return &params{query: q, fields: map[string]string{}} }
 
 func (p *params) fail(name, msg string) { p.fields[name] = msg }
 
@@ -304,7 +313,7 @@ func checkID(field, v string) error {
 // str returns the query parameter name ("" when absent); present values
 // must be 1..maxLen characters.
 func (p *params) str(name string, maxLen int) string {
-	q := p.r.URL.Query()
+	q := p.query
 	if !q.Has(name) {
 		return ""
 	}
@@ -318,7 +327,7 @@ func (p *params) str(name string, maxLen int) string {
 // int returns the query parameter name as an integer in [lo, hi], or def
 // when absent.
 func (p *params) int(name string, def, lo, hi int64) int64 {
-	q := p.r.URL.Query()
+	q := p.query
 	if !q.Has(name) {
 		return def
 	}
@@ -333,7 +342,7 @@ func (p *params) int(name string, def, lo, hi int64) int64 {
 // bool returns the query parameter name ("true" or "false"), false when
 // absent.
 func (p *params) bool(name string) bool {
-	q := p.r.URL.Query()
+	q := p.query
 	if !q.Has(name) {
 		return false
 	}
@@ -363,7 +372,7 @@ func (p *params) resume(def, lo int64) (after int64, given bool) {
 		}
 		return n, true
 	}
-	if !p.r.URL.Query().Has("after") {
+	if !p.query.Has("after") {
 		return def, false
 	}
 	return p.int("after", def, lo, 1<<62), true

@@ -57,7 +57,7 @@ func TestMCP_TransportRefusalsAreProblems(t *testing.T) {
 		Result struct{ Tools []struct{ Name string } }
 	}
 	w.want(t, http.StatusOK, call{method: http.MethodPost, path: mcpPath, body: listTools, header: accept}).decode(t, &answer)
-	if len(answer.Result.Tools) != 7 {
-		t.Fatalf("tools/list = %+v, want the 7 tools", answer)
+	if len(answer.Result.Tools) != 10 {
+		t.Fatalf("tools/list = %+v, want the 10 tools", answer)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"time"
 
 	"github.com/subagentd/subagentd/internal/roots"
@@ -97,6 +98,36 @@ func (s *Server) GetTask(ctx context.Context, taskID string, wait time.Duration)
 	}
 	run, err := s.task(ctx, taskID, min(wait, s.maxWait))
 	return answer(ctx, s, "get task", runOut(run), err)
+}
+
+// CancelTree answers POST /v1/sessions/{id}/cancel.
+func (s *Server) CancelTree(ctx context.Context, sessionID string) (json.RawMessage, error) {
+	if err := checkID("id", sessionID); err != nil {
+		return answer(ctx, s, "cancel tree", treeCancelResponse{}, err)
+	}
+	out, err := s.cancelTree(ctx, sessionID)
+	return answer(ctx, s, "cancel tree", out, err)
+}
+
+// ListApprovals answers GET /v1/approvals with query as its query.
+func (s *Server) ListApprovals(ctx context.Context, query url.Values) (json.RawMessage, error) {
+	out, err := s.approvalPage(ctx, queryParams(query))
+	return answer(ctx, s, "list approvals", out, err)
+}
+
+// DecideApproval answers POST /v1/approvals/{approvalId}/decision with body
+// as its request body.
+func (s *Server) DecideApproval(ctx context.Context, approvalID string, body []byte) (json.RawMessage, error) {
+	var req decisionRequest
+	err := checkID("approvalId", approvalID)
+	if err == nil {
+		err = s.unmarshal(body, &req)
+	}
+	if err != nil {
+		return answer(ctx, s, "decide approval", approvalJSON{}, err)
+	}
+	out, err := s.decide(ctx, approvalID, req)
+	return answer(ctx, s, "decide approval", out, err)
 }
 
 // FaceRoot returns the id of ctx's tenant's root session labelled label —

@@ -208,15 +208,21 @@ func (s *Server) cancelSession(w http.ResponseWriter, r *http.Request) error {
 	if err := p.err(); err != nil {
 		return err
 	}
-	if s.trees == nil {
-		return subagent.Errorf(codeNotReady, "this server runs no tree control")
-	}
-	n, err := s.trees.Cancel(r.Context(), id)
+	out, err := s.cancelTree(r.Context(), id)
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, r, http.StatusAccepted, treeCancelResponse{Cancelled: n})
+	s.writeJSON(w, r, http.StatusAccepted, out)
 	return nil
+}
+
+// cancelTree cancels the tree under session id.
+func (s *Server) cancelTree(ctx context.Context, id string) (treeCancelResponse, error) {
+	if s.trees == nil {
+		return treeCancelResponse{}, subagent.Errorf(codeNotReady, "this server runs no tree control")
+	}
+	n, err := s.trees.Cancel(ctx, id)
+	return treeCancelResponse{Cancelled: n}, err
 }
 
 // disposeSession disposes a root session's tree and answers 204, again

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -101,6 +102,45 @@ func (a *args) parent(ctx context.Context, api API) {
 		return
 	}
 	a.fields["parentSessionId"], _ = json.Marshal(id)
+}
+
+// session takes the argument sessionId out of the body, the tenant's
+// root session labelled RootLabel when it is absent.
+func (a *args) session(ctx context.Context, api API) string {
+	if raw, ok := a.fields["sessionId"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return a.id("sessionId")
+	}
+	delete(a.fields, "sessionId")
+	if len(a.bad) > 0 || a.failed != nil {
+		return ""
+	}
+	id, err := api.FaceRoot(ctx, RootLabel)
+	if err != nil {
+		a.failed = err
+	}
+	return id
+}
+
+// query turns every argument into the query parameter of that name, as
+// a GET route reads it: strings as they are, numbers in decimal. Other
+// values are invalid.
+func (a *args) query() url.Values {
+	q := url.Values{}
+	for name, raw := range a.fields {
+		var s string
+		var n json.Number
+		switch {
+		case bytes.Equal(bytes.TrimSpace(raw), []byte("null")):
+			continue
+		case json.Unmarshal(raw, &s) == nil:
+			q.Set(name, s)
+		case json.Unmarshal(raw, &n) == nil:
+			q.Set(name, n.String())
+		default:
+			a.bad[name] = "must be a string or a number"
+		}
+	}
+	return q
 }
 
 // err returns what is wrong with the arguments: INVALID_REQUEST listing

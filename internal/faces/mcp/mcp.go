@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/url"
 	"reflect"
 	"slices"
 	"time"
@@ -54,6 +55,12 @@ type API interface {
 	// GetTask answers GET /v1/tasks/{taskId}, waiting up to wait for the
 	// activation to settle.
 	GetTask(ctx context.Context, taskID string, wait time.Duration) (json.RawMessage, error)
+	// CancelTree answers POST /v1/sessions/{id}/cancel.
+	CancelTree(ctx context.Context, sessionID string) (json.RawMessage, error)
+	// ListApprovals answers GET /v1/approvals with query as its query.
+	ListApprovals(ctx context.Context, query url.Values) (json.RawMessage, error)
+	// DecideApproval answers POST /v1/approvals/{approvalId}/decision.
+	DecideApproval(ctx context.Context, approvalID string, body []byte) (json.RawMessage, error)
 	// FaceRoot returns the id of the tenant's root session labelled label,
 	// creating it on first use.
 	FaceRoot(ctx context.Context, label string) (string, error)
@@ -105,7 +112,8 @@ func NewHandler(cfg Config) http.Handler {
 const instructions = "subagentd runs child agents for you. For a self-contained task, call delegate: " +
 	"it answers the result when the child finishes within `wait` seconds, else a running run to poll with get_run. " +
 	"For a conversation you will continue, call start_subagent, then followup with more content and get_task for each turn's result; " +
-	"interrupt stops a turn. list_providers names the providers a child can run on."
+	"interrupt stops a turn, cancel_tree everything below a session. list_providers names the providers a child can run on. " +
+	"An agent may wait for a person to allow a tool call: list_approvals with state pending shows them, decide_approval answers one."
 
 // face holds the tools' handlers.
 type face struct {
@@ -161,6 +169,26 @@ type getTaskArgs struct {
 	Wait   *int   `json:"wait,omitempty" jsonschema:"seconds to wait for a running task to settle (0 to 300, default 0)"`
 }
 
+type cancelTreeArgs struct {
+	SessionID string `json:"sessionId,omitempty" jsonschema:"the session whose tree (every run and turn below it) stops; default: this tenant's root session labelled mcp"`
+}
+
+type listApprovalsArgs struct {
+	State         string `json:"state,omitempty" jsonschema:"only approvals in this state: pending, decided, expired or cancelled"`
+	RootSessionID string `json:"rootSessionId,omitempty" jsonschema:"only approvals of this root session's tree"`
+	SessionID     string `json:"sessionId,omitempty" jsonschema:"only approvals the agent of this session asked for"`
+	After         string `json:"after,omitempty" jsonschema:"the nextCursor of the previous page"`
+	Limit         *int   `json:"limit,omitempty" jsonschema:"page size (default 100)"`
+}
+
+type decideApprovalArgs struct {
+	ApprovalID string `json:"approvalId" jsonschema:"the approval, as list_approvals answered it"`
+	OptionID   string `json:"optionId,omitempty" jsonschema:"one of the approval's options, by optionId; or give outcome instead"`
+	Outcome    string `json:"outcome,omitempty" jsonschema:"allow or reject: the agent's own option of that kind is chosen"`
+	Scope      string `json:"scope,omitempty" jsonschema:"once (default) or always, with outcome"`
+	Reason     string `json:"reason,omitempty" jsonschema:"why, recorded with the decision"`
+}
+
 // prompt is content: a string, or content blocks. Its schema is
 // promptSchema.
 type prompt json.RawMessage
@@ -178,8 +206,7 @@ var promptSchema = &jsonschema.Schema{
 	},
 }
 
-// tools lists the face's tools. Governance tools (tree cancel, approvals)
-// arrive with those features.
+// tools lists the face's tools.
 func (f *face) tools() []tool {
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true}
 	return []tool{
@@ -245,6 +272,30 @@ func (f *face) tools() []tool {
 					return nil, err
 				}
 				return f.api.Interrupt(ctx, child, a.body())
+			}),
+		define[cancelTreeArgs]("cancel_tree", "Cancel everything running below a session: every run and turn of its children and their children stops (aborted, 'cancelled by tree'), and a root's own turn too. Answers how many it stopped; later work runs normally.", nil,
+			func(ctx context.Context, a *args) (json.RawMessage, error) {
+				session := a.session(ctx, f.api)
+				if err := a.err(); err != nil {
+					return nil, err
+				}
+				return f.api.CancelTree(ctx, session)
+			}),
+		define[listApprovalsArgs]("list_approvals", "List approvals: tool calls that agents asked a person to allow (with the call's title, kind and input, and the agent's options), oldest first. Filter by state (pending for those waiting), tree or session.", readOnly,
+			func(ctx context.Context, a *args) (json.RawMessage, error) {
+				query := a.query()
+				if err := a.err(); err != nil {
+					return nil, err
+				}
+				return f.api.ListApprovals(ctx, query)
+			}),
+		define[decideApprovalArgs]("decide_approval", "Decide a pending approval: choose one of its options by optionId, or give outcome allow or reject. The agent gets the answer at once; the first decision wins.", nil,
+			func(ctx context.Context, a *args) (json.RawMessage, error) {
+				approval := a.id("approvalId")
+				if err := a.err(); err != nil {
+					return nil, err
+				}
+				return f.api.DecideApproval(ctx, approval, a.body())
 			}),
 	}
 }

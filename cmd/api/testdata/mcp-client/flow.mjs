@@ -8,7 +8,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 const [endpoint, token] = process.argv.slice(2);
-const wantTools = ["delegate", "followup", "get_run", "get_task", "interrupt", "list_providers", "start_subagent"];
+const wantTools = ["cancel_tree", "decide_approval", "delegate", "followup", "get_run", "get_task", "interrupt", "list_approvals", "list_providers", "start_subagent"];
 
 function check(ok, what) {
   if (!ok) {
@@ -63,7 +63,7 @@ check(bad.isError && bad.content[0].text.startsWith("INVALID_REQUEST"), `bad arg
 
 let unknown = null;
 try {
-  await client.callTool({ name: "decide_approval", arguments: {} });
+  await client.callTool({ name: "no_such_tool", arguments: {} });
 } catch (err) {
   unknown = err;
 }
