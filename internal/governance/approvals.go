@@ -509,7 +509,7 @@ func event(typ string, ap store.Approval) (store.LifecycleEvent, error) {
 	if err != nil {
 		return store.LifecycleEvent{}, fmt.Errorf("approval: encode %s: %w", typ, err)
 	}
-	return store.LifecycleEvent{Type: typ, ParentID: ap.ParentID, RunID: ap.RunID, Time: time.Now(), Payload: p}, nil
+	return store.LifecycleEvent{Type: typ, ParentID: ap.ParentID, RootID: ap.RootSessionID, RunID: ap.RunID, Time: time.Now(), Payload: p}, nil
 }
 
 // SweepOrphans runs Recover every period until ctx ends: the approvals of a

@@ -81,6 +81,10 @@ func TestOpen_RecordsTheTreeAndAnnounces(t *testing.T) {
 	if p["approvalId"] != ap.ID || p["rootSessionId"] != "root" || p["state"] != "pending" || evs[0].ParentID != "mid" {
 		t.Fatalf("requested payload %v", p)
 	}
+	// The event belongs to the tree, so /v1/events?rootSessionId= streams it.
+	if tree, err := b.st.Lifecycle(b.ctx, store.LifecycleFilter{RootID: "root"}); err != nil || len(tree) != 1 || tree[0].ID != evs[0].ID {
+		t.Fatalf("the tree's lifecycle events %+v, %v; want the approval's", tree, err)
+	}
 }
 
 // TestOpen_WaitsForTheRunsStart: an agent may ask before the start of its
