@@ -20,9 +20,12 @@
 //  6. replicas: two replicas on one Postgres database; followups steered
 //     into a child one drives, sent through the other (routed) against
 //     sent to the owner itself, and the takeover time after a SIGKILL of
-//     the owner, against the lease TTL.
+//     the owner, against the lease TTL;
+//  7. A2A face: one echo turn of a new continuable child through A2A
+//     SendMessage (JSON-RPC and HTTP+JSON) against the REST calls that do
+//     the same.
 //
-// Usage: go run ./bench [-quick] [-scenario=1,2,3,4,5,6] [-cpuprofile=file] [-pg=url].
+// Usage: go run ./bench [-quick] [-scenario=1,2,3,4,5,6,7] [-cpuprofile=file] [-pg=url].
 // See bench/README.md.
 package main
 
@@ -82,7 +85,7 @@ func parseFlags(args []string) (options, bool, error) {
 	var scen string
 	var serve bool
 	fs.BoolVar(&o.quick, "quick", false, "small sizes and short measurements (under 2 minutes on 2 cores)")
-	fs.StringVar(&scen, "scenario", "1,2,3,4,5,6", "comma-separated scenarios to run")
+	fs.StringVar(&scen, "scenario", "1,2,3,4,5,6,7", "comma-separated scenarios to run")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write the bench's CPU profile to `file`, and each service subprocess's to file.<name>.service")
 	fs.StringVar(&o.pgURL, "pg", "postgres://postgres@127.0.0.1:5432/postgres", "Postgres server `url`; bench databases are created on it and dropped")
 	fs.StringVar(&o.apiPkg, "api", "./cmd/api", "the service `package` to build and run")
@@ -97,8 +100,8 @@ func parseFlags(args []string) (options, bool, error) {
 	o.scenarios = map[int]bool{}
 	for _, s := range strings.Split(scen, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 6 {
-			return o, false, fmt.Errorf("-scenario: %q is not one of 1, 2, 3, 4, 5, 6", s)
+		if err != nil || n < 1 || n > 7 {
+			return o, false, fmt.Errorf("-scenario: %q is not one of 1 to 7", s)
 		}
 		o.scenarios[n] = true
 	}
@@ -134,6 +137,7 @@ func run(ctx context.Context, opts options, log *slog.Logger, out io.Writer) (er
 		{4, "cold resume", b.coldResume},
 		{5, "memory and CPU per run", b.memory},
 		{6, "replicas", b.replicas},
+		{7, "A2A face", b.a2aFace},
 	}
 	var errs []error
 	for _, s := range scenarios {

@@ -32,6 +32,7 @@ import (
 	"github.com/subagentd/subagentd/internal/agent"
 	cfgfile "github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/delegate"
+	a2aface "github.com/subagentd/subagentd/internal/faces/a2a"
 	mcpface "github.com/subagentd/subagentd/internal/faces/mcp"
 	"github.com/subagentd/subagentd/internal/governance"
 	httpapi "github.com/subagentd/subagentd/internal/http"
@@ -494,6 +495,12 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 		MCP: func(api *httpapi.Server) http.Handler {
 			return mcpface.NewHandler(mcpface.Config{API: api, Logger: log, Version: buildVersion()})
 		},
+		A2A: func(api *httpapi.Server) httpapi.A2A {
+			return a2aface.New(a2aface.Config{
+				API: api, Logger: log, Version: buildVersion(), Authenticated: len(sec.tokens) > 0,
+				Heartbeat: httpapi.DefaultHeartbeat, MaxWait: a2aWait,
+			})
+		},
 	})
 	loops.Go(func() { api.SweepExpired(bg, idempotencySweep) })
 	return &app{svc: svc, mgr: mgr, roots: roots, api: api, authenticated: len(sec.tokens) > 0, stop: stop}, nil
@@ -513,6 +520,10 @@ func newWebhooks(cfg config, file *cfgfile.File, wc webhooks.Config) (*webhooks.
 	wc.Retry, wc.AllowPrivate = retry, allow || file.WebhooksAllowPrivate
 	return webhooks.New(wc), nil
 }
+
+// a2aWait bounds how long the A2A face's blocking message/send and
+// tasks/cancel wait for the task to settle before they answer it working.
+const a2aWait = 60 * time.Second
 
 // idempotencySweep is how often expired idempotency keys and sign-ins are
 // deleted.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/delegate"
+	a2aface "github.com/subagentd/subagentd/internal/faces/a2a"
 	mcpface "github.com/subagentd/subagentd/internal/faces/mcp"
 	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
@@ -74,6 +75,7 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 		cfg.Usage = governance.NewUsage(b.st)
 		cfg.Sessions = roots.New(roots.Config{Store: b.st, Routes: table, Agents: w.roots})
 		cfg.MCP = func(s *Server) http.Handler { return mcpface.NewHandler(mcpface.Config{API: s, Logger: b.log}) }
+		cfg.A2A = func(s *Server) A2A { return a2aface.New(a2aface.Config{API: s, Logger: b.log, MaxWait: time.Second}) }
 		withWebhooks(b, cfg, false)
 		cfg.Approvals = governance.NewApprovals(governance.ApprovalsConfig{Store: b.st, Owner: "test", Logger: b.log})
 		// Activations settle (and notify their roots) before the roots close.

@@ -69,13 +69,14 @@ func IsLoopbackAddr(addr string) bool {
 
 // protected reports whether path needs authentication: every /v1 route
 // (except the sign-in route, which authenticates itself), the MCP face,
-// /readyz and /metrics. The dashboard, the spec, /docs and /healthz are
-// public.
+// the A2A face but its agent cards, /readyz and /metrics. The dashboard,
+// the spec, /docs, /healthz and the agent cards are public.
 func protected(path string) bool {
-	if path == authSessionPath {
+	if path == authSessionPath || a2aPublic(path) {
 		return false
 	}
-	return path == "/v1" || strings.HasPrefix(path, "/v1/") || path == mcpPath || path == "/readyz" || path == "/metrics"
+	return path == "/v1" || strings.HasPrefix(path, "/v1/") || path == mcpPath ||
+		path == a2aPrefix || strings.HasPrefix(path, a2aPrefix+"/") || path == "/readyz" || path == "/metrics"
 }
 
 // guard is the security middleware, in the order its checks run: the

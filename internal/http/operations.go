@@ -15,7 +15,7 @@ import (
 )
 
 // The REST API's operations for the service's other faces
-// (internal/faces/mcp). Each makes the domain call of one route after the
+// (internal/faces/mcp, internal/faces/a2a). Each makes the domain call of one route after the
 // route's own validation of the same request body, and answers the
 // route's JSON body, so that a face adds no rule of its own and its
 // answers read as the REST ones. ctx carries the tenant (the guard put it
@@ -27,6 +27,15 @@ import (
 func (s *Server) ListProviders(ctx context.Context) (json.RawMessage, error) {
 	list, err := s.providerList(ctx)
 	return answer(ctx, s, "list providers", list, err)
+}
+
+// GetProvider answers GET /v1/providers/{name}.
+func (s *Server) GetProvider(ctx context.Context, name string) (json.RawMessage, error) {
+	if err := checkID("name", name); err != nil {
+		return answer(ctx, s, "get provider", providerJSON{}, err)
+	}
+	out, err := s.provider(ctx, name)
+	return answer(ctx, s, "get provider", out, err)
 }
 
 // StartRun answers POST /v1/runs with body as its request body, waiting up
@@ -128,6 +137,91 @@ func (s *Server) DecideApproval(ctx context.Context, approvalID string, body []b
 	}
 	out, err := s.decide(ctx, approvalID, req)
 	return answer(ctx, s, "decide approval", out, err)
+}
+
+// FollowTask passes each event of task taskID's turns to each, in log
+// order, as GET /v1/sessions/{id}/events shows an event: from the
+// activation's start — the events its child's log holds already — then
+// the ones it appends, until it settled and each got every event it
+// logged. It answers GET /v1/tasks/{taskId} as the task then stands:
+// settled, or running when the server began shutting down. A settled task
+// is replayed whole at once. An error each returns ends the stream and is
+// returned as it is.
+//
+// An activation's events are the child's log entries stamped between its
+// run's start and its end: an activation is driven by one replica at a
+// time, which stamps both, and no two activations of a child overlap
+// (docs/seam.md §12). Each read of the log is followed by a read of the
+// run, so an event read before the end was known is still held to it.
+func (s *Server) FollowTask(ctx context.Context, taskID string, each func(event json.RawMessage) error) (json.RawMessage, error) {
+	if err := checkID("taskId", taskID); err != nil {
+		return answer(ctx, s, "follow task", runJSON{}, err)
+	}
+	var eachErr error
+	run, err := s.followTask(ctx, taskID, func(ev json.RawMessage) error {
+		eachErr = each(ev)
+		return eachErr
+	})
+	if eachErr != nil {
+		return nil, eachErr
+	}
+	return answer(ctx, s, "follow task", runOut(run), err)
+}
+
+func (s *Server) followTask(ctx context.Context, taskID string, each func(json.RawMessage) error) (store.Run, error) {
+	task, err := s.task(ctx, taskID, 0)
+	if err != nil {
+		return store.Run{}, err
+	}
+	leave, err := s.enter(ctx)
+	if err != nil {
+		return store.Run{}, err
+	}
+	defer leave()
+	// Subscribe before the first read, so that no commit falls between.
+	logWake, stopLog := s.store.Subscribe(store.SessionTopic(task.ChildID))
+	defer stopLog()
+	endWake, stopEnd := s.store.Subscribe(store.LifecycleTopic)
+	defer stopEnd()
+	after := int64(-1)
+	for {
+		evs, err := s.store.Events(ctx, task.ChildID, after, readPage)
+		if err != nil {
+			return store.Run{}, sessionError(task.ChildID, err)
+		}
+		cur, err := s.run(ctx, task.ID)
+		if err != nil {
+			return store.Run{}, err
+		}
+		ended := cur.State != store.StateRunning
+		for _, e := range evs {
+			after = e.Seq
+			if e.Time.Before(task.StartedAt) || (ended && e.Time.After(cur.EndedAt)) {
+				continue
+			}
+			data, err := json.Marshal(sessionEventOut(e))
+			if err != nil {
+				return store.Run{}, fmt.Errorf("session %s event %d: %w", task.ChildID, e.Seq, err)
+			}
+			if err := each(data); err != nil {
+				return store.Run{}, err
+			}
+		}
+		switch {
+		case len(evs) == readPage:
+			continue
+		case ended:
+			return cur, nil
+		}
+		select {
+		case <-logWake:
+		case <-endWake:
+		case <-s.done:
+			return cur, nil
+		case <-ctx.Done():
+			return store.Run{}, ctx.Err()
+		}
+	}
 }
 
 // FaceRoot returns the id of ctx's tenant's root session labelled label —

@@ -61,13 +61,23 @@ func (s *Server) getProvider(w http.ResponseWriter, r *http.Request) error {
 	if err := p.err(); err != nil {
 		return err
 	}
-	prov, ok := s.svc.Provider(name)
-	if !ok {
-		return subagent.Errorf(subagent.ENoProvider, "no subagent provider named %q", name)
-	}
-	if _, err := awaitProbe(r.Context(), prov); err != nil {
+	out, err := s.provider(r.Context(), name)
+	if err != nil {
 		return err
 	}
-	s.writeJSON(w, r, http.StatusOK, providerOut(prov, s.modelRoutes))
+	s.writeJSON(w, r, http.StatusOK, out)
 	return nil
+}
+
+// provider describes provider name once its capabilities are known
+// (awaitProbe); NO_PROVIDER when there is none.
+func (s *Server) provider(ctx context.Context, name string) (providerJSON, error) {
+	prov, ok := s.svc.Provider(name)
+	if !ok {
+		return providerJSON{}, subagent.Errorf(subagent.ENoProvider, "no subagent provider named %q", name)
+	}
+	if _, err := awaitProbe(ctx, prov); err != nil {
+		return providerJSON{}, err
+	}
+	return providerOut(prov, s.modelRoutes), nil
 }

@@ -210,6 +210,10 @@ type Config struct {
 	// operations (operations.go); it is served behind the same guard as
 	// /v1. nil answers /mcp NOT_READY (503).
 	MCP func(*Server) http.Handler
+	// A2A builds the A2A face over the server's operations
+	// (operations.go); its routes are served behind the same guard as /v1,
+	// its agent cards in public. nil answers its routes NOT_READY (503).
+	A2A func(*Server) A2A
 }
 
 // Server serves the API. Create it with NewServer, serve Handler, and call
@@ -237,6 +241,7 @@ type Server struct {
 	limiter     *limiter
 	streamCap   *counter
 	mcp         http.Handler // nil: Config.MCP was not set
+	a2a         A2A          // nil: Config.A2A was not set
 
 	registry *prometheus.Registry
 	metrics  *metrics
@@ -298,6 +303,9 @@ func NewServer(cfg Config) *Server {
 	s.broker = newBroker(cfg.Store, cfg.Logger, orDefault(cfg.RingSize, DefaultRingSize))
 	if cfg.MCP != nil {
 		s.mcp = cfg.MCP(s)
+	}
+	if cfg.A2A != nil {
+		s.a2a = cfg.A2A(s)
 	}
 	s.router = s.routes()
 	return s
@@ -410,6 +418,7 @@ func (s *Server) routes() chi.Router {
 	})
 
 	r.Post(mcpPath, s.h(s.serveMCP))
+	s.a2aRoutes(r)
 
 	r.Get("/healthz", s.h(s.health))
 	r.Get("/readyz", s.h(s.ready))

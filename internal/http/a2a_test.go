@@ -1,0 +1,95 @@
+package http
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// getTaskRPC is a JSON-RPC request of the A2A face.
+var getTaskRPC = map[string]any{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": map[string]any{"id": "no-such-task"}}
+
+// TestA2A_NotReadyWithoutTheFace: without Config.A2A its routes are
+// NOT_READY.
+func TestA2A_NotReadyWithoutTheFace(t *testing.T) {
+	b := setup(t)
+	b.wantProblem(t, http.StatusServiceUnavailable, codeNotReady, call{method: http.MethodGet, path: "/a2a/spawn/.well-known/agent-card.json"})
+	b.wantProblem(t, http.StatusServiceUnavailable, codeNotReady, call{method: http.MethodPost, path: "/a2a/spawn", body: getTaskRPC})
+}
+
+// fakeA2A records the tenant each method saw.
+type fakeA2A struct{ tenants chan string }
+
+func (f fakeA2A) Card(r *http.Request, provider string) ([]byte, error) {
+	f.tenants <- store.Tenant(r.Context())
+	return json.Marshal(map[string]any{"name": provider, "description": "d", "supportedInterfaces": []any{}, "capabilities": map[string]any{}, "skills": []any{}})
+}
+
+func (f fakeA2A) JSONRPC(w http.ResponseWriter, r *http.Request, _ string) {
+	f.tenants <- store.Tenant(r.Context())
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"jsonrpc":"2.0","id":1,"result":{}}`))
+}
+
+func (f fakeA2A) REST(w http.ResponseWriter, r *http.Request, _ string) {
+	f.tenants <- store.Tenant(r.Context())
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{}`))
+}
+
+// TestA2A_CardsPublicMethodsBehindTheGuard: the agent cards need no
+// token; every method does, and reaches the face with the token's tenant;
+// an unknown provider is NO_PROVIDER before the face.
+func TestA2A_CardsPublicMethodsBehindTheGuard(t *testing.T) {
+	f := fakeA2A{tenants: make(chan string, 1)}
+	b := setup(t, withTokens, func(c *Config) { c.A2A = func(*Server) A2A { return f } })
+	b.register(t, &fakeProvider{name: "spawn", caps: allCaps(), local: true})
+	for _, path := range []string{"/.well-known/agent-card.json", "/a2a/spawn/.well-known/agent-card.json"} {
+		b.want(t, http.StatusOK, call{method: http.MethodGet, path: path})
+		<-f.tenants
+	}
+	for _, c := range []call{
+		{method: http.MethodPost, path: "/a2a/spawn", body: getTaskRPC},
+		{method: http.MethodGet, path: "/a2a/spawn/rest/tasks/x"},
+	} {
+		r := b.do(t, c)
+		if r.status != http.StatusUnauthorized || r.problem(t).Code != subagent.EUnauthenticated {
+			t.Fatalf("%s %s without a token: %d %s, want 401 UNAUTHENTICATED", c.method, c.path, r.status, r.body)
+		}
+		b.want(t, http.StatusOK, with(tokenB, c))
+		if got := <-f.tenants; got != "bravo" {
+			t.Fatalf("the face saw tenant %q, want bravo", got)
+		}
+	}
+	b.wantProblem(t, http.StatusNotFound, subagent.ENoProvider, with(tokenB, call{method: http.MethodPost, path: "/a2a/nobody", body: getTaskRPC}))
+}
+
+// TestA2A_RealFace: the face's card and a JSON-RPC error over the real
+// domain.
+func TestA2A_RealFace(t *testing.T) {
+	w := setupWorldWith(t, nil)
+	var card struct {
+		Name                string `json:"name"`
+		SupportedInterfaces []struct {
+			URL, ProtocolBinding string
+		} `json:"supportedInterfaces"`
+	}
+	w.want(t, http.StatusOK, call{method: http.MethodGet, path: "/a2a/spawn/.well-known/agent-card.json"}).decode(t, &card)
+	if card.Name != "spawn" || len(card.SupportedInterfaces) != 2 {
+		t.Fatalf("card %+v", card)
+	}
+	var answer struct {
+		Error struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	w.want(t, http.StatusOK, call{method: http.MethodPost, path: "/a2a/spawn", body: getTaskRPC}).decode(t, &answer)
+	if answer.Error.Code != -32001 { // TaskNotFoundError
+		t.Fatalf("GetTask of an unknown task answered %+v, want TaskNotFoundError", answer)
+	}
+	w.wantProblem(t, http.StatusNotFound, subagent.ENoProvider, call{method: http.MethodGet, path: "/a2a/nobody/.well-known/agent-card.json"})
+}
