@@ -263,7 +263,9 @@ class App {
   readTreeLogs() {
     const s = this.store;
     const n = s.ui.selected && s.nodes.get(s.ui.selected);
-    if (!n) return;
+    // Before the baseline the tree's size is not known: a big tree would
+    // pass for a small one. loadBaseline calls again.
+    if (!n || !s.ui.baselineLoaded) return;
     const all = s.subtree(s.treeRoot(n));
     if (s.ui.tab !== 'timeline' && all.length > SMALL_TREE) return;
     for (const m of all) if (!s.logsRead.has(m.id)) this.enqueue(m.id, 'log');
@@ -569,20 +571,53 @@ function blocks(d) {
   return Array.isArray(c) ? c.filter((b) => b && b.type === 'text').map((b) => b.text).join('') : '';
 }
 
-// fetchEvents reads a session's durable log page by page: events after
-// `after` (null: from the start) with seq below `until`, as stream events.
+/** Events per page of a log read; the API's largest page. */
+const EVENT_PAGE = 1000;
+/** Pages of one log read in flight at once. */
+const PAGES_AHEAD = 4;
+
+// fetchEvents reads a session's durable log: events after `after` (null:
+// from the start) with seq below `until`, as stream events. Seqs are
+// contiguous (0, 1, 2, …), so page k of a whole log starts after
+// after + k·EVENT_PAGE and PAGES_AHEAD pages are read at once; a page that
+// comes back short while more follow (a gap) ends the guessing, and the rest
+// is read page by page after its last seq.
 async function fetchEvents(id, after, until) {
   const out = [];
-  let cursor = after;
+  const start = after ?? -1;
+  const page = (from) => api('GET', paths.sessionEvents(id, { limit: EVENT_PAGE, after: from < 0 ? null : from }));
+  let cursor = start;
+  if (until === Infinity) {
+    const inflight = [];
+    let next = start;
+    const ask = () => {
+      const res = page(next);
+      // A page guessed past the end, or after a failure, is not waited for.
+      res.catch(() => {});
+      inflight.push({ from: next, res });
+      next += EVENT_PAGE;
+    };
+    while (inflight.length < PAGES_AHEAD) ask();
+    for (;;) {
+      const { from, res } = inflight.shift();
+      const got = await res;
+      const events = (got && got.events) || [];
+      for (const e of events) out.push({ id: e.seq, type: e.type, data: e });
+      if (events.length) cursor = events.at(-1).seq;
+      if (!got || !got.hasMore || events.length === 0) return out;
+      if (cursor !== from + EVENT_PAGE) break;
+      ask();
+    }
+  }
   for (;;) {
-    const page = await api('GET', paths.sessionEvents(id, { limit: 1000, after: cursor }));
-    const events = (page && page.events) || [];
+    const got = await page(cursor);
+    const events = (got && got.events) || [];
     for (const e of events) {
       if (e.seq >= until) return out;
       out.push({ id: e.seq, type: e.type, data: e });
       cursor = e.seq;
     }
-    if (!page || !page.hasMore || events.length === 0) return out;
+    if (!got || !got.hasMore || events.length === 0) return out;
   }
 }
 
