@@ -12,11 +12,24 @@
 // The event log keeps every event in memory and shows the newest LOG_PAGE
 // rows that pass its type filter ("Show earlier" pages back); assistant/chunk
 // rows are folded into their assistant/message row unless asked for.
+//
+// A long log is drawn from its end: load() builds the rows of its last
+// TAIL events and keeps the turns before them as segments of about SEGMENT
+// events each, noted (counts, usage, name, activity) but not drawn. The
+// reader scrolling near the top of the conversation, or a link to an
+// earlier event, draws the segments above, so opening a log of ten
+// thousand events costs what a few screenfuls do.
 
 import { blocksText, formatDuration, formatUsage, h, prettyJSON, stateStyle, toMillis } from './format.js';
 
 /** Event log rows shown per page. */
 const LOG_PAGE = 500;
+/** A replayed log longer than this is drawn from its end. */
+const TAIL = 400;
+/** Events of one earlier segment, drawn at once. */
+const SEGMENT = 300;
+/** How close (px) the reader scrolls to the top before the segment above is drawn. */
+const EARLIER_MARGIN = 1200;
 
 export class Transcript {
   /**
@@ -50,11 +63,25 @@ export class Transcript {
     });
     keep.observe(sc);
     keep.observe(o.conv);
+    // Rows above the drawn ones are drawn as the reader nears them.
+    this.near = new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting)) this.drawEarlierSoon();
+    }, { root: sc, rootMargin: `${EARLIER_MARGIN}px 0px 0px 0px` });
+    this.earlierFrame = 0;
     this.reset();
   }
 
   reset() {
+    this.near.disconnect();
     this.o.conv.replaceChildren();
+    /** [from, to) ranges of this.events not drawn yet, oldest first */
+    this.earlier = [];
+    /** the "earlier messages" row on top while segments are not drawn */
+    this.top = null;
+    /** run end markers that belong above the drawn rows: [el, endedAt] */
+    this.pendingEnds = [];
+    /** set while an earlier segment is drawn: its events were noted already */
+    this.replaying = false;
     this.o.log.replaceChildren();
     this.count = 0;
     /** every event of the log: {seq, type, time, payload, chunks?} */
@@ -101,7 +128,17 @@ export class Transcript {
     this.bulk = [];
     // Rows are built off the page and attached once.
     this.target = document.createDocumentFragment();
-    for (const ev of events) this.apply(ev);
+    const split = splitAt(events);
+    for (let i = 0; i < split; i++) this.note(events[i]);
+    for (let i = split; i < events.length; i++) this.apply(events[i]);
+    if (split) {
+      this.earlier = segments(events, split);
+      this.top = h('div', { class: 'earlier', 'data-testid': 'conv-earlier' },
+        h('button', { type: 'button', class: 'link', onclick: () => this.drawEarlier() }));
+      this.o.conv.append(this.top);
+      this.countEarlier();
+      this.near.observe(this.top);
+    }
     this.o.conv.append(this.target);
     this.target = this.o.conv;
     this.loaded = true;
@@ -120,19 +157,111 @@ export class Transcript {
   }
 
   /** Applies one session event; data is the {seq,type,time,data} envelope or the bare payload. */
-  apply({ id, type, data }) {
+  apply(ev) {
+    const { seq, type, time, payload } = this.take(ev);
+    this.render(seq, type, payload || {}, time);
+  }
+
+  // note takes an event of a long log's earlier part without drawing it:
+  // what its rows would tell the rest of the page (the name, the
+  // descriptor, steers being admitted) is told now.
+  note(ev) {
+    const { type, payload } = this.take(ev);
+    const d = payload || {};
+    switch (type) {
+      case 'user/message': {
+        this.notePrompt(d);
+        // As userMessage: a steer being admitted is a plain user message.
+        const src = d.source || {};
+        if (this.admitting > 0 && src.form !== 'notice' && src.kind !== 'subagent-settled' && src.kind !== 'plugin') this.admitting--;
+        break;
+      }
+      case 'subagent/descriptor':
+        this.o.onDescriptor(d);
+        break;
+      case 'agent/inbox/spliced':
+      case 'step/start':
+        this.render(null, type, d, null);
+        break;
+      default:
+        break;
+    }
+  }
+
+  // take records one session event; data is the {seq,type,time,data}
+  // envelope or the bare payload.
+  take({ id, type, data }) {
     const env = data && typeof data === 'object' && 'data' in data && ('seq' in data || data.type === type) ? data : null;
     const payload = env ? env.data : data;
     const seq = id ?? env?.seq ?? null;
     const time = toMillis(env?.time);
     this.now = time;
     this.record(seq, type, time, payload);
-    this.render(seq, type, payload || {}, time);
     if (type === 'assistant/message' && payload && payload.usage) {
       const u = { seq, type, time: env?.time, data: payload };
       if (this.bulk) this.bulk.push(u);
       else this.o.onUsage([u]);
     }
+    return { seq, type, time, payload };
+  }
+
+  /** Says how much is above the drawn rows. */
+  countEarlier() {
+    const n = this.earlier.reduce((sum, [from, to]) => sum + to - from, 0);
+    this.top.querySelector('button').textContent = `Show earlier messages (${n} earlier event${n === 1 ? '' : 's'})`;
+  }
+
+  drawEarlierSoon() {
+    if (this.earlierFrame) return;
+    this.earlierFrame = requestAnimationFrame(() => {
+      this.earlierFrame = 0;
+      if (!this.top) return;
+      // Still near the top after drawing one segment: draw the next.
+      const sc = this.o.scroller.getBoundingClientRect();
+      if (this.top.getBoundingClientRect().bottom < sc.top - EARLIER_MARGIN) return;
+      this.drawEarlier();
+      this.drawEarlierSoon();
+    });
+  }
+
+  /**
+   * Draws the segment just above the drawn rows, keeping the row the
+   * reader sees where it is.
+   */
+  drawEarlier() {
+    const seg = this.earlier.pop();
+    if (!seg) return;
+    const saved = { turns: this.turns, streams: this.streams, tools: this.tools, admitting: this.admitting, now: this.now };
+    this.turns = new Map();
+    this.streams = new Map();
+    this.tools = new Map();
+    this.admitting = 0;
+    this.replaying = true;
+    this.target = document.createDocumentFragment();
+    for (let i = seg[0]; i < seg[1]; i++) {
+      const ev = this.events[i];
+      this.now = ev.time;
+      this.render(ev.seq, ev.type, ev.payload || {}, ev.time);
+    }
+    const rows = this.target;
+    Object.assign(this, saved);
+    this.replaying = false;
+    this.target = this.o.conv;
+    this.o.conv.setAttribute('aria-busy', String(this.streams.size > 0));
+    const anchor = this.top.nextElementSibling;
+    const was = anchor ? anchor.getBoundingClientRect().top : 0;
+    this.top.after(rows);
+    if (anchor) this.o.scroller.scrollTop += anchor.getBoundingClientRect().top - was;
+    if (this.earlier.length) {
+      this.countEarlier();
+    } else {
+      this.near.unobserve(this.top);
+      this.top.remove();
+      this.top = null;
+    }
+    const ends = this.pendingEnds;
+    this.pendingEnds = [];
+    for (const [el, at] of ends) this.placeEnd(el, at);
   }
 
   record(seq, type, time, payload) {
@@ -230,15 +359,15 @@ export class Transcript {
         break;
       case 'turn/start':
         this.turns.set(d.turn, { start: time, input: 0, output: 0 });
-        this.o.onTurn(true);
+        if (!this.replaying) this.o.onTurn(true);
         this.add(h('div', { class: 'sep', role: 'separator', 'data-seq': seq, 'data-testid': 'turn-start' }, `Turn ${d.turn ?? ''}`));
         break;
       case 'turn/end':
         this.turnEnd(seq, d, time);
-        this.o.onTurn(false);
+        if (!this.replaying) this.o.onTurn(false);
         break;
       case 'subagent/descriptor':
-        this.o.onDescriptor(d);
+        if (!this.replaying) this.o.onDescriptor(d);
         break;
       case 'agent/inbox/spliced':
         // A claim of next-step messages is the admission of steers: the
@@ -259,6 +388,8 @@ export class Transcript {
    * it, for an event the conversation does not show) and marks it.
    */
   reveal(seq) {
+    // An event above the drawn rows: draw down to it first.
+    while (this.earlier.length && this.events[this.earlier.at(-1)[1]].seq > seq) this.drawEarlier();
     let best = null;
     for (const el of this.o.conv.querySelectorAll('[data-seq]')) {
       const at = Number(el.dataset.finalSeq ?? el.dataset.seq);
@@ -312,21 +443,28 @@ export class Transcript {
         this.placeholder.remove();
         this.placeholder = null;
       }
-      // After the last row of the run: rows are in time order.
-      let after = this.o.conv.lastElementChild;
-      while (after && r.endedAt !== null && after.dataset.time && Number(after.dataset.time) > r.endedAt) after = after.previousElementSibling;
-      this.o.conv.insertBefore(el, after ? after.nextSibling : this.o.conv.firstChild);
+      this.placeEnd(el, r.endedAt);
     }
+  }
+
+  // placeEnd puts a run end marker after the last row of the run (rows
+  // are in time order); one that belongs above the drawn rows waits for
+  // the segment it belongs in.
+  placeEnd(el, at) {
+    let after = this.o.conv.lastElementChild;
+    while (after && after !== this.top && at !== null && after.dataset.time && Number(after.dataset.time) > at) after = after.previousElementSibling;
+    if (after && after === this.top) {
+      this.pendingEnds.push([el, at]);
+      return;
+    }
+    this.o.conv.insertBefore(el, after ? after.nextSibling : this.o.conv.firstChild);
   }
 
   userMessage(seq, d) {
     const src = d.source || {};
     const text = blocksText(d.content);
     const extras = nonText(d.content);
-    if (!this.prompted && (!src.kind || src.kind === 'user' || src.kind === 'coordinator' || src.form === 'relay')) {
-      this.prompted = true;
-      this.o.onPrompt(text);
-    }
+    this.notePrompt(d, text);
     if (src.form === 'notice' || src.kind === 'subagent-settled') {
       this.add(h('details', { class: 'notice', 'data-seq': seq, 'data-testid': 'msg-notice' },
         h('summary', {}, h('span', { 'aria-hidden': 'true' }, '◇ '), src.summary || 'Runtime notice',
@@ -356,6 +494,14 @@ export class Transcript {
         steered ? h('span', { class: 'chip steered', 'data-testid': 'steered', title: 'Steered into the running turn: a model step admitted it' }, '↪ steered') : null),
       h('div', { class: 'body' }, text),
       extras));
+  }
+
+  // notePrompt tells the page the text of the log's first prompt.
+  notePrompt(d, text) {
+    const src = d.source || {};
+    if (this.prompted || !(!src.kind || src.kind === 'user' || src.kind === 'coordinator' || src.form === 'relay')) return;
+    this.prompted = true;
+    this.o.onPrompt(text ?? blocksText(d.content));
   }
 
   bubble(seq, d) {
@@ -487,6 +633,34 @@ export class Transcript {
     }
     if (this.streams.size === 0) this.o.conv.setAttribute('aria-busy', 'false');
   }
+}
+
+// splitAt returns where the drawn tail of a replayed log starts: after the
+// turn end at least TAIL events before the last event, so the tail begins
+// with a whole turn; 0 (draw it all) for a short log or one without turns.
+function splitAt(events) {
+  if (events.length <= TAIL + SEGMENT) return 0;
+  for (let i = events.length - TAIL; i > 0; i--) if (events[i - 1].type === 'turn/end') return i;
+  return 0;
+}
+
+// segments cuts events [0, end) into ranges of at least SEGMENT events,
+// each after a turn end (the first from 0), oldest first.
+function segments(events, end) {
+  const out = [];
+  let to = end;
+  while (to > 0) {
+    let from = 0;
+    for (let i = to - SEGMENT; i > 0; i--) {
+      if (events[i - 1].type === 'turn/end') {
+        from = i;
+        break;
+      }
+    }
+    out.push([from, to]);
+    to = from;
+  }
+  return out.reverse();
 }
 
 function nonText(content) {
