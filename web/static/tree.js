@@ -93,8 +93,10 @@ export class Tree {
     }
     this.list.style.height = `${this.flat.length * ROW_H}px`;
     this.list.dataset.rows = String(this.flat.length);
-    this.renderWindow();
+    // The selected row is scrolled to before the rows are drawn, so one
+    // window is built, and the page laid out once, per render.
     this.keepSelected();
+    this.renderWindow();
     return { matched: roots.length, total: s.nodes.size };
   }
 
@@ -271,7 +273,7 @@ export class Tree {
   }
 
   // reveal scrolls row i into view (the column when it scrolls, else the window).
-  reveal(i) {
+  reveal(i, { draw = true } = {}) {
     const top = this.list.getBoundingClientRect().top + i * ROW_H;
     const col = this.col?.getBoundingClientRect();
     const scrolls = this.col && this.col.scrollHeight > this.col.clientHeight;
@@ -283,7 +285,7 @@ export class Tree {
     if (!d) return;
     if (scrolls) this.col.scrollTop += d;
     else window.scrollBy(0, d);
-    this.renderWindow();
+    if (draw) this.renderWindow();
   }
 
   // keepSelected scrolls the selected row into view when it is newly
@@ -291,7 +293,7 @@ export class Tree {
   keepSelected() {
     const id = this.store.ui.selected;
     const i = this.index.get(id);
-    if (i !== undefined && !this.inView(i) && (id !== this.selShown || this.selVisible)) this.reveal(i);
+    if (i !== undefined && !this.inView(i) && (id !== this.selShown || this.selVisible)) this.reveal(i, { draw: false });
     this.selShown = id;
     this.selVisible = this.inView(i);
   }
