@@ -49,6 +49,8 @@ const FILTER_KEYS = { q: 'q', provider: 'p', state: 'st', since: 't' };
 const READERS = 3;
 /** Tries of a log read that fails (a busy server's 429, a dropped connection) before it counts as read. */
 const READ_TRIES = 3;
+/** Sessions and runs of the baseline's first page, drawn before the rest is read. */
+const FIRST_PAGE = 100;
 /** Trees up to this size have their usage read as soon as one is selected. */
 const SMALL_TREE = 50;
 
@@ -140,16 +142,29 @@ class App {
   // loadBaseline reads every session and run once, after the lifecycle
   // stream opened (the server has subscribed us, so no start or end falls
   // between the two). Later reconnects resume the stream from its cursor
-  // instead.
+  // instead. The first page of each list (oldest first, so parents come
+  // before their children) is drawn as soon as it is read; the rest follows
+  // in pages of a thousand while the page is already in use.
   async loadBaseline() {
+    const s = this.store;
+    const merge = (sessions, runs) => {
+      for (const x of sessions) s.mergeSession(x);
+      for (const r of runs) s.mergeRun(r);
+    };
     try {
-      const [sessions, runs] = await Promise.all([
-        listAll((after) => paths.sessions({ limit: 1000, after }), 'sessions'),
-        listAll((after) => paths.runs({ limit: 1000, after }), 'runs'),
+      const [sp, rp] = await Promise.all([
+        api('GET', paths.sessions({ limit: FIRST_PAGE })),
+        api('GET', paths.runs({ limit: FIRST_PAGE })),
       ]);
-      for (const s of sessions) this.store.mergeSession(s);
-      for (const r of runs) this.store.mergeRun(r);
-      this.store.set({ baselineLoaded: true });
+      merge((sp && sp.sessions) || [], (rp && rp.runs) || []);
+      const rest = (page, key, pathFor) => (page && page.nextCursor && (page[key] || []).length
+        ? listAll((after) => pathFor(after ?? page.nextCursor), key) : []);
+      const [sessions, runs] = await Promise.all([
+        rest(sp, 'sessions', (after) => paths.sessions({ limit: 1000, after })),
+        rest(rp, 'runs', (after) => paths.runs({ limit: 1000, after })),
+      ]);
+      merge(sessions, runs);
+      s.set({ baselineLoaded: true });
       this.readTreeLogs();
     } catch (err) {
       this.showError('Loading sessions', err);
