@@ -506,6 +506,7 @@ class App {
       $(tab).tabIndex = on ? 0 : -1;
       $(pane).hidden = !on;
       if (on) this.store.set({ tab: name });
+      if (on && name === 'log') this.transcript.showLog();
     }
     this.readTreeLogs();
   }

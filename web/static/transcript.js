@@ -80,6 +80,8 @@ export class Transcript {
     this.top = null;
     /** run end markers that belong above the drawn rows: [el, endedAt] */
     this.pendingEnds = [];
+    /** whether the event log's rows wait for its tab to be shown */
+    this.logStale = false;
     /** set while an earlier segment is drawn: its events were noted already */
     this.replaying = false;
     this.o.log.replaceChildren();
@@ -147,7 +149,9 @@ export class Transcript {
     if (usage.length) this.o.onUsage(usage);
     this.o.onCount(this.count);
     this.o.onTypes([...this.types].sort());
-    this.renderLog();
+    // A long log's event log rows are built when its tab is first shown.
+    if (split && this.o.log.closest('[hidden]')) this.logStale = true;
+    else this.renderLog();
     if (!this.o.conv.firstChild) {
       this.placeholder = h('p', { class: 'empty', 'data-testid': 'conv-none' }, this.count
         ? `No messages yet: the log holds ${this.count} event${this.count === 1 ? '' : 's'} — see the Event log. New messages appear here as they stream.`
@@ -282,7 +286,7 @@ export class Transcript {
       ev.chunks = this.pendingChunks.get(key) || 0;
       this.pendingChunks.delete(key);
     }
-    if (!this.bulk && this.shows(ev, this.o.logFilter())) {
+    if (!this.bulk && !this.logStale && this.shows(ev, this.o.logFilter())) {
       this.o.log.append(this.logRow(ev));
       this.matched++;
       if (this.matched > this.logShown) {
@@ -298,7 +302,13 @@ export class Transcript {
   }
 
   /** Re-renders the event log window after a filter change or "Show earlier". */
+  /** The event log's tab is shown: its rows are built if they were left for now. */
+  showLog() {
+    if (this.logStale) this.renderLog();
+  }
+
   renderLog() {
+    this.logStale = false;
     const f = this.o.logFilter();
     const match = this.events.filter((ev) => this.shows(ev, f));
     this.matched = match.length;
