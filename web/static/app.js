@@ -589,8 +589,12 @@ function blocks(d) {
 
 /** Events per page of a log read; the API's largest page. */
 const EVENT_PAGE = 1000;
-/** Pages of one log read in flight at once. */
-const PAGES_AHEAD = 4;
+/**
+ * Pages of one log read in flight at once. A browser opens six connections
+ * to a server: the two streams hold two, and the baseline's two lists must
+ * not wait behind a log.
+ */
+const PAGES_AHEAD = 2;
 
 // fetchEvents reads a session's durable log: events after `after` (null:
 // from the start) with seq below `until`, as stream events. Seqs are
