@@ -52,14 +52,18 @@ export class Transcript {
     this.o = o;
     // The conversation sticks to its end while the reader is there: a
     // scroll says where they are, and a change of size (new rows, or the
-    // pane resized by the head above it) keeps them at the end.
+    // pane resized by the head above it) keeps them at the end. An event a
+    // link showed stays in view the same way until the reader moves.
     this.stick = true;
+    this.pinned = null;
     const sc = o.scroller;
     sc.addEventListener('scroll', () => {
       if (sc.clientHeight) this.stick = sc.scrollHeight - sc.scrollTop - sc.clientHeight < 80;
     });
+    for (const t of ['wheel', 'touchstart', 'pointerdown', 'keydown']) sc.addEventListener(t, () => { this.pinned = null; }, { passive: true });
     const keep = new ResizeObserver(() => {
-      if (this.stick) sc.scrollTop = sc.scrollHeight;
+      if (this.pinned?.isConnected) this.center(this.pinned);
+      else if (this.stick) sc.scrollTop = sc.scrollHeight;
     });
     keep.observe(sc);
     keep.observe(o.conv);
@@ -80,6 +84,8 @@ export class Transcript {
     this.top = null;
     /** run end markers that belong above the drawn rows: [el, endedAt] */
     this.pendingEnds = [];
+    /** whether a turn runs where the noted part of a long log ends; null: it noted none */
+    this.turnOn = null;
     /** whether the event log's rows wait for its tab to be shown */
     this.logStale = false;
     /** set while an earlier segment is drawn: its events were noted already */
@@ -93,6 +99,7 @@ export class Transcript {
     /** events that pass the log filter */
     this.matched = 0;
     this.stick = true;
+    this.pinned = null;
     this.prompted = false;
     /** turn → {start, input, output} */
     this.turns = new Map();
@@ -132,6 +139,8 @@ export class Transcript {
     this.target = document.createDocumentFragment();
     const split = splitAt(events);
     for (let i = 0; i < split; i++) this.note(events[i]);
+    // Whether a turn runs, as the noted part ends; the tail's turns say on.
+    if (this.turnOn !== null) this.o.onTurn(this.turnOn);
     for (let i = split; i < events.length; i++) this.apply(events[i]);
     if (split) {
       this.earlier = segments(events, split);
@@ -182,6 +191,10 @@ export class Transcript {
       }
       case 'subagent/descriptor':
         this.o.onDescriptor(d);
+        break;
+      case 'turn/start':
+      case 'turn/end':
+        this.turnOn = type === 'turn/start';
         break;
       case 'agent/inbox/spliced':
       case 'step/start':
@@ -414,9 +427,15 @@ export class Transcript {
     best.setAttribute('data-hit', String(seq));
     if (best.tagName === 'DETAILS') best.open = true;
     this.stick = false;
-    // Only the conversation's own scroller moves, not the page around it.
+    this.pinned = best;
+    this.center(best);
+  }
+
+  // center scrolls the conversation (only its own scroller, not the page
+  // around it) so that el is in the middle.
+  center(el) {
     const sc = this.o.scroller;
-    const r = best.getBoundingClientRect();
+    const r = el.getBoundingClientRect();
     const p = sc.getBoundingClientRect();
     sc.scrollTop += r.top - p.top - (p.height - r.height) / 2;
   }
