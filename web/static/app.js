@@ -591,8 +591,8 @@ function blocks(d) {
 const EVENT_PAGE = 1000;
 /**
  * Pages of one log read in flight at once. A browser opens six connections
- * to a server: the two streams hold two, and the baseline's two lists must
- * not wait behind a log.
+ * to a server and the streams hold one or two: the baseline's two lists
+ * must not wait behind a log.
  */
 const PAGES_AHEAD = 2;
 
