@@ -156,14 +156,21 @@ class App {
         api('GET', paths.sessions({ limit: FIRST_PAGE })),
         api('GET', paths.runs({ limit: FIRST_PAGE })),
       ]);
-      merge((sp && sp.sessions) || [], (rp && rp.runs) || []);
+      // A run whose child's header is on a later page waits for it: drawn
+      // alone, its child would be a nameless row whose first prompt is
+      // read, only to be named by the header a moment later.
+      merge((sp && sp.sessions) || [], []);
+      const firstRuns = (rp && rp.runs) || [];
+      const known = (r) => s.nodes.get(r.childSessionId)?.known;
+      const held = firstRuns.filter((r) => !known(r));
+      merge([], firstRuns.filter(known));
       const rest = (page, key, pathFor) => (page && page.nextCursor && (page[key] || []).length
         ? listAll((after) => pathFor(after ?? page.nextCursor), key) : []);
       const [sessions, runs] = await Promise.all([
         rest(sp, 'sessions', (after) => paths.sessions({ limit: 1000, after })),
         rest(rp, 'runs', (after) => paths.runs({ limit: 1000, after })),
       ]);
-      merge(sessions, runs);
+      merge(sessions, [...held, ...runs]);
       s.set({ baselineLoaded: true });
       this.readTreeLogs();
     } catch (err) {
