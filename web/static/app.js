@@ -49,6 +49,8 @@ const FILTER_KEYS = { q: 'q', provider: 'p', state: 'st', since: 't' };
 const READERS = 3;
 /** Tries of a log read that fails (a busy server's 429, a dropped connection) before it counts as read. */
 const READ_TRIES = 3;
+/** A log longer than this is built after the tree's first draw. */
+const YIELD_EVENTS = 2000;
 /** Sessions and runs of the baseline's first page, drawn before the rest is read. */
 const FIRST_PAGE = 100;
 /** Trees up to this size have their usage read as soon as one is selected. */
@@ -74,6 +76,9 @@ class App {
     this.readers = 0;
     // How many sessions were known when tool calls were last linked.
     this.linkedAt = -1;
+    // Settles once the baseline's first page is merged (or could not be
+    // read): a long transcript's build waits for it, so the tree is drawn first.
+    this.firstPage = new Promise((resolve) => { this.firstPageDone = resolve; });
 
     this.tree = new Tree($('tree'), store, {
       onSelect: (id) => this.select(id),
@@ -164,6 +169,7 @@ class App {
       const known = (r) => s.nodes.get(r.childSessionId)?.known;
       const held = firstRuns.filter((r) => !known(r));
       merge([], firstRuns.filter(known));
+      this.firstPageDone();
       const rest = (page, key, pathFor) => (page && page.nextCursor && (page[key] || []).length
         ? listAll((after) => pathFor(after ?? page.nextCursor), key) : []);
       const [sessions, runs] = await Promise.all([
@@ -174,6 +180,7 @@ class App {
       s.set({ baselineLoaded: true });
       this.readTreeLogs();
     } catch (err) {
+      this.firstPageDone();
       this.showError('Loading sessions', err);
     }
   }
@@ -479,6 +486,14 @@ class App {
       // The stream replays from the start and reports a log it cannot read.
     }
     if (gen !== this.transcriptGen) return;
+    if (events.length > YIELD_EVENTS) {
+      // Building a long log holds the page for a moment: the tree's first
+      // page (soon there, or there already) is drawn before it, waiting a
+      // second at most for a baseline that is slow to come.
+      await Promise.race([this.firstPage, delay(1000)]);
+      await nextFrame();
+      if (gen !== this.transcriptGen) return;
+    }
     this.transcript.load(events);
     this.reveal();
     this.scheduleRender();
@@ -587,6 +602,17 @@ class App {
     await this.route({ initial: true });
     this.renderAll();
   }
+}
+
+const delay = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
+
+// nextFrame settles after the next frame is drawn, or after 100 ms in a tab
+// that draws none.
+function nextFrame() {
+  return new Promise((resolve) => {
+    requestAnimationFrame(() => setTimeout(resolve, 0));
+    setTimeout(resolve, 100);
+  });
 }
 
 function blocks(d) {
