@@ -6,14 +6,17 @@
 // are built in static/paths.js. All state lives in one store (store.js);
 // the views are modules by job: tree.js (filtered, virtualised session
 // tree with roll-ups), overview.js (the first view), session.js (head, run
-// cards, actions, composer), transcript.js (conversation and event log),
+// cards, actions, composer), transcript.js (conversation and event log; a
+// long log is drawn from its end, the turns above as the reader nears them),
 // trace.js (nested spans of a tree on one time axis), search.js (search
 // inside conversations), delegate.js (start forms), providers.js,
 // webhooks.js (the Webhooks page: endpoints, secrets shown once, the
 // delivery log) and auth.js (sign-in); app.js wires them and routes deep
 // links (#s=<session>&r=<run> plus the filter, #v=webhooks for the page).
+// index.html preloads every module (a new one is added to its list).
 //
-// It loads the history once, then follows GET /v1/events; a reconnect
+// It loads the history once (its first page drawn before the rest is
+// read), then follows GET /v1/events; a reconnect
 // resumes after the stream's cursor (Last-Event-ID, or ?after= when the
 // stream is recreated) and reloads nothing. A session's log is read in
 // pages from GET /v1/sessions/{id}/events and then followed on its stream

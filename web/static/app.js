@@ -49,6 +49,10 @@ const FILTER_KEYS = { q: 'q', provider: 'p', state: 'st', since: 't' };
 const READERS = 3;
 /** Tries of a log read that fails (a busy server's 429, a dropped connection) before it counts as read. */
 const READ_TRIES = 3;
+/** A log longer than this is built after the tree's first draw. */
+const YIELD_EVENTS = 2000;
+/** Sessions and runs of the baseline's first page, drawn before the rest is read. */
+const FIRST_PAGE = 100;
 /** Trees up to this size have their usage read as soon as one is selected. */
 const SMALL_TREE = 50;
 
@@ -72,6 +76,9 @@ class App {
     this.readers = 0;
     // How many sessions were known when tool calls were last linked.
     this.linkedAt = -1;
+    // Settles once the baseline's first page is merged (or could not be
+    // read): a long transcript's build waits for it, so the tree is drawn first.
+    this.firstPage = new Promise((resolve) => { this.firstPageDone = resolve; });
 
     this.tree = new Tree($('tree'), store, {
       onSelect: (id) => this.select(id),
@@ -140,18 +147,40 @@ class App {
   // loadBaseline reads every session and run once, after the lifecycle
   // stream opened (the server has subscribed us, so no start or end falls
   // between the two). Later reconnects resume the stream from its cursor
-  // instead.
+  // instead. The first page of each list (oldest first, so parents come
+  // before their children) is drawn as soon as it is read; the rest follows
+  // in pages of a thousand while the page is already in use.
   async loadBaseline() {
+    const s = this.store;
+    const merge = (sessions, runs) => {
+      for (const x of sessions) s.mergeSession(x);
+      for (const r of runs) s.mergeRun(r);
+    };
     try {
-      const [sessions, runs] = await Promise.all([
-        listAll((after) => paths.sessions({ limit: 1000, after }), 'sessions'),
-        listAll((after) => paths.runs({ limit: 1000, after }), 'runs'),
+      const [sp, rp] = await Promise.all([
+        api('GET', paths.sessions({ limit: FIRST_PAGE })),
+        api('GET', paths.runs({ limit: FIRST_PAGE })),
       ]);
-      for (const s of sessions) this.store.mergeSession(s);
-      for (const r of runs) this.store.mergeRun(r);
-      this.store.set({ baselineLoaded: true });
+      // A run whose child's header is on a later page waits for it: drawn
+      // alone, its child would be a nameless row whose first prompt is
+      // read, only to be named by the header a moment later.
+      merge((sp && sp.sessions) || [], []);
+      const firstRuns = (rp && rp.runs) || [];
+      const known = (r) => s.nodes.get(r.childSessionId)?.known;
+      const held = firstRuns.filter((r) => !known(r));
+      merge([], firstRuns.filter(known));
+      this.firstPageDone();
+      const rest = (page, key, pathFor) => (page && page.nextCursor && (page[key] || []).length
+        ? listAll((after) => pathFor(after ?? page.nextCursor), key) : []);
+      const [sessions, runs] = await Promise.all([
+        rest(sp, 'sessions', (after) => paths.sessions({ limit: 1000, after })),
+        rest(rp, 'runs', (after) => paths.runs({ limit: 1000, after })),
+      ]);
+      merge(sessions, [...held, ...runs]);
+      s.set({ baselineLoaded: true });
       this.readTreeLogs();
     } catch (err) {
+      this.firstPageDone();
       this.showError('Loading sessions', err);
     }
   }
@@ -263,7 +292,9 @@ class App {
   readTreeLogs() {
     const s = this.store;
     const n = s.ui.selected && s.nodes.get(s.ui.selected);
-    if (!n) return;
+    // Before the baseline the tree's size is not known: a big tree would
+    // pass for a small one. loadBaseline calls again.
+    if (!n || !s.ui.baselineLoaded) return;
     const all = s.subtree(s.treeRoot(n));
     if (s.ui.tab !== 'timeline' && all.length > SMALL_TREE) return;
     for (const m of all) if (!s.logsRead.has(m.id)) this.enqueue(m.id, 'log');
@@ -455,6 +486,14 @@ class App {
       // The stream replays from the start and reports a log it cannot read.
     }
     if (gen !== this.transcriptGen) return;
+    if (events.length > YIELD_EVENTS) {
+      // Building a long log holds the page for a moment: the tree's first
+      // page (soon there, or there already) is drawn before it, waiting a
+      // second at most for a baseline that is slow to come.
+      await Promise.race([this.firstPage, delay(1000)]);
+      await nextFrame();
+      if (gen !== this.transcriptGen) return;
+    }
     this.transcript.load(events);
     this.reveal();
     this.scheduleRender();
@@ -489,6 +528,7 @@ class App {
       $(tab).tabIndex = on ? 0 : -1;
       $(pane).hidden = !on;
       if (on) this.store.set({ tab: name });
+      if (on && name === 'log') this.transcript.showLog();
     }
     this.readTreeLogs();
   }
@@ -564,25 +604,73 @@ class App {
   }
 }
 
+const delay = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
+
+// nextFrame settles after the next frame is drawn, or after 100 ms in a tab
+// that draws none.
+function nextFrame() {
+  return new Promise((resolve) => {
+    requestAnimationFrame(() => setTimeout(resolve, 0));
+    setTimeout(resolve, 100);
+  });
+}
+
 function blocks(d) {
   const c = d && d.content;
   return Array.isArray(c) ? c.filter((b) => b && b.type === 'text').map((b) => b.text).join('') : '';
 }
 
-// fetchEvents reads a session's durable log page by page: events after
-// `after` (null: from the start) with seq below `until`, as stream events.
+/** Events per page of a log read; the API's largest page. */
+const EVENT_PAGE = 1000;
+/**
+ * Pages of one log read in flight at once. A browser opens six connections
+ * to a server and the streams hold one or two: the baseline's two lists
+ * must not wait behind a log.
+ */
+const PAGES_AHEAD = 2;
+
+// fetchEvents reads a session's durable log: events after `after` (null:
+// from the start) with seq below `until`, as stream events. Seqs are
+// contiguous (0, 1, 2, …), so page k of a whole log starts after
+// after + k·EVENT_PAGE and PAGES_AHEAD pages are read at once; a page that
+// comes back short while more follow (a gap) ends the guessing, and the rest
+// is read page by page after its last seq.
 async function fetchEvents(id, after, until) {
   const out = [];
-  let cursor = after;
+  const start = after ?? -1;
+  const page = (from) => api('GET', paths.sessionEvents(id, { limit: EVENT_PAGE, after: from < 0 ? null : from }));
+  let cursor = start;
+  if (until === Infinity) {
+    const inflight = [];
+    let next = start;
+    const ask = () => {
+      const res = page(next);
+      // A page guessed past the end, or after a failure, is not waited for.
+      res.catch(() => {});
+      inflight.push({ from: next, res });
+      next += EVENT_PAGE;
+    };
+    while (inflight.length < PAGES_AHEAD) ask();
+    for (;;) {
+      const { from, res } = inflight.shift();
+      const got = await res;
+      const events = (got && got.events) || [];
+      for (const e of events) out.push({ id: e.seq, type: e.type, data: e });
+      if (events.length) cursor = events.at(-1).seq;
+      if (!got || !got.hasMore || events.length === 0) return out;
+      if (cursor !== from + EVENT_PAGE) break;
+      ask();
+    }
+  }
   for (;;) {
-    const page = await api('GET', paths.sessionEvents(id, { limit: 1000, after: cursor }));
-    const events = (page && page.events) || [];
+    const got = await page(cursor);
+    const events = (got && got.events) || [];
     for (const e of events) {
       if (e.seq >= until) return out;
       out.push({ id: e.seq, type: e.type, data: e });
       cursor = e.seq;
     }
-    if (!page || !page.hasMore || events.length === 0) return out;
+    if (!got || !got.hasMore || events.length === 0) return out;
   }
 }
 

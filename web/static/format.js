@@ -38,9 +38,13 @@ export function formatClock(ms, { day = false, millis = false } = {}) {
   return day ? `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock}` : clock;
 }
 
+// One formatter for every count: toLocaleString builds a new one per call,
+// which a tree of a thousand rows pays for on every render.
+const COUNT = new Intl.NumberFormat('en-US');
+
 /** Formats a token count with thousands separators ("12,345"). */
 export function formatTokens(n) {
-  return Number(n || 0).toLocaleString('en-US');
+  return COUNT.format(Number(n || 0));
 }
 
 /** Says a pair of token counts in words ("1,200 in / 300 out tokens"). */

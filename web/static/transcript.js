@@ -12,11 +12,24 @@
 // The event log keeps every event in memory and shows the newest LOG_PAGE
 // rows that pass its type filter ("Show earlier" pages back); assistant/chunk
 // rows are folded into their assistant/message row unless asked for.
+//
+// A long log is drawn from its end: load() builds the rows of its last
+// TAIL events and keeps the turns before them as segments of about SEGMENT
+// events each, noted (counts, usage, name, activity) but not drawn. The
+// reader scrolling near the top of the conversation, or a link to an
+// earlier event, draws the segments above, so opening a log of ten
+// thousand events costs what a few screenfuls do.
 
 import { blocksText, formatDuration, formatUsage, h, prettyJSON, stateStyle, toMillis } from './format.js';
 
 /** Event log rows shown per page. */
 const LOG_PAGE = 500;
+/** A replayed log longer than this is drawn from its end. */
+const TAIL = 400;
+/** Events of one earlier segment, drawn at once. */
+const SEGMENT = 300;
+/** How close (px) the reader scrolls to the top before the segment above is drawn. */
+const EARLIER_MARGIN = 1200;
 
 export class Transcript {
   /**
@@ -39,22 +52,44 @@ export class Transcript {
     this.o = o;
     // The conversation sticks to its end while the reader is there: a
     // scroll says where they are, and a change of size (new rows, or the
-    // pane resized by the head above it) keeps them at the end.
+    // pane resized by the head above it) keeps them at the end. An event a
+    // link showed stays in view the same way until the reader moves.
     this.stick = true;
+    this.pinned = null;
     const sc = o.scroller;
     sc.addEventListener('scroll', () => {
       if (sc.clientHeight) this.stick = sc.scrollHeight - sc.scrollTop - sc.clientHeight < 80;
     });
+    for (const t of ['wheel', 'touchstart', 'pointerdown', 'keydown']) sc.addEventListener(t, () => { this.pinned = null; }, { passive: true });
     const keep = new ResizeObserver(() => {
-      if (this.stick) sc.scrollTop = sc.scrollHeight;
+      if (this.pinned?.isConnected) this.center(this.pinned);
+      else if (this.stick) sc.scrollTop = sc.scrollHeight;
     });
     keep.observe(sc);
     keep.observe(o.conv);
+    // Rows above the drawn ones are drawn as the reader nears them.
+    this.near = new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting)) this.drawEarlierSoon();
+    }, { root: sc, rootMargin: `${EARLIER_MARGIN}px 0px 0px 0px` });
+    this.earlierFrame = 0;
     this.reset();
   }
 
   reset() {
+    this.near.disconnect();
     this.o.conv.replaceChildren();
+    /** [from, to) ranges of this.events not drawn yet, oldest first */
+    this.earlier = [];
+    /** the "earlier messages" row on top while segments are not drawn */
+    this.top = null;
+    /** run end markers that belong above the drawn rows: [el, endedAt] */
+    this.pendingEnds = [];
+    /** whether a turn runs where the noted part of a long log ends; null: it noted none */
+    this.turnOn = null;
+    /** whether the event log's rows wait for its tab to be shown */
+    this.logStale = false;
+    /** set while an earlier segment is drawn: its events were noted already */
+    this.replaying = false;
     this.o.log.replaceChildren();
     this.count = 0;
     /** every event of the log: {seq, type, time, payload, chunks?} */
@@ -64,6 +99,7 @@ export class Transcript {
     /** events that pass the log filter */
     this.matched = 0;
     this.stick = true;
+    this.pinned = null;
     this.prompted = false;
     /** turn → {start, input, output} */
     this.turns = new Map();
@@ -101,7 +137,19 @@ export class Transcript {
     this.bulk = [];
     // Rows are built off the page and attached once.
     this.target = document.createDocumentFragment();
-    for (const ev of events) this.apply(ev);
+    const split = splitAt(events);
+    for (let i = 0; i < split; i++) this.note(events[i]);
+    // Whether a turn runs, as the noted part ends; the tail's turns say on.
+    if (this.turnOn !== null) this.o.onTurn(this.turnOn);
+    for (let i = split; i < events.length; i++) this.apply(events[i]);
+    if (split) {
+      this.earlier = segments(events, split);
+      this.top = h('div', { class: 'earlier', 'data-testid': 'conv-earlier' },
+        h('button', { type: 'button', class: 'link', onclick: () => this.drawEarlier() }));
+      this.o.conv.append(this.top);
+      this.countEarlier();
+      this.near.observe(this.top);
+    }
     this.o.conv.append(this.target);
     this.target = this.o.conv;
     this.loaded = true;
@@ -110,7 +158,9 @@ export class Transcript {
     if (usage.length) this.o.onUsage(usage);
     this.o.onCount(this.count);
     this.o.onTypes([...this.types].sort());
-    this.renderLog();
+    // A long log's event log rows are built when its tab is first shown.
+    if (split && this.o.log.closest('[hidden]')) this.logStale = true;
+    else this.renderLog();
     if (!this.o.conv.firstChild) {
       this.placeholder = h('p', { class: 'empty', 'data-testid': 'conv-none' }, this.count
         ? `No messages yet: the log holds ${this.count} event${this.count === 1 ? '' : 's'} — see the Event log. New messages appear here as they stream.`
@@ -120,19 +170,115 @@ export class Transcript {
   }
 
   /** Applies one session event; data is the {seq,type,time,data} envelope or the bare payload. */
-  apply({ id, type, data }) {
+  apply(ev) {
+    const { seq, type, time, payload } = this.take(ev);
+    this.render(seq, type, payload || {}, time);
+  }
+
+  // note takes an event of a long log's earlier part without drawing it:
+  // what its rows would tell the rest of the page (the name, the
+  // descriptor, steers being admitted) is told now.
+  note(ev) {
+    const { type, payload } = this.take(ev);
+    const d = payload || {};
+    switch (type) {
+      case 'user/message': {
+        this.notePrompt(d);
+        // As userMessage: a steer being admitted is a plain user message.
+        const src = d.source || {};
+        if (this.admitting > 0 && src.form !== 'notice' && src.kind !== 'subagent-settled' && src.kind !== 'plugin') this.admitting--;
+        break;
+      }
+      case 'subagent/descriptor':
+        this.o.onDescriptor(d);
+        break;
+      case 'turn/start':
+      case 'turn/end':
+        this.turnOn = type === 'turn/start';
+        break;
+      case 'agent/inbox/spliced':
+      case 'step/start':
+        this.render(null, type, d, null);
+        break;
+      default:
+        break;
+    }
+  }
+
+  // take records one session event; data is the {seq,type,time,data}
+  // envelope or the bare payload.
+  take({ id, type, data }) {
     const env = data && typeof data === 'object' && 'data' in data && ('seq' in data || data.type === type) ? data : null;
     const payload = env ? env.data : data;
     const seq = id ?? env?.seq ?? null;
     const time = toMillis(env?.time);
     this.now = time;
     this.record(seq, type, time, payload);
-    this.render(seq, type, payload || {}, time);
     if (type === 'assistant/message' && payload && payload.usage) {
       const u = { seq, type, time: env?.time, data: payload };
       if (this.bulk) this.bulk.push(u);
       else this.o.onUsage([u]);
     }
+    return { seq, type, time, payload };
+  }
+
+  /** Says how much is above the drawn rows. */
+  countEarlier() {
+    const n = this.earlier.reduce((sum, [from, to]) => sum + to - from, 0);
+    this.top.querySelector('button').textContent = `Show earlier messages (${n} earlier event${n === 1 ? '' : 's'})`;
+  }
+
+  drawEarlierSoon() {
+    if (this.earlierFrame) return;
+    this.earlierFrame = requestAnimationFrame(() => {
+      this.earlierFrame = 0;
+      if (!this.top) return;
+      // Still near the top after drawing one segment: draw the next.
+      const sc = this.o.scroller.getBoundingClientRect();
+      if (this.top.getBoundingClientRect().bottom < sc.top - EARLIER_MARGIN) return;
+      this.drawEarlier();
+      this.drawEarlierSoon();
+    });
+  }
+
+  /**
+   * Draws the segment just above the drawn rows, keeping the row the
+   * reader sees where it is.
+   */
+  drawEarlier() {
+    const seg = this.earlier.pop();
+    if (!seg) return;
+    const saved = { turns: this.turns, streams: this.streams, tools: this.tools, admitting: this.admitting, now: this.now };
+    this.turns = new Map();
+    this.streams = new Map();
+    this.tools = new Map();
+    this.admitting = 0;
+    this.replaying = true;
+    this.target = document.createDocumentFragment();
+    for (let i = seg[0]; i < seg[1]; i++) {
+      const ev = this.events[i];
+      this.now = ev.time;
+      this.render(ev.seq, ev.type, ev.payload || {}, ev.time);
+    }
+    const rows = this.target;
+    Object.assign(this, saved);
+    this.replaying = false;
+    this.target = this.o.conv;
+    this.o.conv.setAttribute('aria-busy', String(this.streams.size > 0));
+    const anchor = this.top.nextElementSibling;
+    const was = anchor ? anchor.getBoundingClientRect().top : 0;
+    this.top.after(rows);
+    if (anchor) this.o.scroller.scrollTop += anchor.getBoundingClientRect().top - was;
+    if (this.earlier.length) {
+      this.countEarlier();
+    } else {
+      this.near.unobserve(this.top);
+      this.top.remove();
+      this.top = null;
+    }
+    const ends = this.pendingEnds;
+    this.pendingEnds = [];
+    for (const [el, at] of ends) this.placeEnd(el, at);
   }
 
   record(seq, type, time, payload) {
@@ -153,7 +299,7 @@ export class Transcript {
       ev.chunks = this.pendingChunks.get(key) || 0;
       this.pendingChunks.delete(key);
     }
-    if (!this.bulk && this.shows(ev, this.o.logFilter())) {
+    if (!this.bulk && !this.logStale && this.shows(ev, this.o.logFilter())) {
       this.o.log.append(this.logRow(ev));
       this.matched++;
       if (this.matched > this.logShown) {
@@ -169,7 +315,13 @@ export class Transcript {
   }
 
   /** Re-renders the event log window after a filter change or "Show earlier". */
+  /** The event log's tab is shown: its rows are built if they were left for now. */
+  showLog() {
+    if (this.logStale) this.renderLog();
+  }
+
   renderLog() {
+    this.logStale = false;
     const f = this.o.logFilter();
     const match = this.events.filter((ev) => this.shows(ev, f));
     this.matched = match.length;
@@ -230,15 +382,15 @@ export class Transcript {
         break;
       case 'turn/start':
         this.turns.set(d.turn, { start: time, input: 0, output: 0 });
-        this.o.onTurn(true);
+        if (!this.replaying) this.o.onTurn(true);
         this.add(h('div', { class: 'sep', role: 'separator', 'data-seq': seq, 'data-testid': 'turn-start' }, `Turn ${d.turn ?? ''}`));
         break;
       case 'turn/end':
         this.turnEnd(seq, d, time);
-        this.o.onTurn(false);
+        if (!this.replaying) this.o.onTurn(false);
         break;
       case 'subagent/descriptor':
-        this.o.onDescriptor(d);
+        if (!this.replaying) this.o.onDescriptor(d);
         break;
       case 'agent/inbox/spliced':
         // A claim of next-step messages is the admission of steers: the
@@ -259,6 +411,8 @@ export class Transcript {
    * it, for an event the conversation does not show) and marks it.
    */
   reveal(seq) {
+    // An event above the drawn rows: draw down to it first.
+    while (this.earlier.length && this.events[this.earlier.at(-1)[1]].seq > seq) this.drawEarlier();
     let best = null;
     for (const el of this.o.conv.querySelectorAll('[data-seq]')) {
       const at = Number(el.dataset.finalSeq ?? el.dataset.seq);
@@ -273,9 +427,15 @@ export class Transcript {
     best.setAttribute('data-hit', String(seq));
     if (best.tagName === 'DETAILS') best.open = true;
     this.stick = false;
-    // Only the conversation's own scroller moves, not the page around it.
+    this.pinned = best;
+    this.center(best);
+  }
+
+  // center scrolls the conversation (only its own scroller, not the page
+  // around it) so that el is in the middle.
+  center(el) {
     const sc = this.o.scroller;
-    const r = best.getBoundingClientRect();
+    const r = el.getBoundingClientRect();
     const p = sc.getBoundingClientRect();
     sc.scrollTop += r.top - p.top - (p.height - r.height) / 2;
   }
@@ -312,21 +472,28 @@ export class Transcript {
         this.placeholder.remove();
         this.placeholder = null;
       }
-      // After the last row of the run: rows are in time order.
-      let after = this.o.conv.lastElementChild;
-      while (after && r.endedAt !== null && after.dataset.time && Number(after.dataset.time) > r.endedAt) after = after.previousElementSibling;
-      this.o.conv.insertBefore(el, after ? after.nextSibling : this.o.conv.firstChild);
+      this.placeEnd(el, r.endedAt);
     }
+  }
+
+  // placeEnd puts a run end marker after the last row of the run (rows
+  // are in time order); one that belongs above the drawn rows waits for
+  // the segment it belongs in.
+  placeEnd(el, at) {
+    let after = this.o.conv.lastElementChild;
+    while (after && after !== this.top && at !== null && after.dataset.time && Number(after.dataset.time) > at) after = after.previousElementSibling;
+    if (after && after === this.top) {
+      this.pendingEnds.push([el, at]);
+      return;
+    }
+    this.o.conv.insertBefore(el, after ? after.nextSibling : this.o.conv.firstChild);
   }
 
   userMessage(seq, d) {
     const src = d.source || {};
     const text = blocksText(d.content);
     const extras = nonText(d.content);
-    if (!this.prompted && (!src.kind || src.kind === 'user' || src.kind === 'coordinator' || src.form === 'relay')) {
-      this.prompted = true;
-      this.o.onPrompt(text);
-    }
+    this.notePrompt(d, text);
     if (src.form === 'notice' || src.kind === 'subagent-settled') {
       this.add(h('details', { class: 'notice', 'data-seq': seq, 'data-testid': 'msg-notice' },
         h('summary', {}, h('span', { 'aria-hidden': 'true' }, '◇ '), src.summary || 'Runtime notice',
@@ -356,6 +523,14 @@ export class Transcript {
         steered ? h('span', { class: 'chip steered', 'data-testid': 'steered', title: 'Steered into the running turn: a model step admitted it' }, '↪ steered') : null),
       h('div', { class: 'body' }, text),
       extras));
+  }
+
+  // notePrompt tells the page the text of the log's first prompt.
+  notePrompt(d, text) {
+    const src = d.source || {};
+    if (this.prompted || !(!src.kind || src.kind === 'user' || src.kind === 'coordinator' || src.form === 'relay')) return;
+    this.prompted = true;
+    this.o.onPrompt(text ?? blocksText(d.content));
   }
 
   bubble(seq, d) {
@@ -487,6 +662,34 @@ export class Transcript {
     }
     if (this.streams.size === 0) this.o.conv.setAttribute('aria-busy', 'false');
   }
+}
+
+// splitAt returns where the drawn tail of a replayed log starts: after the
+// turn end at least TAIL events before the last event, so the tail begins
+// with a whole turn; 0 (draw it all) for a short log or one without turns.
+function splitAt(events) {
+  if (events.length <= TAIL + SEGMENT) return 0;
+  for (let i = events.length - TAIL; i > 0; i--) if (events[i - 1].type === 'turn/end') return i;
+  return 0;
+}
+
+// segments cuts events [0, end) into ranges of at least SEGMENT events,
+// each after a turn end (the first from 0), oldest first.
+function segments(events, end) {
+  const out = [];
+  let to = end;
+  while (to > 0) {
+    let from = 0;
+    for (let i = to - SEGMENT; i > 0; i--) {
+      if (events[i - 1].type === 'turn/end') {
+        from = i;
+        break;
+      }
+    }
+    out.push([from, to]);
+    to = from;
+  }
+  return out.reverse();
 }
 
 function nonText(content) {

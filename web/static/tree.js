@@ -48,6 +48,7 @@ export class Tree {
     this.index = new Map();
     this.list = h('ul', { class: 'tree-list', role: 'list' });
     this.keep = null;
+    this.memoAt = -1;
     // The selected row stays in view across re-layouts unless the reader
     // scrolled it away: selVisible says whether it was in view last.
     this.selShown = '';
@@ -79,7 +80,7 @@ export class Tree {
     this.flat = [];
     this.index = new Map();
     const walk = (n, depth) => {
-      let kids = s.children(n.id);
+      let kids = this.children(n.id);
       if (this.keep) kids = kids.filter((k) => this.keep.has(k.id));
       this.index.set(n.id, this.flat.length);
       this.flat.push({ n, depth, kids: kids.length });
@@ -93,16 +94,47 @@ export class Tree {
     }
     this.list.style.height = `${this.flat.length * ROW_H}px`;
     this.list.dataset.rows = String(this.flat.length);
-    this.renderWindow();
+    // The selected row is scrolled to before the rows are drawn, so one
+    // window is built, and the page laid out once, per render.
     this.keepSelected();
+    this.renderWindow();
     return { matched: roots.length, total: s.nodes.size };
+  }
+
+  // view and children are asked for several times per node in a render
+  // (sorting, roll-ups, rows): each is worked out once per store version.
+  view(n) {
+    this.fresh();
+    let v = this.views.get(n.id);
+    if (!v) {
+      v = this.store.view(n);
+      this.views.set(n.id, v);
+    }
+    return v;
+  }
+
+  children(id) {
+    this.fresh();
+    let c = this.kidsOf.get(id);
+    if (!c) {
+      c = this.store.children(id);
+      this.kidsOf.set(id, c);
+    }
+    return c;
+  }
+
+  fresh() {
+    if (this.memoAt === this.store.version) return;
+    this.memoAt = this.store.version;
+    this.views = new Map();
+    this.kidsOf = new Map();
   }
 
   // sorted orders nodes newest work first: by the start of their latest
   // run, else by their creation.
   sorted(list) {
     const at = (n) => {
-      const r = this.store.view(n).latest;
+      const r = this.view(n).latest;
       return Math.max(n.createdAt ?? 0, r?.startedAt ?? 0);
     };
     return list.map((n) => [at(n), n]).sort((a, b) => b[0] - a[0] || b[1].seen - a[1].seen).map((x) => x[1]);
@@ -113,12 +145,11 @@ export class Tree {
   // still shows what it does.
   rollup(roots) {
     const out = new Map();
-    const s = this.store;
     const walk = (n) => {
       const c = { running: 0, failed: 0 };
-      for (const k of s.children(n.id)) {
+      for (const k of this.children(n.id)) {
         const kc = walk(k);
-        const st = s.view(k).state;
+        const st = this.view(k).state;
         c.running += kc.running + (st === 'running' || st === 'starting' ? 1 : 0);
         c.failed += kc.failed + (stateStyle(st).tone === 'bad' ? 1 : 0);
       }
@@ -168,7 +199,7 @@ export class Tree {
     const keep = new Set();
     const found = this.store.ui.found.q === f.q.trim() ? this.store.ui.found.ids : null;
     for (const n of this.store.nodes.values()) {
-      const v = this.store.view(n);
+      const v = this.view(n);
       if (f.provider && n.provider !== f.provider) continue;
       if (group && !group(v.state, v)) continue;
       if (since !== null) {
@@ -184,7 +215,7 @@ export class Tree {
   // row returns the node's one-line row, reusing the element when nothing it shows changed.
   row(n, depth, kidCount) {
     const s = this.store;
-    const v = s.view(n);
+    const v = this.view(n);
     const title = s.title(n);
     if (!n.label && n.parentId && !s.prompts.has(n.id)) this.o.onNeedPrompt(n.id);
     const selected = s.ui.selected === n.id;
@@ -271,7 +302,7 @@ export class Tree {
   }
 
   // reveal scrolls row i into view (the column when it scrolls, else the window).
-  reveal(i) {
+  reveal(i, { draw = true } = {}) {
     const top = this.list.getBoundingClientRect().top + i * ROW_H;
     const col = this.col?.getBoundingClientRect();
     const scrolls = this.col && this.col.scrollHeight > this.col.clientHeight;
@@ -283,7 +314,7 @@ export class Tree {
     if (!d) return;
     if (scrolls) this.col.scrollTop += d;
     else window.scrollBy(0, d);
-    this.renderWindow();
+    if (draw) this.renderWindow();
   }
 
   // keepSelected scrolls the selected row into view when it is newly
@@ -291,7 +322,7 @@ export class Tree {
   keepSelected() {
     const id = this.store.ui.selected;
     const i = this.index.get(id);
-    if (i !== undefined && !this.inView(i) && (id !== this.selShown || this.selVisible)) this.reveal(i);
+    if (i !== undefined && !this.inView(i) && (id !== this.selShown || this.selVisible)) this.reveal(i, { draw: false });
     this.selShown = id;
     this.selVisible = this.inView(i);
   }
