@@ -229,7 +229,7 @@ func (t *Trees) walk(ctx context.Context, id string) ([][]store.Session, error) 
 	for frontier := []string{id}; len(frontier) > 0; {
 		var next []store.Session
 		for _, p := range frontier {
-			kids, err := t.children(ctx, p)
+			kids, err := store.Children(ctx, t.st, p)
 			if err != nil {
 				return nil, err
 			}
@@ -245,22 +245,6 @@ func (t *Trees) walk(ctx context.Context, id string) ([][]store.Session, error) 
 		}
 	}
 	return levels, nil
-}
-
-// children lists every direct child session of parent.
-func (t *Trees) children(ctx context.Context, parent string) ([]store.Session, error) {
-	var out []store.Session
-	for after := ""; ; {
-		page, err := t.st.ListSessions(ctx, store.SessionFilter{ParentID: &parent, AfterID: after, Limit: 1000})
-		if err != nil {
-			return nil, fmt.Errorf("list children of %s: %w", parent, err)
-		}
-		out = append(out, page...)
-		if len(page) < 1000 {
-			return out, nil
-		}
-		after = page[len(page)-1].ID
-	}
 }
 
 // liveRuns lists the running runs and activations delegated by parent.

@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -461,3 +462,28 @@ const LifecycleTopic = "lifecycle"
 
 // SessionTopic is the wake-up topic of one session's log.
 func SessionTopic(sessionID string) string { return "session:" + sessionID }
+
+// SessionLister is the part of a Store that lists sessions.
+type SessionLister interface {
+	ListSessions(ctx context.Context, f SessionFilter) ([]Session, error)
+}
+
+// childrenPage is how many headers Children reads at a time.
+const childrenPage = 1000
+
+// Children returns every session whose parent is parentID, oldest
+// first, reading st's pages to the end.
+func Children(ctx context.Context, st SessionLister, parentID string) ([]Session, error) {
+	var out []Session
+	for after := ""; ; {
+		page, err := st.ListSessions(ctx, SessionFilter{ParentID: &parentID, AfterID: after, Limit: childrenPage})
+		if err != nil {
+			return nil, fmt.Errorf("list children of %s: %w", parentID, err)
+		}
+		out = append(out, page...)
+		if len(page) < childrenPage {
+			return out, nil
+		}
+		after = page[len(page)-1].ID
+	}
+}

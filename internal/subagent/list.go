@@ -114,7 +114,7 @@ const listConcurrency = 4
 // registration does not matter (R125). An unknown parent has no children
 // (R129). A failing header listing fails the call.
 func (m *Manager) Children(ctx context.Context, parentID string) ([]ListEntry, error) {
-	kids, err := m.subsessions(ctx, parentID)
+	kids, err := store.Children(ctx, m.store, parentID)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +160,7 @@ func (m *Manager) Descendants(ctx context.Context, rootID string) ([]ListEntry, 
 	var stack []frame
 	running := map[string]bool{}
 	push := func(parentID string, depth int) error {
-		kids, err := m.subsessions(ctx, parentID)
+		kids, err := store.Children(ctx, m.store, parentID)
 		if err != nil {
 			return err
 		}
@@ -228,26 +228,10 @@ func (m *Manager) entry(ctx context.Context, s store.Session, live bool) (*ListE
 	return row, nil
 }
 
-// subsessions returns every session whose durable parent is parentID.
-func (m *Manager) subsessions(ctx context.Context, parentID string) ([]store.Session, error) {
-	var out []store.Session
-	for after := ""; ; {
-		page, err := m.store.ListSessions(ctx, store.SessionFilter{ParentID: &parentID, AfterID: after, Limit: 1000})
-		if err != nil {
-			return nil, fmt.Errorf("list children of %s: %w", parentID, err)
-		}
-		out = append(out, page...)
-		if len(page) < 1000 {
-			return out, nil
-		}
-		after = page[len(page)-1].ID
-	}
-}
-
 // hasChildren reports whether some subagent session has id as its parent
 // (an ordinary session does not count, R121).
 func (m *Manager) hasChildren(ctx context.Context, id string) (bool, error) {
-	kids, err := m.subsessions(ctx, id)
+	kids, err := store.Children(ctx, m.store, id)
 	if err != nil {
 		return false, err
 	}
