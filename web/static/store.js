@@ -29,6 +29,8 @@ export class Store {
     this.logsRead = new Set();
     /** @type {Map<string, object[]>} session id → the {seq, type, time, data} events of its log the trace reads */
     this.traces = new Map();
+    /** @type {Set<string>} sessions this page saw disposed (its own dispose, or a 409 DISPOSED) */
+    this.disposed = new Set();
     /** @type {Map<string, string>} session id → text of its first prompt */
     this.prompts = new Map();
     this.seen = 0;
@@ -268,7 +270,20 @@ export class Store {
     }
     const taskId = announced || (latest && latest.taskId) || '';
     const tasks = runs.filter((r) => r.taskId).length + (announced ? 1 : 0);
-    return { mode, state, stopReason, durationMs, running, latest, disposed: !!latest && latest.state === 'disposed', taskId, tasks };
+    const disposed = this.disposed.has(n.id) || (!!latest && latest.state === 'disposed');
+    return { mode, state, stopReason, durationMs, running, latest, disposed, taskId, tasks };
+  }
+
+  /**
+   * Records that session id was disposed: a root's tree (with every
+   * continuable child in it, as the server disposes them), or one child.
+   */
+  markDisposed(id, { tree = false } = {}) {
+    const n = this.nodes.get(id);
+    if (!n) return;
+    this.disposed.add(id);
+    if (tree) for (const m of this.subtree(n)) if (this.view(m).mode === 'continuable') this.disposed.add(m.id);
+    this.changed();
   }
 
   children(id) {
