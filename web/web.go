@@ -11,8 +11,11 @@
 // trace.js (nested spans of a tree on one time axis), search.js (search
 // inside conversations), delegate.js (start forms), providers.js,
 // webhooks.js (the Webhooks page: endpoints, secrets shown once, the
-// delivery log) and auth.js (sign-in); app.js wires them and routes deep
-// links (#s=<session>&r=<run> plus the filter, #v=webhooks for the page).
+// delivery log), approvals.js (the approvals inbox: a header badge and a
+// card per pending approval, kept live by approval/requested and
+// approval/decided on the lifecycle stream) and auth.js (sign-in); app.js
+// wires them and routes deep links (#s=<session>&r=<run> plus the filter,
+// #v=webhooks and #v=approvals for the pages).
 // index.html preloads every module (a new one is added to its list).
 //
 // It loads the history once (its first page drawn before the rest is
