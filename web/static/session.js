@@ -25,6 +25,8 @@ export class SessionView {
     this.actionsKey = '';
     this.composerKey = '';
     this.runsKey = '';
+    /** `${id}:${scope}` → the last GET /v1/sessions/{id}/usage answer and when to read it again */
+    this.usageReads = new Map();
     $('message-form').addEventListener('submit', (e) => this.send(e));
     $('message-text').addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) $('message-form').requestSubmit();
@@ -64,12 +66,19 @@ export class SessionView {
     if (v.durationMs !== null) items.push(metaItem('Active', h('span', { 'data-dur-head': '' }, formatDuration(v.durationMs))));
     if (n.createdAt) items.push(metaItem('Created', new Date(n.createdAt).toLocaleString()));
     const u = s.sessionUsage(n);
-    items.push(metaItem('Tokens', h('span', { 'data-testid': 'head-usage' }, u.steps ? formatUsage(u.input, u.output) : 'none reported yet')));
+    // The API's sums answer first; the logs this page read are summed only
+    // until it answers, or when it cannot.
+    const own = this.apiUsage(n.id, 'self', runsSig(s, [n]));
+    items.push(metaItem('Tokens', h('span', { 'data-testid': 'head-usage', 'data-source': own ? 'api' : 'logs' },
+      own ? usageText(own) : u.steps ? formatUsage(u.input, u.output) : 'none reported yet')));
     const root = s.treeRoot(n);
     if (s.kids.get(root.id)?.size) {
-      const t = s.treeUsage(root);
-      items.push(metaItem('Tree tokens', h('span', { 'data-testid': 'head-tree-usage' }, t.steps ? formatUsage(t.input, t.output) : 'none reported yet',
-        t.read < t.total ? ` (${t.read} of ${t.total} logs read so far; the Trace reads them all)` : '')));
+      const all = s.subtree(root);
+      const tree = this.apiUsage(root.id, 'tree', runsSig(s, all));
+      const t = tree ? null : s.treeUsage(root);
+      items.push(metaItem('Tree tokens', h('span', { 'data-testid': 'head-tree-usage', 'data-source': tree ? 'api' : 'logs' },
+        ...(tree ? [usageText(tree)] : [t.steps ? formatUsage(t.input, t.output) : 'none reported yet',
+          t.read < t.total ? ` (${t.read} of ${t.total} logs read so far; the Trace reads them all)` : '']))));
     }
     if (n.parentId) {
       items.push(metaItem('Parent', h('a', { href: `#s=${encodeURIComponent(n.parentId)}`, class: 'child-link', 'data-testid': 'head-parent' },
@@ -85,6 +94,43 @@ export class SessionView {
     this.renderRuns(n, u);
     this.renderActions(n, v);
     this.renderComposer(n, v);
+  }
+
+  // apiUsage returns the usage GET /v1/sessions/{id}/usage reported for id
+  // in scope, and reads it again when sig (the runs of what it counts, and
+  // their states) changed since; null until the first answer, and when the
+  // API cannot answer (a server without usage sums).
+  apiUsage(id, scope, sig) {
+    const key = `${id}:${scope}`;
+    let e = this.usageReads.get(key);
+    if (!e) {
+      e = { sig: null, data: null, failed: false, inflight: false, again: false };
+      this.usageReads.set(key, e);
+    }
+    if (e.sig !== sig && !e.failed) {
+      e.sig = sig;
+      if (e.inflight) e.again = true;
+      else this.readUsage(id, scope, e);
+    }
+    return e.data;
+  }
+
+  async readUsage(id, scope, e) {
+    e.inflight = true;
+    try {
+      e.data = await api('GET', paths.sessionUsage(id, scope));
+    } catch {
+      // The sums of the logs read stand in.
+      e.failed = true;
+    } finally {
+      e.inflight = false;
+    }
+    if (e.again && !e.failed) {
+      e.again = false;
+      this.readUsage(id, scope, e);
+      return;
+    }
+    this.store.changed();
   }
 
   /** Ticks the running durations in the head and on the cards of running runs. */
@@ -354,6 +400,31 @@ export class SessionView {
       btn.disabled = false;
     }
   }
+}
+
+// runsSig names what a usage read counts: the sessions' runs and their
+// states, and a root's activity (its own turns add to its usage).
+function runsSig(s, nodes) {
+  let runs = 0;
+  let settled = 0;
+  for (const m of nodes) {
+    for (const id of m.runIds) {
+      runs++;
+      if (s.runs.get(id)?.state !== 'running') settled++;
+    }
+  }
+  return `${nodes.length}:${runs}:${settled}:${nodes[0] ? nodes[0].status : ''}`;
+}
+
+// usageText says a usage answer in words: "not reported" when the
+// provider reported none, a lower bound when some calls reported none,
+// and the runs still running, whose usage is counted once they settle.
+function usageText(d) {
+  const tokens = (d.inputTokens || 0) + (d.outputTokens || 0);
+  const live = d.liveRuns ? ` (+${d.liveRuns} running, counted once settled)` : '';
+  if (!d.known && tokens === 0) return `not reported${live}`;
+  if (d.known && tokens === 0 && !d.modelCalls) return `none reported yet${live}`;
+  return `${formatUsage(d.inputTokens, d.outputTokens)}${d.known ? '' : ' at least (some calls reported none)'}${live}`;
 }
 
 function metaItem(term, ...value) {
