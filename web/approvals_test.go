@@ -70,13 +70,15 @@ func decideAPI(t *testing.T, srv *testServer, id, optionID string) {
 // buttons. Deciding on one page drops the approval from both; the other
 // page's card says who decided. A decision that comes second — made
 // elsewhere while this page was offline — is refused 409 ALREADY_DECIDED and
-// the card says who decided first. The card's link opens the session.
+// the card says who decided first. The card's link opens the session. The
+// first page is 800 px wide, and the inbox fits it.
 func TestDashboard_Approvals(t *testing.T) {
 	t.Parallel()
 	hold := make(chan struct{})
 	defer close(hold)
 	srv := startServer(t, replying(map[string]chan struct{}{"Edit the code": hold}))
 	a := newBrowser(t)
+	a.do("narrowing the window to 800 px", chromedp.EmulateViewport(800, 900))
 	openDashboard(a, srv.URL)
 	other := newBrowser(t)
 	openDashboard(other, srv.URL)
@@ -100,6 +102,7 @@ func TestDashboard_Approvals(t *testing.T) {
 			apCard+`.querySelector('[data-testid="ap-session"]').textContent === 'editor' && `+
 			`[...`+apCard+`.querySelectorAll('[data-testid="ap-option"]')].map(b => b.textContent).join('|') === '✓ Allow once|✕ Reject'`)
 	}
+	a.waitFor("the inbox fits an 800 px window", fitsWindow)
 	a.screenshot("inbox")
 
 	a.do("allowing once", chromedp.Click(chromedp.CSS(`[data-testid="ap-option"][data-option="allow"]`)))

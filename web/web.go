@@ -5,8 +5,10 @@
 // The page talks only to the service's own HTTP API (api/openapi.yaml), whose paths
 // are built in static/paths.js. All state lives in one store (store.js);
 // the views are modules by job: tree.js (filtered, virtualised session
-// tree with roll-ups), overview.js (the first view), session.js (head, run
-// cards, actions, composer), transcript.js (conversation and event log; a
+// tree with roll-ups), overview.js (the first view), session.js (head with
+// the API's usage sums, run cards, actions and tree controls — cancel a
+// tree, dispose a root's tree or a continuable child, asked first —
+// composer), transcript.js (conversation and event log; a
 // long log is drawn from its end, the turns above as the reader nears them),
 // trace.js (nested spans of a tree on one time axis), search.js (search
 // inside conversations), delegate.js (start forms), providers.js,
