@@ -39,16 +39,20 @@ export class ApprovalsInbox {
     this.closed = new Map();
     // Counts loads, so an older list read that ends late is dropped.
     this.gen = 0;
+    // Approvals closed (approval/decided) while a list read was in flight:
+    // a list read before the close must not bring them back.
+    this.closedSince = new Set();
   }
 
   // load reads every pending approval again: at the first connection of
   // the lifecycle stream and at a reconnect that could not resume.
   async load() {
     const gen = ++this.gen;
+    this.closedSince.clear();
     try {
       const list = await listAll((after) => paths.approvals({ state: 'pending', limit: 100, after }), 'approvals');
       if (gen !== this.gen) return;
-      this.store.setApprovals(list);
+      this.store.setApprovals(list.filter((a) => !this.closedSince.has(a.id)));
     } catch (err) {
       this.o.showError('Loading approvals', err);
     }
@@ -59,6 +63,7 @@ export class ApprovalsInbox {
   async onEvent(type, d) {
     if (!d || !d.approvalId) return;
     if (type === 'approval/decided') {
+      this.closedSince.add(d.approvalId);
       if (this.cards.has(d.approvalId)) this.closed.set(d.approvalId, closedText({ state: d.state, decision: d.decision }, this.store.approvals.get(d.approvalId)));
       this.store.dropApproval(d.approvalId);
       return;
