@@ -23,8 +23,9 @@ func actionsAre(ids ...string) string {
 		}
 		want += "action-" + id
 	}
-	// Export is offered for every session; the lifecycle actions are asked about.
-	return fmt.Sprintf(`[...document.querySelectorAll('#actions button')].map(b => b.dataset.testid).filter(id => id !== 'action-export').join() === %s`, jsString(want))
+	// Export is offered for every session and the tree controls are asked
+	// about by treeActionsAre; the run's lifecycle actions are asked about here.
+	return fmt.Sprintf(`[...document.querySelectorAll('#actions > button')].map(b => b.dataset.testid).filter(id => id !== 'action-export').join() === %s`, jsString(want))
 }
 
 // composerIs is true when the composer is shown, sends kind and its button

@@ -74,6 +74,9 @@ type seedRun struct {
 	start, end                      time.Time
 	stop, output                    string
 	structured                      any
+	// in and out are the tokens its result reports (one model call); none
+	// when both are zero.
+	in, out int64
 }
 
 // run stores r with its subagent/start (and subagent/end) lifecycle events
@@ -104,6 +107,9 @@ func (sd *seeder) run(r seedRun) string {
 	}
 	payload["stopReason"] = r.stop
 	res := store.RunResult{StopReason: r.stop, Output: rawJSON(sd.t, output), EndedAt: r.end}
+	if r.in+r.out > 0 {
+		res.Usage, res.UsageKnown = store.Usage{InputTokens: r.in, OutputTokens: r.out, ModelCalls: 1, Reported: 1}, true
+	}
 	if r.structured != nil {
 		res.Structured = rawJSON(sd.t, r.structured)
 	}
@@ -122,12 +128,19 @@ type event struct {
 
 func ev(typ string, data any) event { return event{typ, data} }
 
-// events appends evs to a session log, one millisecond apart from at.
+// events appends evs to a session log, one millisecond apart from at. An
+// assistant/message with usage counts one model call and its tokens in the
+// session's running sum, as sessionlog.Encode does.
 func (sd *seeder) events(session string, at time.Time, evs ...event) {
 	sd.t.Helper()
 	out := make([]store.NewEvent, len(evs))
 	for i, e := range evs {
 		out[i] = store.NewEvent{Type: e.typ, Time: at.Add(time.Duration(i) * time.Millisecond), Data: rawJSON(sd.t, e.data)}
+		if m, ok := e.data.(map[string]any); ok && e.typ == "assistant/message" {
+			if u, ok := m["usage"].(map[string]int); ok {
+				out[i].Usage = store.Usage{InputTokens: int64(u["inputTokens"]), OutputTokens: int64(u["outputTokens"]), ModelCalls: 1, Reported: 1}
+			}
+		}
 	}
 	if _, err := sd.st.AppendEvents(sd.ctx, session, out...); err != nil {
 		sd.t.Fatalf("seeding events of %s: %v", session, err)

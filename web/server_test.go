@@ -16,6 +16,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/delegate"
+	"github.com/subagentd/subagentd/internal/governance"
 	apihttp "github.com/subagentd/subagentd/internal/http"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model"
@@ -31,13 +32,17 @@ import (
 // testServer is the real router (internal/http) over the in-memory store,
 // wired as cmd/api wires it: the spawn and fork providers, the continuation
 // manager over the in-process materializer, root agents and the delegation
-// tools — all talking to one scripted model — serving the embedded
+// tools — all talking to one scripted model — tree control, usage and
+// approvals (governance), serving the embedded
 // dashboard. It can refuse SSE streams to simulate an outage.
 type testServer struct {
 	*httptest.Server
 	refuse atomic.Bool
 	// st is the server's store, for tests that seed history directly.
 	st *memstore.Store
+	// approvals are the server's approvals, as cmd/api wires them: a test
+	// opens one as an ACP provider's policy would (Open), for a running child.
+	approvals *governance.Approvals
 	// lists counts GET /v1/sessions and GET /v1/runs (the history the page
 	// loads once); streams counts SSE requests.
 	lists, streams atomic.Int64
@@ -68,17 +73,21 @@ func startServer(t *testing.T, mdl model.Model, opts ...func(*apihttp.Config)) *
 	if err := dtools.Start(t.Context()); err != nil {
 		t.Fatalf("mounting the delegation tools: %v", err)
 	}
+	approvals := governance.NewApprovals(governance.ApprovalsConfig{Store: st, Owner: "web-test", Logger: logger})
 	cfg := apihttp.Config{
 		Service: svc, Store: st, Logger: logger, Dashboard: web.FS,
 		Continuations: mgr, Roots: agents, Routes: routes,
-		Sessions: roots.New(roots.Config{Store: st, Routes: routes, Agents: agents}),
+		Sessions:  roots.New(roots.Config{Store: st, Routes: routes, Agents: agents}),
+		Trees:     governance.NewTrees(governance.TreesConfig{Store: st, Runs: mgr, Roots: agents, Logger: logger}),
+		Usage:     governance.NewUsage(st),
+		Approvals: approvals,
 	}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
 	api := apihttp.NewServer(cfg)
 
-	s := &testServer{st: st}
+	s := &testServer{st: st, approvals: approvals}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && (r.URL.Path == "/v1/sessions" || r.URL.Path == "/v1/runs") {
 			s.lists.Add(1)

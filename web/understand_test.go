@@ -42,13 +42,13 @@ func seedUsageTree(t *testing.T, srv *testServer) usageTree {
 	)
 	sd.events(u.notes, t0.Add(1100*time.Millisecond), turn(1, "Write notes", "Here are the notes", 300, 50)...)
 	u.notesRun = sd.run(seedRun{child: u.notes, parent: u.root, provider: "spawn",
-		start: t0.Add(time.Second), end: t0.Add(2500 * time.Millisecond), stop: "completed", output: "Here are the notes", structured: map[string]int{"pages": 3}})
+		start: t0.Add(time.Second), end: t0.Add(2500 * time.Millisecond), stop: "completed", output: "Here are the notes", structured: map[string]int{"pages": 3}, in: 300, out: 50})
 
 	u.helperA = sd.run(seedRun{child: u.helper, parent: u.root, provider: "spawn", taskID: "task-a",
-		start: t0.Add(2 * time.Second), end: t0.Add(3 * time.Second), stop: "completed", output: "first pass"})
+		start: t0.Add(2 * time.Second), end: t0.Add(3 * time.Second), stop: "completed", output: "first pass", in: 40, out: 10})
 	sd.events(u.helper, t0.Add(2100*time.Millisecond), turn(1, "Check the changelog", "first pass", 40, 10)...)
 	u.helperB = sd.run(seedRun{child: u.helper, parent: u.root, provider: "spawn", taskID: "task-b",
-		start: t0.Add(4 * time.Second), end: t0.Add(4250 * time.Millisecond), stop: "aborted"})
+		start: t0.Add(4 * time.Second), end: t0.Add(4250 * time.Millisecond), stop: "aborted", in: 60, out: 15})
 	sd.events(u.helper, t0.Add(4100*time.Millisecond), turn(2, "And the README", "second pass", 60, 15)...)
 	return u
 }
@@ -74,9 +74,10 @@ func TestDashboard_UsageTraceAndLinks(t *testing.T) {
 
 	b.waitFor("each activation shows its own tokens",
 		runCardUsage(u.helperA)+` === '40 in / 10 out tokens' && `+runCardUsage(u.helperB)+` === '60 in / 15 out tokens'`)
-	b.waitFor("the head sums the session's tokens", `document.querySelector('[data-testid="head-usage"]').textContent === '100 in / 25 out tokens'`)
-	b.waitFor("the head sums the small tree's tokens without being asked",
-		`document.querySelector('[data-testid="head-tree-usage"]')?.textContent === '500 in / 95 out tokens'`)
+	b.waitFor("the head shows the session's tokens, as the API sums them", `document.querySelector('[data-testid="head-usage"]').textContent === '100 in / 25 out tokens' &&
+		document.querySelector('[data-testid="head-usage"]').dataset.source === 'api'`)
+	b.waitFor("the head shows the tree's tokens, as the API sums them",
+		`document.querySelector('[data-testid="head-tree-usage"]')?.textContent === '500 in / 95 out tokens' && document.querySelector('[data-testid="head-tree-usage"]').dataset.source === 'api'`)
 	b.waitFor("the aborted activation says so and lasted 250 ms", fmt.Sprintf(`(() => {
 		const c = document.querySelector('[data-testid="run-card"][data-run=%s]');
 		return c.querySelector('[data-testid="run-stop"]').textContent === 'aborted' && c.querySelector('[data-testid="run-duration"]').textContent === '250 ms';

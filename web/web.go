@@ -5,14 +5,19 @@
 // The page talks only to the service's own HTTP API (api/openapi.yaml), whose paths
 // are built in static/paths.js. All state lives in one store (store.js);
 // the views are modules by job: tree.js (filtered, virtualised session
-// tree with roll-ups), overview.js (the first view), session.js (head, run
-// cards, actions, composer), transcript.js (conversation and event log; a
+// tree with roll-ups), overview.js (the first view), session.js (head with
+// the API's usage sums, run cards, actions and tree controls — cancel a
+// tree, dispose a root's tree or a continuable child, asked first —
+// composer), transcript.js (conversation and event log; a
 // long log is drawn from its end, the turns above as the reader nears them),
 // trace.js (nested spans of a tree on one time axis), search.js (search
 // inside conversations), delegate.js (start forms), providers.js,
 // webhooks.js (the Webhooks page: endpoints, secrets shown once, the
-// delivery log) and auth.js (sign-in); app.js wires them and routes deep
-// links (#s=<session>&r=<run> plus the filter, #v=webhooks for the page).
+// delivery log), approvals.js (the approvals inbox: a header badge and a
+// card per pending approval, kept live by approval/requested and
+// approval/decided on the lifecycle stream) and auth.js (sign-in); app.js
+// wires them and routes deep links (#s=<session>&r=<run> plus the filter,
+// #v=webhooks and #v=approvals for the pages).
 // index.html preloads every module (a new one is added to its list).
 //
 // It loads the history once (its first page drawn before the rest is

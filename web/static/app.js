@@ -6,6 +6,7 @@
 // lives in its store or in the views it owns.
 
 import { api, describeError, listAll } from './api.js';
+import { ApprovalsInbox } from './approvals.js';
 import { showAccount, signedIn } from './auth.js';
 import { DelegateForm } from './delegate.js';
 import { h } from './format.js';
@@ -23,7 +24,8 @@ import { WebhooksPage } from './webhooks.js';
 
 const $ = (id) => document.getElementById(id);
 
-const LIFECYCLE_TYPES = ['subagent/start', 'subagent/end', 'subagent/provider-added', 'subagent/provider-removed'];
+const LIFECYCLE_TYPES = ['subagent/start', 'subagent/end', 'subagent/provider-added', 'subagent/provider-removed',
+  'tree/cancelled', 'approval/requested', 'approval/decided'];
 // EventSource reports only the named events it listens for. Types missing
 // here still reach the event log: their seq leaves a gap that EventStream
 // repairs from GET /v1/sessions/{id}/events.
@@ -107,6 +109,7 @@ class App {
     this.spanKey = '';
     this.delegate = new DelegateForm(store, { select: (id, o) => this.select(id, o) });
     this.webhooks = new WebhooksPage();
+    this.approvals = new ApprovalsInbox(store, { showError: (c, e) => this.showError(c, e) });
   }
 
   // ---- connection indicator and errors ------------------------------------
@@ -215,6 +218,8 @@ class App {
       if (child && !child.known && child.parentId) this.once(`session:${d.id}`, async () => s.mergeSession(await api('GET', paths.session(d.id))));
     } else if (ev.type === 'subagent/provider-added' || ev.type === 'subagent/provider-removed') {
       this.loadProviders();
+    } else if (ev.type === 'approval/requested' || ev.type === 'approval/decided') {
+      this.approvals.onEvent(ev.type, d);
     }
   }
 
@@ -339,6 +344,7 @@ class App {
     $('tree-nomatch').hidden = !(c.total > 0 && c.matched === 0);
     $('session-count').textContent = s.nodes.size ? `(${c.matched === c.total || !this.tree.keep ? s.nodes.size : `${this.tree.keep.size} of ${s.nodes.size}`})` : '';
     this.renderProviderFilter();
+    this.approvals.render();
     this.delegate.render();
     const none = !s.ui.selected;
     $('session-view').classList.toggle('no-selection', none);
@@ -395,7 +401,8 @@ class App {
   async route({ initial = false } = {}) {
     const s = this.store;
     const q = new URLSearchParams(location.hash.slice(1));
-    this.showPage(q.get('v') === 'webhooks' ? 'webhooks' : '');
+    const v = q.get('v');
+    this.showPage(v === 'webhooks' || v === 'approvals' ? v : '');
     if (initial || Object.values(FILTER_KEYS).some((key) => q.has(key))) {
       const filter = {};
       for (const [k, key] of Object.entries(FILTER_KEYS)) filter[k] = q.get(key) || '';
@@ -421,13 +428,15 @@ class App {
     this.writeHash();
   }
 
-  // showPage shows the sessions ('') or the Webhooks page ('webhooks'),
-  // which reads the API only while it is shown.
+  // showPage shows the sessions (''), the approvals inbox ('approvals') or
+  // the Webhooks page ('webhooks'), which reads the API only while it is shown.
   showPage(page) {
     this.store.set({ page });
     $('sessions-page').hidden = page !== '';
     $('webhooks-page').hidden = page !== 'webhooks';
-    for (const [id, p] of [['nav-sessions', ''], ['nav-webhooks', 'webhooks']]) {
+    $('approvals-page').hidden = page !== 'approvals';
+    if (this.approvals.open !== (page === 'approvals')) this.approvals.show(page === 'approvals');
+    for (const [id, p] of [['nav-sessions', ''], ['nav-approvals', 'approvals'], ['nav-webhooks', 'webhooks']]) {
       if (p === page) $(id).setAttribute('aria-current', 'page');
       else $(id).removeAttribute('aria-current');
     }
@@ -595,7 +604,10 @@ class App {
       // is recreated) and reloads nothing — unless it had no cursor to
       // resume from.
       onOpen: ({ resumed }) => {
-        if (!s.ui.baselineLoaded || !resumed) this.loadBaseline();
+        if (!s.ui.baselineLoaded || !resumed) {
+          this.loadBaseline();
+          this.approvals.load();
+        }
       },
     }).start();
     this.loadProviders();

@@ -25,6 +25,8 @@ export class SessionView {
     this.actionsKey = '';
     this.composerKey = '';
     this.runsKey = '';
+    /** `${id}:${scope}` → the last GET /v1/sessions/{id}/usage answer and when to read it again */
+    this.usageReads = new Map();
     $('message-form').addEventListener('submit', (e) => this.send(e));
     $('message-text').addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) $('message-form').requestSubmit();
@@ -64,12 +66,19 @@ export class SessionView {
     if (v.durationMs !== null) items.push(metaItem('Active', h('span', { 'data-dur-head': '' }, formatDuration(v.durationMs))));
     if (n.createdAt) items.push(metaItem('Created', new Date(n.createdAt).toLocaleString()));
     const u = s.sessionUsage(n);
-    items.push(metaItem('Tokens', h('span', { 'data-testid': 'head-usage' }, u.steps ? formatUsage(u.input, u.output) : 'none reported yet')));
+    // The API's sums answer first; the logs this page read are summed only
+    // until it answers, or when it cannot.
+    const own = this.apiUsage(n.id, 'self', runsSig(s, [n]));
+    items.push(metaItem('Tokens', h('span', { 'data-testid': 'head-usage', 'data-source': own ? 'api' : 'logs' },
+      own ? usageText(own) : u.steps ? formatUsage(u.input, u.output) : 'none reported yet')));
     const root = s.treeRoot(n);
     if (s.kids.get(root.id)?.size) {
-      const t = s.treeUsage(root);
-      items.push(metaItem('Tree tokens', h('span', { 'data-testid': 'head-tree-usage' }, t.steps ? formatUsage(t.input, t.output) : 'none reported yet',
-        t.read < t.total ? ` (${t.read} of ${t.total} logs read so far; the Trace reads them all)` : '')));
+      const all = s.subtree(root);
+      const tree = this.apiUsage(root.id, 'tree', runsSig(s, all));
+      const t = tree ? null : s.treeUsage(root);
+      items.push(metaItem('Tree tokens', h('span', { 'data-testid': 'head-tree-usage', 'data-source': tree ? 'api' : 'logs' },
+        ...(tree ? [usageText(tree)] : [t.steps ? formatUsage(t.input, t.output) : 'none reported yet',
+          t.read < t.total ? ` (${t.read} of ${t.total} logs read so far; the Trace reads them all)` : '']))));
     }
     if (n.parentId) {
       items.push(metaItem('Parent', h('a', { href: `#s=${encodeURIComponent(n.parentId)}`, class: 'child-link', 'data-testid': 'head-parent' },
@@ -85,6 +94,43 @@ export class SessionView {
     this.renderRuns(n, u);
     this.renderActions(n, v);
     this.renderComposer(n, v);
+  }
+
+  // apiUsage returns the usage GET /v1/sessions/{id}/usage reported for id
+  // in scope, and reads it again when sig (the runs of what it counts, and
+  // their states) changed since; null until the first answer, and when the
+  // API cannot answer (a server without usage sums).
+  apiUsage(id, scope, sig) {
+    const key = `${id}:${scope}`;
+    let e = this.usageReads.get(key);
+    if (!e) {
+      e = { sig: null, data: null, failed: false, inflight: false, again: false };
+      this.usageReads.set(key, e);
+    }
+    if (e.sig !== sig && !e.failed) {
+      e.sig = sig;
+      if (e.inflight) e.again = true;
+      else this.readUsage(id, scope, e);
+    }
+    return e.data;
+  }
+
+  async readUsage(id, scope, e) {
+    e.inflight = true;
+    try {
+      e.data = await api('GET', paths.sessionUsage(id, scope));
+    } catch {
+      // The sums of the logs read stand in.
+      e.failed = true;
+    } finally {
+      e.inflight = false;
+    }
+    if (e.again && !e.failed) {
+      e.again = false;
+      this.readUsage(id, scope, e);
+      return;
+    }
+    this.store.changed();
   }
 
   /** Ticks the running durations in the head and on the cards of running runs. */
@@ -153,26 +199,52 @@ export class SessionView {
   }
 
   actionButton(id, label, help, fn) {
-    return h('button', { type: 'button', id: `action-${id}`, 'data-testid': `action-${id}`, title: help, onclick: async (e) => {
-      const btn = e.currentTarget;
-      btn.disabled = true;
-      this.setStatus(`${label}…`);
-      try {
-        const said = await fn();
-        if (said !== null) this.setStatus(said);
-      } catch (err) {
-        this.setStatus('');
-        this.o.showError(label, err);
-      } finally {
-        btn.disabled = false;
-      }
-    } }, label);
+    return h('button', { type: 'button', id: `action-${id}`, 'data-testid': `action-${id}`, title: help, onclick: (e) => this.run(e.currentTarget, label, fn) }, label);
+  }
+
+  // run disables button while fn runs and says what it did, or the error.
+  async run(button, label, fn) {
+    button.disabled = true;
+    this.setStatus(`${label}…`);
+    try {
+      const said = await fn();
+      if (said !== null) this.setStatus(said);
+    } catch (err) {
+      this.setStatus('');
+      this.o.showError(label, err);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  // confirmButton is an action that asks first, in place, as the Webhooks
+  // page asks before a delete: the button gives way to the question, a
+  // "Yes, …" button that acts and a "Keep it" button that takes it back.
+  confirmButton(id, label, help, question, yes, fn) {
+    const ask = (on) => {
+      confirm.hidden = !on;
+      button.hidden = on;
+      (on ? no : button).focus();
+    };
+    const button = h('button', { type: 'button', id: `action-${id}`, 'data-testid': `action-${id}`, title: help, onclick: () => ask(true) }, label);
+    const sure = h('button', { type: 'button', class: 'danger', 'data-testid': `action-${id}-yes`, onclick: async () => {
+      no.disabled = true;
+      await this.run(sure, label, fn);
+      no.disabled = false;
+      if (sure.isConnected) ask(false);
+    } }, yes);
+    const no = h('button', { type: 'button', 'data-testid': `action-${id}-no`, onclick: () => ask(false) }, 'Keep it');
+    const confirm = h('span', { class: 'wh-confirm', role: 'group', 'aria-label': `Confirm: ${label}`, 'data-testid': `action-${id}-confirm`, hidden: true },
+      h('span', {}, question), sure, no);
+    return h('span', { class: 'action-confirmable' }, button, confirm);
   }
 
   // renderActions offers only what the child's mode, provider and state
   // allow: cancel while a one-shot run runs, dispose until it is disposed,
-  // interrupt while a continuable child runs. Steering and followups are the
-  // composer's.
+  // interrupt while a continuable child runs; Cancel tree for a root or a
+  // session with children (it stops what runs below it), Dispose for a root's tree and Dispose
+  // child for a continuable child, until this page saw them disposed.
+  // Steering and followups are the composer's.
   renderActions(n, v) {
     const run = v.latest;
     const wanted = [];
@@ -181,10 +253,15 @@ export class SessionView {
       if (!v.disposed) wanted.push('dispose');
     }
     if (v.mode === 'continuable' && v.running) wanted.push('interrupt');
+    if (v.mode === 'root' || this.store.kids.get(n.id)?.size) wanted.push('cancel-tree');
+    if (v.mode === 'root' && !v.disposed) wanted.push('dispose-tree');
+    if (v.mode === 'continuable' && !v.disposed) wanted.push('dispose-child');
     wanted.push('export');
     const key = `${n.id}:${run ? run.runId : ''}:${wanted.join()}`;
     if (key === this.actionsKey) return;
     this.actionsKey = key;
+    const s = this.store;
+    const below = s.subtree(n).length - 1;
     const make = {
       cancel: () => this.actionButton('cancel', 'Cancel', 'Abort the run; it settles "aborted"', async () => {
         await api('POST', paths.runCancel(run.runId));
@@ -192,12 +269,31 @@ export class SessionView {
       }),
       dispose: () => this.actionButton('dispose', 'Dispose', 'Cancel if running, wait until it is quiet, release it', async () => {
         await api('DELETE', paths.run(run.runId));
-        this.store.upsertRun({ runId: run.runId, state: 'disposed' });
+        s.upsertRun({ runId: run.runId, state: 'disposed' });
         return 'Run disposed — it is released and its transcript stays readable.';
       }),
+      'cancel-tree': () => this.confirmButton('cancel-tree', 'Cancel tree', 'Abort every run and task below this session (and a root\'s running turn); later messages run normally',
+        `Stop everything that runs ${below ? `in this tree (${below} session${below === 1 ? '' : 's'} below)` : 'below this session'}?`, 'Yes, cancel the tree', async () => {
+          const res = await api('POST', paths.sessionCancel(n.id));
+          const c = (res && res.cancelled) || 0;
+          return c ? `Tree cancelled — stopped ${c} run${c === 1 ? '' : 's'}, task${c === 1 ? '' : 's'} or turn${c === 1 ? '' : 's'}; they settle as aborted.`
+            : 'Tree cancelled — nothing was running, so nothing was stopped.';
+        }),
+      'dispose-tree': () => this.confirmButton('dispose-tree', 'Dispose', 'Cancel the tree, dispose every continuable child in it and close the root; later prompts are refused',
+        'Dispose this root and its whole tree? Later prompts and followups are refused.', 'Yes, dispose the tree', async () => {
+          await api('DELETE', paths.session(n.id));
+          s.markDisposed(n.id, { tree: true });
+          return 'Tree disposed — the root and its continuable children take no more messages; their transcripts stay readable.';
+        }),
+      'dispose-child': () => this.confirmButton('dispose-child', 'Dispose child', 'Cancel its running task and release it; later followups are refused',
+        'Dispose this child? Later followups are refused.', 'Yes, dispose the child', async () => {
+          await api('DELETE', paths.subagent(n.id, { parentSessionId: n.parentId }));
+          s.markDisposed(n.id);
+          return 'Child disposed — it takes no more followups; its transcript stays readable.';
+        }),
       export: () => this.actionButton('export', 'Export tree', 'Download this tree — headers, runs and logs — as one JSON file', async () => {
-        const root = this.store.treeRoot(n);
-        const data = await exportTree(this.store, root);
+        const root = s.treeRoot(n);
+        const data = await exportTree(s, root);
         const url = URL.createObjectURL(new Blob([JSON.stringify(data, null, 2)], { type: 'application/json' }));
         const link = h('a', { href: url, download: `subagentd-tree-${root.id}.json`, 'data-testid': 'export-link' }, 'download it again');
         link.click();
@@ -217,6 +313,8 @@ export class SessionView {
   // provider supports steering.
   composerMode(n, v) {
     const p = this.store.providers.get(n.provider) || null;
+    if (v.disposed && v.mode === 'root') return { disposed: true, readonly: 'This root session was disposed (DISPOSED): its tree is released and it takes no more messages. Its transcript stays readable.' };
+    if (v.disposed && v.mode === 'continuable') return { disposed: true, readonly: 'This child was disposed (DISPOSED): it takes no more followups. Its transcript stays readable.' };
     if (v.mode === 'root') return { kind: 'root', label: 'Message the root agent', button: 'Send', help: 'Runs a turn of this session\'s own agent, which can start children with its tools.' };
     if (v.mode === 'continuable') {
       if (v.running || v.state === 'starting') return { kind: 'followup', label: 'Follow up', button: 'Send followup', help: 'The child is running: the followup is steered into its next model step.' };
@@ -238,6 +336,7 @@ export class SessionView {
     form.hidden = !!m.readonly;
     note.hidden = !m.readonly;
     note.textContent = m.readonly || '';
+    note.dataset.disposed = String(!!m.disposed);
     if (m.readonly) return;
     form.dataset.kind = m.kind;
     $('message-label').textContent = m.label;
@@ -293,12 +392,39 @@ export class SessionView {
       $('message-text').value = '';
     } catch (err) {
       this.setStatus('');
-      // The draft stays so nothing typed is lost.
+      // A session disposed elsewhere says so, and its composer gives way
+      // to the note; the draft stays so nothing typed is lost.
+      if (err.code === 'DISPOSED' && kind !== 'steer') s.markDisposed(n.id, { tree: kind === 'root' });
       showApiError(form, $('message-error'), err);
     } finally {
       btn.disabled = false;
     }
   }
+}
+
+// runsSig names what a usage read counts: the sessions' runs and their
+// states, and a root's activity (its own turns add to its usage).
+function runsSig(s, nodes) {
+  let runs = 0;
+  let settled = 0;
+  for (const m of nodes) {
+    for (const id of m.runIds) {
+      runs++;
+      if (s.runs.get(id)?.state !== 'running') settled++;
+    }
+  }
+  return `${nodes.length}:${runs}:${settled}:${nodes[0] ? nodes[0].status : ''}`;
+}
+
+// usageText says a usage answer in words: "not reported" when the
+// provider reported none, a lower bound when some calls reported none,
+// and the runs still running, whose usage is counted once they settle.
+function usageText(d) {
+  const tokens = (d.inputTokens || 0) + (d.outputTokens || 0);
+  const live = d.liveRuns ? ` (+${d.liveRuns} running, counted once settled)` : '';
+  if (!d.known && tokens === 0) return `not reported${live}`;
+  if (d.known && tokens === 0 && !d.modelCalls) return `none reported yet${live}`;
+  return `${formatUsage(d.inputTokens, d.outputTokens)}${d.known ? '' : ' at least (some calls reported none)'}${live}`;
 }
 
 function metaItem(term, ...value) {

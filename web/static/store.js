@@ -29,6 +29,10 @@ export class Store {
     this.logsRead = new Set();
     /** @type {Map<string, object[]>} session id → the {seq, type, time, data} events of its log the trace reads */
     this.traces = new Map();
+    /** @type {Set<string>} sessions this page saw disposed (its own dispose, or a 409 DISPOSED) */
+    this.disposed = new Set();
+    /** @type {Map<string, object>} approval id → pending approval (GET /v1/approvals), oldest first */
+    this.approvals = new Map();
     /** @type {Map<string, string>} session id → text of its first prompt */
     this.prompts = new Map();
     this.seen = 0;
@@ -51,7 +55,8 @@ export class Store {
       found: { q: '', ids: new Set() },
       log: { type: '', chunks: false },
       tab: 'conv',
-      // The page shown: '' the sessions, 'webhooks' the Webhooks page.
+      // The page shown: '' the sessions, 'webhooks' the Webhooks page,
+      // 'approvals' the approvals inbox.
       page: '',
       conn: { lifecycle: 'connecting', session: '', detail: '' },
       baselineLoaded: false,
@@ -268,7 +273,44 @@ export class Store {
     }
     const taskId = announced || (latest && latest.taskId) || '';
     const tasks = runs.filter((r) => r.taskId).length + (announced ? 1 : 0);
-    return { mode, state, stopReason, durationMs, running, latest, disposed: !!latest && latest.state === 'disposed', taskId, tasks };
+    const disposed = this.disposed.has(n.id) || (!!latest && latest.state === 'disposed');
+    return { mode, state, stopReason, durationMs, running, latest, disposed, taskId, tasks };
+  }
+
+  /**
+   * Records that session id was disposed: a root's tree (with every
+   * continuable child in it, as the server disposes them), or one child.
+   */
+  markDisposed(id, { tree = false } = {}) {
+    const n = this.nodes.get(id);
+    if (!n) return;
+    this.disposed.add(id);
+    if (tree) for (const m of this.subtree(n)) if (this.view(m).mode === 'continuable') this.disposed.add(m.id);
+    this.changed();
+  }
+
+  /** Replaces the pending approvals with list (GET /v1/approvals?state=pending). */
+  setApprovals(list) {
+    this.approvals = new Map(list.filter((a) => a && a.id && a.state === 'pending').map((a) => [a.id, a]));
+    this.changed();
+  }
+
+  /** Adds or updates one pending approval. */
+  putApproval(a) {
+    this.approvals.set(a.id, a);
+    this.changed();
+  }
+
+  /** Forgets approval id: it was decided, expired or cancelled. */
+  dropApproval(id) {
+    if (this.approvals.delete(id)) this.changed();
+  }
+
+  /** How many pending approvals session id waits on. */
+  pendingFor(id) {
+    let n = 0;
+    for (const a of this.approvals.values()) if (a.sessionId === id) n++;
+    return n;
   }
 
   children(id) {
