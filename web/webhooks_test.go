@@ -208,7 +208,7 @@ func TestDashboard_Webhooks(t *testing.T) {
 
 	// Disable and enable.
 	b.do("disabling", chromedp.Click(chromedp.CSS(`[data-testid="wh-disable"]`)))
-	b.waitFor("the endpoint says it is disabled by request", `document.querySelector('[data-testid="wh-state"]').textContent.trim() === '⏸ Disabled by request' &&
+	b.waitFor("the endpoint says it is disabled by request", `document.querySelector('[data-testid="wh-state"]').textContent.trim() === '‖ Disabled by request' &&
 		document.querySelector('[data-testid="wh-enable"]')?.textContent === 'Enable' && `+card+`.dataset.enabled === 'false'`)
 	var hook struct {
 		Enabled        bool   `json:"enabled"`

@@ -125,7 +125,7 @@ export class ApprovalsInbox {
     const session = s.nodes.get(a.sessionId);
     const created = toMillis(a.createdAt);
     const expires = toMillis(a.expiresAt);
-    const state = h('span', { class: 'state tone-warn', 'data-testid': 'ap-state' }, h('span', { 'aria-hidden': 'true' }, '⏸'), ' waiting for a decision');
+    const state = h('span', { class: 'state tone-warn', 'data-testid': 'ap-state' }, h('span', { 'aria-hidden': 'true' }, '◷'), ' waiting for a decision');
     const el = h('li', { class: 'panel ap-card', 'data-testid': 'approval', 'data-id': a.id },
       h('div', { class: 'wh-head' },
         state,

@@ -236,7 +236,7 @@ export class Tree {
     if (n.provider) tail.push(h('span', { class: 'chip', 'data-testid': 'node-provider' }, n.provider));
     if (v.mode === 'continuable' && v.tasks) tail.push(h('span', { class: 'chip', 'data-testid': 'node-tasks' }, `${v.tasks} task${v.tasks > 1 ? 's' : ''}`));
     if (v.disposed) tail.push(h('span', { class: 'chip', 'data-testid': 'node-disposed' }, 'disposed'));
-    if (waiting) tail.push(h('span', { class: 'chip tone-warn', 'data-testid': 'node-waiting', title: `${waiting} approval${waiting > 1 ? 's' : ''} pending: see Approvals` }, h('span', { 'aria-hidden': 'true' }, '⏸ '), 'waiting for approval'));
+    if (waiting) tail.push(h('span', { class: 'chip tone-warn', 'data-testid': 'node-waiting', title: `${waiting} approval${waiting > 1 ? 's' : ''} pending: see Approvals` }, h('span', { 'aria-hidden': 'true' }, '◷ '), 'waiting for approval'));
     if (at) tail.push(h('span', { class: 'age', 'data-age': at, 'data-testid': 'node-age', title: new Date(at).toLocaleString() }, formatAge(Date.now() - at)));
     if (v.durationMs !== null) tail.push(h('span', { class: 'dur', 'data-dur-for': n.id }, formatDuration(v.durationMs)));
     if (u.steps) tail.push(h('span', { class: 'tokens', 'data-testid': 'node-tokens', title: `${u.input} in / ${u.output} out tokens` }, `${formatTokensShort(u.input + u.output)} tok`));

@@ -35,8 +35,8 @@ const PAGE = 20;
 function endpointState(w) {
   if (w.enabled) return { icon: '✓', tone: 'ok', text: 'Enabled' };
   if (w.disabledReason === 'gone') return { icon: '✕', tone: 'bad', text: 'Disabled — the receiver answered 410 Gone' };
-  if (w.disabledReason === 'manual') return { icon: '⏸', tone: 'idle', text: 'Disabled by request' };
-  return { icon: '⏸', tone: 'idle', text: w.disabledReason ? `Disabled — ${w.disabledReason}` : 'Disabled' };
+  if (w.disabledReason === 'manual') return { icon: '‖', tone: 'idle', text: 'Disabled by request' };
+  return { icon: '‖', tone: 'idle', text: w.disabledReason ? `Disabled — ${w.disabledReason}` : 'Disabled' };
 }
 
 const DELIVERY_STATES = {
