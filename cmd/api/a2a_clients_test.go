@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -26,42 +25,14 @@ const (
 	a2aClientDir = "testdata/a2a-client"
 )
 
-var (
-	cliOnce sync.Once
-	cliPath string
-	cliErr  error
-)
+// theA2ACLI is the a2a-go CLI, built from its pinned module.
+var theA2ACLI goBinary
 
 // a2aCLI builds the a2a-go CLI once per test process and returns its path.
 func a2aCLI(t *testing.T) string {
 	t.Helper()
-	cliOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "a2a-cli-")
-		if err != nil {
-			cliErr = err
-			return
-		}
-		cliPath = filepath.Join(dir, "a2a")
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", cliPath, "github.com/a2aproject/a2a-go/v2/cmd/a2a")
-		cmd.Dir = a2aCLIDir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			cliErr = &buildError{err: err, out: string(out)}
-		}
-	})
-	if cliErr != nil {
-		t.Fatalf("build the a2a-go CLI in %s: %v", a2aCLIDir, cliErr)
-	}
-	return cliPath
+	return theA2ACLI.build(t, "a2a", a2aCLIDir, "github.com/a2aproject/a2a-go/v2/cmd/a2a")
 }
-
-type buildError struct {
-	err error
-	out string
-}
-
-func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 
 // cliRun runs the CLI with args and returns its stdout; it fails the test
 // unless the exit status is as wanted.

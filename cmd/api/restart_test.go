@@ -28,31 +28,46 @@ import (
 // The restart tests run the real binary on Postgres, start runs whose model
 // never answers, stop the process (SIGTERM, or SIGKILL) and start it again.
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// goBinary is a binary the tests build once per test process.
+type goBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// build builds pkg, as the module in dir names it, into a binary called
+// name the first time it is called, and returns its path; a failed build
+// fails t (and every later caller).
+func (b *goBinary) build(t *testing.T, name, dir, pkg string) string {
+	t.Helper()
+	b.once.Do(func() {
+		tmp, err := os.MkdirTemp("", "subagentd-test-bin-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(tmp, name)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", b.path, pkg)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s in %s: %v\n%s", pkg, dir, err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// subagentd is this package's binary.
+var subagentd goBinary
 
 // binary builds cmd/api once per test process.
 func binary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "subagentd-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "subagentd")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return subagentd.build(t, "subagentd", ".", ".")
 }
 
 // stallingModel is an OpenAI-compatible server whose streams send one text
