@@ -395,10 +395,10 @@ func TestReport_R106_WhoMayReport(t *testing.T) {
 		content            []model.Block
 		code               string
 	}{
-		{"root session", root, "", ctx, text, subagent.EUnauthorized},
-		{"unknown id", "nobody", "", ctx, text, subagent.EUnauthorized},
-		{"one-shot child", oneShot.ChildID(), "", ctx, text, subagent.EUnauthorized},
-		{"settled child", settled, "", ctx, text, subagent.EUnauthorized},
+		{"root session", root, "", ctx, text, subagent.EForbidden},
+		{"unknown id", "nobody", "", ctx, text, subagent.EForbidden},
+		{"one-shot child", oneShot.ChildID(), "", ctx, text, subagent.EForbidden},
+		{"settled child", settled, "", ctx, text, subagent.EForbidden},
 		{"aborted caller", live, "", cancelled, text, subagent.EAborted},
 		{"obsolete delivery", live, "wakeup", ctx, text, subagent.EInvalidRequest},
 		{"no content", live, "", ctx, nil, subagent.EInvalidRequest},
@@ -418,7 +418,7 @@ func TestReport_R106_WhoMayReport(t *testing.T) {
 	if len(reporters) != 2 {
 		t.Fatalf("%d materializations of %s, want 2", len(reporters), settled)
 	}
-	if _, err := reporters[0](ctx, text); subagent.ErrorCode(err) != subagent.EUnauthorized {
+	if _, err := reporters[0](ctx, text); subagent.ErrorCode(err) != subagent.EForbidden {
 		t.Errorf("stale activation's report: %v, want UNAUTHORIZED", err)
 	}
 	if _, err := reporters[1](ctx, text); err != nil {

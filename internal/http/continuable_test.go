@@ -430,11 +430,11 @@ func TestSubagents_R84_R87_BadInputAppendsNothing(t *testing.T) {
 		code   string
 	}{
 		{"unknown child", followup("nope", parent, "x"), 404, subagent.ESessionNotFound},
-		{"wrong parent", followup(created.ChildID, other, "x"), 403, subagent.EUnauthorized},
-		{"source grants nothing", coordinator, 403, subagent.EUnauthorized},
+		{"wrong parent", followup(created.ChildID, other, "x"), 403, subagent.EForbidden},
+		{"source grants nothing", coordinator, 403, subagent.EForbidden},
 		{"one-shot child", followup(oneShot.ChildSessionID, parent, "x"), 409, subagent.ENotResumable},
 		{"interrupt unknown child", interrupt("nope", parent), 404, subagent.ESessionNotFound},
-		{"interrupt wrong parent", interrupt(created.ChildID, other), 403, subagent.EUnauthorized},
+		{"interrupt wrong parent", interrupt(created.ChildID, other), 403, subagent.EForbidden},
 		{"duplicate child", call{method: http.MethodPost, path: "/v1/subagents", body: map[string]any{
 			"provider": spawn.Name, "parentSessionId": parent, "label": "again", "prompt": textPrompt("x"), "childId": "c-1"}}, 409, subagent.EDuplicateChild},
 		{"unknown provider", call{method: http.MethodPost, path: "/v1/subagents", body: map[string]any{

@@ -65,7 +65,7 @@ var problems = map[string]problemType{
 	subagent.ESteerRejected:         {http.StatusConflict, "Steer rejected"},
 	subagent.EActivationClosing:     {http.StatusConflict, "Activation closing"},
 	subagent.EParentUnavailable:     {http.StatusConflict, "Parent unavailable"},
-	subagent.EUnauthorized:          {http.StatusForbidden, "Forbidden"},
+	subagent.EForbidden:             {http.StatusForbidden, "Forbidden"},
 	subagent.EUnauthenticated:       {http.StatusUnauthorized, "Unauthenticated"},
 	subagent.ERateLimited:           {http.StatusTooManyRequests, "Rate limited"},
 	subagent.EPayloadTooLarge:       {http.StatusRequestEntityTooLarge, "Payload too large"},

@@ -92,7 +92,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			return
 		}
 		if len(s.tokens) == 0 && !isLoopbackHost(r.Host) {
-			s.writeError(w, r, subagent.Errorf(subagent.EUnauthorized,
+			s.writeError(w, r, subagent.Errorf(subagent.EForbidden,
 				"Host %q is not loopback: without SUBAGENTD_TOKENS this server answers only 127.0.0.1, [::1] and localhost", clip(r.Host, 100)))
 			return
 		}
@@ -234,7 +234,7 @@ func (s *Server) checkOrigin(r *http.Request, via authVia) error {
 	if origin == "" || s.sameOrigin(r, origin) || slices.Contains(s.corsOrigins, origin) {
 		return nil
 	}
-	return subagent.Errorf(subagent.EUnauthorized, "cross-origin write from %q refused", clip(origin, 200))
+	return subagent.Errorf(subagent.EForbidden, "cross-origin write from %q refused", clip(origin, 200))
 }
 
 // sameOrigin reports whether origin names the host r was sent to.
@@ -257,7 +257,7 @@ func (s *Server) cors(w http.ResponseWriter, r *http.Request) bool {
 	w.Header().Add("Vary", "Origin")
 	if !allowed {
 		if preflight {
-			s.writeError(w, r, subagent.Errorf(subagent.EUnauthorized, "origin %q is not in SUBAGENTD_CORS_ORIGINS", clip(origin, 200)))
+			s.writeError(w, r, subagent.Errorf(subagent.EForbidden, "origin %q is not in SUBAGENTD_CORS_ORIGINS", clip(origin, 200)))
 		}
 		return preflight
 	}

@@ -275,14 +275,14 @@ func TestSignIn_Cookie(t *testing.T) {
 	}
 	b.want(t, 201, post(nil))
 	b.want(t, 201, post(map[string]string{"Origin": b.ts.URL}))
-	b.wantProblem(t, 403, subagent.EUnauthorized, post(map[string]string{"Origin": "https://evil.example"}))
+	b.wantProblem(t, 403, subagent.EForbidden, post(map[string]string{"Origin": "https://evil.example"}))
 	plain := post(map[string]string{"Content-Type": "text/plain"})
 	plain.invalid = true
 	b.wantProblem(t, 415, codeUnsupportedMediaType, plain)
 	// A bodiless cookie POST needs JSON too: a cross-site form can send
 	// neither.
 	b.wantProblem(t, 415, codeUnsupportedMediaType, call{method: "POST", path: "/v1/runs/x/cancel", header: cookie})
-	b.wantProblem(t, 403, subagent.EUnauthorized, call{method: "DELETE", path: "/v1/auth/session", header: map[string]string{"Cookie": cookie["Cookie"], "Origin": "http://evil.example"}})
+	b.wantProblem(t, 403, subagent.EForbidden, call{method: "DELETE", path: "/v1/auth/session", header: map[string]string{"Cookie": cookie["Cookie"], "Origin": "http://evil.example"}})
 
 	r = b.want(t, 204, call{method: "DELETE", path: "/v1/auth/session", header: cookie})
 	if sc := r.header.Get("Set-Cookie"); !strings.Contains(sc, "Max-Age=0") {

@@ -479,7 +479,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) error {
 // refusalCodes are the codes of the MCP transport's text/plain refusals.
 var refusalCodes = map[int]string{
 	http.StatusBadRequest:            subagent.EInvalidRequest,
-	http.StatusForbidden:             subagent.EUnauthorized,
+	http.StatusForbidden:             subagent.EForbidden,
 	http.StatusNotFound:              codeNotFound,
 	http.StatusMethodNotAllowed:      codeMethodNotAllowed,
 	http.StatusRequestEntityTooLarge: subagent.EPayloadTooLarge,

@@ -58,7 +58,7 @@ func TestSubagents_DisposeSettlesOnceAndRefusesFollowups(t *testing.T) {
 			other := w.rootSession(t)
 			child := w.startChild(t, parent, "/sleep 30s\nwork", nil)
 
-			w.wantProblem(t, http.StatusForbidden, subagent.EUnauthorized, disposeChild(child.ChildID, other))
+			w.wantProblem(t, http.StatusForbidden, subagent.EForbidden, disposeChild(child.ChildID, other))
 			w.wantProblem(t, http.StatusBadRequest, subagent.EInvalidRequest,
 				call{method: http.MethodDelete, path: "/v1/subagents/" + child.ChildID, invalid: true})
 

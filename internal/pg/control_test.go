@@ -449,8 +449,8 @@ func TestControl_RoundTripLatency(t *testing.T) {
 		began := time.Now()
 		err := b.m.Interrupt(inprocesstest.Ctx(t), "not-the-parent", res.ChildID)
 		lat = append(lat, time.Since(began))
-		if subagent.ErrorCode(err) != subagent.EUnauthorized {
-			t.Fatalf("interrupt through B with the wrong parent: %v, want %s", err, subagent.EUnauthorized)
+		if subagent.ErrorCode(err) != subagent.EForbidden {
+			t.Fatalf("interrupt through B with the wrong parent: %v, want %s", err, subagent.EForbidden)
 		}
 	}
 	slices.Sort(lat)

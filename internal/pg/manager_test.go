@@ -177,7 +177,7 @@ func TestManager_BadInputAppendsNothing(t *testing.T) {
 	if _, err := p.m.Followup(ctx, parent.Session.ID, "nobody", inprocesstest.Text("x"), sessionlog.Source{}); subagent.ErrorCode(err) != subagent.ESessionNotFound {
 		t.Errorf("unknown child: %v", err)
 	}
-	if _, err := p.m.Followup(ctx, "someone", res.ChildID, inprocesstest.Text("x"), sessionlog.Source{}); subagent.ErrorCode(err) != subagent.EUnauthorized {
+	if _, err := p.m.Followup(ctx, "someone", res.ChildID, inprocesstest.Text("x"), sessionlog.Source{}); subagent.ErrorCode(err) != subagent.EForbidden {
 		t.Errorf("wrong parent: %v", err)
 	}
 	if got := len(p.h.Log(t, res.ChildID)); got != n {

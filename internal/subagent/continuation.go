@@ -166,7 +166,7 @@ type MaterializeRequest struct {
 	// Report sends content to the child's durable parent as this
 	// activation (ReportFrom with the manager's delivery policy) and
 	// returns the message id; the materializer offers it to the child's
-	// model as the report tool (docs/seam.md §17). It answers EUnauthorized
+	// model as the report tool (docs/seam.md §17). It answers EForbidden
 	// once another activation of the child is resident.
 	Report func(ctx context.Context, content []model.Block) (string, error)
 }

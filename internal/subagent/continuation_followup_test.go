@@ -289,9 +289,9 @@ func TestFollowup_BadInputAppendsNothing(t *testing.T) {
 		code                string
 	}{
 		{"unknown child", "p1", "nobody", sessionlog.Source{}, ESessionNotFound},
-		{"wrong parent (R84)", "other-parent", res.ChildID, sessionlog.Source{}, EUnauthorized},
-		{"source grants nothing (R84)", "other-parent", res.ChildID, sessionlog.Source{Kind: "coordinator", SenderSessionID: "p1"}, EUnauthorized},
-		{"root session", "p1", "p1", sessionlog.Source{}, EUnauthorized},
+		{"wrong parent (R84)", "other-parent", res.ChildID, sessionlog.Source{}, EForbidden},
+		{"source grants nothing (R84)", "other-parent", res.ChildID, sessionlog.Source{Kind: "coordinator", SenderSessionID: "p1"}, EForbidden},
+		{"root session", "p1", "p1", sessionlog.Source{}, EForbidden},
 		{"one-shot child (R87)", "p1", "oneshot", sessionlog.Source{}, ENotResumable},
 		{"one-shot descriptor (R87)", "p1", "oneshot-unclassified", sessionlog.Source{}, ENotResumable},
 		{"ancestor descriptor only in the seed (R87)", "p1", "seeded", sessionlog.Source{}, ENotResumable},
@@ -472,7 +472,7 @@ func TestInterrupt_R98_R99_AuthorityAndNoops(t *testing.T) {
 	}
 	n := len(e.log(t, res.ChildID))
 	wantCode(t, e.m.Interrupt(t.Context(), "p1", "nobody"), ESessionNotFound)
-	wantCode(t, e.m.Interrupt(t.Context(), "someone-else", res.ChildID), EUnauthorized)
+	wantCode(t, e.m.Interrupt(t.Context(), "someone-else", res.ChildID), EForbidden)
 	for _, id := range []string{res.ChildID, "oneshot"} {
 		if err := e.m.Interrupt(t.Context(), "p1", id); err != nil {
 			t.Errorf("interrupt of settled %s: %v", id, err)

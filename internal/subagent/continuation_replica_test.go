@@ -88,7 +88,7 @@ func TestReplicas_FollowupAndInterruptThroughAnotherReplicaReachTheOwner(t *test
 	if end := a.ended(t, res.TaskID); end.StopReason != StopAborted {
 		t.Fatalf("A's activation after an interrupt through B ended %q, want aborted", end.StopReason)
 	}
-	wantCode(t, mgrB.Interrupt(t.Context(), "p9", started.ChildID), EUnauthorized)
+	wantCode(t, mgrB.Interrupt(t.Context(), "p9", started.ChildID), EForbidden)
 }
 
 // countText counts the texts equal to s.

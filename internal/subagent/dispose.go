@@ -60,7 +60,7 @@ func (m *Manager) handleDispose() {
 // (internal/governance).
 //
 // Returns EInvalidRequest for an empty parent id, ESessionNotFound for an
-// unknown child, EUnauthorized when parentSessionID is not its durable
+// unknown child, EForbidden when parentSessionID is not its durable
 // parent, ENotResumable for a one-shot child (dispose its run instead),
 // EAborted when ctx ends before the activation settled (it still settles).
 // A child another replica drives is disposed there (see Control).
@@ -102,7 +102,7 @@ func (m *Manager) dispose(ctx context.Context, c *child, parentSessionID string)
 		return nil, err
 	}
 	if sess.ParentID != parentSessionID {
-		return nil, Errorf(EUnauthorized, "subagent %q belongs to another parent session", c.key.ID)
+		return nil, Errorf(EForbidden, "subagent %q belongs to another parent session", c.key.ID)
 	}
 	if sess.Mode == ModeOneShot {
 		return nil, Errorf(ENotResumable, "subagent %q is a one-shot child: dispose its run (DELETE /v1/runs/{runId})", c.key.ID)

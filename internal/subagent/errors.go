@@ -22,7 +22,7 @@ const (
 	EDuplicateChild        = "DUPLICATE_CHILD"
 	ENotResumable          = "NOT_RESUMABLE"
 	ESteerRejected         = "STEER_REJECTED"
-	EUnauthorized          = "FORBIDDEN" // the 403 code
+	EForbidden             = "FORBIDDEN" // the 403 code
 	EUnauthenticated       = "UNAUTHENTICATED"
 	ERateLimited           = "RATE_LIMITED"
 	EPayloadTooLarge       = "PAYLOAD_TOO_LARGE"

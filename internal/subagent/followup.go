@@ -25,7 +25,7 @@ import (
 // Returns, before anything is stored or appended: EDraining;
 // EInvalidRequest for an empty parent id, or content that is empty or not
 // JSON;
-// ESessionNotFound for an unknown child; EUnauthorized when parentSessionID
+// ESessionNotFound for an unknown child; EForbidden when parentSessionID
 // is not the child's durable parent (src grants nothing, R84); ENotResumable
 // for a one-shot child or one without a supported continuable descriptor in
 // its own suffix (R87); EAborted when ctx is already done (R91);
@@ -138,14 +138,14 @@ func (m *Manager) routed(a answer) (FollowupResult, error) {
 
 // resumable checks, for a followup, that c exists, belongs to parentID and
 // can be resumed, caching what it read. It runs in c's loop. Returns
-// ESessionNotFound, EUnauthorized or ENotResumable.
+// ESessionNotFound, EForbidden or ENotResumable.
 func (m *Manager) resumable(ctx context.Context, c *child, parentID string) error {
 	sess, err := m.header(ctx, c)
 	if err != nil {
 		return err
 	}
 	if sess.ParentID != parentID {
-		return Errorf(EUnauthorized, "subagent %q belongs to another parent session", c.key.ID)
+		return Errorf(EForbidden, "subagent %q belongs to another parent session", c.key.ID)
 	}
 	if err := m.notDisposed(ctx, c); err != nil {
 		return err

@@ -22,7 +22,7 @@ import (
 //
 // A child that is not live, a one-shot child, or an activation already
 // settling is an accepted no-op (R98, R104). Returns ESessionNotFound for
-// an unknown child and EUnauthorized when parentSessionID is not its
+// an unknown child and EForbidden when parentSessionID is not its
 // durable parent — checked for live and settled children alike. A child
 // another replica drives is interrupted there (see Control).
 func (m *Manager) Interrupt(ctx context.Context, parentSessionID, childID string) error {
@@ -45,7 +45,7 @@ func (m *Manager) interrupt(ctx context.Context, c *child, parentSessionID strin
 		return err
 	}
 	if sess.ParentID != parentSessionID {
-		return Errorf(EUnauthorized, "subagent %q belongs to another parent session", childID)
+		return Errorf(EForbidden, "subagent %q belongs to another parent session", childID)
 	}
 	act := c.act
 	if act == nil {

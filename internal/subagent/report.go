@@ -31,7 +31,7 @@ import (
 //
 // The checks, in one command of the child's loop (R106): EInvalidRequest
 // for an unknown delivery (the obsolete "wakeup" included) or content that
-// is empty or not JSON; EAborted when ctx is done; EDraining; EUnauthorized
+// is empty or not JSON; EAborted when ctx is done; EDraining; EForbidden
 // unless childID is a resident continuable activation of this process (a
 // root, a one-shot or a settled child is not); EActivationClosing once its
 // settlement began. Then EParentUnavailable when the parent session is
@@ -84,7 +84,7 @@ func (m *Manager) report(ctx context.Context, key resident.Key, inc *incarnation
 
 // admitReport checks, in the child's loop, that a report of key may be
 // accepted, and counts it as inflight work of the resident activation,
-// which the caller releases. Returns EAborted, EDraining, EUnauthorized or
+// which the caller releases. Returns EAborted, EDraining, EForbidden or
 // EActivationClosing.
 func (m *Manager) admitReport(ctx context.Context, key resident.Key, inc *incarnation) (*activation, error) {
 	if ctx.Err() != nil {
@@ -109,7 +109,7 @@ func (m *Manager) admitReport(ctx context.Context, key resident.Key, inc *incarn
 }
 
 func notResident(id string) error {
-	return Errorf(EUnauthorized, "%q is not a live continuable subagent of this service; only one can report to its parent", id)
+	return Errorf(EForbidden, "%q is not a live continuable subagent of this service; only one can report to its parent", id)
 }
 
 // quietDelivery reports whether delivery is DeliveryQuiet. Returns

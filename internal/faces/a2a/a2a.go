@@ -252,7 +252,7 @@ func errorOf(ctx context.Context, err error) error {
 		kind = a2a.ErrInvalidParams
 	case subagent.EUnsupportedCapability, subagent.ENotResumable, subagent.EDepthExceeded:
 		kind = a2a.ErrUnsupportedOperation
-	case subagent.EUnauthorized:
+	case subagent.EForbidden:
 		kind = a2a.ErrUnauthorized
 	case subagent.EUnauthenticated:
 		kind = a2a.ErrUnauthenticated

@@ -20,7 +20,7 @@ func TestErrorOf(t *testing.T) {
 		subagent.EInvalidRequest:        a2a.ErrInvalidParams,
 		subagent.ESessionNotFound:       a2a.ErrInvalidParams,
 		subagent.EUnsupportedCapability: a2a.ErrUnsupportedOperation,
-		subagent.EUnauthorized:          a2a.ErrUnauthorized,
+		subagent.EForbidden:             a2a.ErrUnauthorized,
 		subagent.EDraining:              a2a.ErrServerError,
 		"SOMETHING_NEW":                 a2a.ErrInternalError,
 	} {

@@ -428,7 +428,7 @@ func TestContinuable_BadInputAppendsNothing(t *testing.T) {
 		name, parent, child, code string
 	}{
 		{"unknown child", parentID, "nobody", subagent.ESessionNotFound},
-		{"wrong parent", other.ID, res.ChildID, subagent.EUnauthorized},
+		{"wrong parent", other.ID, res.ChildID, subagent.EForbidden},
 		{"one-shot child", parentID, run.ChildID(), subagent.ENotResumable},
 	} {
 		_, err := w.m.Followup(ctx, tc.parent, tc.child, inprocesstest.Text("hi"), sessionlog.Source{})
