@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -47,19 +46,6 @@ func openApproval(t *testing.T, srv *testServer, child, title string) string {
 		t.Fatalf("opening an approval: %v", err)
 	}
 	return a.ID
-}
-
-// decideAPI decides approval id with optionId as another client would.
-func decideAPI(t *testing.T, srv *testServer, id, optionID string) {
-	t.Helper()
-	res, err := http.Post(srv.URL+"/v1/approvals/"+id+"/decision", "application/json", strings.NewReader(`{"optionId":"`+optionID+`"}`))
-	if err != nil {
-		t.Fatalf("deciding %s: %v", id, err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("deciding %s: %s", id, res.Status)
-	}
 }
 
 // TestDashboard_Approvals drives the approvals inbox on two open pages
@@ -123,7 +109,7 @@ func TestDashboard_Approvals(t *testing.T) {
 	srv.refuseStreams(true)
 	srv.CloseClientConnections()
 	other.waitFor("the page is offline", `document.querySelector('#conn').dataset.state === 'offline'`)
-	decideAPI(t, srv, second, "reject")
+	srv.call(t, http.MethodPost, "/v1/approvals/"+second+"/decision", `{"optionId":"reject"}`, http.StatusOK)
 	other.do("allowing once, too late", chromedp.Click(chromedp.CSS(`[data-testid="ap-option"][data-option="allow"]`)))
 	other.waitFor("the card says who decided first", apStatus+`.startsWith('✕ Already decided by ') && `+apStatus+`.includes('"Reject"') && `+apCard+`.dataset.closed === 'true'`)
 	other.screenshot("already decided")

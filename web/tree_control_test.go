@@ -31,17 +31,24 @@ func confirmAction(b *browser, id string) {
 	b.do("confirming "+id, chromedp.Click(chromedp.CSS(`[data-testid="action-`+id+`-yes"]`)))
 }
 
-// deleteAPI sends DELETE path to the server, as another client would.
-func deleteAPI(t *testing.T, srv *testServer, path string) {
+// call sends method path with body (none when "") as another client
+// would, and fails t unless the answer's status is want.
+func (s *testServer) call(t *testing.T, method, path, body string, want int) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodDelete, srv.URL+path, nil)
+	req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("DELETE %s: %v", path, err)
+		t.Fatalf("%s %s: %v", method, path, err)
 	}
 	res.Body.Close()
-	if res.StatusCode != http.StatusNoContent {
-		t.Fatalf("DELETE %s: %s", path, res.Status)
+	if res.StatusCode != want {
+		t.Fatalf("%s %s: %s, want %d", method, path, res.Status, want)
 	}
 }
 
@@ -81,7 +88,7 @@ func TestDashboard_TreeControl(t *testing.T) {
 	b.screenshot("tree cancelled")
 
 	// Another client disposes the child: the page learns it from the 409.
-	deleteAPI(t, srv, "/v1/subagents/"+url.PathEscape(child)+"?parentSessionId="+url.QueryEscape(root))
+	srv.call(t, http.MethodDelete, "/v1/subagents/"+url.PathEscape(child)+"?parentSessionId="+url.QueryEscape(root), "", http.StatusNoContent)
 	b.do("opening the child", chromedp.Click(chromedp.CSS(`[data-testid="node"][data-id=`+jsString(child)+`]`)))
 	b.waitFor("the composer sends followups", composerIs("followup", "Send followup"))
 	send(b, "Anything else?")

@@ -16,7 +16,8 @@ import (
 )
 
 // treeBound bounds how long a dispose or tree cancel may take to settle
-// what it stops (issue 25: within 10 s); it is a bound, never a wait.
+// what it stops: a tree of sleeping runs settles well within it on a
+// loaded machine. It is a bound, never a wait.
 const treeBound = 10 * time.Second
 
 // echoRoute is the deterministic echo model, which understands "/sleep".
