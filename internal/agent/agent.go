@@ -25,18 +25,16 @@ import (
 	"github.com/subagentd/subagentd/internal/schema"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
-// Errors returned by Agent methods.
-var (
-	// ErrClosed: the agent was closed.
-	ErrClosed = errors.New("agent closed")
-	// ErrSteerRejected: a steer was not admitted into a model step (the
-	// agent was idle, cancelled or closed, had a structured capture, or its
-	// turn ended first).
-	ErrSteerRejected = errors.New("steer rejected")
-)
+// ErrClosed: the agent was closed. A steer that is not admitted fails
+// matching subagent.ErrSteerRejected.
+var ErrClosed = errors.New("agent closed")
+
+// The subagent.Manager drives an Agent as a continuable child's agent.
+var _ subagent.ChildAgent = (*Agent)(nil)
 
 // Config configures an Agent.
 type Config struct {

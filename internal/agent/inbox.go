@@ -11,6 +11,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // steer is a pending confirmed steer; done is closed once it was admitted
@@ -162,7 +163,7 @@ func (a *Agent) acceptLocked(msg sessionlog.UserMessage) {
 // once a model step admitted it — the message was logged as user/message
 // inside the turn and that step started. A steer pending when a step would
 // end the turn cleanly gets one more step of the same turn. It returns an
-// error matching ErrSteerRejected when the agent is idle, its turn was
+// error matching subagent.ErrSteerRejected when the agent is idle, its turn was
 // cancelled, it is closed, a structured capture is staged or committed, or
 // the turn ends before admitting the message; it never queues content for a
 // later turn. If ctx ends before admission the message is withdrawn and
@@ -203,7 +204,7 @@ func (a *Agent) Steer(ctx context.Context, content []model.Block, src sessionlog
 // it as Steer would, and returns at once. Steers submitted one after the
 // other are admitted in that order. The returned channel receives exactly
 // one value once the steer is settled — nil when a model step admitted msg,
-// else an error matching ErrSteerRejected — so a caller can submit under
+// else an error matching subagent.ErrSteerRejected — so a caller can submit under
 // its own lock and wait outside it. ctx bounds only the submission: a
 // submitted steer is never withdrawn.
 func (a *Agent) SubmitSteer(ctx context.Context, msg sessionlog.UserMessage) (<-chan error, error) {
@@ -241,7 +242,7 @@ func (a *Agent) enqueueSteer(ctx context.Context, s *steer) error {
 		return fmt.Errorf("steer %s: %w", a.id, ctx.Err())
 	}
 	if why != "" {
-		return fmt.Errorf("steer %s: %w: %s", a.id, ErrSteerRejected, why)
+		return fmt.Errorf("steer %s: %w: %s", a.id, subagent.ErrSteerRejected, why)
 	}
 	err := a.appendLocked(event(sessionlog.EventInboxSpliced, sessionlog.InboxSplicedData{
 		Target: sessionlog.TargetNextStep, Start: len(a.steers), Inserted: []sessionlog.UserMessage{s.msg}}))
@@ -253,7 +254,7 @@ func (a *Agent) enqueueSteer(ctx context.Context, s *steer) error {
 }
 
 // rejectSteersLocked durably cancels every pending steer and releases its
-// caller with ErrSteerRejected.
+// caller with subagent.ErrSteerRejected.
 func (a *Agent) rejectSteersLocked(why string) {
 	if len(a.steers) == 0 {
 		return
@@ -262,7 +263,7 @@ func (a *Agent) rejectSteersLocked(why string) {
 		a.log.Error("cancel pending steers", "error", err)
 	}
 	for _, s := range a.steers {
-		s.err = fmt.Errorf("steer %s: %w: %s", a.id, ErrSteerRejected, why)
+		s.err = fmt.Errorf("steer %s: %w: %s", a.id, subagent.ErrSteerRejected, why)
 		close(s.done)
 	}
 	a.steers = nil

@@ -14,6 +14,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // stallModel streams text, closes stalled, then blocks until ctx ends.
@@ -245,7 +246,7 @@ func TestClose_NoGoroutineLeak(t *testing.T) {
 	if err := a.Close(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-steerErr; !errors.Is(err, ErrSteerRejected) {
+	if err := <-steerErr; !errors.Is(err, subagent.ErrSteerRejected) {
 		t.Errorf("pending steer: %v", err)
 	}
 	if err := a.Close(testCtx(t)); err != nil {
@@ -324,7 +325,7 @@ func TestSteer_R96_Rejections(t *testing.T) {
 	t.Run("idle", func(t *testing.T) {
 		t.Parallel()
 		a := newAgent(t, nil, Config{Model: scripted.New()})
-		if _, err := a.Steer(context.Background(), text("x"), userSrc); !errors.Is(err, ErrSteerRejected) {
+		if _, err := a.Steer(context.Background(), text("x"), userSrc); !errors.Is(err, subagent.ErrSteerRejected) {
 			t.Errorf("err %v", err)
 		}
 		if n := len(a.Events()); n != 0 {
@@ -345,11 +346,11 @@ func TestSteer_R96_Rejections(t *testing.T) {
 		}()
 		st.waitEvent(t, "s", isSplice(sessionlog.TargetNextStep, 0, ""))
 		a.Cancel(sessionlog.CauseUser, true)
-		if err := <-errc; !errors.Is(err, ErrSteerRejected) {
+		if err := <-errc; !errors.Is(err, subagent.ErrSteerRejected) {
 			t.Errorf("err %v", err)
 		}
 		st.waitEvent(t, "s", isSplice(sessionlog.TargetNextStep, 1, sessionlog.OutcomeCanceled))
-		if _, err := a.Steer(context.Background(), text("y"), userSrc); !errors.Is(err, ErrSteerRejected) {
+		if _, err := a.Steer(context.Background(), text("y"), userSrc); !errors.Is(err, subagent.ErrSteerRejected) {
 			t.Errorf("steer into a cancelled turn: %v", err)
 		}
 	})
@@ -368,7 +369,7 @@ func TestSteer_R96_Rejections(t *testing.T) {
 		}()
 		st.waitEvent(t, "s", isSplice(sessionlog.TargetNextStep, 0, ""))
 		close(gate)
-		if err := <-errc; !errors.Is(err, ErrSteerRejected) {
+		if err := <-errc; !errors.Is(err, subagent.ErrSteerRejected) {
 			t.Errorf("err %v", err)
 		}
 		waitIdle(t, a)
@@ -388,7 +389,7 @@ func TestSteer_R96_Rejections(t *testing.T) {
 		waitIdle(t, a)
 		followup(t, a, "two")
 		<-reached
-		if _, err := a.Steer(context.Background(), text("x"), userSrc); !errors.Is(err, ErrSteerRejected) ||
+		if _, err := a.Steer(context.Background(), text("x"), userSrc); !errors.Is(err, subagent.ErrSteerRejected) ||
 			!strings.Contains(err.Error(), "structured output already recorded") {
 			t.Errorf("err %v", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/sessionlog"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 func TestSubmitSteer_R96_CallerIDsAdmittedInSubmissionOrder(t *testing.T) {
@@ -55,7 +56,7 @@ func TestSubmitSteer_R96_RejectedOnIdleAndOnCancel(t *testing.T) {
 	t.Parallel()
 	reached := make(chan struct{})
 	a := newAgent(t, nil, Config{Model: firstBlocks(reached)})
-	if _, err := a.SubmitSteer(context.Background(), sessionlog.UserMessage{ID: "early", Content: text("x")}); !errors.Is(err, ErrSteerRejected) {
+	if _, err := a.SubmitSteer(context.Background(), sessionlog.UserMessage{ID: "early", Content: text("x")}); !errors.Is(err, subagent.ErrSteerRejected) {
 		t.Errorf("idle: %v", err)
 	}
 	followup(t, a, "go")
@@ -65,7 +66,7 @@ func TestSubmitSteer_R96_RejectedOnIdleAndOnCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Cancel(sessionlog.CauseUser, true)
-	if err := <-ch; !errors.Is(err, ErrSteerRejected) {
+	if err := <-ch; !errors.Is(err, subagent.ErrSteerRejected) {
 		t.Errorf("cancelled: %v", err)
 	}
 }

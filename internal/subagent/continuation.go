@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -107,20 +106,21 @@ type ContinuableProvider interface {
 }
 
 // ChildAgent is the live agent of an activation, as the Manager drives it.
-// *agent.Agent implements it; see its methods for the contract.
+// *agent.Agent (internal/agent) implements it; see its methods for the
+// contract.
 type ChildAgent interface {
 	// FollowupMessage inserts msg, whose id the manager issued (the durable
 	// inbox row id), as the next turn; on an idle agent it opens that turn
 	// (logging msg as user/message) before returning.
 	FollowupMessage(ctx context.Context, msg sessionlog.UserMessage) (string, error)
 	// SubmitSteer inserts msg into the running turn's next-step inbox and
-	// returns at once, or fails matching agent.ErrSteerRejected; the
+	// returns at once, or fails matching ErrSteerRejected; the
 	// channel then receives nil once a step admitted msg, else the
 	// rejection.
 	SubmitSteer(ctx context.Context, msg sessionlog.UserMessage) (<-chan error, error)
 	// Steer is confirmed steering (R96): it returns the message id once a
 	// model step of the running turn admitted content, an error matching
-	// agent.ErrSteerRejected when it was not, or ctx's error (the content
+	// ErrSteerRejected when it was not, or ctx's error (the content
 	// withdrawn).
 	Steer(ctx context.Context, content []model.Block, src sessionlog.Source) (string, error)
 	// Cancel aborts the running turn with cause; keepInbox parks queued
@@ -143,8 +143,6 @@ type ChildAgent interface {
 	// the agent to stop.
 	Close(ctx context.Context) error
 }
-
-var _ ChildAgent = (*agent.Agent)(nil)
 
 // MaterializeRequest is what a Materializer builds a child's agent from.
 type MaterializeRequest struct {

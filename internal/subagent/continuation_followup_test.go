@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -510,7 +509,7 @@ func TestInterrupt_R105_BeforeAnyOutputEndsAborted(t *testing.T) {
 type rejectingSteer struct{ ChildAgent }
 
 func (rejectingSteer) SubmitSteer(context.Context, sessionlog.UserMessage) (<-chan error, error) {
-	return nil, fmt.Errorf("steer: %w: turn ended", agent.ErrSteerRejected)
+	return nil, fmt.Errorf("steer: %w: turn ended", ErrSteerRejected)
 }
 
 func TestFollowup_R90_SteerRejectedAtOnceWaitsForTheSettlement(t *testing.T) {

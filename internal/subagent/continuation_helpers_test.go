@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
@@ -141,6 +140,12 @@ func (s *spyStore) waitAccepted(t *testing.T, n int) {
 	}
 }
 
+// NewTestAgent builds a real agent (internal/agent) for req over st and
+// mdl. internal/agent imports this package, so the package's own tests
+// cannot import it; agent_test.go, an external test file of this
+// directory, sets it.
+var NewTestAgent func(ctx context.Context, st store.Store, mdl model.Model, req MaterializeRequest) (ChildAgent, error)
+
 // testMat is a Materializer building real agents over the store with the
 // env's model; it records every request. err fails Materialize before
 // Create; wrap decorates the agent.
@@ -173,8 +178,7 @@ func (m *testMat) Materialize(ctx context.Context, req MaterializeRequest) (Chil
 			return nil, err
 		}
 	}
-	a, err := agent.New(ctx, agent.Config{ID: req.Session.ID, Store: m.st, Model: m.model,
-		ModelName: req.Options.Model, MaxTokens: req.Options.MaxTokens, Persona: req.Descriptor.Persona})
+	a, err := NewTestAgent(ctx, m.st, m.model, req)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/resident"
@@ -157,7 +156,7 @@ func TestSteerActivation_R96_StrictAndScopedToItsTenant(t *testing.T) {
 	e.settled(t, res.ChildID)
 	_, err = e.m.SteerActivation(t.Context(), run.ID, txt("late"))
 	wantCode(t, err, ERunNotFound)
-	if errors.Is(err, agent.ErrSteerRejected) {
+	if errors.Is(err, ErrSteerRejected) {
 		t.Error("a settled run reached the agent")
 	}
 }

@@ -5,6 +5,12 @@ import (
 	"fmt"
 )
 
+// ErrSteerRejected: a steer was not admitted into a model step (the agent
+// was idle, cancelled or closed, had a structured capture, or its turn
+// ended first; an ACP agent takes no content mid-turn). A ChildAgent's
+// steer fails matching it; the seam answers it as ESteerRejected.
+var ErrSteerRejected = errors.New("steer rejected")
+
 // Error codes. They are the stable `code` values of the HTTP API
 // (api/openapi.yaml) and of the seam (docs/seam.md); internal/http maps
 // each to a status in one table.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -301,7 +300,7 @@ func (m *Manager) SteerActivation(ctx context.Context, runID string, content []m
 	// The agent's own checks suffice: a settling activation's agent is idle
 	// or closed, an interrupted one's turn is cancelled.
 	id, err := act.agent.Steer(ctx, content, sessionlog.Source{Kind: SourceUser})
-	if errors.Is(err, agent.ErrSteerRejected) {
+	if errors.Is(err, ErrSteerRejected) {
 		return "", &Error{Code: ESteerRejected, Err: err, Message: "the subagent did not admit the message: it is not running a turn, " +
 			"was interrupted, is settling, or its turn ended first; send it a followup instead"}
 	}

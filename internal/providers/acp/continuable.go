@@ -12,7 +12,6 @@ import (
 
 	sdk "github.com/coder/acp-go-sdk"
 
-	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -549,12 +548,12 @@ func (r *resident) stopLocked(t *acpTurn) {
 
 // SubmitSteer is always rejected: ACP has no mid-turn injection.
 func (r *resident) SubmitSteer(context.Context, sessionlog.UserMessage) (<-chan error, error) {
-	return nil, fmt.Errorf("ACP child %s: %w: ACP agents take no content mid-turn", r.key.id, agent.ErrSteerRejected)
+	return nil, fmt.Errorf("ACP child %s: %w: ACP agents take no content mid-turn", r.key.id, subagent.ErrSteerRejected)
 }
 
 // Steer is always rejected: ACP has no mid-turn injection.
 func (r *resident) Steer(context.Context, []model.Block, sessionlog.Source) (string, error) {
-	return "", fmt.Errorf("ACP child %s: %w: ACP agents take no content mid-turn", r.key.id, agent.ErrSteerRejected)
+	return "", fmt.Errorf("ACP child %s: %w: ACP agents take no content mid-turn", r.key.id, subagent.ErrSteerRejected)
 }
 
 // Cancel sends session/cancel for the running turn, which ends aborted

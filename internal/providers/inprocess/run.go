@@ -222,10 +222,10 @@ func (r *run) dispose() {
 func (r *run) Steer(ctx context.Context, content []model.Block) (string, error) {
 	a := r.live()
 	if a == nil {
-		return "", r.steerRejected(agent.ErrSteerRejected)
+		return "", r.steerRejected(subagent.ErrSteerRejected)
 	}
 	id, err := a.Steer(ctx, content, sessionlog.Source{Kind: "user"})
-	if errors.Is(err, agent.ErrSteerRejected) {
+	if errors.Is(err, subagent.ErrSteerRejected) {
 		return "", r.steerRejected(err)
 	}
 	if err != nil {
