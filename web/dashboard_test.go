@@ -49,6 +49,17 @@ func openDashboard(b *browser, url string) {
 		`document.querySelector('[data-testid="provider-spawn"] [data-cap="steer"]') && document.querySelector('#start-provider option[value="spawn"]')`)
 }
 
+// openTab shows the transcript view tab ("conv", "log" or "timeline") as a
+// keyboard user does — focus and Enter — and waits until it is selected.
+// A pointer click would aim at where the tab was: the session head above
+// the tabs grows as its runs and usage load, moving them down.
+func openTab(b *browser, tab string) {
+	b.t.Helper()
+	sel := "#tab-" + tab
+	b.do("opening the "+tab+" tab", chromedp.Focus(chromedp.CSS(sel)), chromedp.KeyEvent("\r"))
+	b.waitFor("the "+tab+" tab is selected", fmt.Sprintf(`document.querySelector(%s).getAttribute('aria-selected') === 'true'`, jsString(sel)))
+}
+
 // startRunFromForm fills the delegate form and starts a one-shot spawn run
 // labelled label under a new root session; it returns the child session id
 // once its node is selected and running.
@@ -145,7 +156,8 @@ func TestDashboard_RecoversFromDroppedStreams(t *testing.T) {
 	b.waitFor("the transcript holds the final answer once", finalAnswer)
 	b.waitFor("the page is connected again", connConnected)
 
-	b.do("showing the chunk rows the event log folds by default", chromedp.Click(chromedp.CSS("#tab-log")), chromedp.Click(chromedp.CSS("#log-chunks")))
+	openTab(b, "log")
+	b.do("showing the chunk rows the event log folds by default", chromedp.Click(chromedp.CSS("#log-chunks")))
 	want := srv.eventSeqs(t, child)
 	got := eval[[]int64](b, "reading the event log rows",
 		`[...document.querySelectorAll('[data-testid="log-row"]')].map(r => Number(r.dataset.seq))`)

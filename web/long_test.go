@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/chromedp/chromedp"
 )
 
 // seedLongLog seeds a continuable child whose log holds 300 turns (2,101
@@ -86,7 +84,7 @@ func TestDashboard_LongTranscriptDrawsEarlierTurnsAsTheReaderScrolls(t *testing.
 			end.nextElementSibling?.querySelector('.body')?.textContent === 'question 3';
 	})()`)
 
-	b.do("opening the event log", chromedp.Click(chromedp.CSS("#tab-log")))
+	openTab(b, "log")
 	b.waitFor("the event log lists the newest 500 events, the last one last", `(() => {
 		const rows = [...document.querySelectorAll('[data-testid="log-row"]')];
 		return rows.length === 500 && rows.at(-1).dataset.seq === '2100' && document.querySelector('[data-testid="log-earlier"]');

@@ -78,7 +78,7 @@ func TestDashboard_TraceOfTwoLevelDelegation(t *testing.T) {
 	b := newBrowser(t)
 	b.do("opening the window at 1400×900", chromedp.EmulateViewport(1400, 900))
 	openDashboard(b, srv.URL+"/#s="+root)
-	b.do("opening the trace", chromedp.Click(chromedp.CSS("#tab-timeline")))
+	openTab(b, "timeline")
 	want := []string{
 		"0 turn 1", "1 step 1", "2 chat", "2 execute_tool subagent_spawn",
 		"3 invoke_agent spawn", "4 turn 1", "5 step 1", "6 chat scripted-model", "6 execute_tool read_file", "6 execute_tool subagent_fork",

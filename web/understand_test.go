@@ -86,7 +86,7 @@ func TestDashboard_UsageTraceAndLinks(t *testing.T) {
 		`[...document.querySelectorAll('[data-testid="turn-usage"]')].map(e => e.textContent).join('|') === ' · 40 in / 10 out tokens| · 60 in / 15 out tokens'`)
 	b.screenshot("usage")
 
-	b.do("opening the trace", chromedp.Click(chromedp.CSS("#tab-timeline")))
+	openTab(b, "timeline")
 	b.waitFor("the tree's tokens are summed over every log", `document.querySelector('[data-testid="tree-usage"]')?.textContent.includes('500 in / 95 out tokens') &&
 		!document.querySelector('[data-testid="tree-usage"]').textContent.includes('read')`)
 	b.waitFor("three runs as invoke_agent spans, notes inside the tool call that started it, coloured by state", fmt.Sprintf(`(() => {
@@ -106,7 +106,8 @@ func TestDashboard_UsageTraceAndLinks(t *testing.T) {
 
 	b.do("picking the notes span", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-testid="span"][data-run=%s]`, jsString(u.notesRun)))))
 	b.waitFor("the side panel shows the run's output", `document.querySelector('[data-testid="span-panel"]').textContent.includes('Here are the notes')`)
-	b.do("following the panel's link", chromedp.Click(chromedp.CSS(`[data-testid="span-open"]`)), chromedp.Click(chromedp.CSS("#tab-conv")))
+	b.do("following the panel's link", chromedp.Click(chromedp.CSS(`[data-testid="span-open"]`)))
+	openTab(b, "conv")
 	b.waitFor("the notes run is open with its result, structured output and stop reason", fmt.Sprintf(`(() => {
 		const c = document.querySelector('[data-testid="run-card"][aria-current="true"]');
 		return !!c && c.dataset.run === %s && c.querySelector('[data-testid="run-result"]').textContent === 'Here are the notes' &&
@@ -114,7 +115,7 @@ func TestDashboard_UsageTraceAndLinks(t *testing.T) {
 			c.querySelector('[data-testid="run-stop"]').textContent === 'completed';
 	})()`, jsString(u.notesRun)))
 
-	b.do("opening the event log of notes", chromedp.Click(chromedp.CSS("#tab-log")))
+	openTab(b, "log")
 	b.waitFor("the chunk is folded into its message", `(() => {
 		const rows = [...document.querySelectorAll('[data-testid="log-row"]')];
 		return rows.length > 0 && !rows.some(r => r.dataset.type === 'assistant/chunk') &&
@@ -124,8 +125,8 @@ func TestDashboard_UsageTraceAndLinks(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](`document.querySelector('#log-type').dispatchEvent(new Event('change'))`))
 	b.waitFor("only the turn end is listed", `[...document.querySelectorAll('[data-testid="log-row"]')].map(r => r.dataset.type).join() === 'turn/end'`)
 	b.do("showing every type again", chromedp.SetValue(chromedp.CSS("#log-type"), ""),
-		chromedp.Evaluate[chromedp.Void](`document.querySelector('#log-type').dispatchEvent(new Event('change'))`),
-		chromedp.Click(chromedp.CSS("#tab-conv")))
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#log-type').dispatchEvent(new Event('change'))`))
+	openTab(b, "conv")
 
 	b.do("opening the root", chromedp.Navigate(srv.URL+"/#s="+u.root))
 	b.waitFor("the tool call links to the child it started", fmt.Sprintf(
