@@ -84,12 +84,6 @@ func TestDashboard_TraceOfTwoLevelDelegation(t *testing.T) {
 		"3 invoke_agent spawn", "4 turn 1", "5 step 1", "6 chat scripted-model", "6 execute_tool read_file", "6 execute_tool subagent_fork",
 		"7 invoke_agent fork", "8 turn 1", "9 step 1", "10 chat scripted-model",
 	}
-	defer func() {
-		got, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`JSON.stringify([...document.querySelectorAll('[data-testid="span"]')].map(s => s.dataset.depth + ' ' + s.dataset.name)) + ' ' + document.querySelector("#timeline").textContent.slice(0,300)`))
-		if t.Failed() {
-			t.Logf("DEBUG spans: %s", got)
-		}
-	}()
 	b.waitFor("the spans nest root turn → step → model and tool calls → child run → its steps → grandchild run", fmt.Sprintf(`(() => {
 		const got = [...document.querySelectorAll('[data-testid="span"]')].map(s => s.dataset.depth + ' ' + s.dataset.name);
 		return JSON.stringify(got) === %s;

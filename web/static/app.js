@@ -554,6 +554,10 @@ class App {
         $(next).focus();
       });
     }
+    // The trace's axis ticks are spaced by its width: a resized pane redraws it.
+    new ResizeObserver(() => {
+      if (s.ui.tab === 'timeline') this.scheduleRender();
+    }).observe($('timeline'));
     const setFilter = () => {
       s.set({ filter: { q: $('filter-q').value, provider: $('filter-provider').value, state: $('filter-state').value, since: $('filter-since').value } });
       this.search.query($('filter-q').value);

@@ -225,6 +225,9 @@ function section(title, text) {
   return h('div', {}, h('h4', {}, title), h('pre', { class: 'span-io' }, text));
 }
 
+/** What each element's trace was last drawn from, and its first child then. */
+const drawn = new WeakMap();
+
 /**
  * Renders the trace of the tree rooted at root into el.
  * @param {HTMLElement} el
@@ -250,12 +253,20 @@ export function renderTrace(el, store, root, ui) {
   let count = 0;
   const countAll = (list) => list.forEach((s) => { count++; countAll(s.kids); });
   countAll(spans);
+  // What the rows would show; unchanged, the drawn trace stays as it is,
+  // so a re-render for some other part of the page neither replaces the
+  // span a reader focused or is clicking nor costs a rebuild.
+  const shown = JSON.stringify([ui.selected, t0, total, count, t.total, t.read, t.input, t.output, el.clientWidth,
+    rows.map(({ s, key }) => [key, s.name, s.title, s.state, s.start, s.end, s.tokens])]);
+  const last = drawn.get(el);
+  if (last && last.shown === shown && last.first === el.firstChild) return;
   const summary = h('p', { class: 'timeline-sum', 'data-testid': 'tree-usage' },
     `Tree: ${t.total} session${t.total === 1 ? '' : 's'}, ${count} span${count === 1 ? '' : 's'} over ${formatDuration(total)} · `,
     h('strong', {}, `${formatTokens(t.input)} in / ${formatTokens(t.output)} out tokens`),
     t.read < t.total ? ` (read ${t.read} of ${t.total} logs…)` : '');
   if (!rows.length) {
     el.replaceChildren(summary, h('p', { class: 'empty', 'data-testid': 'timeline-empty' }, 'Nothing in this tree has run yet: spans appear here as turns and runs start.'));
+    drawn.set(el, { shown, first: summary });
     return;
   }
   const pct = (x) => (100 * (x - t0)) / total;
@@ -283,8 +294,12 @@ export function renderTrace(el, store, root, ui) {
           picked.tokens ? kv('Tokens', formatTokens(picked.tokens)) : null, kv('Starts at', `+${formatDuration(picked.start - t0)}`)),
         ...(picked.detail ? picked.detail() : [])]
       : h('p', { class: 'empty' }, 'Click a span to see its inputs and outputs.'));
+  // A reader on a span (keyboard focus) stays on it across the redraw.
+  const focused = el.contains(document.activeElement) ? document.activeElement.dataset.key : undefined;
   el.replaceChildren(summary, h('div', { class: 'trace' }, panel, h('div', { class: 'trace-main' }, h('div', { class: 'trace-head' }, h('span', {}, 'Span'), axis), list,
     count > MAX_ROWS ? h('p', { class: 'help' }, `Showing the first ${MAX_ROWS} of ${count} spans.`) : null)));
+  drawn.set(el, { shown, first: summary });
+  if (focused !== undefined) el.querySelector(`[data-testid="span"][data-key="${CSS.escape(focused)}"]`)?.focus();
   // As many ticks as the axis, laid out, has room for.
   const n = Math.max(1, Math.min(8, Math.floor(axis.clientWidth / TICK_PX)));
   axis.replaceChildren(...Array.from({ length: n + 1 }, (_, i) => h('span', { class: 'tick', style: `left:${(100 * i) / n}%` }, `+${formatDuration((i / n) * total)}`)));
