@@ -60,6 +60,16 @@ func openTab(b *browser, tab string) {
 	b.waitFor("the "+tab+" tab is selected", fmt.Sprintf(`document.querySelector(%s).getAttribute('aria-selected') === 'true'`, jsString(sel)))
 }
 
+// pickSpan clicks the trace's span that sel matches, found when the click
+// is sent: the trace redraws as its logs and usage arrive, so a node found
+// earlier may have been replaced.
+func pickSpan(b *browser, what, sel string) {
+	b.t.Helper()
+	if !eval[bool](b, what, fmt.Sprintf(`(() => { const e = document.querySelector(%s); if (e) e.click(); return !!e; })()`, jsString(sel))) {
+		b.fail(what, fmt.Errorf("no span matches %s", sel))
+	}
+}
+
 // startRunFromForm fills the delegate form and starts a one-shot spawn run
 // labelled label under a new root session; it returns the child session id
 // once its node is selected and running.

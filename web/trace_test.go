@@ -94,7 +94,7 @@ func TestDashboard_TraceOfTwoLevelDelegation(t *testing.T) {
 		return child.querySelector('[data-testid="span-dur"]').textContent === '1.500 s' && child.textContent.includes('340 tok') &&
 			child.dataset.state === 'completed' && grand.querySelector('[data-testid="span-dur"]').textContent === '600 ms' && grand.textContent.includes('59 tok');
 	})()`, jsString(childRun), jsString(grandRun)))
-	b.do("picking the read_file call", chromedp.Click(chromedp.CSS(`[data-testid="span"][data-name="execute_tool read_file"]`)))
+	pickSpan(b, "picking the read_file call", `[data-testid="span"][data-name="execute_tool read_file"]`)
 	b.waitFor("the side panel shows its arguments and result", `(() => {
 		const p = document.querySelector('[data-testid="span-panel"]').textContent;
 		return p.includes('"path": "ci.log"') && p.includes('FAIL TestRace (0.01s)');

@@ -104,7 +104,7 @@ func TestDashboard_UsageTraceAndLinks(t *testing.T) {
 	})()`, jsString(u.notesRun), jsString(u.helperA), jsString(u.helperB)))
 	b.screenshot("trace")
 
-	b.do("picking the notes span", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-testid="span"][data-run=%s]`, jsString(u.notesRun)))))
+	pickSpan(b, "picking the notes span", fmt.Sprintf(`[data-testid="span"][data-run=%s]`, jsString(u.notesRun)))
 	b.waitFor("the side panel shows the run's output", `document.querySelector('[data-testid="span-panel"]').textContent.includes('Here are the notes')`)
 	b.do("following the panel's link", chromedp.Click(chromedp.CSS(`[data-testid="span-open"]`)))
 	openTab(b, "conv")
