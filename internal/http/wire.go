@@ -444,6 +444,17 @@ type followupResponse struct {
 	MessageID string         `json:"messageId"`
 }
 
+// followupAcceptedResponse answers a followup sent with Prefer:
+// respond-async: accepted, not yet routed.
+type followupAcceptedResponse struct {
+	MessageID string `json:"messageId"`
+	ChildID   string `json:"childId"`
+	Route     string `json:"route"`
+}
+
+// routeAccepted is the route of a followup answered at acceptance.
+const routeAccepted = "accepted"
+
 // treeCancelResponse answers POST /v1/sessions/{id}/cancel.
 type treeCancelResponse struct {
 	Cancelled int `json:"cancelled"`
