@@ -151,3 +151,25 @@ func TestSubagents_RespondAsyncFollowupParkedAndStarted(t *testing.T) {
 		t.Fatalf("child's user messages %q", got)
 	}
 }
+
+// TestSubagents_RespondAsyncFollowupFailedWhenDisposed: a child disposed
+// while an async followup waits for its step never gets the message:
+// message/routed says failed, with the code a synchronous followup would
+// have answered (DISPOSED), and the child's log does not hold it.
+func TestSubagents_RespondAsyncFollowupFailedWhenDisposed(t *testing.T) {
+	held := newGate()
+	w := setupWorld(t, scriptedRoute("main", replying(map[string]gate{"hold": held})))
+	parent := w.rootSession(t)
+	events := w.stream(t, "/v1/events?after=0&types="+subagent.EventMessageRouted, nil)
+	child := w.startChild(t, parent, "hold", nil)
+	await(t, held.reached, "the child's model call")
+	accepted := w.acceptedFollowup(t, asyncFollowup(child.ChildID, parent, "too late"))
+	w.want(t, http.StatusNoContent, disposeChild(child.ChildID, parent))
+	routed := untilRouted(t, events, accepted.MessageID)
+	if routed.Outcome != subagent.OutcomeFailed || routed.Code != subagent.EDisposed || routed.Message == "" || routed.TaskID != "" {
+		t.Fatalf("message/routed %+v, want failed with DISPOSED", routed)
+	}
+	if n := loggedTimes(t, w.testBundle, child.ChildID, accepted.MessageID); n != 0 {
+		t.Fatalf("the withdrawn message is in the child's log %d times", n)
+	}
+}
