@@ -31,16 +31,28 @@ func (b *testBundle) acceptedFollowup(t *testing.T, c call) followupAcceptedResp
 	return out
 }
 
+// messageRoutedJSON is the data of a message/routed frame.
+type messageRoutedJSON struct {
+	MessageID       string `json:"messageId"`
+	ChildSessionID  string `json:"childSessionId"`
+	ParentSessionID string `json:"parentSessionId"`
+	RootSessionID   string `json:"rootSessionId"`
+	Outcome         string `json:"outcome"`
+	TaskID          string `json:"taskId"`
+	Code            string `json:"code"`
+	Message         string `json:"message"`
+}
+
 // untilRouted reads lifecycle stream s up to the message/routed frame of
 // message id.
-func untilRouted(t *testing.T, s *sseStream, id string) subagent.MessageRouted {
+func untilRouted(t *testing.T, s *sseStream, id string) messageRoutedJSON {
 	t.Helper()
 	for {
 		f := s.next(t)
 		if f.event != subagent.EventMessageRouted {
 			continue
 		}
-		var e subagent.MessageRouted
+		var e messageRoutedJSON
 		if err := json.Unmarshal(f.data, &e); err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +115,7 @@ func TestSubagents_RespondAsyncFollowupAnswersAtAcceptance(t *testing.T) {
 
 			close(held.open)
 			routed := untilRouted(t, events, accepted.MessageID)
-			if routed != (subagent.MessageRouted{MessageID: accepted.MessageID, ChildSessionID: child.ChildID, ParentSessionID: parent,
+			if routed != (messageRoutedJSON{MessageID: accepted.MessageID, ChildSessionID: child.ChildID, ParentSessionID: parent,
 				RootSessionID: parent, Outcome: string(subagent.RouteSteered), TaskID: child.TaskID}) {
 				t.Fatalf("message/routed %+v", routed)
 			}

@@ -128,7 +128,7 @@ func TestReplicas_AsyncFollowupThroughAnotherReplicaIsAnnouncedByTheOwner(t *tes
 
 	close(gate)
 	routed := waitRouted(t, a.st, id)
-	if len(routed) != 1 || routed[0] != (MessageRouted{MessageID: id, ChildSessionID: started.ChildID, ParentSessionID: "p1",
+	if len(routed) != 1 || routed[0] != (messageRouted{MessageID: id, ChildSessionID: started.ChildID, ParentSessionID: "p1",
 		RootSessionID: "p1", Outcome: string(RouteSteered), TaskID: started.TaskID}) {
 		t.Fatalf("message/routed %+v", routed)
 	}
@@ -140,7 +140,7 @@ func TestReplicas_AsyncFollowupThroughAnotherReplicaIsAnnouncedByTheOwner(t *tes
 
 // waitRouted waits until st's lifecycle log holds a message/routed event
 // of message id and returns every such event's data.
-func waitRouted(t *testing.T, st store.Store, id string) []MessageRouted {
+func waitRouted(t *testing.T, st store.Store, id string) []messageRouted {
 	t.Helper()
 	wake, stop := st.Subscribe(store.LifecycleTopic)
 	defer stop()
@@ -150,9 +150,9 @@ func waitRouted(t *testing.T, st store.Store, id string) []MessageRouted {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out []MessageRouted
+		var out []messageRouted
 		for _, e := range evs {
-			var d MessageRouted
+			var d messageRouted
 			if err := json.Unmarshal(e.Payload, &d); err != nil {
 				t.Fatal(err)
 			}

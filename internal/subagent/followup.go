@@ -52,7 +52,7 @@ func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string,
 // it returns the message id once the message is a durable inbox row of the
 // child, on the replica that drives it, without waiting for its route. The
 // route follows as lifecycle event EventMessageRouted (see
-// MessageRouted), appended once by the replica that routed it: the
+// messageRouted), appended once by the replica that routed it: the
 // outcome Followup would have answered, or OutcomeFailed with the error's
 // code when a cold resume failed and the message was withdrawn. A message
 // whose route is still open when the manager shuts down stays accepted

@@ -12,7 +12,7 @@ import (
 )
 
 // EventMessageRouted is the lifecycle type that announces where an
-// asynchronous followup (FollowupAsync) went; its data is MessageRouted.
+// asynchronous followup (FollowupAsync) went; its data is messageRouted.
 const EventMessageRouted = "message/routed"
 
 // OutcomeFailed is the outcome of an asynchronous followup that was
@@ -21,11 +21,11 @@ const EventMessageRouted = "message/routed"
 // followup's Route.
 const OutcomeFailed = "failed"
 
-// MessageRouted is the data of EventMessageRouted: the message, its child
-// and the child's parent and root, and the outcome — a Route, or
-// OutcomeFailed with the error's Code and Message — plus the task that
-// runs the message, when one does.
-type MessageRouted struct {
+// messageRouted is the data of EventMessageRouted (api/openapi.yaml,
+// MessageRoutedEvent): the message, its child and the child's parent and
+// root, and the outcome — a Route, or OutcomeFailed with the error's Code
+// and Message — plus the task that runs the message, when one does.
+type messageRouted struct {
 	MessageID       string `json:"messageId"`
 	ChildSessionID  string `json:"childSessionId"`
 	ParentSessionID string `json:"parentSessionId"`
@@ -66,7 +66,7 @@ func (m *Manager) announce(ctx context.Context, msg routedMessage, w <-chan answ
 		if ErrorCode(err) == EAborted {
 			return
 		}
-		data := MessageRouted{MessageID: msg.row.ID, ChildSessionID: msg.row.ChildID, ParentSessionID: msg.parentID,
+		data := messageRouted{MessageID: msg.row.ID, ChildSessionID: msg.row.ChildID, ParentSessionID: msg.parentID,
 			RootSessionID: msg.rootID, Outcome: string(res.Route), TaskID: res.TaskID}
 		if err != nil {
 			log.WarnContext(ctx, "an asynchronous followup was not delivered", slog.Any("error", err))
