@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
@@ -98,10 +99,21 @@ func TestContinuable_5_1_5_2_BackgroundDelegationAndControlTools(t *testing.T) {
 		t.Errorf("background tool wording: %s %s", desc.Description, desc.Parameters)
 	}
 
-	// The child settles; its notice (R77) reaches the idle root as turn 2.
+	// The root's agent is closed while idle; the child it delegated wakes
+	// it all the same (R78): its notice (R77) opens turn 2.
+	if hdr, err := w.Store.GetSession(ctx, childID); err != nil || !hdr.WakeParent {
+		t.Fatalf("delegated child's header %+v, %v: want WakeParent", hdr, err)
+	}
+	w.awaitIdle(t, rootID)
+	if n, err := w.roots.CloseIdle(ctx, time.Now()); err != nil || n != 1 {
+		t.Fatalf("CloseIdle = %d, %v", n, err)
+	}
 	gates.open("task bg")
 	w.waitNotice(t, 2, "Background subagent "+childID+" finished and will do no further work unless you send it more.Its closing message:task bg done")
 	waitRunEnds(t, w, childID, 1)
+	if msgs := userMessages(t, w.Log(t, rootID)); msgs[1].Source.Label != "research" {
+		t.Errorf("notice source %+v, want the child's label", msgs[1].Source)
+	}
 
 	w.prompt(t, "list", 3)
 	if got, want := model.Text(result("c-list").Content), childID+" [ready] — research"; got != want {

@@ -82,11 +82,12 @@ func newReportWorld(t *testing.T, m model.Model, opts ...func(*subagent.ManagerC
 }
 
 // start starts a continuable spawn child of parent with prompt (childID
-// reserved when not empty) and returns its id.
+// reserved when not empty), as the parent's delegation tool does — its
+// notices wake the parent — and returns its id.
 func (w *reportWorld) start(t *testing.T, parent subagent.Parent, childID, prompt string) string {
 	t.Helper()
 	res, err := w.mgr.StartContinuable(inprocesstest.Ctx(t), subagent.ContinuableRequest{Provider: spawnProvider,
-		Label: "helper", ChildID: childID, Prompt: inprocesstest.Text(prompt), Parent: parent})
+		Label: "helper", ChildID: childID, Prompt: inprocesstest.Text(prompt), Parent: parent, WakeParent: true})
 	if err != nil {
 		t.Fatalf("StartContinuable: %v", err)
 	}
@@ -310,8 +311,9 @@ func TestReport_R109_R110_BusyRootReadsReportsBeforeTheNoticeInOneStep(t *testin
 
 // TestReport_R110_R111_QuietPolicyToAnOfflineRoot: with the quiet report
 // policy, a report to a root without a live agent is stored in its log,
-// ahead of the child's later settlement notice, without starting a turn,
-// and the child's settlement does not retract it.
+// ahead of the child's later settlement notice — quiet too, since a client
+// started the child without asking to wake the root — without starting a
+// turn, and the child's settlement does not retract it.
 func TestReport_R110_R111_QuietPolicyToAnOfflineRoot(t *testing.T) {
 	t.Parallel()
 	m := scripted.Func(func(req model.Request) scripted.Step {
@@ -322,7 +324,12 @@ func TestReport_R110_R111_QuietPolicyToAnOfflineRoot(t *testing.T) {
 	})
 	w := newReportWorld(t, m, func(c *subagent.ManagerConfig) { c.ReportDelivery = subagent.DeliveryQuiet })
 	root := w.Parent.Session.ID
-	child := w.start(t, w.Parent, "", "task")
+	res, err := w.mgr.StartContinuable(inprocesstest.Ctx(t), subagent.ContinuableRequest{Provider: spawnProvider,
+		Label: "helper", Prompt: inprocesstest.Text("task"), Parent: w.Parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := res.ChildID
 	waitRunEnds(t, w.world, child, 1)
 	evs := w.Log(t, root)
 	want := []string{reportText(child, "kept"), settledText(child, "done")}

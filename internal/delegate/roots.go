@@ -561,8 +561,14 @@ func (r *Roots) closeAgent(ctx context.Context, id string, s *root) error {
 //     quiet: a quiet message is appended to the log for the next turn to
 //     read, the idle agent being closed first (it is reloaded with the log
 //     at the next prompt), so nothing wakes (R108);
-//   - with no live agent (never prompted, closed idle, or after Close) it
-//     is appended to the log as a user/message, which the next turn sees.
+//   - with no live agent (never prompted, or closed idle) a waking message
+//     loads the agent, which opens a turn with it; a quiet one — and any
+//     after Close or for a disposed root — is appended to the log as a
+//     user/message, which the next turn sees.
+//
+// Whether a message wakes is the sender's rule (subagent.Manager's notify
+// for settlement notices, the report delivery for reports): Notify only
+// carries it out.
 //
 // Notify returns once msg is a row of the durable inbox and in the agent's
 // inbox, the log, or queued behind earlier messages still awaiting a
@@ -632,8 +638,14 @@ func (r *Roots) pump(ctx context.Context, parentID string, s *root, own *deliver
 		if i > 0 {
 			break // waits for the steered ones before it
 		}
+		unloaded := s.agent == nil
 		err := r.deliver(ctx, parentID, s, n)
 		s.notices = s.notices[1:]
+		if unloaded && s.agent != nil {
+			// Loading the agent delivered every accepted row its log
+			// lacked: the notices still waiting are among them.
+			s.notices = nil
+		}
 		switch {
 		case n == own:
 			ownErr = err
@@ -651,6 +663,17 @@ func (r *Roots) deliver(ctx context.Context, parentID string, s *root, n *delive
 	a := s.agent
 	if a != nil && (!n.quiet || a.Running()) {
 		return s.followup(ctx, n.msg)
+	}
+	if a == nil && !n.quiet && !s.closed && r.notDisposed(ctx, s) == nil {
+		// Loading the agent gives it the inbox rows its log lacks, n's
+		// among them, each as a turn: n opens one (R78). An agent that
+		// cannot be loaded still gets n in its log, below.
+		err := r.open(ctx, s, true)
+		if err == nil {
+			return nil
+		}
+		r.log.WarnContext(ctx, "a waking notice could not load its root's agent; it is logged for the next turn",
+			slog.String("session_id", parentID), slog.Any("error", err))
 	}
 	if a != nil {
 		// The log is about to change behind the agent's back: close it,

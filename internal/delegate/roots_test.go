@@ -139,18 +139,21 @@ func userMessages(t *testing.T, evs []store.Event) []sessionlog.UserMessage {
 	return out
 }
 
-func TestRoots_R78_NoticeWithoutLiveAgentIsSeenAtNextTurn(t *testing.T) {
+// TestRoots_R78_QuietNoticeWithoutLiveAgentIsSeenAtNextTurn: a quiet
+// notice to a root whose agent never ran is logged without loading it,
+// and read by the next turn.
+func TestRoots_R78_QuietNoticeWithoutLiveAgentIsSeenAtNextTurn(t *testing.T) {
 	t.Parallel()
 	m := historyModel()
 	w := newWorld(t, m)
 	ctx := inprocesstest.Ctx(t)
 	root := w.Parent.Session.ID
 	msg := notice("kid-1")
-	if err := w.roots.Notify(ctx, root, msg, false); err != nil {
+	if err := w.roots.Notify(ctx, root, msg, true); err != nil {
 		t.Fatal(err)
 	}
 	if live, _ := w.roots.Live(ctx, root); live {
-		t.Fatal("a notice loaded the agent")
+		t.Fatal("a quiet notice loaded the agent")
 	}
 	if evs := w.Log(t, root); len(evs) != 1 || evs[0].Type != sessionlog.EventUserMessage {
 		t.Fatalf("log = %v, want the notice alone", inprocesstest.Types(evs))
@@ -163,12 +166,45 @@ func TestRoots_R78_NoticeWithoutLiveAgentIsSeenAtNextTurn(t *testing.T) {
 	if msgs := userMessages(t, w.Log(t, root)); msgs[0].Source != msg.Source {
 		t.Errorf("notice source = %+v", msgs[0].Source)
 	}
-	if err := w.roots.Notify(ctx, "missing", msg, false); subagent.ErrorCode(err) != subagent.ESessionNotFound {
-		t.Errorf("unknown parent: %v", err)
+	for _, quiet := range []bool{true, false} {
+		if err := w.roots.Notify(ctx, "missing", msg, quiet); subagent.ErrorCode(err) != subagent.ESessionNotFound {
+			t.Errorf("unknown parent (quiet %v): %v", quiet, err)
+		}
+		child := w.NewSession(t, store.Session{ParentID: root, Origin: "subagent", DelegationDepth: 1})
+		if err := w.roots.Notify(ctx, child.ID, msg, quiet); subagent.ErrorCode(err) != subagent.EInvalidRequest {
+			t.Errorf("child parent (quiet %v): %v", quiet, err)
+		}
 	}
-	child := w.NewSession(t, store.Session{ParentID: root, Origin: "subagent", DelegationDepth: 1})
-	if err := w.roots.Notify(ctx, child.ID, msg, false); subagent.ErrorCode(err) != subagent.EInvalidRequest {
-		t.Errorf("child parent: %v", err)
+}
+
+// TestRoots_R78_WakingNoticeWithoutLiveAgentOpensTurn: a waking notice to
+// a root whose agent never ran — or was closed idle — loads the agent,
+// which opens a turn with it, once.
+func TestRoots_R78_WakingNoticeWithoutLiveAgentOpensTurn(t *testing.T) {
+	t.Parallel()
+	m := historyModel()
+	w := newWorld(t, m)
+	ctx := inprocesstest.Ctx(t)
+	root := w.Parent.Session.ID
+	first := notice("kid-1")
+	if err := w.roots.Notify(ctx, root, first, false); err != nil {
+		t.Fatal(err)
+	}
+	w.waitTurnEnd(t, root, 1)
+	if n, err := w.roots.CloseIdle(ctx, time.Now()); err != nil || n != 1 {
+		t.Fatalf("CloseIdle = %d, %v", n, err)
+	}
+	second := notice("kid-2")
+	if err := w.roots.Notify(ctx, root, second, false); err != nil {
+		t.Fatal(err)
+	}
+	w.waitTurnEnd(t, root, 2)
+	msgs := userMessages(t, w.Log(t, root))
+	if len(msgs) != 2 || msgs[0].Source != first.Source || msgs[1].Source != second.Source {
+		t.Errorf("user messages = %+v, want each notice once, as a turn of its own", msgs)
+	}
+	if rows, err := w.Store.Pending(ctx, root); err != nil || len(rows) != 0 {
+		t.Errorf("inbox after the turns: %+v, %v", rows, err)
 	}
 }
 

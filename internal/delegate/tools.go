@@ -367,7 +367,7 @@ func (t *Tools) delegate(ctx context.Context, d delegation, call agent.Call) ([]
 	}
 	if background {
 		started, err := t.conts.StartContinuable(ctx, subagent.ContinuableRequest{Provider: provider,
-			Label: args.Description, Prompt: prompt, Parent: parent, MaxDepth: maxDepth})
+			Label: args.Description, Prompt: prompt, Parent: parent, MaxDepth: maxDepth, WakeParent: true})
 		if err != nil {
 			return nil, t.safe(ctx, "start", err)
 		}

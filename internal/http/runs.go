@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"strconv"
 	"strings"
@@ -100,12 +101,11 @@ func (s *Server) startContext(ctx context.Context, cancelOnDisconnect bool) (sta
 // returns the wait, bounded by MaxWait, and the Preference-Applied value.
 // Preferences it does not understand are ignored, as the RFC asks.
 func (s *Server) preferWait(header string) (time.Duration, string) {
-	for _, pref := range strings.FieldsFunc(header, func(r rune) bool { return r == ',' || r == ';' }) {
-		name, value, ok := strings.Cut(strings.TrimSpace(pref), "=")
-		if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
+	for name, value := range preferences(header) {
+		if name != "wait" {
 			continue
 		}
-		n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(value), `"`))
+		n, err := strconv.Atoi(value)
 		if err != nil || n < 0 {
 			continue
 		}
@@ -113,6 +113,35 @@ func (s *Server) preferWait(header string) (time.Duration, string) {
 		return d, "wait=" + strconv.Itoa(int(d/time.Second))
 	}
 	return 0, ""
+}
+
+// respondAsync is the Prefer token (RFC 7240 §4.1) that asks for an answer
+// before the work is done, and its Preference-Applied value.
+const respondAsync = "respond-async"
+
+// preferAsync reports whether a Prefer header asks for respond-async.
+func preferAsync(header string) bool {
+	for name := range preferences(header) {
+		if name == respondAsync {
+			return true
+		}
+	}
+	return false
+}
+
+// preferences yields the preferences of a Prefer header (RFC 7240), each
+// as its lower-cased name and its unquoted value ("" without one);
+// parameters after ";" are yielded as preferences of their own, which no
+// caller confuses with the ones it reads.
+func preferences(header string) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for _, pref := range strings.FieldsFunc(header, func(r rune) bool { return r == ',' || r == ';' }) {
+			name, value, _ := strings.Cut(strings.TrimSpace(pref), "=")
+			if !yield(strings.ToLower(strings.TrimSpace(name)), strings.Trim(strings.TrimSpace(value), `"`)) {
+				return
+			}
+		}
+	}
 }
 
 // listRuns pages through runs, oldest first.

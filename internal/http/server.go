@@ -68,6 +68,10 @@ type Continuations interface {
 	// Followup delivers content to a continuable child of parentSessionID,
 	// steered into its running turn or started as a new task.
 	Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src sessionlog.Source) (subagent.FollowupResult, error)
+	// FollowupAsync is Followup answered once the content is accepted: it
+	// returns the message id, and the route follows as lifecycle event
+	// message/routed.
+	FollowupAsync(ctx context.Context, parentSessionID, childID string, content []model.Block, src sessionlog.Source) (string, error)
 	// Interrupt stops the current turn of a continuable child of
 	// parentSessionID.
 	Interrupt(ctx context.Context, parentSessionID, childID string) error

@@ -64,7 +64,9 @@ func (s *Server) getSubagent(w http.ResponseWriter, r *http.Request) error {
 }
 
 // followupSubagent delivers content to a continuable child on behalf of
-// its durable parent and answers where it went (see followup).
+// its durable parent and answers where it went (see followup); with
+// Prefer: respond-async it answers 202 once the content is accepted (see
+// followupAsync).
 func (s *Server) followupSubagent(w http.ResponseWriter, r *http.Request) error {
 	_, childID, err := s.childRoute(r)
 	if err != nil {
@@ -74,12 +76,37 @@ func (s *Server) followupSubagent(w http.ResponseWriter, r *http.Request) error 
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
+	if preferAsync(r.Header.Get("Prefer")) {
+		out, err := s.followupAsync(r.Context(), childID, req)
+		if err != nil {
+			return err
+		}
+		w.Header().Set("Preference-Applied", respondAsync)
+		s.writeJSON(w, r, http.StatusAccepted, out)
+		return nil
+	}
 	out, err := s.followup(r.Context(), childID, req)
 	if err != nil {
 		return err
 	}
 	s.writeJSON(w, r, http.StatusOK, out)
 	return nil
+}
+
+// followupAsync accepts req's content for continuable child childID and
+// returns once it is stored in the child's durable inbox, on the replica
+// that drives the child; its route follows as lifecycle event
+// message/routed. Bad input is rejected as followup rejects it.
+func (s *Server) followupAsync(ctx context.Context, childID string, req followupRequest) (followupAcceptedResponse, error) {
+	conts, err := s.continuations()
+	if err != nil {
+		return followupAcceptedResponse{}, err
+	}
+	id, err := conts.FollowupAsync(ctx, req.ParentSessionID, childID, req.Content, req.source())
+	if err != nil {
+		return followupAcceptedResponse{}, err
+	}
+	return followupAcceptedResponse{MessageID: id, ChildID: childID, Route: routeAccepted}, nil
 }
 
 // followup delivers req's content to continuable child childID: steered

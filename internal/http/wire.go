@@ -384,7 +384,14 @@ type createSubagentRequest struct {
 	MaxDepth        *int              `json:"maxDepth"`
 	ToolFilter      *toolFilterJSON   `json:"toolFilter"`
 	Persona         *string           `json:"persona" validate:"omitempty,max=16384"`
+	// NotifyParent "wake" makes the child's settlement notices open its
+	// parent's turn; "quiet", the default, records them for the parent's
+	// next turn (R78).
+	NotifyParent string `json:"notifyParent" validate:"omitempty,oneof=wake quiet"`
 }
+
+// notifyParentWake is the notifyParent value that wakes the parent.
+const notifyParentWake = "wake"
 
 // seam returns the continuable start request for parent.
 func (c *createSubagentRequest) seam(parent store.Session) subagent.ContinuableRequest {
@@ -398,6 +405,7 @@ func (c *createSubagentRequest) seam(parent store.Session) subagent.ContinuableR
 		MaxDepth:     c.MaxDepth,
 		ToolFilter:   c.ToolFilter.seam(),
 		Persona:      c.Persona,
+		WakeParent:   c.NotifyParent == notifyParentWake,
 	}
 }
 
@@ -435,6 +443,17 @@ type followupResponse struct {
 	TaskID    string         `json:"taskId,omitempty"`
 	MessageID string         `json:"messageId"`
 }
+
+// followupAcceptedResponse answers a followup sent with Prefer:
+// respond-async: accepted, not yet routed.
+type followupAcceptedResponse struct {
+	MessageID string `json:"messageId"`
+	ChildID   string `json:"childId"`
+	Route     string `json:"route"`
+}
+
+// routeAccepted is the route of a followup answered at acceptance.
+const routeAccepted = "accepted"
 
 // treeCancelResponse answers POST /v1/sessions/{id}/cancel.
 type treeCancelResponse struct {

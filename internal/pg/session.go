@@ -12,7 +12,7 @@ import (
 )
 
 const sessionCols = `id, parent_id, root_id, origin, delegation_depth, seed_length, cwd, label, provider, mode,
-	agent_provider, agent_model, max_tokens, persona, created_at`
+	agent_provider, agent_model, max_tokens, persona, created_at, wake_parent`
 
 type sessionRow struct {
 	ID              string    `db:"id"`
@@ -30,6 +30,7 @@ type sessionRow struct {
 	MaxTokens       int       `db:"max_tokens"`
 	Persona         *string   `db:"persona"`
 	CreatedAt       time.Time `db:"created_at"`
+	WakeParent      bool      `db:"wake_parent"`
 }
 
 func (r sessionRow) session() store.Session {
@@ -37,7 +38,7 @@ func (r sessionRow) session() store.Session {
 		ID: r.ID, ParentID: r.ParentID, RootID: r.RootID, Origin: r.Origin, DelegationDepth: r.DelegationDepth,
 		SeedLength: r.SeedLength, Cwd: r.Cwd, Label: r.Label, Provider: r.Provider, Mode: r.Mode,
 		AgentProvider: r.AgentProvider, AgentModel: r.AgentModel, MaxTokens: r.MaxTokens,
-		Persona: r.Persona, CreatedAt: r.CreatedAt.UTC(),
+		Persona: r.Persona, CreatedAt: r.CreatedAt.UTC(), WakeParent: r.WakeParent,
 	}
 }
 
@@ -108,9 +109,9 @@ func (s *Store) rootOf(ctx context.Context, h store.Session) string {
 // queueCreate queues the insert of header h.
 func queueCreate(b *pgx.Batch, tenant string, h store.Session) {
 	b.Queue(`INSERT INTO sessions (tenant, `+sessionCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
 		tenant, h.ID, h.ParentID, h.RootID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
-		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, h.CreatedAt)
+		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, h.CreatedAt, h.WakeParent)
 }
 
 // queueCreateWithEvents queues the insert of header h with evs as its log's
@@ -121,17 +122,17 @@ func queueCreateWithEvents(b *pgx.Batch, tenant string, h store.Session, evs []s
 	b.Queue(`
 		WITH s AS (
 			INSERT INTO sessions (tenant, `+sessionCols+`, last_seq)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, cardinality($17::text[]) - 1)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, cardinality($18::text[]) - 1)
 			RETURNING id
 		), ins AS (
 			INSERT INTO session_events (tenant, session_id, seq, type, time, data)
 			SELECT $1, s.id, e.n - 1, e.type, e.time, e.data::jsonb
-			FROM s, unnest($17::text[], $18::timestamptz[], $19::text[]) WITH ORDINALITY AS e (type, time, data, n)
+			FROM s, unnest($18::text[], $19::timestamptz[], $20::text[]) WITH ORDINALITY AS e (type, time, data, n)
 			RETURNING seq, type, time, data
 		)
 		SELECT seq, type, time, data FROM ins ORDER BY seq`,
 		tenant, h.ID, h.ParentID, h.RootID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
-		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, h.CreatedAt,
+		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, h.CreatedAt, h.WakeParent,
 		types, times, data,
 	).Query(func(rows pgx.Rows) error {
 		var err error

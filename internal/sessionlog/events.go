@@ -79,6 +79,9 @@ type Source struct {
 	Form            string `json:"form,omitempty"`
 	Summary         string `json:"summary,omitempty"`
 	SenderSessionID string `json:"senderSessionId,omitempty"`
+	// Label is the sender's label, so that a reader can name it: set on
+	// settlement notices (R77).
+	Label string `json:"label,omitempty"`
 }
 
 // UserMessage is the payload of user/message and the unit of the inbox.

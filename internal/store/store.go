@@ -70,6 +70,10 @@ type Session struct {
 	MaxTokens     int
 	Persona       *string
 	CreatedAt     time.Time
+	// WakeParent says whether a continuable child's settlement notices open
+	// its parent's turn, or are recorded quietly for the parent's next turn
+	// (subagent.ContinuableRequest.WakeParent). False for roots.
+	WakeParent bool
 }
 
 // RootOf is the root of s's tree: its RootID, else (a header built before

@@ -29,6 +29,10 @@ type activation struct {
 	local    bool   // the provider's Local; true for an unregistered one (in-process resume)
 	parentID string
 	rootID   string
+	label    string // the child's, named in its settlement notice (R77)
+	// wakeParent: the settlement notice opens the parent's turn (R78,
+	// store.Session.WakeParent).
+	wakeParent bool
 
 	// Owned by c's loop.
 	state    actState // see state.go
@@ -75,7 +79,7 @@ func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store
 	act := &activation{
 		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(), release: release,
 		provider: desc.Provider, local: true, parentID: sess.ParentID, rootID: store.RootOf(sess), inv: tr.inv,
-		done: make(chan struct{}), started: make(chan struct{}),
+		label: sess.Label, wakeParent: sess.WakeParent, done: make(chan struct{}), started: make(chan struct{}),
 	}
 	tr.inv.SetRun(act.runID, c.key.ID)
 	// The epoch's facts come only from the events after the start edge

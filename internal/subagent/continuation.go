@@ -244,6 +244,13 @@ type ContinuableRequest struct {
 	MaxDepth     *int
 	ToolFilter   *ToolFilter
 	Persona      *string
+	// WakeParent makes the child's settlement notices open its parent's
+	// turn; without it they are recorded quietly for the parent's next
+	// turn (R78). The delegation tools set it — the parent's own agent
+	// delegated the child — and a client asks for it with notifyParent
+	// "wake". It is stored with the child (store.Session.WakeParent), so
+	// every activation, on any replica and after a restart, follows it.
+	WakeParent bool
 }
 
 // ContinuableStarted identifies an accepted continuable start: the child,

@@ -34,6 +34,7 @@ const (
 type followupArgs struct {
 	Parent string             `json:"parent"`
 	Row    store.InboxMessage `json:"row"`
+	Async  bool               `json:"async,omitempty"`
 }
 
 type steerArgs struct {
@@ -55,7 +56,7 @@ func (m *Manager) handle() {
 		if err := json.Unmarshal(raw, &a); err != nil {
 			return nil, err
 		}
-		return m.followupRow(ctx, a.Parent, a.Row)
+		return m.followupRow(ctx, a.Parent, a.Row, a.Async)
 	})
 	ctl.Handle(opInterrupt, func(ctx context.Context, child string, raw json.RawMessage) (any, error) {
 		var parent string
@@ -96,13 +97,14 @@ func (m *Manager) handle() {
 	}
 }
 
-// followupRow is Followup of an accepted-to-be row: here when no other
-// replica drives the child, else on the replica that does. The row's id
-// is kept across replicas, so a request retried after its owner was lost
-// stores the message once.
-func (m *Manager) followupRow(ctx context.Context, parent string, row store.InboxMessage) (FollowupResult, error) {
-	return Forward(ctx, m.svc.ctl, row.ChildID, opFollowup, followupArgs{parent, row}, func() (FollowupResult, error) {
-		return m.followup(ctx, parent, row)
+// followupRow is Followup (FollowupAsync when async) of an
+// accepted-to-be row: here when no other replica drives the child, else on
+// the replica that does, which then also announces an async row's route.
+// The row's id is kept across replicas, so a request retried after its
+// owner was lost stores the message once.
+func (m *Manager) followupRow(ctx context.Context, parent string, row store.InboxMessage, async bool) (FollowupResult, error) {
+	return Forward(ctx, m.svc.ctl, row.ChildID, opFollowup, followupArgs{parent, row, async}, func() (FollowupResult, error) {
+		return m.followup(ctx, parent, row, async)
 	})
 }
 

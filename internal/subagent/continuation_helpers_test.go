@@ -275,8 +275,10 @@ func (e *contEnv) parent(t *testing.T, id string) Parent {
 }
 
 // req is a continuable request of parent p1 with prompt text.
+// req is a continuable start of text under root p1 as a delegation tool
+// makes it: the child's notices wake its parent.
 func (e *contEnv) req(t *testing.T, text string) ContinuableRequest {
-	return ContinuableRequest{Provider: "spawn", Label: "task", Prompt: txt(text), Parent: e.parent(t, "p1")}
+	return ContinuableRequest{Provider: "spawn", Label: "task", Prompt: txt(text), Parent: e.parent(t, "p1"), WakeParent: true}
 }
 
 func (e *contEnv) start(t *testing.T, req ContinuableRequest) ContinuableStarted {

@@ -2,12 +2,15 @@ package subagent
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/subagentd/subagentd/internal/sessionlog"
+	"github.com/subagentd/subagentd/internal/store"
 )
 
 // replicaB builds a second replica over a's store: its own Service and
@@ -94,4 +97,76 @@ func TestReplicas_FollowupAndInterruptThroughAnotherReplicaReachTheOwner(t *test
 // countText counts the texts equal to s.
 func countText(texts []string, s string) int {
 	return len(slices.DeleteFunc(slices.Clone(texts), func(x string) bool { return x != s }))
+}
+
+// An asynchronous followup taken by replica B for a child replica A drives
+// goes to A as a control request and is answered once A stored it — while
+// A's model step still holds, so before any step admitted it — and A
+// announces its route (message/routed: steered into A's task), once; the
+// log holds the message once.
+func TestReplicas_AsyncFollowupThroughAnotherReplicaIsAnnouncedByTheOwner(t *testing.T) {
+	t.Parallel()
+	gate, reached := make(chan struct{}), make(chan struct{})
+	a := newContEnv(t, gatedModel(gate, reached, "working"))
+	serve(t, a.svc)
+	started := a.start(t, a.req(t, "first"))
+	<-reached
+	_, mgrB := replicaB(t, a)
+
+	id, err := mgrB.FollowupAsync(t.Context(), "p1", started.ChildID, txt("second"), sessionlog.Source{Kind: SourceUser})
+	if err != nil || id == "" {
+		t.Fatalf("async followup through B: %q, %v", id, err)
+	}
+	if rows, err := a.st.Pending(t.Context(), started.ChildID); err != nil || len(rows) != 1 || rows[0].ID != id {
+		t.Fatalf("child inbox at B's answer: %+v, %v", rows, err)
+	}
+	if n := countText(userTexts(t, a.log(t, started.ChildID)), "second"); n != 0 {
+		t.Fatalf("the message was logged %d times before a step admitted it", n)
+	}
+	_, err = mgrB.FollowupAsync(t.Context(), "p9", started.ChildID, txt("not yours"), sessionlog.Source{Kind: SourceUser})
+	wantCode(t, err, EForbidden)
+
+	close(gate)
+	routed := waitRouted(t, a.st, id)
+	if len(routed) != 1 || routed[0] != (messageRouted{MessageID: id, ChildSessionID: started.ChildID, ParentSessionID: "p1",
+		RootSessionID: "p1", Outcome: string(RouteSteered), TaskID: started.TaskID}) {
+		t.Fatalf("message/routed %+v", routed)
+	}
+	a.ended(t, started.TaskID)
+	if n := countText(userTexts(t, a.log(t, started.ChildID)), "second"); n != 1 {
+		t.Fatalf("the followup through B is in the log %d times, want once", n)
+	}
+}
+
+// waitRouted waits until st's lifecycle log holds a message/routed event
+// of message id and returns every such event's data.
+func waitRouted(t *testing.T, st store.Store, id string) []messageRouted {
+	t.Helper()
+	wake, stop := st.Subscribe(store.LifecycleTopic)
+	defer stop()
+	deadline := time.After(10 * time.Second)
+	for {
+		evs, err := st.Lifecycle(t.Context(), store.LifecycleFilter{Types: []string{EventMessageRouted}, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []messageRouted
+		for _, e := range evs {
+			var d messageRouted
+			if err := json.Unmarshal(e.Payload, &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.MessageID == id {
+				out = append(out, d)
+			}
+		}
+		if len(out) > 0 {
+			return out
+		}
+		select {
+		case <-wake:
+		case <-deadline:
+			t.Fatalf("no message/routed of %s within 10s", id)
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -90,7 +91,7 @@ func TestNotice_R67_R74_R77_RootParentGetsTheOutcomeThroughTheSink(t *testing.T)
 		n.content[2].Text != "the result" {
 		t.Errorf("notice %+v", n)
 	}
-	if n.src != (sessionlog.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: summary, SenderSessionID: res.ChildID}) {
+	if n.quiet || n.src != (sessionlog.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: summary, SenderSessionID: res.ChildID, Label: "task"}) {
 		t.Errorf("source %+v", n.src)
 	}
 	e.ended(t, res.TaskID)
@@ -108,12 +109,15 @@ func countEnds(evs []Event) int {
 
 func TestNotice_R77_SummaryBoundedTo120Characters(t *testing.T) {
 	t.Parallel()
-	_, src := settlementNotice("018f2b6c-6f1d-4d7e-9a63-3d2b1c0e9f4a", StopCompleted, nil)
+	_, src := settlementNotice("018f2b6c-6f1d-4d7e-9a63-3d2b1c0e9f4a", "researcher", StopCompleted, nil)
 	if n := utf8.RuneCountInString(src.Summary); n > 120 || strings.HasSuffix(src.Summary, "…") {
 		t.Errorf("a UUID's summary (%d characters) was cut: %q", n, src.Summary)
 	}
+	if src.Label != "researcher" || src.SenderSessionID != "018f2b6c-6f1d-4d7e-9a63-3d2b1c0e9f4a" {
+		t.Errorf("source %+v does not name the child by id and label", src)
+	}
 	long := strings.Repeat("ü", 200)
-	content, src := settlementNotice(long, "sideways", nil)
+	content, src := settlementNotice(long, "", "sideways", nil)
 	if n := utf8.RuneCountInString(src.Summary); n != 120 || !strings.HasSuffix(src.Summary, "…") {
 		t.Errorf("summary of %d characters: %q", n, src.Summary)
 	}
@@ -126,7 +130,7 @@ func TestNotice_R77_SummaryBoundedTo120Characters(t *testing.T) {
 		StopRefusal:   "declined the task.",
 		StopError:     "failed before it finished.",
 	} {
-		if content, _ := settlementNotice("c", reason, nil); content[0].Text != "Background subagent c "+want {
+		if content, _ := settlementNotice("c", "", reason, nil); content[0].Text != "Background subagent c "+want {
 			t.Errorf("%s: %q", reason, content[0].Text)
 		}
 	}
@@ -391,5 +395,52 @@ func TestInterrupt_R101_R104_OneCancelPerActivation(t *testing.T) {
 	defer mu.Unlock()
 	if cancels != 1 {
 		t.Errorf("%d cancels, want exactly one", cancels)
+	}
+}
+
+// TestNotice_R78_QuietUnlessStartedToWake: a child started without
+// WakeParent — a client's start that did not ask for notifyParent "wake" —
+// notifies its root quietly, every activation of it (the header carries
+// the choice to cold resumes), and parks its notice in a continuable
+// parent without starting it; the parent's next activation reads it.
+func TestNotice_R78_QuietUnlessStartedToWake(t *testing.T) {
+	t.Parallel()
+	e := newContEnv(t, scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "ok"} }))
+	req := e.req(t, "quiet one")
+	req.WakeParent = false
+	kid := e.start(t, req)
+	e.ended(t, kid.TaskID)
+	e.settled(t, kid.ChildID)
+	if f, err := e.m.Followup(t.Context(), "p1", kid.ChildID, txt("again"), sessionlog.Source{}); err != nil || f.Route != RouteStarted {
+		t.Fatalf("followup: %+v, %v", f, err)
+	}
+	ns := e.notices.waitFor(t, "two notices", func(ns []notice) bool { return len(ns) == 2 })
+	for _, n := range ns {
+		if !n.quiet || n.src.Kind != SourceSubagentSettled || n.src.Label != "task" {
+			t.Errorf("notice %+v, want a quiet settlement notice naming the label", n)
+		}
+	}
+
+	parent := e.start(t, e.req(t, "be a parent"))
+	e.ended(t, parent.TaskID)
+	e.settled(t, parent.ChildID)
+	req = e.req(t, "be a quiet child")
+	req.Parent, req.WakeParent = e.parent(t, parent.ChildID), false
+	grandchild := e.start(t, req)
+	e.ended(t, grandchild.TaskID)
+	e.settled(t, grandchild.ChildID)
+	if e.m.liveActivation(resident.Key{Tenant: store.DefaultTenant, ID: parent.ChildID}) != nil {
+		t.Error("a quiet notice started the continuable parent")
+	}
+	if rows, err := e.st.Pending(t.Context(), parent.ChildID); err != nil || len(rows) != 1 || !rows[0].Quiet {
+		t.Fatalf("parent inbox %+v, %v: want the notice as one quiet row", rows, err)
+	}
+	if f, err := e.m.Followup(t.Context(), "p1", parent.ChildID, txt("next"), sessionlog.Source{}); err != nil || f.Route != RouteStarted {
+		t.Fatalf("followup to the parent: %+v, %v", f, err)
+	}
+	// The parked notice runs first, as a turn of its own, then the followup.
+	evs := e.waitLog(t, parent.ChildID, "the parent's next turns", func(evs []store.Event) bool { return len(turnEndKinds(t, evs)) == 3 })
+	if got := userMessages(t, evs); len(got) != 3 || got[1].Source.Kind != SourceSubagentSettled || got[1].Source.SenderSessionID != grandchild.ChildID {
+		t.Errorf("parent messages %+v, want the parked notice before the followup", got)
 	}
 }

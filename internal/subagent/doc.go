@@ -35,6 +35,9 @@
 //     (RouteStarted); anything else — settling, interrupted, queued turns —
 //     is owed to the next activation, which settle (settle.go) starts once
 //     subagent/end is recorded.
+//     FollowupAsync takes the same steps but returns once the row is
+//     stored; announce (routed.go) then appends the route as lifecycle
+//     event message/routed, on the replica that routed it.
 //  4. The agent (internal/agent) logs the message as a user/message:
 //     FollowupMessage at once when it opens a turn, an admitted steer when
 //     the next model step starts (Agent.enterStep); both through

@@ -40,39 +40,72 @@ import (
 // A child another replica drives gets the followup there (see Control),
 // and this call answers what that replica answered.
 func (m *Manager) Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src sessionlog.Source) (FollowupResult, error) {
-	if err := m.admitting(); err != nil {
+	row, err := m.followupMessage(ctx, parentSessionID, childID, content, src)
+	if err != nil {
 		return FollowupResult{}, err
 	}
+	return m.followupRow(ctx, parentSessionID, row, false)
+}
+
+// FollowupAsync is Followup answered at acceptance (Prefer: respond-async):
+// it returns the message id once the message is a durable inbox row of the
+// child, on the replica that drives it, without waiting for its route. The
+// route follows as lifecycle event EventMessageRouted (see
+// messageRouted), appended once by the replica that routed it: the
+// outcome Followup would have answered, or OutcomeFailed with the error's
+// code when a cold resume failed and the message was withdrawn. A message
+// whose route is still open when the manager shuts down stays accepted
+// and is delivered at the next start, without an event.
+//
+// Returns Followup's errors before acceptance.
+func (m *Manager) FollowupAsync(ctx context.Context, parentSessionID, childID string, content []model.Block, src sessionlog.Source) (string, error) {
+	row, err := m.followupMessage(ctx, parentSessionID, childID, content, src)
+	if err != nil {
+		return "", err
+	}
+	res, err := m.followupRow(ctx, parentSessionID, row, true)
+	return res.MessageID, err
+}
+
+// followupMessage checks a followup's request and returns its inbox row.
+// Returns EDraining, EInvalidRequest or EAborted.
+func (m *Manager) followupMessage(ctx context.Context, parentSessionID, childID string, content []model.Block, src sessionlog.Source) (store.InboxMessage, error) {
+	if err := m.admitting(); err != nil {
+		return store.InboxMessage{}, err
+	}
 	if parentSessionID == "" {
-		return FollowupResult{}, &Error{Code: EInvalidRequest, Message: "parentSessionId is required",
+		return store.InboxMessage{}, &Error{Code: EInvalidRequest, Message: "parentSessionId is required",
 			Fields: map[string]string{"parentSessionId": "required"}}
 	}
 	if src.Kind == "" {
 		src.Kind = SourceUser
 	}
 	if len(content) == 0 {
-		return FollowupResult{}, &Error{Code: EInvalidRequest, Message: "content is required",
+		return store.InboxMessage{}, &Error{Code: EInvalidRequest, Message: "content is required",
 			Fields: map[string]string{"content": "required"}}
 	}
 	row, err := newRow(childID, content, src)
 	if err != nil {
-		return FollowupResult{}, &Error{Code: EInvalidRequest, Message: "content is not valid JSON",
+		return store.InboxMessage{}, &Error{Code: EInvalidRequest, Message: "content is not valid JSON",
 			Fields: map[string]string{"content": "not valid JSON"}, Err: err}
 	}
 	if ctx.Err() != nil {
-		return FollowupResult{}, followupAborted(ctx)
+		return store.InboxMessage{}, followupAborted(ctx)
 	}
-	return m.followupRow(ctx, parentSessionID, row)
+	return row, nil
 }
 
 // followup is Followup of row on this replica, which drives the child or
 // is about to. A row stored already (a request retried after the replica
-// it was sent to was lost) is taken as accepted.
-func (m *Manager) followup(ctx context.Context, parentSessionID string, row store.InboxMessage) (FollowupResult, error) {
+// it was sent to was lost) is taken as accepted. With async set it returns
+// at acceptance, a result carrying only the message id, and announces the
+// route when it comes (announce).
+func (m *Manager) followup(ctx context.Context, parentSessionID string, row store.InboxMessage, async bool) (FollowupResult, error) {
 	childID := row.ChildID
 	key := resident.Key{Tenant: store.Tenant(ctx), ID: childID}
 	w := make(chan answer, 1)
 	var err error
+	var rootID string
 	derr := m.children.DoContext(ctx, key, func(c *child) {
 		// Admission again in the child's loop: a Shutdown that began since
 		// must not find a new activation it never cancels (R113, R117).
@@ -100,6 +133,7 @@ func (m *Manager) followup(ctx context.Context, parentSessionID string, row stor
 		}
 		err = nil
 		c.waiters[row.ID] = w
+		rootID = store.RootOf(*c.sess)
 		// A cold resume that finds the child held by another replica
 		// withdraws the row and answers resident.ErrHeldElsewhere: Forward sends the
 		// followup there.
@@ -110,6 +144,10 @@ func (m *Manager) followup(ctx context.Context, parentSessionID string, row stor
 	}
 	if err != nil {
 		return FollowupResult{}, err
+	}
+	if async {
+		m.announce(ctx, routedMessage{parentID: parentSessionID, rootID: rootID, row: row}, w)
+		return FollowupResult{MessageID: row.ID}, nil
 	}
 
 	select {

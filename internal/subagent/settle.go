@@ -116,13 +116,16 @@ func (m *Manager) end(act *activation, reason string, output []model.Block, usag
 }
 
 // notify sends act's settlement notice to its durable parent (R74–R79) on
-// the path reports take too (send), waking the parent unless the manager
-// is draining (R118). A failure is logged and never blocks the settlement
-// (R79).
+// the path reports take too (send). This is the one rule of when a notice
+// wakes its parent (R78): it opens the parent's turn when the child was
+// started to wake it — its parent's own agent delegated it, or the start
+// asked for that (ContinuableRequest.WakeParent) — and the manager is not
+// draining (R118); otherwise it is recorded quietly, for the parent's next
+// turn to read. A failure is logged and never blocks the settlement (R79).
 func (m *Manager) notify(act *activation, reason string, output []model.Block) {
 	ctx := act.base
-	content, src := settlementNotice(act.c.key.ID, reason, output)
-	_, err := m.send(ctx, act.parentID, content, src, m.isDraining())
+	content, src := settlementNotice(act.c.key.ID, act.label, reason, output)
+	_, err := m.send(ctx, act.parentID, content, src, !act.wakeParent || m.isDraining())
 	switch {
 	case errors.Is(err, errNoSink):
 		m.log.DebugContext(ctx, "no notice sink: settlement notice dropped", slog.String("parent_id", act.parentID))
@@ -163,10 +166,11 @@ func EpochStopReason(o sessionlog.Outcome) string {
 // maxSummary bounds a notice's summary (R77, docs/seam.md §13).
 const maxSummary = 120
 
-// settlementNotice is the message a parent gets when child settles with
-// reason and output (R77): the summary sentence, then the closing
-// message or the statement that there is none.
-func settlementNotice(child, reason string, output []model.Block) ([]model.Block, sessionlog.Source) {
+// settlementNotice is the message a parent gets when child, labelled
+// label, settles with reason and output (R77): the summary sentence, then
+// the closing message or the statement that there is none. Its source
+// names the child by id and label.
+func settlementNotice(child, label, reason string, output []model.Block) ([]model.Block, sessionlog.Source) {
 	var summary string
 	switch reason {
 	case StopCompleted:
@@ -188,7 +192,7 @@ func settlementNotice(child, reason string, output []model.Block) ([]model.Block
 	} else {
 		content = append(append(content, model.TextBlock("Its closing message:")), output...)
 	}
-	return content, sessionlog.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: boundSummary(summary), SenderSessionID: child}
+	return content, sessionlog.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: boundSummary(summary), SenderSessionID: child, Label: label}
 }
 
 // boundSummary cuts s to maxSummary characters, ending a cut one with "…".

@@ -133,7 +133,7 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 		ID: childID, ParentID: parent.ID, RootID: store.RootOf(parent), Origin: OriginSubagent, DelegationDepth: depth,
 		SeedLength: len(spec.Seed), Cwd: parent.Cwd, Label: req.Label, Provider: req.Provider,
 		Mode: ModeContinuable, AgentProvider: opts.Provider, AgentModel: opts.Model,
-		MaxTokens: opts.MaxTokens, Persona: clonePtr(req.Persona), CreatedAt: time.Now(),
+		MaxTokens: opts.MaxTokens, Persona: clonePtr(req.Persona), CreatedAt: time.Now(), WakeParent: req.WakeParent,
 	}
 	// This replica drives the child from here: its lease first.
 	if err := m.children.Hold(ctx, c.key); err != nil {

@@ -41,10 +41,11 @@ var sessionTests = []test{
 			ID: "s1", ParentID: "p1", Origin: "subagent", DelegationDepth: 2, SeedLength: 7,
 			Cwd: "/srv/work", Label: "review", Provider: "fork", Mode: "one-shot",
 			AgentProvider: "openai", AgentModel: "gpt-x", MaxTokens: 4096,
-			Persona: ptr("terse reviewer"), CreatedAt: t0,
+			Persona: ptr("terse reviewer"), CreatedAt: t0, WakeParent: true,
 		}
 		ok(t, s.CreateSession(ctx, want))
 		same(t, "GetSession", must(s.GetSession(ctx, "s1"))(t), want, canonSession)
+		sameList(t, "ListSessions", must(s.ListSessions(ctx, store.SessionFilter{}))(t), []store.Session{want}, canonSession)
 
 		root := store.Session{ID: "root", Cwd: "/w", CreatedAt: t0}
 		ok(t, s.CreateSession(ctx, root))
@@ -61,6 +62,7 @@ var sessionTests = []test{
 	{"CreateSessionWithEvents_StoresHeaderAndLogAtOnce", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		hdr := child("c1", "", t0)
+		hdr.WakeParent = true
 		stored := must(s.CreateSessionWithEvents(ctx, hdr, numbered(3)...))(t)
 		var want []store.Event
 		for i, e := range numbered(3) {
@@ -68,6 +70,8 @@ var sessionTests = []test{
 		}
 		sameList(t, "CreateSessionWithEvents", stored, want, canonEvent)
 		same(t, "GetSession", must(s.GetSession(ctx, "c1"))(t), hdr, canonSession)
+		// A listing reads the rows themselves, not a header cache.
+		sameList(t, "ListSessions", must(s.ListSessions(ctx, store.SessionFilter{}))(t), []store.Session{hdr}, canonSession)
 		sameList(t, "Events", must(s.Events(ctx, "c1", -1, 0))(t), want, canonEvent)
 		next := must(s.AppendEvents(ctx, "c1", numbered(1)...))(t)
 		checkSeqs(t, "AppendEvents after", next, 3)
