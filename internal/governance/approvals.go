@@ -147,6 +147,9 @@ func (a *Approvals) Open(ctx context.Context, ask Ask) (store.Approval, error) {
 
 // root returns the id of sess's root session.
 func (a *Approvals) root(ctx context.Context, sess store.Session) (string, error) {
+	if sess.RootID != "" {
+		return sess.RootID, nil
+	}
 	for range maxTreeDepth {
 		if sess.ParentID == "" {
 			return sess.ID, nil
@@ -262,7 +265,11 @@ type Decision struct {
 }
 
 // Decide closes pending approval id with d on behalf of the context's
-// tenant; any replica may decide, and the agent's replica sees it. Returns
+// tenant; any replica may decide, and the agent's replica sees it. An
+// always option (an outcome with scope "always" maps onto one) also adds a
+// rule for the tool call's kind and title to the policy of the approval's
+// tree, in the same write, so that the tree's next such request is
+// answered without a person (Policy). Returns
 // EApprovalNotFound, EInvalidRequest for a malformed decision,
 // EOptionUnavailable when the agent offered no option that d names or maps
 // onto (no option is ever invented), and EAlreadyDecided when the approval
@@ -299,7 +306,7 @@ func (a *Approvals) Decide(ctx context.Context, id string, d Decision) (store.Ap
 	}
 	c := store.ApprovalClose{State: store.ApprovalDecided, Decision: &store.ApprovalDecision{
 		OptionID: opt.OptionID, Kind: opt.Kind, By: store.Tenant(ctx), Reason: d.Reason, At: time.Now(),
-	}}
+	}, Always: alwaysRule(ap, opt.Kind)}
 	closed := ap
 	closed.State, closed.Decision = c.State, c.Decision
 	ev, err := event(EventApprovalDecided, closed)

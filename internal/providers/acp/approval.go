@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -20,6 +21,8 @@ import (
 // Approver sends the permission requests a policy asks about to a person:
 // *governance.Approvals implements it.
 type Approver interface {
+	// Policy answers a tool call: allow, reject or ask.
+	Policy(ctx context.Context, q governance.Query) (governance.Verdict, error)
 	// Open creates the pending approval of ask and announces it.
 	Open(ctx context.Context, ask governance.Ask) (store.Approval, error)
 	// Await waits until the approval is closed — decided, expired, or
@@ -70,13 +73,23 @@ const (
 	maxRawInput   = 64 << 10
 )
 
-// policyFor is the configured answer to req: allow, reject or ask.
-func (p *Provider) policyFor(req sdk.RequestPermissionRequest) string {
-	title := ""
+// verdict is the policy's answer to req of child childID: the provider's
+// own policy narrowed by its tree's (governance.Approvals.Policy). A
+// policy that cannot be read rejects.
+func (p *Provider) verdict(ctx context.Context, childID string, req sdk.RequestPermissionRequest) governance.Verdict {
+	q := governance.Query{SessionID: childID, Provider: p.cfg, Kind: toolKind(req.ToolCall.Kind)}
 	if req.ToolCall.Title != nil {
-		title = *req.ToolCall.Title
+		q.Title = *req.ToolCall.Title
 	}
-	return p.cfg.PermissionFor(toolKind(req.ToolCall.Kind), title)
+	if p.approver == nil {
+		return governance.Verdict{Decision: p.cfg.PermissionFor(q.Kind, q.Title)}
+	}
+	v, err := p.approver.Policy(ctx, q)
+	if err != nil {
+		p.log.Error("cannot read the approvals policy; rejecting", slog.String("child_id", childID), slog.Any("error", err))
+		return governance.Verdict{Decision: config.PermissionReject}
+	}
+	return v
 }
 
 // toolKind is the ACP kind of a tool call, "other" when absent or unknown.
@@ -87,12 +100,12 @@ func toolKind(k *sdk.ToolKind) string {
 	return string(*k)
 }
 
-// ask sends req to a person and returns the agent's answer: the option
+// ask sends req to a person, waiting as long as verdict v says, and returns the agent's answer: the option
 // decided (or chosen by the timeout policy), or "cancelled" once one of
 // stops closes (the turn was cancelled or ended) or when no approval can be
 // opened. record writes events to the child's log; it returns an error
 // once a write failed (the turn then stops).
-func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.RequestPermissionRequest,
+func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.RequestPermissionRequest, v governance.Verdict,
 	record func(evs ...typed) error, stops ...<-chan struct{}) sdk.RequestPermissionResponse {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -119,7 +132,7 @@ func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.Re
 	if req.ToolCall.Title != nil {
 		perm.Title = *req.ToolCall.Title
 	}
-	ask := approvalAsk(childID, p.cfg, req)
+	ask := approvalAsk(childID, p.cfg.Name, v.Timeout, req)
 	ap, err := p.approver.Open(actx, ask)
 	if err != nil {
 		if actx.Err() == nil {
@@ -137,7 +150,7 @@ func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.Re
 	}}); err != nil {
 		cancel() // the turn stops: the approval is cancelled
 	}
-	closed, err := p.approver.Await(actx, ap, p.cfg.OnTimeout)
+	closed, err := p.approver.Await(actx, ap, v.OnTimeout)
 	if err != nil {
 		p.log.Error("cannot close an approval", slog.String("approval_id", ap.ID), slog.Any("error", err))
 		closed = ap
@@ -161,7 +174,7 @@ func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.Re
 
 // approvalAsk is the approval request of req, bounded: what an agent sends
 // is cut to fit, never refused.
-func approvalAsk(childID string, cfg config.ProviderConfig, req sdk.RequestPermissionRequest) governance.Ask {
+func approvalAsk(childID, provider string, timeout time.Duration, req sdk.RequestPermissionRequest) governance.Ask {
 	tc := store.ApprovalToolCall{ID: clean(string(req.ToolCall.ToolCallId), maxOptionText), Kind: toolKind(req.ToolCall.Kind)}
 	if req.ToolCall.Title != nil {
 		tc.Title = clean(*req.ToolCall.Title, maxTitle)
@@ -172,7 +185,7 @@ func approvalAsk(childID string, cfg config.ProviderConfig, req sdk.RequestPermi
 	if req.ToolCall.RawInput != nil {
 		tc.RawInput = boundedJSON(req.ToolCall.RawInput)
 	}
-	ask := governance.Ask{SessionID: childID, Provider: cfg.Name, ToolCall: tc, Timeout: cfg.ApprovalTimeout}
+	ask := governance.Ask{SessionID: childID, Provider: provider, ToolCall: tc, Timeout: timeout}
 	for _, o := range req.Options[:min(len(req.Options), maxOptions)] {
 		ask.Options = append(ask.Options, store.ApprovalOption{
 			OptionID: string(o.OptionId), Name: clean(o.Name, maxOptionText), Kind: string(o.Kind),

@@ -329,14 +329,14 @@ func choose(policy string, options []sdk.PermissionOption) *sdk.PermissionOption
 	return nil
 }
 
-// decide answers a permission request by the configured policy: "allow"
+// decide answers a permission request by the policy's decision: "allow"
 // selects an allow option, "reject" a reject option; with no fitting
 // option, or when cancelled, the outcome is "cancelled". It returns the
 // answer and its acp/permission record for turn.
-func (p *Provider) decide(req sdk.RequestPermissionRequest, cancelled bool, turn int) (sdk.RequestPermissionResponse, sessionlog.ACPPermissionData) {
+func decide(req sdk.RequestPermissionRequest, decision string, cancelled bool, turn int) (sdk.RequestPermissionResponse, sessionlog.ACPPermissionData) {
 	var chosen *sdk.PermissionOption
 	if !cancelled {
-		chosen = choose(p.policyFor(req), req.Options)
+		chosen = choose(decision, req.Options)
 	}
 	d := sessionlog.ACPPermissionData{Turn: turn, ToolCallID: string(req.ToolCall.ToolCallId), Outcome: "cancelled"}
 	if req.ToolCall.Title != nil {

@@ -14,6 +14,7 @@
 //	               ignores EOF and SIGTERM (writing FAKE_MARKS/term)
 //	FAKE_MARKS     where marks go; session/cancel leaves FAKE_MARKS/cancel
 //	FAKE_NO_ALLOW  with FAKE_MODE=permission, offer only a reject option
+//	FAKE_ALWAYS    with FAKE_MODE=permission, offer an allow_always option too
 //	FAKE_CAPS      session persistence advertised in initialize: "load"
 //	               (loadSession), "resume" (sessionCapabilities.resume and
 //	               loadSession), either with ",close" (sessionCapabilities.close,
@@ -395,6 +396,9 @@ func (a *agent) askPermission(id json.RawMessage) {
 	options := []any{map[string]any{"optionId": "yes", "name": "Allow", "kind": "allow_once"}}
 	if os.Getenv("FAKE_NO_ALLOW") != "" {
 		options = nil
+	}
+	if os.Getenv("FAKE_ALWAYS") != "" {
+		options = append(options, map[string]any{"optionId": "always", "name": "Always allow", "kind": "allow_always"})
 	}
 	options = append(options, map[string]any{"optionId": "no", "name": "Reject", "kind": "reject_once"})
 	answer := make(chan json.RawMessage, 1)
