@@ -422,7 +422,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	mgr := subagent.NewManager(svc, subagent.ManagerConfig{
 		Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: log,
 	})
-	dtools := delegate.NewTools(delegate.ToolsConfig{Seam: svc, Continuations: mgr, Store: st, Registry: tools, Logger: log})
+	dtools := delegate.NewTools(delegate.ToolsConfig{Seam: svc, Continuations: mgr, Store: st, Registry: tools, Logger: log, Approvals: approvals})
 	if err := dtools.Start(ctx); err != nil {
 		return nil, fmt.Errorf("mount delegation tools: %w", err)
 	}

@@ -138,7 +138,8 @@ var strictness = map[string]int{config.PermissionReject: 0, config.PermissionAsk
 // session's tree: each says allow, ask or reject (the tree's first
 // matching rule, else its mode; a tree without either leaves it to the
 // provider), and the narrower of the two stands (reject, then ask, then
-// allow), so nothing is allowed that either does not allow. What would be
+// allow), so nothing is allowed that either does not allow. A delegation
+// (KindDelegate) is asked about only by the tree's delegate rules. What would be
 // asked is answered by the tree's always rule for that kind and title, if
 // a person made one. An approval waits for the shorter of the two
 // timeouts, with that one's answer. Returns store errors: a caller then
@@ -149,6 +150,11 @@ func (a *Approvals) Policy(ctx context.Context, q Query) (Verdict, error) {
 		kind = "other"
 	}
 	v := Verdict{Decision: q.Provider.PermissionFor(kind, q.Title), Timeout: q.Provider.ApprovalTimeout, OnTimeout: q.Provider.OnTimeout}
+	if kind == KindDelegate {
+		// A provider's policy is about its agent's own tool calls: it
+		// allows every delegation to it.
+		v = Verdict{Decision: config.PermissionAllow}
+	}
 	tp, err := a.treePolicy(ctx, q.SessionID)
 	if err != nil || tp == nil {
 		return v, err
@@ -168,7 +174,8 @@ func (a *Approvals) Policy(ctx context.Context, q Query) (Verdict, error) {
 }
 
 // treeDecision is the decision of tp's first rule matching kind and
-// title, else its mode ("" when it has none).
+// title, else its mode ("" when it has none). A delegation is governed by
+// delegate rules only: the mode is about agents' own tool calls.
 func treeDecision(tp store.TreePolicy, kind, title string) string {
 	for _, r := range tp.Rules {
 		if r.Kind != kind {
@@ -178,6 +185,9 @@ func treeDecision(tp store.TreePolicy, kind, title string) string {
 		if re, err := regexp.Compile(r.TitlePattern); err == nil && re.MatchString(title) {
 			return r.Decision
 		}
+	}
+	if kind == KindDelegate {
+		return ""
 	}
 	return tp.Mode
 }

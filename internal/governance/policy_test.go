@@ -139,3 +139,32 @@ func TestDecide_AlwaysAnswersTheTreesNextRequest(t *testing.T) {
 		t.Fatalf("tree policy %+v, %v; want one always rule in a policy without a mode", tp, err)
 	}
 }
+
+// Delegations are asked about only by the tree's delegate rules: neither
+// the tree's mode nor a provider's policy covers them.
+func TestPolicy_DelegationsFollowDelegateRulesOnly(t *testing.T) {
+	t.Parallel()
+	a, b := setup(t, true)
+	verdict := func() string {
+		t.Helper()
+		v, err := a.Policy(b.ctx, governance.Query{SessionID: "child", Kind: governance.KindDelegate, Title: "spawn: look"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Decision
+	}
+	if got := verdict(); got != config.PermissionAllow {
+		t.Fatalf("without a tree policy: %s", got)
+	}
+	if err := a.CreatePolicy(b.ctx, "root", governance.PolicyParams{Mode: "reject",
+		Rules: []store.PolicyRule{{Kind: governance.KindDelegate, TitlePattern: "^fork: ", Decision: "ask"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := verdict(); got != config.PermissionAllow {
+		t.Fatalf("no delegate rule matching, mode reject: %s, want allow", got)
+	}
+	v, err := a.Policy(b.ctx, governance.Query{SessionID: "child", Kind: governance.KindDelegate, Title: "fork: look"})
+	if err != nil || v.Decision != config.PermissionAsk {
+		t.Fatalf("the delegate rule: %+v, %v; want ask", v, err)
+	}
+}

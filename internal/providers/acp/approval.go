@@ -1,14 +1,10 @@
 package acp
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	sdk "github.com/coder/acp-go-sdk"
 
@@ -17,20 +13,6 @@ import (
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
-
-// Approver sends the permission requests a policy asks about to a person:
-// *governance.Approvals implements it.
-type Approver interface {
-	// Policy answers a tool call: allow, reject or ask.
-	Policy(ctx context.Context, q governance.Query) (governance.Verdict, error)
-	// Open creates the pending approval of ask and announces it.
-	Open(ctx context.Context, ask governance.Ask) (store.Approval, error)
-	// Await waits until the approval is closed — decided, expired, or
-	// cancelled once ctx ends — and returns it closed.
-	Await(ctx context.Context, ap store.Approval, onTimeout string) (store.Approval, error)
-}
-
-var _ Approver = (*governance.Approvals)(nil)
 
 // Session-log event types of approvals: the child's transcript shows each
 // approval it waited on and how it was closed.
@@ -62,16 +44,6 @@ type approvalDecidedData struct {
 	State      string                   `json:"state"`
 	Decision   *governance.DecisionJSON `json:"decision,omitempty"`
 }
-
-// Bounds of what an agent's permission request may put in an approval:
-// longer titles are cut, and locations or input beyond them are left out.
-const (
-	maxTitle      = 1024
-	maxOptions    = 16
-	maxOptionText = 256
-	maxLocations  = 64
-	maxRawInput   = 64 << 10
-)
 
 // verdict is the policy's answer to req of child childID: the provider's
 // own policy narrowed by its tree's (governance.Approvals.Policy). A
@@ -175,45 +147,21 @@ func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.Re
 // approvalAsk is the approval request of req, bounded: what an agent sends
 // is cut to fit, never refused.
 func approvalAsk(childID, provider string, timeout time.Duration, req sdk.RequestPermissionRequest) governance.Ask {
-	tc := store.ApprovalToolCall{ID: clean(string(req.ToolCall.ToolCallId), maxOptionText), Kind: toolKind(req.ToolCall.Kind)}
+	tc := store.ApprovalToolCall{ID: governance.Clean(string(req.ToolCall.ToolCallId), governance.MaxOptionText), Kind: toolKind(req.ToolCall.Kind)}
 	if req.ToolCall.Title != nil {
-		tc.Title = clean(*req.ToolCall.Title, maxTitle)
+		tc.Title = governance.Clean(*req.ToolCall.Title, governance.MaxTitle)
 	}
-	if locs := req.ToolCall.Locations; len(locs) > 0 && len(locs) <= maxLocations {
-		tc.Locations = boundedJSON(locs)
+	if locs := req.ToolCall.Locations; len(locs) > 0 && len(locs) <= governance.MaxLocations {
+		tc.Locations = governance.BoundedJSON(locs)
 	}
 	if req.ToolCall.RawInput != nil {
-		tc.RawInput = boundedJSON(req.ToolCall.RawInput)
+		tc.RawInput = governance.BoundedJSON(req.ToolCall.RawInput)
 	}
 	ask := governance.Ask{SessionID: childID, Provider: provider, ToolCall: tc, Timeout: timeout}
-	for _, o := range req.Options[:min(len(req.Options), maxOptions)] {
+	for _, o := range req.Options[:min(len(req.Options), governance.MaxOptions)] {
 		ask.Options = append(ask.Options, store.ApprovalOption{
-			OptionID: string(o.OptionId), Name: clean(o.Name, maxOptionText), Kind: string(o.Kind),
+			OptionID: string(o.OptionId), Name: governance.Clean(o.Name, governance.MaxOptionText), Kind: string(o.Kind),
 		})
 	}
 	return ask
-}
-
-// clean makes s storable text of at most n bytes: valid UTF-8 (the JSON
-// decoder already replaced invalid bytes), without NUL characters.
-func clean(s string, n int) string {
-	s = strings.ReplaceAll(s, "\x00", "")
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-// boundedJSON encodes v, nil when it is larger than maxRawInput or holds a
-// NUL character (which jsonb refuses).
-func boundedJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil || len(b) > maxRawInput || bytes.Contains(b, []byte(`\u0000`)) {
-		return nil
-	}
-	return b
 }
