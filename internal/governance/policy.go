@@ -163,7 +163,9 @@ func (a *Approvals) Policy(ctx context.Context, q Query) (Verdict, error) {
 		v.Decision = d
 	}
 	if v.Decision == config.PermissionAsk {
-		if i := slices.IndexFunc(tp.Always, func(r store.AlwaysRule) bool { return r.Kind == kind && r.Title == q.Title }); i >= 0 {
+		// An always rule holds the title as its approval stored it.
+		title := Clean(q.Title, MaxTitle)
+		if i := slices.IndexFunc(tp.Always, func(r store.AlwaysRule) bool { return r.Kind == kind && r.Title == title }); i >= 0 {
 			v.Decision = tp.Always[i].Decision
 		}
 	}

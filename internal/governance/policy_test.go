@@ -168,3 +168,25 @@ func TestPolicy_DelegationsFollowDelegateRulesOnly(t *testing.T) {
 		t.Fatalf("the delegate rule: %+v, %v; want ask", v, err)
 	}
 }
+
+// An always rule matches the title as its approval stored it: a long
+// title, cut there, is matched by its request's full title.
+func TestPolicy_AlwaysMatchesALongTitleAsStored(t *testing.T) {
+	t.Parallel()
+	a, b := setup(t, false)
+	long := strings.Repeat("é", governance.MaxTitle) // cut mid-way, on a rune boundary
+	req := ask(0)
+	req.ToolCall.Title = governance.Clean(long, governance.MaxTitle)
+	ap, err := a.Open(b.ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Decide(b.ctx, ap.ID, governance.Decision{Outcome: "allow", Scope: "always"}); err != nil {
+		t.Fatal(err)
+	}
+	provider := config.ProviderConfig{Name: "acp", Permission: config.PermissionAsk}
+	v, err := a.Policy(b.ctx, governance.Query{SessionID: "child", Provider: provider, Kind: "edit", Title: long})
+	if err != nil || v.Decision != config.PermissionAllow {
+		t.Fatalf("%+v, %v; want the always rule's allow", v, err)
+	}
+}

@@ -190,3 +190,33 @@ func TestReadText_LineAndLimit(t *testing.T) {
 		t.Fatal("a file over the bound was read")
 	}
 }
+
+// A continuable child's agent writes in one activation and reads it back
+// in the next, each access allowed by the policy and recorded in the
+// child's log.
+func TestFS_ContinuableChild(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, "fs", func(c *config.ProviderConfig) {
+		c.Env["FAKE_CAPS"], c.Env["FAKE_STATE"] = "resume", t.TempDir()
+		c.Permission, c.IdleTimeout = config.PermissionAllow, wait
+	})
+	w, _ := world(t, p, b)
+	target := filepath.Join(b.root, "c.txt")
+	started := w.start(t, b, "write "+target+" from the child")
+	if e := w.end(t, started.TaskID); lastText(e) != "wrote "+target+"\n" {
+		t.Fatalf("first activation said %q", lastText(e))
+	}
+	res := w.followup(t, started.ChildID, "read "+target)
+	if e := w.end(t, res.TaskID); lastText(e) != "read from the child\n" {
+		t.Fatalf("followup said %q", lastText(e))
+	}
+	n := 0
+	for _, e := range events(t, b.store, started.ChildID) {
+		if e.Type == sessionlog.EventACPPermission {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d acp/permission records, want the write and the read", n)
+	}
+}
