@@ -422,7 +422,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	mgr := subagent.NewManager(svc, subagent.ManagerConfig{
 		Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: log,
 	})
-	dtools := delegate.NewTools(delegate.ToolsConfig{Seam: svc, Continuations: mgr, Store: st, Registry: tools, Logger: log})
+	dtools := delegate.NewTools(delegate.ToolsConfig{Seam: svc, Continuations: mgr, Store: st, Registry: tools, Logger: log, Approvals: approvals})
 	if err := dtools.Start(ctx); err != nil {
 		return nil, fmt.Errorf("mount delegation tools: %w", err)
 	}
@@ -490,7 +490,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 		Service: svc, Store: st, Logger: log, Registry: reg, Metrics: metrics, Tracing: tracing, Version: buildVersion(), Dashboard: web.FS,
 		Continuations: mgr, Roots: roots, Routes: routes, Webhooks: hooks, Usage: governance.NewUsage(st), Approvals: approvals,
 		Trees:    governance.NewTrees(governance.TreesConfig{Store: st, Runs: mgr, Roots: roots, Logger: log}),
-		Sessions: rootrules.New(rootrules.Config{Store: st, Routes: routes, WorkspaceRoots: file.WorkspaceRoots, Agents: roots}),
+		Sessions: rootrules.New(rootrules.Config{Store: st, Routes: routes, WorkspaceRoots: file.WorkspaceRoots, Agents: roots, Policies: approvals}),
 		Tokens:   sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,
 		MCP: func(api *httpapi.Server) http.Handler {
 			return mcpface.NewHandler(mcpface.Config{API: api, Logger: log, Version: buildVersion()})

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
@@ -81,6 +82,10 @@ type ToolsConfig struct {
 	MaxDepth *int
 	// Logger receives tool (un)mounting and internal failures. Required.
 	Logger *slog.Logger
+	// Approvals answers each delegation by the policy of the caller's
+	// tree (kind delegate) and asks a person where it says ask; nil
+	// delegates without asking.
+	Approvals governance.Approver
 }
 
 // Tools keeps the model-facing tools of docs/seam.md §23 in the global
@@ -102,6 +107,8 @@ type Tools struct {
 	registry *agent.Registry
 	maxDepth int
 	log      *slog.Logger
+	// approvals is ToolsConfig.Approvals.
+	approvals governance.Approver
 
 	mu      sync.Mutex
 	started bool
@@ -126,7 +133,7 @@ func NewTools(cfg ToolsConfig) *Tools {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Tools{seam: cfg.Seam, conts: cfg.Continuations, store: cfg.Store, registry: cfg.Registry, maxDepth: depth,
-		log: cfg.Logger, mounted: map[string]string{}, probeCtx: ctx, endProbes: cancel}
+		log: cfg.Logger, approvals: cfg.Approvals, mounted: map[string]string{}, probeCtx: ctx, endProbes: cancel}
 }
 
 // ToolName is the delegation tool name of the provider named provider.
@@ -335,7 +342,8 @@ func mustJSON(v any) json.RawMessage {
 // delegate runs one delegation call (docs/seam.md §23): background
 // when the provider supports it and run_in_background is not false, else
 // foreground. A provider that is still learning its capabilities is
-// waited for first (capabilities).
+// waited for first (capabilities), and a delegation the approvals policy
+// asks about waits for a person before the child exists (approve).
 func (t *Tools) delegate(ctx context.Context, d delegation, call agent.Call) ([]model.Block, error) {
 	if call.Agent == nil {
 		return nil, fmt.Errorf("%s requires a calling agent (exec.agent was undefined)", d.tool)
@@ -358,6 +366,9 @@ func (t *Tools) delegate(ctx context.Context, d delegation, call agent.Call) ([]
 	}
 	parent, err := t.parent(ctx, call.Agent.ID())
 	if err != nil {
+		return nil, err
+	}
+	if err := t.approve(ctx, parent.Session.ID, call.CallID, provider, args.Prompt, call.Arguments); err != nil {
 		return nil, err
 	}
 	prompt := []model.Block{model.TextBlock(args.Prompt)}

@@ -52,6 +52,7 @@ type ApprovalStore interface {
 	GetSession(ctx context.Context, id string) (store.Session, error)
 	GetRun(ctx context.Context, runID string) (store.Run, error)
 	ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, error)
+	Driving(ctx context.Context, sessionIDs []string, now time.Time) (map[string]bool, error)
 	Subscribe(topic string) (<-chan struct{}, func())
 }
 
@@ -110,7 +111,8 @@ const maxTreeDepth = 256
 // (approval/requested, in the same commit). The approval belongs to the
 // child's running run or activation: when the agent asks before the run
 // that starts it is recorded (its first prompt races the start's commit),
-// Open waits for that commit. Returns an EAborted *subagent.Error when ctx
+// Open waits for that commit. A root session's approval (its agent's
+// delegation) belongs to its turn and has no run. Returns an EAborted *subagent.Error when ctx
 // ends first, and store errors.
 func (a *Approvals) Open(ctx context.Context, ask Ask) (store.Approval, error) {
 	sess, err := a.st.GetSession(ctx, ask.SessionID)
@@ -121,9 +123,12 @@ func (a *Approvals) Open(ctx context.Context, ask Ask) (store.Approval, error) {
 	if err != nil {
 		return store.Approval{}, err
 	}
-	run, err := a.runOf(ctx, ask.SessionID)
-	if err != nil {
-		return store.Approval{}, err
+	// A root session's agent asks in its own turn, which has no run.
+	var run store.Run
+	if sess.ParentID != "" {
+		if run, err = a.runOf(ctx, ask.SessionID); err != nil {
+			return store.Approval{}, err
+		}
 	}
 	now := time.Now()
 	ap := store.Approval{
@@ -147,6 +152,9 @@ func (a *Approvals) Open(ctx context.Context, ask Ask) (store.Approval, error) {
 
 // root returns the id of sess's root session.
 func (a *Approvals) root(ctx context.Context, sess store.Session) (string, error) {
+	if sess.RootID != "" {
+		return sess.RootID, nil
+	}
 	for range maxTreeDepth {
 		if sess.ParentID == "" {
 			return sess.ID, nil
@@ -262,7 +270,11 @@ type Decision struct {
 }
 
 // Decide closes pending approval id with d on behalf of the context's
-// tenant; any replica may decide, and the agent's replica sees it. Returns
+// tenant; any replica may decide, and the agent's replica sees it. An
+// always option (an outcome with scope "always" maps onto one) also adds a
+// rule for the tool call's kind and title to the policy of the approval's
+// tree, in the same write, so that the tree's next such request is
+// answered without a person (Policy). Returns
 // EApprovalNotFound, EInvalidRequest for a malformed decision,
 // EOptionUnavailable when the agent offered no option that d names or maps
 // onto (no option is ever invented), and EAlreadyDecided when the approval
@@ -299,7 +311,7 @@ func (a *Approvals) Decide(ctx context.Context, id string, d Decision) (store.Ap
 	}
 	c := store.ApprovalClose{State: store.ApprovalDecided, Decision: &store.ApprovalDecision{
 		OptionID: opt.OptionID, Kind: opt.Kind, By: store.Tenant(ctx), Reason: d.Reason, At: time.Now(),
-	}}
+	}, Always: alwaysRule(ap, opt.Kind)}
 	closed := ap
 	closed.State, closed.Decision = c.State, c.Decision
 	ev, err := event(EventApprovalDecided, closed)
@@ -420,7 +432,8 @@ func (a *Approvals) List(ctx context.Context, f store.ApprovalFilter) (Page, err
 
 // Recover closes, as cancelled by ByOwnerLost, the pending approvals whose
 // waiting agent is gone: those whose run is no longer running or whose
-// owner's lease lapsed and, when startup is set, those this replica owned
+// owner's lease lapsed, those of a root session no replica drives and,
+// when startup is set, those this replica owned
 // before it (re)started — no agent of this process waits yet. Run it at
 // start-up and then every lease period. Returns how many it closed.
 func (a *Approvals) Recover(ctx context.Context, startup bool) (int, error) {
@@ -433,7 +446,14 @@ func (a *Approvals) Recover(ctx context.Context, startup bool) (int, error) {
 	for _, ap := range pending {
 		tctx := store.WithTenant(ctx, ap.Tenant)
 		orphan := startup && ap.Owner == a.owner
-		if !orphan {
+		if !orphan && ap.RunID == "" {
+			// A root's own turn: gone once no replica drives the root.
+			driven, err := a.st.Driving(tctx, []string{ap.SessionID}, now)
+			if err != nil {
+				return n, fmt.Errorf("approval: read the driving of %s: %w", ap.SessionID, err)
+			}
+			orphan = !driven[ap.SessionID]
+		} else if !orphan {
 			run, err := a.st.GetRun(tctx, ap.RunID)
 			switch {
 			case errors.Is(err, store.ErrNotFound):

@@ -315,3 +315,38 @@ func TestRecover_CancelsTheApprovalsOfLostOwners(t *testing.T) {
 		t.Fatalf("after recovery: %+v, %v", got, err)
 	}
 }
+
+// A root session's approval (its agent's delegation) has no run: it stays
+// while a replica drives the root's turn and is cancelled once none does.
+func TestRecover_RootApprovalsFollowTheRootsTurn(t *testing.T) {
+	t.Parallel()
+	a, b := setup(t, true)
+	rootAsk := ask(0)
+	rootAsk.SessionID = "root"
+	ap, err := a.Open(b.ctx, rootAsk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ap.RunID != "" || ap.RootSessionID != "root" {
+		t.Fatalf("opened %+v, want no run", ap)
+	}
+	now := time.Now()
+	if _, ok, err := b.st.ClaimResident(b.ctx, "root", "me", now, now.Add(time.Hour)); err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	if _, err := b.st.AppendEvents(b.ctx, "root", store.NewEvent{Type: store.TurnStartEvent, Data: []byte(`{"turn":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.Recover(b.ctx, false); err != nil || n != 0 {
+		t.Fatalf("Recover while the root's turn runs: %d, %v", n, err)
+	}
+	if _, err := b.st.AppendEvents(b.ctx, "root", store.NewEvent{Type: store.TurnEndEvent, Data: []byte(`{"turn":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.Recover(b.ctx, false); err != nil || n != 1 {
+		t.Fatalf("Recover after the root's turn ended: %d, %v", n, err)
+	}
+	if got, _ := a.Get(b.ctx, ap.ID); got.State != store.ApprovalCancelled {
+		t.Fatalf("after recovery: %+v", got)
+	}
+}

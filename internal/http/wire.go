@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -121,11 +122,40 @@ type createSessionRequest struct {
 	Cwd          string            `json:"cwd" validate:"omitempty,max=4096,startswith=/"`
 	AgentOptions *agentOptionsJSON `json:"agentOptions"`
 	Persona      *string           `json:"persona" validate:"omitempty,max=16384"`
+	Approvals    *approvalsJSON    `json:"approvals"`
+}
+
+// approvalsJSON is a root's approvals policy; governance checks its values
+// (PolicyParams), the wire only its sizes.
+type approvalsJSON struct {
+	Mode      string           `json:"mode" validate:"max=16"`
+	Rules     []policyRuleJSON `json:"rules" validate:"max=64,dive"`
+	Timeout   string           `json:"timeout" validate:"max=32"`
+	OnTimeout string           `json:"onTimeout" validate:"max=16"`
+}
+
+type policyRuleJSON struct {
+	Kind         string `json:"kind" validate:"max=16"`
+	TitlePattern string `json:"titlePattern" validate:"max=512"`
+	Decision     string `json:"decision" validate:"max=16"`
 }
 
 // params are the domain's parameters of req for a root session id.
 func (req createSessionRequest) params(id string) roots.CreateParams {
-	return roots.CreateParams{ID: id, Label: req.Label, Cwd: req.Cwd, Agent: req.AgentOptions.seam(), Persona: req.Persona}
+	return roots.CreateParams{ID: id, Label: req.Label, Cwd: req.Cwd, Agent: req.AgentOptions.seam(), Persona: req.Persona,
+		Approvals: req.Approvals.policy()}
+}
+
+// policy is a as governance takes it; nil stays nil.
+func (a *approvalsJSON) policy() *governance.PolicyParams {
+	if a == nil {
+		return nil
+	}
+	p := &governance.PolicyParams{Mode: a.Mode, Timeout: a.Timeout, OnTimeout: a.OnTimeout}
+	for _, r := range a.Rules {
+		p.Rules = append(p.Rules, store.PolicyRule(r))
+	}
+	return p
 }
 
 type sessionJSON struct {

@@ -14,6 +14,8 @@ import (
 type approvals struct {
 	byID    map[string]*store.Approval // every tenant
 	pending map[string]int             // pending approvals by run id
+	// policies are the trees' policies by root id, every tenant.
+	policies map[string]*store.TreePolicy
 }
 
 // CreateApproval stores a as pending and appends requested, atomically.
@@ -119,6 +121,9 @@ func (s *Store) CloseApproval(ctx context.Context, id string, c store.ApprovalCl
 	}
 	a.State = c.State
 	a.Decision = nil
+	if c.Always != nil {
+		s.rememberLocked(a.Tenant, a.RootSessionID, *c.Always)
+	}
 	if c.Decision != nil {
 		d := *c.Decision
 		d.At = stamp(d.At)
@@ -159,4 +164,58 @@ func cloneApproval(a store.Approval) store.Approval {
 		a.Decision = &d
 	}
 	return a
+}
+
+// rememberLocked adds rule to the policy of root as its newest always
+// rule; s.mu is held.
+func (s *Store) rememberLocked(tenant, root string, rule store.AlwaysRule) {
+	p, ok := s.approvals.policies[root]
+	if !ok || p.Tenant != tenant {
+		if s.approvals.policies == nil {
+			s.approvals.policies = map[string]*store.TreePolicy{}
+		}
+		p = &store.TreePolicy{RootID: root, Tenant: tenant}
+		s.approvals.policies[root] = p
+	}
+	kept := []store.AlwaysRule{rule}
+	for _, r := range p.Always {
+		if (r.Kind != rule.Kind || r.Title != rule.Title) && len(kept) < store.MaxAlwaysRules {
+			kept = append(kept, r)
+		}
+	}
+	p.Always = kept
+}
+
+// CreateTreePolicy stores p. Returns store.ErrConflict if its root has a
+// policy.
+func (s *Store) CreateTreePolicy(ctx context.Context, p store.TreePolicy) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.approvals.policies[p.RootID]; ok {
+		return fmt.Errorf("memstore: create the policy of %q: %w", p.RootID, store.ErrConflict)
+	}
+	if s.approvals.policies == nil {
+		s.approvals.policies = map[string]*store.TreePolicy{}
+	}
+	p = clonePolicy(p)
+	p.Tenant = store.Tenant(ctx)
+	s.approvals.policies[p.RootID] = &p
+	return nil
+}
+
+// TreePolicy returns the policy of rootID. Returns store.ErrNotFound.
+func (s *Store) TreePolicy(ctx context.Context, rootID string) (store.TreePolicy, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p, ok := s.approvals.policies[rootID]
+	if !ok || p.Tenant != store.Tenant(ctx) {
+		return store.TreePolicy{}, fmt.Errorf("memstore: the policy of %q: %w", rootID, store.ErrNotFound)
+	}
+	return clonePolicy(*p), nil
+}
+
+func clonePolicy(p store.TreePolicy) store.TreePolicy {
+	p.Rules = slices.Clone(p.Rules)
+	p.Always = slices.Clone(p.Always)
+	return p
 }

@@ -165,17 +165,37 @@ func (s *Store) CloseApproval(ctx context.Context, id string, c store.ApprovalCl
 		at := now(d.At)
 		decidedAt = &at
 	}
+	var always any
+	if c.Always != nil {
+		b, err := json.Marshal(alwaysJSON(*c.Always))
+		if err != nil {
+			return store.Approval{}, ev, err
+		}
+		always = string(b)
+	}
 	o := &op{key: "a:" + id, event: &ev, tenant: tenant, settles: id}
 	o.data = func(b *pgx.Batch) {
+		// p adds the always rule to the tree's policy only if r closed the
+		// approval: newest first, replacing one of its kind and title.
 		b.Queue(`
 			WITH r AS (
 				UPDATE approvals
 				SET state = $3, option_id = $4, decision_kind = $5, decided_by = $6, reason = $7, decided_at = $8
 				WHERE tenant = $1 AND id = $2 AND state = 'pending'
-				RETURNING id
+				RETURNING id, root_session_id
+			), p AS (
+				INSERT INTO tree_policies AS t (tenant, root_id, always)
+				SELECT $1, r.root_session_id, jsonb_build_array($9::jsonb) FROM r WHERE $9::jsonb IS NOT NULL
+				ON CONFLICT (root_id) DO UPDATE SET always = jsonb_build_array($9::jsonb) || coalesce((
+					SELECT jsonb_agg(k.e ORDER BY k.o) FROM (
+						SELECT e, o FROM jsonb_array_elements(t.always) WITH ORDINALITY AS a(e, o)
+						WHERE NOT (e->>'kind' = $9::jsonb->>'kind' AND e->>'title' = $9::jsonb->>'title')
+						ORDER BY o LIMIT $10
+					) k), '[]'::jsonb)
+				WHERE t.tenant = $1
 			)
 			SELECT `+markSettled+` FROM r`,
-			tenant, id, c.State, d.OptionID, d.Kind, d.By, d.Reason, decidedAt)
+			tenant, id, c.State, d.OptionID, d.Kind, d.By, d.Reason, decidedAt, always, store.MaxAlwaysRules-1)
 	}
 	if err := s.w.do(ctx, o); err != nil {
 		return store.Approval{}, ev, err
@@ -197,4 +217,83 @@ func (s *Store) PendingApprovals(ctx context.Context) (_ []store.Approval, err e
 	rows, _ := s.pool.Query(ctx, `SELECT `+approvalCols+` FROM approvals
 		WHERE state = 'pending' ORDER BY created_at, id LIMIT $1`, maxLimit)
 	return collectApprovals(rows)
+}
+
+// ruleJSON and alwaysJSON are a tree policy's rules as its jsonb columns
+// hold them.
+type ruleJSON struct {
+	Kind         string `json:"kind"`
+	TitlePattern string `json:"titlePattern,omitempty"`
+	Decision     string `json:"decision"`
+}
+
+type alwaysJSON struct {
+	Kind       string `json:"kind"`
+	Title      string `json:"title"`
+	Decision   string `json:"decision"`
+	ApprovalID string `json:"approvalId"`
+}
+
+type treePolicyRow struct {
+	Tenant    string `db:"tenant"`
+	RootID    string `db:"root_id"`
+	Mode      string `db:"mode"`
+	Rules     []byte `db:"rules"`
+	TimeoutMS int64  `db:"timeout_ms"`
+	OnTimeout string `db:"on_timeout"`
+	Always    []byte `db:"always"`
+}
+
+// CreateTreePolicy stores p. Returns store.ErrConflict if its root has a
+// policy.
+func (s *Store) CreateTreePolicy(ctx context.Context, p store.TreePolicy) (err error) {
+	defer wrap(&err, "create the policy of %q", p.RootID)
+	rules := make([]ruleJSON, len(p.Rules))
+	for i, r := range p.Rules {
+		rules[i] = ruleJSON(r)
+	}
+	always := make([]alwaysJSON, len(p.Always))
+	for i, r := range p.Always {
+		always[i] = alwaysJSON(r)
+	}
+	rj, err := json.Marshal(rules)
+	if err != nil {
+		return err
+	}
+	aj, err := json.Marshal(always)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO tree_policies (tenant, root_id, mode, rules, timeout_ms, on_timeout, always)
+		VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb)`,
+		store.Tenant(ctx), p.RootID, p.Mode, string(rj), p.Timeout.Milliseconds(), p.OnTimeout, string(aj))
+	return err
+}
+
+// TreePolicy returns the policy of rootID. Returns store.ErrNotFound.
+func (s *Store) TreePolicy(ctx context.Context, rootID string) (_ store.TreePolicy, err error) {
+	defer wrap(&err, "the policy of %q", rootID)
+	rows, _ := s.pool.Query(ctx, `SELECT tenant, root_id, mode, rules, timeout_ms, on_timeout, always
+		FROM tree_policies WHERE tenant = $1 AND root_id = $2`, store.Tenant(ctx), rootID)
+	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[treePolicyRow])
+	if err != nil {
+		return store.TreePolicy{}, err
+	}
+	p := store.TreePolicy{RootID: row.RootID, Tenant: row.Tenant, Mode: row.Mode,
+		Timeout: time.Duration(row.TimeoutMS) * time.Millisecond, OnTimeout: row.OnTimeout}
+	var rules []ruleJSON
+	var always []alwaysJSON
+	if err := json.Unmarshal(row.Rules, &rules); err != nil {
+		return p, fmt.Errorf("rules: %w", err)
+	}
+	if err := json.Unmarshal(row.Always, &always); err != nil {
+		return p, fmt.Errorf("always rules: %w", err)
+	}
+	for _, r := range rules {
+		p.Rules = append(p.Rules, store.PolicyRule(r))
+	}
+	for _, r := range always {
+		p.Always = append(p.Always, store.AlwaysRule(r))
+	}
+	return p, nil
 }

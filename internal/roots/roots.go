@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/config"
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -47,6 +48,15 @@ type Config struct {
 	// Agents are this process's root agents, whose running turns count as
 	// activity; nil means none run here.
 	Agents Agents
+	// Policies store a root's approvals policy; *governance.Approvals
+	// implements it. nil refuses a root with one.
+	Policies Policies
+}
+
+// Policies is what Sessions needs to store a root's approvals policy.
+type Policies interface {
+	// CreatePolicy validates p and stores it for root session rootID.
+	CreatePolicy(ctx context.Context, rootID string, p governance.PolicyParams) error
 }
 
 // Sessions creates root sessions and reports which sessions are working.
@@ -69,12 +79,16 @@ type CreateParams struct {
 	// route.
 	Agent   *subagent.AgentOptions
 	Persona *string
+	// Approvals, when set, is the approvals policy of the session's tree:
+	// it narrows the policy of every provider in the tree.
+	Approvals *governance.PolicyParams
 }
 
 // Create creates the root session p describes and returns its header as
 // stored. A model route that is not configured is EUnknownRoute now rather
 // than a failed turn later; a cwd outside the workspace roots is
-// EInvalidRequest (see CheckCwd). An id that exists is store.ErrConflict.
+// EInvalidRequest (see CheckCwd), and so is an invalid approvals policy
+// (naming its fields). An id that exists is store.ErrConflict.
 func (s *Sessions) Create(ctx context.Context, p CreateParams) (store.Session, error) {
 	opts := p.Agent
 	if opts == nil {
@@ -86,6 +100,16 @@ func (s *Sessions) Create(ctx context.Context, p CreateParams) (store.Session, e
 	cwd, err := CheckCwd(p.Cwd, s.cfg.WorkspaceRoots)
 	if err != nil {
 		return store.Session{}, err
+	}
+	if p.Approvals != nil {
+		if s.cfg.Policies == nil {
+			return store.Session{}, subagent.Errorf(subagent.EInvalidRequest, "this server takes no approvals")
+		}
+		// The policy is stored first: no tree ever runs without the policy
+		// its root was created with.
+		if err := s.cfg.Policies.CreatePolicy(ctx, p.ID, *p.Approvals); err != nil {
+			return store.Session{}, err
+		}
 	}
 	hdr := store.Session{
 		ID:            p.ID,

@@ -78,7 +78,56 @@ type ApprovalClose struct {
 	// State is ApprovalDecided, ApprovalExpired or ApprovalCancelled.
 	State    string
 	Decision *ApprovalDecision
+	// Always, when set, is a rule a decision with scope "always" adds to
+	// the policy of the approval's tree: if the close happens, it is added
+	// in the same transaction to the policy of the approval's
+	// RootSessionID (created without a mode when the root has none), as
+	// the newest, replacing one of the same kind and title; the oldest
+	// beyond MaxAlwaysRules are dropped.
+	Always *AlwaysRule
 }
+
+// TreePolicy is the approvals policy a root session sets for its tree
+// (internal/governance combines it with each provider's own policy).
+type TreePolicy struct {
+	RootID string
+	// Tenant is filled in when reading; the context's tenant is used on
+	// write.
+	Tenant string
+	// Mode is "allow", "ask" or "reject", the answer to a tool call no rule
+	// matches; "" leaves that to each provider's own policy.
+	Mode  string
+	Rules []PolicyRule
+	// Timeout, when positive, bounds how long an approval of the tree
+	// waits; OnTimeout ("reject" or "cancel") is then the agent's answer.
+	Timeout   time.Duration
+	OnTimeout string
+	// Always are the rules that decisions with scope "always" added,
+	// newest first.
+	Always []AlwaysRule
+}
+
+// PolicyRule is one rule of a tree's policy: a tool call of Kind whose
+// title TitlePattern (a Go regular expression, unanchored; "" matches
+// every title) matches is answered by Decision.
+type PolicyRule struct {
+	Kind         string
+	TitlePattern string
+	Decision     string
+}
+
+// AlwaysRule answers, as Decision ("allow" or "reject"), the tool calls of
+// Kind with exactly Title that the tree's policy would ask about: a
+// person decided approval ApprovalID so, for always.
+type AlwaysRule struct {
+	Kind       string
+	Title      string
+	Decision   string
+	ApprovalID string
+}
+
+// MaxAlwaysRules bounds the always rules a tree's policy keeps.
+const MaxAlwaysRules = 256
 
 // ApprovalFilter selects approvals for ListApprovals, oldest first. Empty
 // fields select everything.
@@ -118,4 +167,10 @@ type Approvals interface {
 	// oldest first, at most 1000: what recovery checks for owners that
 	// are gone.
 	PendingApprovals(ctx context.Context) ([]Approval, error)
+	// CreateTreePolicy stores p, the policy of root session p.RootID.
+	// Returns ErrConflict if that root has a policy.
+	CreateTreePolicy(ctx context.Context, p TreePolicy) error
+	// TreePolicy returns the policy of root session rootID. Returns
+	// ErrNotFound when it has none.
+	TreePolicy(ctx context.Context, rootID string) (TreePolicy, error)
 }

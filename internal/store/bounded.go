@@ -353,3 +353,11 @@ func (b *bounded) CloseApproval(ctx context.Context, id string, cl ApprovalClose
 func (b *bounded) PendingApprovals(ctx context.Context) ([]Approval, error) {
 	return call(b, ctx, func(c context.Context) ([]Approval, error) { return b.Store.PendingApprovals(c) })
 }
+
+func (b *bounded) CreateTreePolicy(ctx context.Context, p TreePolicy) error {
+	return do(b, ctx, func(c context.Context) error { return b.Store.CreateTreePolicy(c, p) })
+}
+
+func (b *bounded) TreePolicy(ctx context.Context, rootID string) (TreePolicy, error) {
+	return call(b, ctx, func(c context.Context) (TreePolicy, error) { return b.Store.TreePolicy(c, rootID) })
+}

@@ -132,7 +132,7 @@ export class ApprovalsInbox {
         h('strong', { 'data-testid': 'ap-title' }, tc.title || tc.id || 'Tool call'),
         tc.kind ? h('span', { class: 'chip', 'data-testid': 'ap-kind' }, tc.kind) : null),
       h('p', { class: 'wh-meta' },
-        h('span', {}, 'Asked by ', h('a', { href: `#s=${encodeURIComponent(a.sessionId)}&r=${encodeURIComponent(a.runId)}`, class: 'child-link', 'data-testid': 'ap-session' },
+        h('span', {}, 'Asked by ', h('a', { href: `#s=${encodeURIComponent(a.sessionId)}` + (a.runId ? `&r=${encodeURIComponent(a.runId)}` : ''), class: 'child-link', 'data-testid': 'ap-session' },
           session ? s.title(session) : `session ${shortId(a.sessionId)}`)),
         h('span', { class: 'chip' }, a.provider),
         created !== null ? h('span', { class: 'age', title: new Date(created).toISOString() }, `Asked ${formatClock(created)} (${formatAge(Date.now() - created)})`) : null,

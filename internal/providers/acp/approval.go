@@ -1,13 +1,10 @@
 package acp
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"slices"
-	"strings"
-	"unicode/utf8"
+	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
 
@@ -16,18 +13,6 @@ import (
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
-
-// Approver sends the permission requests a policy asks about to a person:
-// *governance.Approvals implements it.
-type Approver interface {
-	// Open creates the pending approval of ask and announces it.
-	Open(ctx context.Context, ask governance.Ask) (store.Approval, error)
-	// Await waits until the approval is closed — decided, expired, or
-	// cancelled once ctx ends — and returns it closed.
-	Await(ctx context.Context, ap store.Approval, onTimeout string) (store.Approval, error)
-}
-
-var _ Approver = (*governance.Approvals)(nil)
 
 // Session-log event types of approvals: the child's transcript shows each
 // approval it waited on and how it was closed.
@@ -60,23 +45,23 @@ type approvalDecidedData struct {
 	Decision   *governance.DecisionJSON `json:"decision,omitempty"`
 }
 
-// Bounds of what an agent's permission request may put in an approval:
-// longer titles are cut, and locations or input beyond them are left out.
-const (
-	maxTitle      = 1024
-	maxOptions    = 16
-	maxOptionText = 256
-	maxLocations  = 64
-	maxRawInput   = 64 << 10
-)
-
-// policyFor is the configured answer to req: allow, reject or ask.
-func (p *Provider) policyFor(req sdk.RequestPermissionRequest) string {
-	title := ""
+// verdict is the policy's answer to req of child childID: the provider's
+// own policy narrowed by its tree's (governance.Approvals.Policy). A
+// policy that cannot be read rejects.
+func (p *Provider) verdict(ctx context.Context, childID string, req sdk.RequestPermissionRequest) governance.Verdict {
+	q := governance.Query{SessionID: childID, Provider: p.cfg, Kind: toolKind(req.ToolCall.Kind)}
 	if req.ToolCall.Title != nil {
-		title = *req.ToolCall.Title
+		q.Title = *req.ToolCall.Title
 	}
-	return p.cfg.PermissionFor(toolKind(req.ToolCall.Kind), title)
+	if p.approver == nil {
+		return governance.Verdict{Decision: p.cfg.PermissionFor(q.Kind, q.Title)}
+	}
+	v, err := p.approver.Policy(ctx, q)
+	if err != nil {
+		p.log.Error("cannot read the approvals policy; rejecting", slog.String("child_id", childID), slog.Any("error", err))
+		return governance.Verdict{Decision: config.PermissionReject}
+	}
+	return v
 }
 
 // toolKind is the ACP kind of a tool call, "other" when absent or unknown.
@@ -87,12 +72,12 @@ func toolKind(k *sdk.ToolKind) string {
 	return string(*k)
 }
 
-// ask sends req to a person and returns the agent's answer: the option
+// ask sends req to a person, waiting as long as verdict v says, and returns the agent's answer: the option
 // decided (or chosen by the timeout policy), or "cancelled" once one of
 // stops closes (the turn was cancelled or ended) or when no approval can be
 // opened. record writes events to the child's log; it returns an error
 // once a write failed (the turn then stops).
-func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.RequestPermissionRequest,
+func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.RequestPermissionRequest, v governance.Verdict,
 	record func(evs ...typed) error, stops ...<-chan struct{}) sdk.RequestPermissionResponse {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -119,7 +104,7 @@ func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.Re
 	if req.ToolCall.Title != nil {
 		perm.Title = *req.ToolCall.Title
 	}
-	ask := approvalAsk(childID, p.cfg, req)
+	ask := approvalAsk(childID, p.cfg.Name, v.Timeout, req)
 	ap, err := p.approver.Open(actx, ask)
 	if err != nil {
 		if actx.Err() == nil {
@@ -137,7 +122,7 @@ func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.Re
 	}}); err != nil {
 		cancel() // the turn stops: the approval is cancelled
 	}
-	closed, err := p.approver.Await(actx, ap, p.cfg.OnTimeout)
+	closed, err := p.approver.Await(actx, ap, v.OnTimeout)
 	if err != nil {
 		p.log.Error("cannot close an approval", slog.String("approval_id", ap.ID), slog.Any("error", err))
 		closed = ap
@@ -161,46 +146,22 @@ func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.Re
 
 // approvalAsk is the approval request of req, bounded: what an agent sends
 // is cut to fit, never refused.
-func approvalAsk(childID string, cfg config.ProviderConfig, req sdk.RequestPermissionRequest) governance.Ask {
-	tc := store.ApprovalToolCall{ID: clean(string(req.ToolCall.ToolCallId), maxOptionText), Kind: toolKind(req.ToolCall.Kind)}
+func approvalAsk(childID, provider string, timeout time.Duration, req sdk.RequestPermissionRequest) governance.Ask {
+	tc := store.ApprovalToolCall{ID: governance.Clean(string(req.ToolCall.ToolCallId), governance.MaxOptionText), Kind: toolKind(req.ToolCall.Kind)}
 	if req.ToolCall.Title != nil {
-		tc.Title = clean(*req.ToolCall.Title, maxTitle)
+		tc.Title = governance.Clean(*req.ToolCall.Title, governance.MaxTitle)
 	}
-	if locs := req.ToolCall.Locations; len(locs) > 0 && len(locs) <= maxLocations {
-		tc.Locations = boundedJSON(locs)
+	if locs := req.ToolCall.Locations; len(locs) > 0 && len(locs) <= governance.MaxLocations {
+		tc.Locations = governance.BoundedJSON(locs)
 	}
 	if req.ToolCall.RawInput != nil {
-		tc.RawInput = boundedJSON(req.ToolCall.RawInput)
+		tc.RawInput = governance.BoundedJSON(req.ToolCall.RawInput)
 	}
-	ask := governance.Ask{SessionID: childID, Provider: cfg.Name, ToolCall: tc, Timeout: cfg.ApprovalTimeout}
-	for _, o := range req.Options[:min(len(req.Options), maxOptions)] {
+	ask := governance.Ask{SessionID: childID, Provider: provider, ToolCall: tc, Timeout: timeout}
+	for _, o := range req.Options[:min(len(req.Options), governance.MaxOptions)] {
 		ask.Options = append(ask.Options, store.ApprovalOption{
-			OptionID: string(o.OptionId), Name: clean(o.Name, maxOptionText), Kind: string(o.Kind),
+			OptionID: string(o.OptionId), Name: governance.Clean(o.Name, governance.MaxOptionText), Kind: string(o.Kind),
 		})
 	}
 	return ask
-}
-
-// clean makes s storable text of at most n bytes: valid UTF-8 (the JSON
-// decoder already replaced invalid bytes), without NUL characters.
-func clean(s string, n int) string {
-	s = strings.ReplaceAll(s, "\x00", "")
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-// boundedJSON encodes v, nil when it is larger than maxRawInput or holds a
-// NUL character (which jsonb refuses).
-func boundedJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil || len(b) > maxRawInput || bytes.Contains(b, []byte(`\u0000`)) {
-		return nil
-	}
-	return b
 }

@@ -44,8 +44,9 @@ type live struct {
 // stdin EOF (codex) must not cost the whole EOF grace.
 const settledGrace = 200 * time.Millisecond
 
-// launch spawns the agent in cwd and performs initialize, recording the
-// agent's capabilities. ctx bounds the handshake: when it ends, or the agent
+// launch spawns the agent in cwd and performs initialize, offering the
+// file system jailed to cwd (fs.go) and recording the agent's
+// capabilities. ctx bounds the handshake: when it ends, or the agent
 // exits, the process group is reaped.
 //
 // Returns an EAborted *subagent.Error when ctx ended first and an
@@ -56,13 +57,14 @@ func (p *Provider) launch(ctx context.Context, cwd string, h handler, log *slog.
 	if err != nil {
 		return nil, p.unavailable("cannot start %s: %v", p.cfg.Command, err)
 	}
-	l := &live{p: p, log: log, proc: proc, released: make(chan struct{}), client: &client{h: h}}
+	l := &live{p: p, log: log, proc: proc, released: make(chan struct{}), client: &client{h: h, root: cwd}}
 	l.conn = sdk.NewClientSideConnection(l.client, proc.stdin, proc.stdout)
 	l.conn.SetLogger(log)
 	err = l.call(ctx, "initialize", func(ctx context.Context) error {
 		resp, err := l.conn.Initialize(ctx, sdk.InitializeRequest{
-			ProtocolVersion: sdk.ProtocolVersionNumber,
-			ClientInfo:      &sdk.Implementation{Name: "subagentd", Version: "1"},
+			ProtocolVersion:    sdk.ProtocolVersionNumber,
+			ClientInfo:         &sdk.Implementation{Name: "subagentd", Version: "1"},
+			ClientCapabilities: sdk.ClientCapabilities{Fs: sdk.FileSystemCapabilities{ReadTextFile: true, WriteTextFile: true}},
 		})
 		l.caps = resp.AgentCapabilities
 		return err
@@ -251,8 +253,15 @@ func (l *live) sendCancel(session sdk.SessionId) {
 // client is the service's side of the protocol: what the agent may call,
 // answered by the connection's current owner.
 type client struct {
+	// root is the workspace the agent's file system requests are jailed
+	// to: the cwd it runs in, symlinks resolved (fs.go).
+	root string
+
 	mu sync.Mutex
 	h  handler
+	// fsCalls numbers the file accesses, for their permission requests'
+	// tool call ids.
+	fsCalls int
 }
 
 var _ sdk.Client = (*client)(nil)
@@ -280,16 +289,8 @@ func (c *client) RequestPermission(_ context.Context, req sdk.RequestPermissionR
 	return c.handler().requestPermission(req), nil
 }
 
-// The service offers agents no file system and no terminal (it advertises
-// neither capability), so these requests are refused.
-
-func (c *client) ReadTextFile(context.Context, sdk.ReadTextFileRequest) (sdk.ReadTextFileResponse, error) {
-	return sdk.ReadTextFileResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodFsReadTextFile)
-}
-
-func (c *client) WriteTextFile(context.Context, sdk.WriteTextFileRequest) (sdk.WriteTextFileResponse, error) {
-	return sdk.WriteTextFileResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodFsWriteTextFile)
-}
+// The service offers agents no terminal (it does not advertise the
+// capability), so these requests are refused; the file system is fs.go's.
 
 func (c *client) CreateTerminal(context.Context, sdk.CreateTerminalRequest) (sdk.CreateTerminalResponse, error) {
 	return sdk.CreateTerminalResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalCreate)
@@ -329,14 +330,14 @@ func choose(policy string, options []sdk.PermissionOption) *sdk.PermissionOption
 	return nil
 }
 
-// decide answers a permission request by the configured policy: "allow"
+// decide answers a permission request by the policy's decision: "allow"
 // selects an allow option, "reject" a reject option; with no fitting
 // option, or when cancelled, the outcome is "cancelled". It returns the
 // answer and its acp/permission record for turn.
-func (p *Provider) decide(req sdk.RequestPermissionRequest, cancelled bool, turn int) (sdk.RequestPermissionResponse, sessionlog.ACPPermissionData) {
+func decide(req sdk.RequestPermissionRequest, decision string, cancelled bool, turn int) (sdk.RequestPermissionResponse, sessionlog.ACPPermissionData) {
 	var chosen *sdk.PermissionOption
 	if !cancelled {
-		chosen = choose(p.policyFor(req), req.Options)
+		chosen = choose(decision, req.Options)
 	}
 	d := sessionlog.ACPPermissionData{Turn: turn, ToolCallID: string(req.ToolCall.ToolCallId), Outcome: "cancelled"}
 	if req.ToolCall.Title != nil {

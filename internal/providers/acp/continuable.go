@@ -476,11 +476,12 @@ func (r *resident) sessionUpdate(n sdk.SessionNotification) {
 	}
 }
 
-// requestPermission answers by the configured policy; "cancelled" when no
+// requestPermission answers by the policy (verdict); "cancelled" when no
 // turn runs, it was cancelled, or its log cannot be written. A request the
 // policy asks about waits for a person (ask) until the turn is stopped or
 // closed.
 func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPermissionResponse {
+	v := r.p.verdict(r.logCtx, r.key.id, req)
 	r.mu.Lock()
 	t := r.cur
 	cancelled := t == nil
@@ -492,12 +493,12 @@ func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.Reque
 		default:
 		}
 	}
-	if !cancelled && r.p.policyFor(req) == config.PermissionAsk {
+	if !cancelled && v.Decision == config.PermissionAsk {
 		r.mu.Unlock()
-		return r.p.ask(r.logCtx, r.key.id, n, req, r.recorder(t), t.stop, t.ended)
+		return r.p.ask(r.logCtx, r.key.id, n, req, v, r.recorder(t), t.stop, t.ended)
 	}
 	defer r.mu.Unlock()
-	resp, d := r.p.decide(req, cancelled, n)
+	resp, d := decide(req, v.Decision, cancelled, n)
 	if t != nil && !t.failed {
 		if err := r.appendLocked(typed{sessionlog.EventACPPermission, d}); err != nil {
 			r.failLocked(t, sessionlog.EventACPPermission, err)

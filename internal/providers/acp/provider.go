@@ -26,6 +26,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/config"
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
@@ -48,7 +49,7 @@ type Deps struct {
 	// Approver takes the permission requests the policy asks a person
 	// about; required when the provider's policy can ask
 	// (config.ProviderConfig.MayAsk).
-	Approver Approver
+	Approver governance.Approver
 }
 
 // Log is the part of the store the provider writes child sessions and
@@ -67,7 +68,7 @@ type Provider struct {
 	roots []string
 	// secretEnv is Deps.SecretEnv.
 	secretEnv []string
-	approver  Approver
+	approver  governance.Approver
 
 	// caps is what the agent's initialize said (caps.go).
 	caps caps

@@ -332,7 +332,7 @@ func (r *run) sessionUpdate(n sdk.SessionNotification) {
 	}
 }
 
-// requestPermission answers by the configured policy, "cancelled" once the
+// requestPermission answers by the policy (verdict), "cancelled" once the
 // run is cancelled. A request the policy asks about waits for a person
 // (ask) until the run is cancelled or settles.
 func (r *run) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPermissionResponse {
@@ -342,10 +342,11 @@ func (r *run) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPer
 		cancelled = true
 	default:
 	}
-	if !cancelled && r.p.policyFor(req) == config.PermissionAsk {
-		return r.p.ask(r.logCtx, r.childID, turn, req, r.record, r.cancelled, r.done)
+	v := r.p.verdict(r.logCtx, r.childID, req)
+	if !cancelled && v.Decision == config.PermissionAsk {
+		return r.p.ask(r.logCtx, r.childID, turn, req, v, r.record, r.cancelled, r.done)
 	}
-	resp, d := r.p.decide(req, cancelled, turn)
+	resp, d := decide(req, v.Decision, cancelled, turn)
 	if err := r.record(typed{sessionlog.EventACPPermission, d}); err != nil {
 		return permissionCancelled()
 	}

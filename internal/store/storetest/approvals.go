@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -198,6 +199,72 @@ var approvalTests = []test{
 		_, _, err = s.CloseApproval(ctx, "ap-1", store.ApprovalClose{State: store.ApprovalExpired}, decided("ap-1"))
 		isErr(t, err, store.ErrConflict, "CloseApproval of a closed approval")
 	}},
+	{"TreePolicyCreateGet", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		_, err := s.TreePolicy(ctx, "root")
+		isErr(t, err, store.ErrNotFound, "TreePolicy of a root without one")
+		p := store.TreePolicy{RootID: "root", Mode: "ask", Timeout: 90 * time.Second, OnTimeout: "cancel",
+			Rules: []store.PolicyRule{{Kind: "read", Decision: "allow"}, {Kind: "edit", TitlePattern: `\.go$`, Decision: "reject"}}}
+		ok(t, s.CreateTreePolicy(ctx, p))
+		want := p
+		want.Tenant = store.DefaultTenant
+		same(t, "policy", must(s.TreePolicy(ctx, "root"))(t), want, canonPolicy)
+		isErr(t, s.CreateTreePolicy(ctx, store.TreePolicy{RootID: "root", Mode: "allow"}), store.ErrConflict, "a second CreateTreePolicy")
+		_, err = s.TreePolicy(other(ctx), "root")
+		isErr(t, err, store.ErrNotFound, "TreePolicy from another tenant")
+		ok(t, s.CreateTreePolicy(ctx, store.TreePolicy{RootID: "bare"}))
+		same(t, "bare policy", must(s.TreePolicy(ctx, "bare"))(t), store.TreePolicy{RootID: "bare", Tenant: store.DefaultTenant}, canonPolicy)
+	}},
+	{"CloseAlwaysAddsARule", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		ok(t, s.CreateTreePolicy(ctx, store.TreePolicy{RootID: "root", Mode: "ask", Rules: []store.PolicyRule{{Kind: "read", Decision: "allow"}}}))
+		d := &store.ApprovalDecision{OptionID: "allow", Kind: "allow_always", By: "default", At: sec(5)}
+		closeAlways := func(id string, r store.AlwaysRule) error {
+			_, _, err := s.CloseApproval(ctx, id, store.ApprovalClose{State: store.ApprovalDecided, Decision: d, Always: &r}, decided(id))
+			return err
+		}
+		for i, id := range []string{"ap-1", "ap-2", "ap-3", "ap-4"} {
+			must3(s.CreateApproval(ctx, newApproval(id, i), requested(id)))(t)
+		}
+		ok(t, closeAlways("ap-1", store.AlwaysRule{Kind: "edit", Title: "Write a.go", Decision: "allow", ApprovalID: "ap-1"}))
+		ok(t, closeAlways("ap-2", store.AlwaysRule{Kind: "edit", Title: "Write b.go", Decision: "reject", ApprovalID: "ap-2"}))
+		// The same kind and title again: replaced, and now the newest.
+		ok(t, closeAlways("ap-3", store.AlwaysRule{Kind: "edit", Title: "Write a.go", Decision: "reject", ApprovalID: "ap-3"}))
+		// A close that loses adds nothing.
+		isErr(t, closeAlways("ap-1", store.AlwaysRule{Kind: "edit", Title: "Write c.go", Decision: "allow"}), store.ErrConflict, "a second close")
+		want := store.TreePolicy{RootID: "root", Tenant: store.DefaultTenant, Mode: "ask", Rules: []store.PolicyRule{{Kind: "read", Decision: "allow"}},
+			Always: []store.AlwaysRule{
+				{Kind: "edit", Title: "Write a.go", Decision: "reject", ApprovalID: "ap-3"},
+				{Kind: "edit", Title: "Write b.go", Decision: "reject", ApprovalID: "ap-2"},
+			}}
+		same(t, "policy", must(s.TreePolicy(ctx, "root"))(t), want, canonPolicy)
+		// A close without a rule leaves the policy alone.
+		must3(s.CloseApproval(ctx, "ap-4", store.ApprovalClose{State: store.ApprovalCancelled}, decided("ap-4")))(t)
+		same(t, "policy after a plain close", must(s.TreePolicy(ctx, "root"))(t), want, canonPolicy)
+
+		// A tree whose root set no policy gets one, without a mode.
+		other := newApproval("ap-5", 9)
+		other.RootSessionID = "root-2"
+		must3(s.CreateApproval(ctx, other, requested("ap-5")))(t)
+		ok(t, closeAlways("ap-5", store.AlwaysRule{Kind: "execute", Title: "ls", Decision: "allow", ApprovalID: "ap-5"}))
+		same(t, "created policy", must(s.TreePolicy(ctx, "root-2"))(t), store.TreePolicy{RootID: "root-2", Tenant: store.DefaultTenant,
+			Always: []store.AlwaysRule{{Kind: "execute", Title: "ls", Decision: "allow", ApprovalID: "ap-5"}}}, canonPolicy)
+	}},
+	{"AlwaysRulesAreBounded", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		n := store.MaxAlwaysRules + 2
+		for i := range n {
+			id := fmt.Sprintf("ap-%03d", i)
+			must3(s.CreateApproval(ctx, newApproval(id, i), requested(id)))(t)
+			r := store.AlwaysRule{Kind: "edit", Title: fmt.Sprintf("Write %d", i), Decision: "allow", ApprovalID: id}
+			must3(s.CloseApproval(ctx, id, store.ApprovalClose{State: store.ApprovalCancelled, Always: &r}, decided(id)))(t)
+		}
+		p := must(s.TreePolicy(ctx, "root"))(t)
+		if len(p.Always) != store.MaxAlwaysRules || p.Always[0].Title != fmt.Sprintf("Write %d", n-1) ||
+			p.Always[len(p.Always)-1].Title != "Write 2" {
+			t.Fatalf("%d always rules, first %+v, last %+v; want the newest %d, newest first", len(p.Always), p.Always[0], p.Always[len(p.Always)-1], store.MaxAlwaysRules)
+		}
+	}},
 }
 
 // must3 is must for calls that return two values and an error.
@@ -209,4 +276,15 @@ func must3[A, B any](a A, b B, err error) func(t *testing.T) A {
 		}
 		return a
 	}
+}
+
+// canonPolicy makes empty rule lists nil.
+func canonPolicy(_ *testing.T, p store.TreePolicy) store.TreePolicy {
+	if len(p.Rules) == 0 {
+		p.Rules = nil
+	}
+	if len(p.Always) == 0 {
+		p.Always = nil
+	}
+	return p
 }

@@ -14,6 +14,7 @@
 //	               ignores EOF and SIGTERM (writing FAKE_MARKS/term)
 //	FAKE_MARKS     where marks go; session/cancel leaves FAKE_MARKS/cancel
 //	FAKE_NO_ALLOW  with FAKE_MODE=permission, offer only a reject option
+//	FAKE_ALWAYS    with FAKE_MODE=permission, offer an allow_always option too
 //	FAKE_CAPS      session persistence advertised in initialize: "load"
 //	               (loadSession), "resume" (sessionCapabilities.resume and
 //	               loadSession), either with ",close" (sessionCapabilities.close,
@@ -25,6 +26,9 @@
 //	               codex does, "Internal error" with the reason in data
 //
 // FAKE_MODE=meta answers with the _meta of the session/prompt request.
+//
+// FAKE_MODE=fs runs the prompt's ";"-separated commands against the
+// client's file system, saying each outcome on a line (agent.fs).
 //
 // FAKE_MODE=hang says "working", signals FAKE_READY when it is set, and
 // ends the turn (cancelled) only on session/cancel.
@@ -88,6 +92,8 @@ type agent struct {
 	cancelled  chan struct{}
 	cancelOnce sync.Once
 	waiters    map[string]chan json.RawMessage // permission answers by request id
+	initParams json.RawMessage                 // what initialize was sent
+	calls      int                             // requests sent to the client, for their ids
 }
 
 func main() {
@@ -119,12 +125,15 @@ func main() {
 			Method string           `json:"method"`
 			Params json.RawMessage  `json:"params"`
 			Result json.RawMessage  `json:"result"`
+			Error  json.RawMessage  `json:"error"`
 		}
 		if err := json.Unmarshal(in.Bytes(), &m); err != nil {
 			fmt.Fprintln(os.Stderr, "fakeagent: bad line:", err)
 			continue
 		}
 		switch {
+		case m.Method == "" && m.Error != nil:
+			a.answered(string(*m.ID), json.RawMessage(`{"error":`+string(m.Error)+`}`))
 		case m.Method == "":
 			a.answered(string(*m.ID), m.Result)
 		case m.ID == nil:
@@ -201,6 +210,9 @@ func (a *agent) answered(id string, result json.RawMessage) {
 func (a *agent) handle(id json.RawMessage, method string, params json.RawMessage) {
 	switch method {
 	case "initialize":
+		a.mu.Lock()
+		a.initParams = params
+		a.mu.Unlock()
 		if release := os.Getenv("FAKE_INIT_RELEASE"); release != "" {
 			ready()
 			if f, err := os.Open(release); err == nil {
@@ -315,6 +327,13 @@ func (a *agent) prompt(id json.RawMessage, params json.RawMessage) {
 		stop("end_turn")
 	case mode == "permission":
 		a.askPermission(id)
+	case mode == "fs":
+		for _, b := range p.Prompt {
+			for _, cmd := range strings.Split(b.Text, ";") {
+				a.say(a.fs(strings.TrimSpace(cmd)) + "\n")
+			}
+		}
+		stop("end_turn")
 	case strings.HasPrefix(mode, "stop:"):
 		a.say("partial")
 		stop(strings.TrimPrefix(mode, "stop:"))
@@ -396,6 +415,9 @@ func (a *agent) askPermission(id json.RawMessage) {
 	if os.Getenv("FAKE_NO_ALLOW") != "" {
 		options = nil
 	}
+	if os.Getenv("FAKE_ALWAYS") != "" {
+		options = append(options, map[string]any{"optionId": "always", "name": "Always allow", "kind": "allow_always"})
+	}
 	options = append(options, map[string]any{"optionId": "no", "name": "Reject", "kind": "reject_once"})
 	answer := make(chan json.RawMessage, 1)
 	a.mu.Lock()
@@ -421,6 +443,52 @@ func (a *agent) askPermission(id json.RawMessage) {
 	}
 	a.say("selected " + res.Outcome.OptionID)
 	a.reply(id, map[string]any{"stopReason": "end_turn"})
+}
+
+// fs runs one command of FAKE_MODE=fs against the client and describes
+// the outcome: "caps" (the client capabilities initialize was sent),
+// "read <path>" or "write <path> <content>".
+func (a *agent) fs(cmd string) string {
+	verb, rest, _ := strings.Cut(cmd, " ")
+	if verb == "caps" {
+		var init struct {
+			Caps json.RawMessage `json:"clientCapabilities"`
+		}
+		a.mu.Lock()
+		json.Unmarshal(a.initParams, &init)
+		a.mu.Unlock()
+		return "caps " + string(init.Caps)
+	}
+	path, content, _ := strings.Cut(rest, " ")
+	params := map[string]any{"sessionId": "sess-1", "path": path}
+	method := "fs/read_text_file"
+	if verb == "write" {
+		method, params["content"] = "fs/write_text_file", content
+	}
+	answer := make(chan json.RawMessage, 1)
+	a.mu.Lock()
+	a.calls++
+	key := fmt.Sprintf(`"fs-%d"`, a.calls)
+	a.waiters[key] = answer
+	a.mu.Unlock()
+	reqID := json.RawMessage(key)
+	raw, _ := json.Marshal(params)
+	a.send(message{ID: &reqID, Method: method, Params: raw})
+	var res struct {
+		Error *struct {
+			Message string          `json:"message"`
+			Data    json.RawMessage `json:"data"`
+		} `json:"error"`
+		Content string `json:"content"`
+	}
+	json.Unmarshal(<-answer, &res)
+	switch {
+	case res.Error != nil:
+		return "error " + res.Error.Message + " " + string(res.Error.Data)
+	case verb == "write":
+		return "wrote " + path
+	}
+	return "read " + res.Content
 }
 
 func (a *agent) statePath(sid string) string {
