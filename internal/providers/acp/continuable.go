@@ -14,6 +14,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/providers/turnlog"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -129,7 +130,7 @@ type resident struct {
 type acpTurn struct {
 	n       int
 	content []model.Block // the prompt
-	text    outputText
+	text    turnlog.Output
 	stop    chan struct{} // closed by Cancel, or when the log failed
 	ended   chan struct{} // closed once the turn is closed
 	cause   string
@@ -144,11 +145,11 @@ type acpTurn struct {
 // stopped is the outcome of a turn whose prompt was stopped: an error when
 // its log could not be written, else aborted by its cause. Read it once
 // t.stop is closed, or with mu held.
-func (t *acpTurn) stopped() outcome {
+func (t *acpTurn) stopped() turnlog.Outcome {
 	if t.failed {
-		return outcome{reason: subagent.StopError, diagnostic: logFailed}
+		return turnlog.Outcome{Reason: subagent.StopError, Diagnostic: turnlog.LogFailed}
 	}
-	return outcome{reason: subagent.StopAborted, cause: t.cause}
+	return turnlog.Outcome{Reason: subagent.StopAborted, Cause: t.cause}
 }
 
 func closedChan() chan struct{} {
@@ -176,7 +177,7 @@ func (r *resident) create(ctx context.Context, createChild func(context.Context)
 		err = r.load(ctx)
 	}
 	if err == nil {
-		err = r.appendLocked(typed{sessionlog.EventACPSession, sessionlog.ACPSessionData{SessionID: string(session)}})
+		err = r.appendLocked(turnlog.Event{Type: sessionlog.EventACPSession, Data: sessionlog.ACPSessionData{SessionID: string(session)}})
 	}
 	if err != nil {
 		l.discard()
@@ -220,8 +221,8 @@ func (r *resident) load(ctx context.Context) error {
 	}
 	if open != 0 {
 		// The process that ran this turn is gone (a crash or restart).
-		o := outcome{reason: subagent.StopError, diagnostic: "the turn was cut off: subagentd stopped while the agent worked on it"}
-		if err := r.appendLocked(turnClose(open, 1, nil, o)...); err != nil {
+		o := turnlog.Outcome{Reason: subagent.StopError, Diagnostic: "the turn was cut off: subagentd stopped while the agent worked on it"}
+		if err := r.appendLocked(turnlog.Close(open, 1, nil, o)...); err != nil {
 			return err
 		}
 	}
@@ -273,8 +274,8 @@ func resumable(caps sdk.AgentCapabilities) bool {
 // appendLocked writes evs to the child log in one append, keeping its
 // user/messages and folding the rest but the chunks; call it with mu held,
 // or before r is shared.
-func (r *resident) appendLocked(evs ...typed) error {
-	batch, entries, err := encode(evs...)
+func (r *resident) appendLocked(evs ...turnlog.Event) error {
+	batch, entries, err := turnlog.Encode(evs...)
 	if err != nil {
 		return err
 	}
@@ -326,9 +327,9 @@ func (r *resident) QueuesFollowups() {}
 func (r *resident) openLocked(msg sessionlog.UserMessage) error {
 	n := r.turn + 1
 	if err := r.appendLocked(
-		typed{sessionlog.EventTurnStart, sessionlog.TurnData{Turn: n}},
-		typed{sessionlog.EventUserMessage, msg},
-		typed{sessionlog.EventStepStart, sessionlog.StepData{Turn: n, Step: 1}},
+		turnlog.Event{Type: sessionlog.EventTurnStart, Data: sessionlog.TurnData{Turn: n}},
+		turnlog.Event{Type: sessionlog.EventUserMessage, Data: msg},
+		turnlog.Event{Type: sessionlog.EventStepStart, Data: sessionlog.StepData{Turn: n, Step: 1}},
 	); err != nil {
 		return err
 	}
@@ -360,8 +361,8 @@ func (r *resident) runTurn() bool {
 	if t.failed {
 		o = t.stopped()
 	}
-	o.diagnostic = subagent.TruncateDiagnostic(o.diagnostic)
-	_, ended := closeTurn(r.appendLocked, r.log, t.n, t.text.blocks(), o)
+	o.Diagnostic = subagent.TruncateDiagnostic(o.Diagnostic)
+	_, ended := turnlog.CloseTurn(r.appendLocked, r.log, t.n, t.text.Blocks(), o)
 	r.cur = nil
 	close(t.ended)
 	if !ended {
@@ -386,7 +387,7 @@ func (r *resident) runTurn() bool {
 // is aborted; an agent that does not answer its cancellation within the
 // dispose grace is stopped, so no late answer reaches a later turn. When
 // an earlier turn lost the agent, a new one resumes the session first.
-func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []model.Block) outcome {
+func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []model.Block) turnlog.Outcome {
 	if l == nil {
 		ctx, cancel := context.WithCancel(r.logCtx)
 		go func() {
@@ -405,7 +406,7 @@ func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []
 				return t.stopped()
 			default:
 			}
-			return outcome{reason: subagent.StopError, diagnostic: subagent.ErrorMessage(err)}
+			return turnlog.Outcome{Reason: subagent.StopError, Diagnostic: subagent.ErrorMessage(err)}
 		}
 		r.mu.Lock()
 		closed := r.closed
@@ -433,11 +434,11 @@ func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []
 		if errors.Is(err, errExited) || disconnected(err) {
 			r.dropLive(l)
 		}
-		return outcome{reason: subagent.StopError, diagnostic: diagnostic}
+		return turnlog.Outcome{Reason: subagent.StopError, Diagnostic: diagnostic}
 	}
 	o := stopOutcome(resp.StopReason)
 	if u := resp.Usage; u != nil {
-		o.usage = &sessionlog.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
+		o.Usage = &sessionlog.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
 	}
 	return o
 }
@@ -468,11 +469,11 @@ func (r *resident) sessionUpdate(n sdk.SessionNotification) {
 		return
 	}
 	if typ, payload, text, ok := logUpdate(n.Update, t.n, 1); ok {
-		if err := r.appendLocked(typed{typ, payload}); err != nil {
+		if err := r.appendLocked(turnlog.Event{Type: typ, Data: payload}); err != nil {
 			r.failLocked(t, typ, err)
 			return
 		}
-		t.text.add(text)
+		t.text.Add(text)
 	}
 }
 
@@ -499,7 +500,7 @@ func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.Reque
 	defer r.mu.Unlock()
 	resp, d := r.p.decide(req, cancelled, n)
 	if t != nil && !t.failed {
-		if err := r.appendLocked(typed{sessionlog.EventACPPermission, d}); err != nil {
+		if err := r.appendLocked(turnlog.Event{Type: sessionlog.EventACPPermission, Data: d}); err != nil {
 			r.failLocked(t, sessionlog.EventACPPermission, err)
 			return permissionCancelled()
 		}
@@ -509,15 +510,15 @@ func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.Reque
 
 // recorder writes events of turn t to the child log while t runs; a
 // failed write stops t and is returned.
-func (r *resident) recorder(t *acpTurn) func(evs ...typed) error {
-	return func(evs ...typed) error {
+func (r *resident) recorder(t *acpTurn) func(evs ...turnlog.Event) error {
+	return func(evs ...turnlog.Event) error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.cur != t || t.failed {
 			return nil
 		}
 		if err := r.appendLocked(evs...); err != nil {
-			r.failLocked(t, evs[0].typ, err)
+			r.failLocked(t, evs[0].Type, err)
 			return err
 		}
 		return nil

@@ -27,6 +27,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/providers/turnlog"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -254,11 +255,11 @@ func (r *run) openLog(sess store.Session, prompt []model.Block, descriptor json.
 	if err := r.p.store.CreateSession(r.logCtx, sess); err != nil {
 		return fmt.Errorf("create child session: %w", err)
 	}
-	batch, _, err := encode(
-		typed{sessionlog.EventTurnStart, sessionlog.TurnData{Turn: turn}},
-		typed{sessionlog.EventUserMessage, sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: sessionlog.Source{Kind: "user"}}},
-		typed{sessionlog.EventDescriptor, descriptor},
-		typed{sessionlog.EventStepStart, sessionlog.StepData{Turn: turn, Step: step}},
+	batch, _, err := turnlog.Encode(
+		turnlog.Event{Type: sessionlog.EventTurnStart, Data: sessionlog.TurnData{Turn: turn}},
+		turnlog.Event{Type: sessionlog.EventUserMessage, Data: sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: sessionlog.Source{Kind: "user"}}},
+		turnlog.Event{Type: sessionlog.EventDescriptor, Data: descriptor},
+		turnlog.Event{Type: sessionlog.EventStepStart, Data: sessionlog.StepData{Turn: turn, Step: step}},
 	)
 	if err != nil {
 		return err

@@ -1,0 +1,148 @@
+// Package turnlog writes the turns of external agents into their child
+// session logs, in the event types every other child writes
+// (internal/sessionlog): the events that end a turn, the output text a turn
+// keeps for its result, and how a stop reason is logged. The ACP and A2A
+// providers share it; their children run one step per turn.
+package turnlog
+
+import (
+	"log/slog"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// Event is one child-log event before encoding.
+type Event struct {
+	Type string
+	Data any
+}
+
+// Encode marshals events for store.AppendEvents; entries keeps each
+// event's payload, for the folds fed as events are written.
+func Encode(evs ...Event) (batch []store.NewEvent, entries []sessionlog.Entry, err error) {
+	batch = make([]store.NewEvent, len(evs))
+	entries = make([]sessionlog.Entry, len(evs))
+	for i, e := range evs {
+		if entries[i], err = sessionlog.Encode(e.Type, e.Data); err != nil {
+			return nil, nil, err
+		}
+		batch[i] = entries[i].NewEvent
+	}
+	return batch, entries, nil
+}
+
+// Outcome is how a turn ends.
+type Outcome struct {
+	Reason     string
+	Diagnostic string
+	Cause      string // who cancelled, for aborted turns
+	Usage      *sessionlog.UsageData
+}
+
+// TurnReason is the turn/end reason of o. A refusal has no agent kind; it
+// is logged as "refusal" (the kinds are an open set).
+func TurnReason(o Outcome) sessionlog.TurnReason {
+	switch o.Reason {
+	case subagent.StopCompleted:
+		return sessionlog.TurnReason{Kind: sessionlog.ReasonCompleted}
+	case subagent.StopMaxTokens:
+		return sessionlog.TurnReason{Kind: sessionlog.ReasonMaxTokens}
+	case subagent.StopAborted:
+		tr := sessionlog.TurnReason{Kind: sessionlog.ReasonAborted}
+		if o.Cause != "" {
+			tr.Cause = &sessionlog.Cause{Kind: o.Cause}
+		}
+		return tr
+	case subagent.StopRefusal:
+		return sessionlog.TurnReason{Kind: subagent.StopRefusal}
+	default:
+		return sessionlog.TurnReason{Kind: sessionlog.ReasonError, Message: o.Diagnostic}
+	}
+}
+
+// Close is the events that end turn (with its one step) as o says:
+// the assistant message when there is output or usage, step/end, turn/end.
+func Close(turn, step int, output []model.Block, o Outcome) []Event {
+	var evs []Event
+	if len(output) > 0 || o.Usage != nil {
+		evs = append(evs, Event{Type: sessionlog.EventAssistantMessage, Data: sessionlog.AssistantMessageData{
+			Turn: turn, Step: step,
+			Message:     sessionlog.AssistantMessage{Role: "assistant", Content: output},
+			Usage:       o.Usage,
+			Interrupted: o.Reason == subagent.StopAborted,
+		}})
+	}
+	return append(evs,
+		Event{Type: sessionlog.EventStepEnd, Data: sessionlog.StepData{Turn: turn, Step: step}},
+		Event{Type: sessionlog.EventTurnEnd, Data: sessionlog.TurnEndData{Turn: turn, Reason: TurnReason(o)}})
+}
+
+// MaxOutput bounds the text a turn keeps for its result. The child log
+// holds every chunk; the result is what the turn's assistant/message
+// repeats, and that must fit in one event (store.MaxEventBytes, where JSON
+// may spend six bytes on one byte of text).
+const MaxOutput = 128 << 10
+
+// OutputCut ends an output that was cut at MaxOutput.
+const OutputCut = "\n[output truncated: the child's log holds all of it]"
+
+// Output is the message text a turn streamed, kept up to MaxOutput bytes.
+type Output struct {
+	b   strings.Builder
+	cut bool // text beyond MaxOutput was dropped
+}
+
+// Add appends s, up to the bound.
+func (o *Output) Add(s string) {
+	if o.cut || s == "" {
+		return
+	}
+	if room := MaxOutput - o.b.Len(); len(s) > room {
+		for room > 0 && !utf8.RuneStart(s[room]) {
+			room--
+		}
+		s, o.cut = s[:room], true
+	}
+	o.b.WriteString(s)
+}
+
+// Blocks is the turn's output: its text, marked where it was cut; none
+// when it streamed no text.
+func (o *Output) Blocks() []model.Block {
+	if o.b.Len() == 0 {
+		return []model.Block{}
+	}
+	text := o.b.String()
+	if o.cut {
+		text += OutputCut
+	}
+	return []model.Block{model.TextBlock(text)}
+}
+
+// LogFailed is the diagnostic of a turn stopped because its child log
+// could not be written (the store failed, or this replica lost the
+// child's lease): a turn never settles with events missing from its log.
+const LogFailed = "the child's log could not be written, so its turn was stopped"
+
+// CloseTurn writes, through write, the events that end turn n (with its
+// one step) as o says. When that fails it writes the turn's end alone, as
+// a failed log write. It returns the outcome the log records, and whether
+// the turn's end could be written at all.
+func CloseTurn(write func(...Event) error, log *slog.Logger, n int, output []model.Block, o Outcome) (Outcome, bool) {
+	err := write(Close(n, 1, output, o)...)
+	if err == nil {
+		return o, true
+	}
+	log.Error("cannot end the turn in the child log", slog.Int("turn", n), slog.Any("error", err))
+	o = Outcome{Reason: subagent.StopError, Diagnostic: LogFailed}
+	if err := write(Close(n, 1, nil, o)...); err != nil {
+		log.Error("cannot end the turn in the child log as failed", slog.Int("turn", n), slog.Any("error", err))
+		return o, false
+	}
+	return o, true
+}
