@@ -419,7 +419,7 @@ func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []
 			return t.stopped()
 		}
 	}
-	resp, err := l.prompt(session, sdkBlocks(textOnly(content)), t.stop, r.p.cfg.DisposeGrace, telemetry.Traceparent(r.logCtx))
+	resp, err := l.prompt(session, sdkBlocks(turnlog.TextOnly(content)), t.stop, r.p.cfg.DisposeGrace, telemetry.Traceparent(r.logCtx))
 	select {
 	case <-t.stop:
 		if err != nil {

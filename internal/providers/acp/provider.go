@@ -176,7 +176,7 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 	if err != nil {
 		return nil, err
 	}
-	prompt := textOnly(req.Prompt)
+	prompt := turnlog.TextOnly(req.Prompt)
 	r.sessionID, err = r.live.newSession(ctx, cwd)
 	if err == nil {
 		err = r.openLog(p.childSession(childID, cwd, req), prompt, descriptor)
@@ -235,18 +235,6 @@ func (p *Provider) childSession(id, cwd string, req subagent.ResolvedRequest) st
 		Mode:            subagent.ModeOneShot,
 		CreatedAt:       time.Now(),
 	}
-}
-
-// textOnly keeps the text blocks of a prompt: the service promises agents
-// nothing else (no image or resource capabilities are negotiated).
-func textOnly(blocks []model.Block) []model.Block {
-	out := []model.Block{}
-	for _, b := range blocks {
-		if b.Type == "text" {
-			out = append(out, model.TextBlock(b.Text))
-		}
-	}
-	return out
 }
 
 // openLog creates the child session and opens its first turn. It runs after

@@ -146,3 +146,16 @@ func CloseTurn(write func(...Event) error, log *slog.Logger, n int, output []mod
 	}
 	return o, true
 }
+
+// TextOnly keeps the text blocks of a prompt: the service promises
+// external agents nothing else (no image or resource capabilities are
+// negotiated).
+func TextOnly(blocks []model.Block) []model.Block {
+	out := []model.Block{}
+	for _, b := range blocks {
+		if b.Type == "text" {
+			out = append(out, model.TextBlock(b.Text))
+		}
+	}
+	return out
+}
