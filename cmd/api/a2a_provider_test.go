@@ -1,0 +1,99 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+)
+
+// innerToken is the bearer token of the inner subagentd's tenant.
+const innerToken = "inner-a2a-token-0123456789abcdef"
+
+// An A2A provider pointing at another subagentd's A2A face: subagentd →
+// A2A → subagentd. The outer run is one task of the inner spawn provider;
+// its text comes back as the run's result and into the outer child's log,
+// and cancelling the outer run cancels the inner task. The provider sends
+// the inner's token on every call (the inner refuses calls without one).
+// Not parallel: bearerEnv names a process variable.
+func TestA2AProvider_DelegatesToSubagentdOverA2A(t *testing.T) {
+	t.Setenv("INNER_A2A_TOKEN", innerToken)
+	inner := &server{base: wiredServer(t, map[string]string{"SUBAGENTD_TOKENS": "inner:" + innerToken})}
+	cfg := filepath.Join(t.TempDir(), "subagentd.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil,
+		"providers:\n  - name: inner\n    type: a2a\n    url: %s/a2a/spawn/.well-known/agent-card.json\n    auth: {bearerEnv: INNER_A2A_TOKEN}\n",
+		inner.base), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	outer := &server{base: wiredServer(t, map[string]string{"SUBAGENTD_CONFIG": cfg, "SUBAGENTD_A2A_ALLOW_PRIVATE": "true"})}
+
+	var parent struct{ ID string }
+	outer.call(t, http.MethodPost, "/v1/sessions", `{"label":"outer"}`, http.StatusCreated, &parent)
+
+	// A one-shot run completes with the inner echo as its result.
+	var run struct {
+		RunID          string
+		ChildSessionID string
+		State          string
+		Result         struct {
+			Output     []struct{ Text string }
+			StopReason string
+			Diagnostic string
+		}
+	}
+	outer.call(t, http.MethodPost, "/v1/runs?wait=true", `{"provider":"inner","parentSessionId":"`+parent.ID+`","prompt":[{"type":"text","text":"hello inner"}]}`, http.StatusCreated, &run)
+	if run.Result.StopReason != "completed" || len(run.Result.Output) != 1 || run.Result.Output[0].Text != "echo: hello inner" {
+		t.Fatalf("run = %+v, want completed with the inner echo", run)
+	}
+	var log struct {
+		Events []struct {
+			Type string
+			Data json.RawMessage
+		}
+	}
+	outer.call(t, http.MethodGet, "/v1/sessions/"+run.ChildSessionID+"/events", "", http.StatusOK, &log)
+	var text string
+	var types []string
+	for _, e := range log.Events {
+		types = append(types, e.Type)
+		var d struct{ Chunk struct{ Type, Text string } }
+		if e.Type == "assistant/chunk" && json.Unmarshal(e.Data, &d) == nil && d.Chunk.Type == "text-delta" {
+			text += d.Chunk.Text
+		}
+	}
+	if text != "echo: hello inner" || types[0] != "turn/start" || types[len(types)-1] != "turn/end" {
+		t.Fatalf("child log %v with text %q", types, text)
+	}
+
+	// Cancelling a run whose inner task sleeps cancels the inner task.
+	outer.call(t, http.MethodPost, "/v1/runs", `{"provider":"inner","parentSessionId":"`+parent.ID+`","prompt":[{"type":"text","text":"/sleep 60s\nslow"}]}`, http.StatusCreated, &run)
+	feed := outer.follow(t, "/v1/sessions/"+run.ChildSessionID+"/stream")
+	got := feed.wait(t, "the inner task", func(f frame) bool { return f.event == "a2a/task" })
+	data, _ := got.data["data"].(map[string]any)
+	taskID, _ := data["taskId"].(string)
+	if taskID == "" {
+		t.Fatalf("a2a/task frame %s names no task", got.raw)
+	}
+	outer.call(t, http.MethodPost, "/v1/runs/"+run.RunID+"/cancel", "", http.StatusAccepted, nil)
+	outer.call(t, http.MethodGet, "/v1/runs/"+run.RunID+"?wait=60", "", http.StatusOK, &run)
+	if run.Result.StopReason != "aborted" {
+		t.Fatalf("cancelled run = %+v, want aborted", run)
+	}
+	c, _ := a2aClient(t, inner.base, "spawn", a2a.TransportProtocolJSONRPC, innerToken)
+	// The outer run settled without waiting for the inner agent: follow
+	// the inner task until it ends (a task that already ended cannot be
+	// subscribed to), then read it.
+	for ev, err := range c.SubscribeToTask(t.Context(), &a2a.SubscribeToTaskRequest{ID: a2a.TaskID(taskID)}) {
+		if st, ok := ev.(*a2a.TaskStatusUpdateEvent); err != nil || ok && st.Status.State.Terminal() {
+			break
+		}
+	}
+	task, err := c.GetTask(t.Context(), &a2a.GetTaskRequest{ID: a2a.TaskID(taskID)})
+	if err != nil || task.Status.State != a2a.TaskStateCanceled {
+		t.Fatalf("inner task %s = %+v, %v; want canceled", taskID, task, err)
+	}
+}
