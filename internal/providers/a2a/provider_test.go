@@ -249,3 +249,37 @@ func TestNew_PrivateURLIsRefusedWithoutAllowPrivate(t *testing.T) {
 		t.Fatalf("the remote received %v", calls)
 	}
 }
+
+// A resubscription that replays the task from its start (as subagentd's
+// own A2A face does) logs none of the replayed text again: only what the
+// log does not hold yet.
+func TestAddArtifact_ReplayIsNotLoggedTwice(t *testing.T) {
+	t.Parallel()
+	rm := newRemote(t, true)
+	p, b := setup(t, rm)
+	r := &run{p: p, log: p.log, childID: "child-1", logCtx: context.Background(), artifacts: map[sdk.ArtifactID]*artifactText{}}
+	if err := r.openLog(p.childSession("child-1", request("x")), []model.Block{model.TextBlock("x")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	a := func(text string) *sdk.Artifact {
+		return &sdk.Artifact{ID: "out", Parts: []*sdk.Part{sdk.NewTextPart(text)}}
+	}
+	// The first stream: "ab", "cd", then lost.
+	r.addArtifact(a("ab"), false)
+	r.addArtifact(a("cd"), true)
+	// The replay from the start, then new text; then a second replay
+	// that stops short of what was logged, and a last one that goes on
+	// in another artifact.
+	r.addArtifact(a("ab"), false)
+	r.addArtifact(a("cd"), true)
+	r.addArtifact(a("ef"), true)
+	r.addArtifact(a("abc"), false)
+	r.addArtifact(a("def"), true)
+	r.addArtifact(&sdk.Artifact{ID: "second", Parts: []*sdk.Part{sdk.NewTextPart("!")}}, false)
+	if text, _ := logText(t, b.store, "child-1"); text != "abcdef!" {
+		t.Fatalf("log text = %q, want abcdef!", text)
+	}
+	if got := model.Text(r.text.Blocks()); got != "abcdef!" {
+		t.Fatalf("output = %q", got)
+	}
+}
