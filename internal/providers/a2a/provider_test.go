@@ -257,7 +257,7 @@ func TestAddArtifact_ReplayIsNotLoggedTwice(t *testing.T) {
 	t.Parallel()
 	rm := newRemote(t, true)
 	p, b := setup(t, rm)
-	r := &run{p: p, log: p.log, childID: "child-1", logCtx: context.Background(), artifacts: map[sdk.ArtifactID]*artifactText{}}
+	r := newRun(context.Background(), p, nil, "child-1")
 	if err := r.openLog(p.childSession("child-1", request("x")), []model.Block{model.TextBlock("x")}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -265,17 +265,17 @@ func TestAddArtifact_ReplayIsNotLoggedTwice(t *testing.T) {
 		return &sdk.Artifact{ID: "out", Parts: []*sdk.Part{sdk.NewTextPart(text)}}
 	}
 	// The first stream: "ab", "cd", then lost.
-	r.addArtifact(a("ab"), false)
-	r.addArtifact(a("cd"), true)
+	r.f.addArtifact(a("ab"), false)
+	r.f.addArtifact(a("cd"), true)
 	// The replay from the start, then new text; then a second replay
 	// that stops short of what was logged, and a last one that goes on
 	// in another artifact.
-	r.addArtifact(a("ab"), false)
-	r.addArtifact(a("cd"), true)
-	r.addArtifact(a("ef"), true)
-	r.addArtifact(a("abc"), false)
-	r.addArtifact(a("def"), true)
-	r.addArtifact(&sdk.Artifact{ID: "second", Parts: []*sdk.Part{sdk.NewTextPart("!")}}, false)
+	r.f.addArtifact(a("ab"), false)
+	r.f.addArtifact(a("cd"), true)
+	r.f.addArtifact(a("ef"), true)
+	r.f.addArtifact(a("abc"), false)
+	r.f.addArtifact(a("def"), true)
+	r.f.addArtifact(&sdk.Artifact{ID: "second", Parts: []*sdk.Part{sdk.NewTextPart("!")}}, false)
 	if text, _ := logText(t, b.store, "child-1"); text != "abcdef!" {
 		t.Fatalf("log text = %q, want abcdef!", text)
 	}
