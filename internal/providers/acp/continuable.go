@@ -113,17 +113,16 @@ type resident struct {
 	// (bounded) text, the outcome fold (which takes a turn's text from the
 	// assistant/message that ends it, never from its chunks) and the
 	// user/messages (Events).
-	mu       sync.Mutex
-	live     *live // nil once closed
-	session  sdk.SessionId
-	messages []store.Event           // the user/messages of the child log
-	fold     *sessionlog.OutcomeFold // of the events written since Track
-	turn     int                     // the last turn number in the log
-	queue    []sessionlog.UserMessage
-	running  bool          // a turn runs or is about to
-	idle     chan struct{} // closed while no turn runs
-	cur      *acpTurn      // the running turn
-	closed   bool
+	mu      sync.Mutex
+	live    *live // nil once closed
+	session sdk.SessionId
+	kept    turnlog.Kept // the user/messages and the fold since Track
+	turn    int          // the last turn number in the log
+	queue   []sessionlog.UserMessage
+	running bool          // a turn runs or is about to
+	idle    chan struct{} // closed while no turn runs
+	cur     *acpTurn      // the running turn
+	closed  bool
 }
 
 // acpTurn is one turn: one session/prompt.
@@ -190,39 +189,21 @@ func (r *resident) create(ctx context.Context, createChild func(context.Context)
 // load reads the child log, a page at a time, for its ACP session, its
 // turn count and its user/messages, and closes a turn a crash left open.
 func (r *resident) load(ctx context.Context) error {
-	open := 0
-	for after := int64(-1); ; {
-		page, err := r.p.store.Events(ctx, r.key.id, after, 1000)
-		if err != nil {
-			return fmt.Errorf("read log of ACP child %s: %w", r.key.id, err)
-		}
-		if len(page) == 0 {
-			break
-		}
-		for _, e := range page {
-			switch e.Type {
-			case sessionlog.EventACPSession:
-				var d sessionlog.ACPSessionData
-				if json.Unmarshal(e.Data, &d) == nil {
-					r.session = sdk.SessionId(d.SessionID)
-				}
-			case sessionlog.EventTurnStart:
-				var d sessionlog.TurnData
-				if json.Unmarshal(e.Data, &d) == nil {
-					r.turn, open = max(r.turn, d.Turn), d.Turn
-				}
-			case sessionlog.EventTurnEnd:
-				open = 0
-			case sessionlog.EventUserMessage:
-				r.messages = append(r.messages, e)
-			}
-		}
-		after = page[len(page)-1].Seq
+	read := func(ctx context.Context, after int64, limit int) ([]store.Event, error) {
+		return r.p.store.Events(ctx, r.key.id, after, limit)
 	}
+	last, open, err := turnlog.Scan(ctx, read, &r.kept, func(e store.Event) {
+		var d sessionlog.ACPSessionData
+		if e.Type == sessionlog.EventACPSession && json.Unmarshal(e.Data, &d) == nil {
+			r.session = sdk.SessionId(d.SessionID)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("read log of ACP child %s: %w", r.key.id, err)
+	}
+	r.turn = last
 	if open != 0 {
-		// The process that ran this turn is gone (a crash or restart).
-		o := turnlog.Outcome{Reason: subagent.StopError, Diagnostic: "the turn was cut off: subagentd stopped while the agent worked on it"}
-		if err := r.appendLocked(turnlog.Close(open, 1, nil, o)...); err != nil {
+		if err := r.appendLocked(turnlog.Close(open, 1, nil, turnlog.CutOff)...); err != nil {
 			return err
 		}
 	}
@@ -283,17 +264,7 @@ func (r *resident) appendLocked(evs ...turnlog.Event) error {
 	if err != nil {
 		return fmt.Errorf("write log of ACP child %s: %w", r.key.id, err)
 	}
-	for i, e := range stored {
-		switch {
-		case e.Type == sessionlog.EventUserMessage:
-			r.messages = append(r.messages, e)
-		case e.Type == sessionlog.EventAssistantChunk:
-			continue // the turn's assistant/message repeats its text
-		}
-		if r.fold != nil {
-			r.fold.Fold(e, entries[i].Payload)
-		}
-	}
+	r.kept.Written(stored, entries)
 	return nil
 }
 
@@ -608,7 +579,7 @@ func (r *resident) waitIdle(ctx context.Context) error {
 func (r *resident) Events() []store.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.messages)
+	return r.kept.Messages()
 }
 
 // Track starts the outcome fold of the events written from now on,
@@ -616,14 +587,14 @@ func (r *resident) Events() []store.Event {
 func (r *resident) Track() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.fold = &sessionlog.OutcomeFold{}
+	r.kept.Track()
 }
 
 // Outcome returns the outcome of the events written since Track.
 func (r *resident) Outcome() sessionlog.Outcome {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.fold.Outcome()
+	return r.kept.Outcome()
 }
 
 // Close cancels the running turn, waits for it to end and leaves the

@@ -6,7 +6,10 @@
 package turnlog
 
 import (
+	"context"
+	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -159,3 +162,87 @@ func TextOnly(blocks []model.Block) []model.Block {
 	}
 	return out
 }
+
+// Kept is what the resident agent of a continuable external child keeps
+// of its log, however long it lives and however much it streams: the
+// user/messages (which the manager reads) and the outcome fold of the
+// events written since Track. The log itself is the record. Not safe for
+// concurrent use.
+type Kept struct {
+	messages []store.Event
+	fold     *sessionlog.OutcomeFold
+}
+
+// Loaded keeps e, an event read back from the log, if it is a
+// user/message.
+func (k *Kept) Loaded(e store.Event) {
+	if e.Type == sessionlog.EventUserMessage {
+		k.messages = append(k.messages, e)
+	}
+}
+
+// Written keeps the events stored by one append, with the entries they
+// were encoded from (Encode): the user/messages, and every event but the
+// chunks in the fold (a turn's assistant/message repeats their text).
+func (k *Kept) Written(stored []store.Event, entries []sessionlog.Entry) {
+	for i, e := range stored {
+		switch e.Type {
+		case sessionlog.EventUserMessage:
+			k.messages = append(k.messages, e)
+		case sessionlog.EventAssistantChunk:
+			continue
+		}
+		if k.fold != nil {
+			k.fold.Fold(e, entries[i].Payload)
+		}
+	}
+}
+
+// Messages returns a copy of the user/messages kept.
+func (k *Kept) Messages() []store.Event { return slices.Clone(k.messages) }
+
+// Track starts the outcome fold of the events written from now on,
+// replacing one started earlier.
+func (k *Kept) Track() { k.fold = &sessionlog.OutcomeFold{} }
+
+// Outcome returns the outcome of the events written since Track.
+func (k *Kept) Outcome() sessionlog.Outcome { return k.fold.Outcome() }
+
+// Scan reads a child log through read, a page at a time, keeping its
+// user/messages in k and calling each, if not nil, with every event. It
+// returns the last turn number and the turn a crash left open (0 when
+// every turn ended), which the caller closes with CutOff.
+func Scan(ctx context.Context, read func(ctx context.Context, after int64, limit int) ([]store.Event, error), k *Kept, each func(store.Event)) (last, open int, err error) {
+	for after := int64(-1); ; {
+		page, err := read(ctx, after, scanPage)
+		if err != nil {
+			return 0, 0, err
+		}
+		if len(page) == 0 {
+			return last, open, nil
+		}
+		for _, e := range page {
+			switch e.Type {
+			case sessionlog.EventTurnStart:
+				var d sessionlog.TurnData
+				if json.Unmarshal(e.Data, &d) == nil {
+					last, open = max(last, d.Turn), d.Turn
+				}
+			case sessionlog.EventTurnEnd:
+				open = 0
+			}
+			k.Loaded(e)
+			if each != nil {
+				each(e)
+			}
+		}
+		after = page[len(page)-1].Seq
+	}
+}
+
+// scanPage is how many events Scan reads at a time.
+const scanPage = 1000
+
+// CutOff is how a turn ends that a crash or restart left open: the
+// process that ran it is gone.
+var CutOff = Outcome{Reason: subagent.StopError, Diagnostic: "the turn was cut off: subagentd stopped while the agent worked on it"}
