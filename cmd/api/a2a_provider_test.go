@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // innerToken is the bearer token of the inner subagentd's tenant.
@@ -16,8 +18,10 @@ const innerToken = "inner-a2a-token-0123456789abcdef"
 
 // An A2A provider pointing at another subagentd's A2A face: subagentd →
 // A2A → subagentd. The outer run is one task of the inner spawn provider;
-// its text comes back as the run's result and into the outer child's log,
-// and cancelling the outer run cancels the inner task. The provider sends
+// its text comes back as the run's result and into the outer child's log;
+// an outer continuable child is one inner context (the inner's own
+// continuable child) across followups; and cancelling the outer run
+// cancels the inner task. The provider sends
 // the inner's token on every call (the inner refuses calls without one).
 // Not parallel: bearerEnv names a process variable.
 func TestA2AProvider_DelegatesToSubagentdOverA2A(t *testing.T) {
@@ -69,12 +73,49 @@ func TestA2AProvider_DelegatesToSubagentdOverA2A(t *testing.T) {
 		t.Fatalf("child log %v with text %q", types, text)
 	}
 
+	// A continuable child is one inner context, which is the inner's own
+	// continuable child: a followup is its second turn.
+	var started struct{ ChildID, TaskID string }
+	outer.call(t, http.MethodPost, "/v1/subagents", `{"provider":"inner","parentSessionId":"`+parent.ID+`","label":"remote","prompt":`+prompt("first")+`}`, http.StatusCreated, &started)
+	child, task := started.ChildID, started.TaskID
+	if got := taskText(t, outer, task); got != "echo: first" {
+		t.Fatalf("first task %q", got)
+	}
+	fu := outer.followup(t, parent.ID, child, "second")
+	if fu.Route != subagent.RouteStarted || taskText(t, outer, fu.TaskID) != "echo: second" {
+		t.Fatalf("followup %+v", fu)
+	}
+	types, data := outer.childLog(t, child)
+	var contexts []string
+	for i, typ := range types {
+		if typ == "a2a/task" {
+			var d struct{ ContextID string }
+			if err := json.Unmarshal([]byte(data[i]), &d); err != nil {
+				t.Fatal(err)
+			}
+			contexts = append(contexts, d.ContextID)
+		}
+	}
+	if len(contexts) != 2 || contexts[0] == "" || contexts[1] != contexts[0] {
+		t.Fatalf("the outer child's tasks ran in contexts %v, want one", contexts)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, inner.base+"/v1/subagents/"+contexts[0], nil)
+	req.Header.Set("Authorization", "Bearer "+innerToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the inner has no continuable child %s: %s", contexts[0], resp.Status)
+	}
+
 	// Cancelling a run whose inner task sleeps cancels the inner task.
 	outer.call(t, http.MethodPost, "/v1/runs", `{"provider":"inner","parentSessionId":"`+parent.ID+`","prompt":[{"type":"text","text":"/sleep 60s\nslow"}]}`, http.StatusCreated, &run)
 	feed := outer.follow(t, "/v1/sessions/"+run.ChildSessionID+"/stream")
 	got := feed.wait(t, "the inner task", func(f frame) bool { return f.event == "a2a/task" })
-	data, _ := got.data["data"].(map[string]any)
-	taskID, _ := data["taskId"].(string)
+	frameData, _ := got.data["data"].(map[string]any)
+	taskID, _ := frameData["taskId"].(string)
 	if taskID == "" {
 		t.Fatalf("a2a/task frame %s names no task", got.raw)
 	}
@@ -92,8 +133,8 @@ func TestA2AProvider_DelegatesToSubagentdOverA2A(t *testing.T) {
 			break
 		}
 	}
-	task, err := c.GetTask(t.Context(), &a2a.GetTaskRequest{ID: a2a.TaskID(taskID)})
-	if err != nil || task.Status.State != a2a.TaskStateCanceled {
-		t.Fatalf("inner task %s = %+v, %v; want canceled", taskID, task, err)
+	innerTask, err := c.GetTask(t.Context(), &a2a.GetTaskRequest{ID: a2a.TaskID(taskID)})
+	if err != nil || innerTask.Status.State != a2a.TaskStateCanceled {
+		t.Fatalf("inner task %s = %+v, %v; want canceled", taskID, innerTask, err)
 	}
 }

@@ -55,8 +55,9 @@ type follower struct {
 	taskID     sdk.TaskID
 	contextID  string
 	cancelSent bool
-	// wrote says text was journaled.
-	wrote bool
+	// wrote says text was journaled; finished that follow returned.
+	wrote    bool
+	finished bool
 	// artifacts is the text logged of each artifact, to skip what a
 	// resubscription replays.
 	artifacts map[sdk.ArtifactID]*artifactText
@@ -97,7 +98,7 @@ func (f *follower) cancelLocked() bool {
 	if f.taskID == "" {
 		return false
 	}
-	if f.isStopped() && !f.cancelSent {
+	if f.isStopped() && !f.cancelSent && !f.finished {
 		f.cancelSent = true
 		f.stopCalls()
 		if f.timer != nil && f.timer.Stop() {
@@ -121,9 +122,19 @@ func (f *follower) cancelLocked() bool {
 func (f *follower) wait() { f.bg.Wait() }
 
 // follow sends prompt in contextID ("" for a new context) and follows the
-// task to its end. A stopped follower returns aborted.
+// task to its end. A stopped follower returns aborted. Once it returned,
+// stop sends no tasks/cancel.
 func (f *follower) follow(prompt []model.Block, contextID string) turnlog.Outcome {
-	defer f.stopCalls()
+	defer func() {
+		f.stopCalls()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		// The task ended, or its cancel went out: nothing to wait for.
+		f.finished = true
+		if f.timer != nil && f.timer.Stop() {
+			f.bg.Done()
+		}
+	}()
 	msg := message(prompt)
 	msg.ContextID = contextID
 	req := &sdk.SendMessageRequest{Message: msg}

@@ -1,8 +1,9 @@
 // Package a2a is the A2A provider (docs/seam.md §2): a remote agent that
 // speaks A2A v1 (github.com/a2aproject/a2a-go) as a child. A one-shot child
 // is one message in a new context — message/stream, or message/send and
-// tasks/get polling when the agent's card says it cannot stream — and its
-// remote task's text, status and end are journaled into the child's
+// tasks/get polling when the agent's card says it cannot stream — and a
+// continuable child is one context across turns (continuable.go). The
+// remote tasks' text, status and end are journaled into the child's
 // session log in the event types every child writes, so that replays,
 // streams, the dashboard and the run's result work as for any child.
 //
@@ -59,6 +60,7 @@ const DefaultPollInterval = time.Second
 type Log interface {
 	CreateSession(ctx context.Context, s store.Session) error
 	AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error)
+	Events(ctx context.Context, sessionID string, after int64, limit int) ([]store.Event, error)
 }
 
 // Provider is one configured remote A2A agent. Safe for concurrent use.
@@ -125,9 +127,10 @@ func (p *Provider) Description() string {
 
 // Capabilities has no start-time feature: the service cannot enforce an
 // output schema, a depth limit, a tool filter or a persona on a remote
-// agent. Steer is false (A2A has no confirmed mid-turn admission), Local
-// false, and Resume false: the provider's children are one-shot.
-func (p *Provider) Capabilities() subagent.Capabilities { return subagent.Capabilities{} }
+// agent. Steer is false (A2A has no confirmed mid-turn admission) and
+// Local false; Resume is true: an A2A context is a conversation that any
+// later message continues (continuable.go).
+func (p *Provider) Capabilities() subagent.Capabilities { return subagent.Capabilities{Resume: true} }
 
 // InheritsParentContext is false: the agent sees only its prompt.
 func (p *Provider) InheritsParentContext() bool { return false }

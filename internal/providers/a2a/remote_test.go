@@ -64,7 +64,10 @@ type remote struct {
 	traceparents []string
 	// cancels are closed by the task's tasks/cancel; resubscribed closes
 	// on the first SubscribeToTask.
-	cancels      map[sdk.TaskID]chan struct{}
+	cancels map[sdk.TaskID]chan struct{}
+	// contexts are, per message executed, the context it named ("" for
+	// a new one) and the context it ran in.
+	contexts     [][2]string
 	resubscribed chan struct{}
 	resubOnce    sync.Once
 	cancelled    chan sdk.TaskID
@@ -169,6 +172,9 @@ func (rm *remote) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.
 		text += p.Text()
 	}
 	word, rest, _ := strings.Cut(text, " ")
+	rm.mu.Lock()
+	rm.contexts = append(rm.contexts, [2]string{ec.Message.ContextID, ec.ContextID})
+	rm.mu.Unlock()
 	return func(yield func(sdk.Event, error) bool) {
 		if ec.StoredTask == nil && !yield(sdk.NewSubmittedTask(ec, ec.Message), nil) {
 			return
