@@ -135,6 +135,10 @@ func (f *follower) follow(prompt []model.Block, contextID string) turnlog.Outcom
 			f.bg.Done()
 		}
 	}()
+	if f.isStopped() {
+		// Stopped before it began: the agent never hears of the turn.
+		return aborted()
+	}
 	msg := message(prompt)
 	msg.ContextID = contextID
 	req := &sdk.SendMessageRequest{Message: msg}

@@ -283,3 +283,32 @@ func TestAddArtifact_ReplayIsNotLoggedTwice(t *testing.T) {
 		t.Fatalf("output = %q", got)
 	}
 }
+
+// A run cancelled as it starts — its request ended during Start — never
+// sends its message.
+func TestStart_CancelledRequestSendsNothing(t *testing.T) {
+	t.Parallel()
+	rm := newRemote(t, true)
+	p, b := setup(t, rm)
+	// The card is fetched first, so that the cancellation meets the
+	// message, not the card.
+	if _, err := p.connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := newRun(context.Background(), p, p.conn, "child-1")
+	if err := r.openLog(p.childSession("child-1", request("echo x")), []model.Block{model.TextBlock("echo x")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.Cancel()
+	r.drive([]model.Block{model.TextBlock("echo x")})
+	dispose(t, r)
+	if res := result(t, r); res.StopReason != subagent.StopAborted {
+		t.Fatalf("result %+v, want aborted", res)
+	}
+	if calls, _, _ := rm.received(); !slices.Equal(calls, []string{"card"}) {
+		t.Fatalf("remote received %v, want only the card", calls)
+	}
+	if out := sessionlog.OutcomeOf(events(t, b.store, "child-1")); out.End == nil || out.End.Reason.Kind != sessionlog.ReasonAborted {
+		t.Fatalf("log outcome %+v, want aborted", out)
+	}
+}
