@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 
+	sdk "github.com/a2aproject/a2a-go/v2/a2a"
+
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/providers/turnlog"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -108,25 +110,40 @@ func closedChan() chan struct{} {
 }
 
 // load reads the child log for its context, its turn count and its
-// user/messages, and closes a turn a crash left open.
+// user/messages, and closes a turn a crash left open. The remote task of
+// such a turn may still run, with nobody following it: it is cancelled,
+// so that the context's next message does not meet it.
 func (r *resident) load(ctx context.Context) error {
 	read := func(ctx context.Context, after int64, limit int) ([]store.Event, error) {
 		return r.p.store.Events(ctx, r.id, after, limit)
 	}
+	tasks := map[int]sdk.TaskID{}
 	last, open, err := turnlog.Scan(ctx, read, &r.kept, func(e store.Event) {
 		var d sessionlog.A2ATaskData
-		if e.Type == sessionlog.EventA2ATask && json.Unmarshal(e.Data, &d) == nil && d.ContextID != "" {
+		if e.Type != sessionlog.EventA2ATask || json.Unmarshal(e.Data, &d) != nil {
+			return
+		}
+		if d.ContextID != "" {
 			r.contextID = d.ContextID
 		}
+		tasks[d.Turn] = sdk.TaskID(d.TaskID)
 	})
 	if err != nil {
 		return fmt.Errorf("read log of A2A child %s: %w", r.id, err)
 	}
 	r.turn = last
-	if open != 0 {
-		return r.appendLocked(turnlog.Close(open, step, nil, turnlog.CutOff)...)
+	if open == 0 {
+		return nil
 	}
-	return nil
+	if id := tasks[open]; id != "" {
+		cctx, cancel := context.WithTimeout(ctx, cancelGrace)
+		_, err := r.c.client.CancelTask(cctx, &sdk.CancelTaskRequest{ID: id})
+		cancel()
+		if err != nil {
+			r.log.Warn("tasks/cancel of the task of a turn cut off failed", slog.String("task_id", string(id)), slog.Any("error", err))
+		}
+	}
+	return r.appendLocked(turnlog.Close(open, step, nil, turnlog.CutOff)...)
 }
 
 // appendLocked writes evs to the child log in one append, keeping what
