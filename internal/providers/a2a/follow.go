@@ -84,7 +84,7 @@ func (f *follower) stop() {
 		close(f.stopped)
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		if !f.cancelLocked() {
+		if !f.cancelLocked() && !f.finished {
 			f.bg.Add(1)
 			f.timer = time.AfterFunc(cancelGrace, func() { defer f.bg.Done(); f.stopCalls() })
 		}

@@ -312,3 +312,29 @@ func TestStart_CancelledRequestSendsNothing(t *testing.T) {
 		t.Fatalf("log outcome %+v, want aborted", out)
 	}
 }
+
+// A run whose remote agent refuses the message settles error at once,
+// and disposing it waits for nothing: no task was named, no cancel is
+// owed.
+func TestRun_RefusedMessageSettlesAndDisposesAtOnce(t *testing.T) {
+	t.Parallel()
+	rm := newRemote(t, true)
+	p, _ := setup(t, rm)
+	if _, err := p.connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The card was fetched; from now on the remote refuses the token.
+	rm.mu.Lock()
+	rm.refuse = true
+	rm.mu.Unlock()
+	r := start(t, p, "echo x")
+	res := result(t, r)
+	if res.StopReason != subagent.StopError || !strings.Contains(res.Diagnostic, "before it named its task") {
+		t.Fatalf("result %+v, want an error naming the refusal", res)
+	}
+	began := time.Now()
+	dispose(t, r)
+	if d := time.Since(began); d >= cancelGrace {
+		t.Fatalf("Dispose took %v, as long as the cancel grace", d)
+	}
+}

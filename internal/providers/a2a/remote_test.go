@@ -70,7 +70,9 @@ type remote struct {
 	contexts     [][2]string
 	resubscribed chan struct{}
 	resubOnce    sync.Once
-	cancelled    chan sdk.TaskID
+	// refuse answers every call 401, whatever its token.
+	refuse    bool
+	cancelled chan sdk.TaskID
 }
 
 // newRemote starts a remote whose card says streaming.
@@ -114,8 +116,9 @@ func (rm *remote) guard(next http.Handler) http.Handler {
 		rm.calls = append(rm.calls, call)
 		rm.auths = append(rm.auths, r.Header.Get("Authorization"))
 		rm.traceparents = append(rm.traceparents, r.Header.Get("traceparent"))
+		refuse := rm.refuse
 		rm.mu.Unlock()
-		if r.Header.Get("Authorization") != "Bearer "+token {
+		if refuse || r.Header.Get("Authorization") != "Bearer "+token {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
