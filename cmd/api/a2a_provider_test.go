@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 
+	"github.com/subagentd/subagentd/internal/pg/pgtest"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -136,5 +138,58 @@ func TestA2AProvider_DelegatesToSubagentdOverA2A(t *testing.T) {
 	innerTask, err := c.GetTask(t.Context(), &a2a.GetTaskRequest{ID: a2a.TaskID(taskID)})
 	if err != nil || innerTask.Status.State != a2a.TaskStateCanceled {
 		t.Fatalf("inner task %s = %+v, %v; want canceled", taskID, innerTask, err)
+	}
+}
+
+// A continuable A2A child survives a SIGKILL of the replica that drove
+// it: the restarted process (on the same Postgres) reads the child's
+// context from its log, and the followup is the inner's second task of
+// the same context.
+func TestRestart_ContinuableA2AChildKeepsItsContext(t *testing.T) {
+	t.Parallel()
+	inner := &server{base: wiredServer(t, map[string]string{"SUBAGENTD_TOKENS": "inner:" + innerToken})}
+	cfg := filepath.Join(t.TempDir(), "subagentd.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil,
+		"providers:\n  - name: inner\n    type: a2a\n    url: %s/a2a/spawn/.well-known/agent-card.json\n    auth: {bearerEnv: INNER_A2A_TOKEN}\n",
+		inner.base), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"SUBAGENTD_CONFIG": cfg, "SUBAGENTD_A2A_ALLOW_PRIVATE": "true", "INNER_A2A_TOKEN": innerToken,
+		"DATABASE_URL": pgtest.URL(t), "SUBAGENTD_REPLICA_ID": "replica-" + t.Name(),
+	}
+	s := startServer(t, env)
+	var parent struct{ ID string }
+	s.call(t, http.MethodPost, "/v1/sessions", `{"label":"outer"}`, http.StatusCreated, &parent)
+	var started struct{ ChildID, TaskID string }
+	s.call(t, http.MethodPost, "/v1/subagents", `{"provider":"inner","parentSessionId":"`+parent.ID+`","label":"remote","prompt":`+prompt("first")+`}`, http.StatusCreated, &started)
+	if got := taskText(t, s, started.TaskID); got != "echo: first" {
+		t.Fatalf("first task %q", got)
+	}
+	if err := s.stop(t, syscall.SIGKILL); err == nil {
+		t.Fatal("the SIGKILLed server exited cleanly")
+	}
+
+	s2 := startServer(t, env)
+	fu := s2.followup(t, parent.ID, started.ChildID, "second")
+	if fu.Route != subagent.RouteStarted || taskText(t, s2, fu.TaskID) != "echo: second" {
+		t.Fatalf("followup after the restart %+v", fu)
+	}
+	types, data := s2.childLog(t, started.ChildID)
+	var contexts []string
+	for i, typ := range types {
+		if typ == "a2a/task" {
+			var d struct{ ContextID string }
+			if err := json.Unmarshal([]byte(data[i]), &d); err != nil {
+				t.Fatal(err)
+			}
+			contexts = append(contexts, d.ContextID)
+		}
+	}
+	if len(contexts) != 2 || contexts[0] == "" || contexts[1] != contexts[0] {
+		t.Fatalf("the child's tasks ran in contexts %v, want one across the restart", contexts)
+	}
+	if err := s2.stop(t, syscall.SIGTERM); err != nil {
+		t.Fatalf("second server: %v", err)
 	}
 }
