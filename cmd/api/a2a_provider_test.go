@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -191,5 +193,27 @@ func TestRestart_ContinuableA2AChildKeepsItsContext(t *testing.T) {
 	}
 	if err := s2.stop(t, syscall.SIGTERM); err != nil {
 		t.Fatalf("second server: %v", err)
+	}
+}
+
+// An A2A provider whose agent cannot be reached is listed by /readyz as
+// unavailable, with the reason; the server is ready otherwise.
+func TestA2AProvider_UnreachableAgentIsListedByReadyz(t *testing.T) {
+	t.Parallel()
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	cfg := filepath.Join(t.TempDir(), "subagentd.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "providers:\n  - name: gone\n    type: a2a\n    url: %s/card.json\n", down.URL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{base: wiredServer(t, map[string]string{"SUBAGENTD_CONFIG": cfg, "SUBAGENTD_A2A_ALLOW_PRIVATE": "true"})}
+	var ready struct {
+		Status               string
+		UnavailableProviders []struct{ Name, Reason string }
+	}
+	s.call(t, http.MethodGet, "/readyz", "", http.StatusOK, &ready)
+	if len(ready.UnavailableProviders) != 1 || ready.UnavailableProviders[0].Name != "gone" ||
+		!strings.Contains(ready.UnavailableProviders[0].Reason, "fetch the agent card") {
+		t.Fatalf("readyz = %+v, want the A2A provider unavailable", ready)
 	}
 }

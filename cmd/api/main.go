@@ -452,6 +452,15 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 				return nil, err
 			}
 			providers = append(providers, p)
+			// Fetch its card now: /readyz lists an agent that cannot be
+			// reached, with the reason.
+			loops.Go(func() {
+				pctx, cancel := context.WithTimeout(bg, time.Minute)
+				defer cancel()
+				if err := p.WaitProbe(pctx); err != nil {
+					log.WarnContext(pctx, "A2A agent's card could not be fetched", slog.String("provider", pc.Name), slog.Any("error", err))
+				}
+			})
 			continue
 		}
 		p, err := acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots, SecretEnv: secretEnv, Approver: approvals})

@@ -73,12 +73,14 @@ type Provider struct {
 	host  string
 
 	// mu guards conn, the client made from the agent's card once it was
-	// fetched.
-	mu   sync.Mutex
-	conn *conn
+	// fetched, and the last failure to fetch it.
+	mu       sync.Mutex
+	conn     *conn
+	failed   error
+	failedAt time.Time
 }
 
-var _ subagent.Provider = (*Provider)(nil)
+var _ subagent.Prober = (*Provider)(nil)
 
 // conn is a client of the remote agent, made from its card.
 type conn struct {
@@ -135,19 +137,48 @@ func (p *Provider) Capabilities() subagent.Capabilities { return subagent.Capabi
 // InheritsParentContext is false: the agent sees only its prompt.
 func (p *Provider) InheritsParentContext() bool { return false }
 
-// cardTimeout bounds the card fetch.
-const cardTimeout = 30 * time.Second
+// WaitProbe fetches the agent's card unless it was (connect): nil once
+// the provider reaches its agent, else why it cannot, which /readyz
+// lists. Its capabilities do not depend on the card.
+func (p *Provider) WaitProbe(ctx context.Context) error {
+	_, err := p.connect(ctx)
+	return err
+}
+
+// cardTimeout bounds the card fetch; cardRetry is how long a failed fetch
+// is the answer before the card is fetched again, so that readiness
+// probes and runs do not hammer an agent that is down.
+const (
+	cardTimeout = 30 * time.Second
+	cardRetry   = 5 * time.Second
+)
 
 // connect returns the client of the agent, fetching its card the first
-// time (again after a failure). Returns an EAgentUnavailable *subagent.Error
-// naming the reason when the card cannot be fetched or offers no transport
-// this client speaks.
+// time (again cardRetry after a failure). Returns an EAgentUnavailable
+// *subagent.Error naming the reason when the card cannot be fetched or
+// offers no transport this client speaks.
 func (p *Provider) connect(ctx context.Context) (*conn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn != nil {
 		return p.conn, nil
 	}
+	if p.failed != nil && time.Since(p.failedAt) < cardRetry {
+		return nil, p.failed
+	}
+	c, err := p.fetchCard(ctx)
+	switch {
+	case err == nil:
+		p.conn, p.failed = c, nil
+	case ctx.Err() == nil:
+		// A caller that gave up says nothing about the agent.
+		p.failed, p.failedAt = err, time.Now()
+	}
+	return c, err
+}
+
+// fetchCard fetches the agent's card and makes a client from it.
+func (p *Provider) fetchCard(ctx context.Context) (*conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, cardTimeout)
 	defer cancel()
 	card, err := agentcard.NewResolver(p.hc).Resolve(cctx, p.cfg.URL, agentcard.WithPath(""))
@@ -160,8 +191,7 @@ func (p *Provider) connect(ctx context.Context) (*conn, error) {
 	if err != nil {
 		return nil, subagent.Errorf(subagent.EAgentUnavailable, "A2A provider %q: the agent card offers no usable interface: %v", p.cfg.Name, err)
 	}
-	p.conn = &conn{client: client, streaming: card.Capabilities.Streaming}
-	return p.conn, nil
+	return &conn{client: client, streaming: card.Capabilities.Streaming}, nil
 }
 
 // Start fetches the agent's card if it has not yet, creates the child

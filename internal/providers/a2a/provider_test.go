@@ -137,9 +137,31 @@ func TestStart_WrongTokenIsRefusedAtTheCard(t *testing.T) {
 	if !errors.As(err, &se) || se.Code != subagent.EAgentUnavailable || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("Start = %v, want AGENT_UNAVAILABLE naming the 401", err)
 	}
+	// Readiness asks again at once: the failure is the answer for a
+	// while, without another fetch.
+	if err := p.WaitProbe(context.Background()); !errors.As(err, &se) || se.Code != subagent.EAgentUnavailable {
+		t.Fatalf("WaitProbe = %v, want AGENT_UNAVAILABLE", err)
+	}
 	calls, _, _ := rm.received()
 	if !slices.Equal(calls, []string{"card"}) {
 		t.Fatalf("remote received %v, want only the card fetch", calls)
+	}
+}
+
+// WaitProbe fetches the card once: a provider that reaches its agent is
+// ready, and later runs do not fetch it again.
+func TestWaitProbe_FetchesTheCardOnce(t *testing.T) {
+	t.Parallel()
+	rm := newRemote(t, true)
+	p, _ := setup(t, rm)
+	for range 2 {
+		if err := p.WaitProbe(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	result(t, start(t, p, "echo x"))
+	if calls, _, _ := rm.received(); !slices.Equal(calls, []string{"card", "SendStreamingMessage"}) {
+		t.Fatalf("remote received %v", calls)
 	}
 }
 
