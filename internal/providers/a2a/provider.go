@@ -73,11 +73,13 @@ type Provider struct {
 	host  string
 
 	// mu guards conn, the client made from the agent's card once it was
-	// fetched, and the last failure to fetch it.
+	// fetched, the last failure to fetch it, and the fetch under way
+	// (closed when it ended).
 	mu       sync.Mutex
 	conn     *conn
 	failed   error
 	failedAt time.Time
+	fetching chan struct{}
 }
 
 var _ subagent.Prober = (*Provider)(nil)
@@ -154,27 +156,49 @@ const (
 )
 
 // connect returns the client of the agent, fetching its card the first
-// time (again cardRetry after a failure). Returns an EAgentUnavailable
+// time (again cardRetry after a failure); concurrent callers wait for the
+// one fetch under way, or for their ctx. Returns an EAgentUnavailable
 // *subagent.Error naming the reason when the card cannot be fetched or
-// offers no transport this client speaks.
+// offers no transport this client speaks, or when ctx ended first.
 func (p *Provider) connect(ctx context.Context) (*conn, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conn != nil {
-		return p.conn, nil
+	for {
+		p.mu.Lock()
+		switch {
+		case p.conn != nil:
+			c := p.conn
+			p.mu.Unlock()
+			return c, nil
+		case p.failed != nil && time.Since(p.failedAt) < cardRetry:
+			err := p.failed
+			p.mu.Unlock()
+			return nil, err
+		case p.fetching != nil:
+			fetching := p.fetching
+			p.mu.Unlock()
+			select {
+			case <-fetching:
+				continue
+			case <-ctx.Done():
+				return nil, subagent.Errorf(subagent.EAgentUnavailable, "A2A provider %q: its agent card is still being fetched: %v", p.cfg.Name, ctx.Err())
+			}
+		}
+		done := make(chan struct{})
+		p.fetching = done
+		p.mu.Unlock()
+		c, err := p.fetchCard(ctx)
+		p.mu.Lock()
+		p.fetching = nil
+		close(done)
+		switch {
+		case err == nil:
+			p.conn, p.failed = c, nil
+		case ctx.Err() == nil:
+			// A caller that gave up says nothing about the agent.
+			p.failed, p.failedAt = err, time.Now()
+		}
+		p.mu.Unlock()
+		return c, err
 	}
-	if p.failed != nil && time.Since(p.failedAt) < cardRetry {
-		return nil, p.failed
-	}
-	c, err := p.fetchCard(ctx)
-	switch {
-	case err == nil:
-		p.conn, p.failed = c, nil
-	case ctx.Err() == nil:
-		// A caller that gave up says nothing about the agent.
-		p.failed, p.failedAt = err, time.Now()
-	}
-	return c, err
 }
 
 // fetchCard fetches the agent's card and makes a client from it.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -358,5 +360,46 @@ func TestRun_RefusedMessageSettlesAndDisposesAtOnce(t *testing.T) {
 	dispose(t, r)
 	if d := time.Since(began); d >= cancelGrace {
 		t.Fatalf("Dispose took %v, as long as the cancel grace", d)
+	}
+}
+
+// A caller waiting for the card fetch under way — a readiness probe
+// while the start-up fetch hangs — gives up with its own context, never
+// waiting out the fetch.
+func TestWaitProbe_WaitsForTheFetchUnderWayOnlyAsLongAsItsContext(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(hang.Close)
+	t.Cleanup(func() { close(release) })
+	p, err := New(config.ProviderConfig{Name: "slow", Type: config.TypeA2A, URL: hang.URL + "/card.json"},
+		Deps{Store: memstore.New(), Logger: slog.New(slog.DiscardHandler), AllowPrivate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { first <- p.WaitProbe(context.Background()) }()
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	waited := make(chan error, 1)
+	go func() { waited <- p.WaitProbe(ctx) }()
+	cancel()
+	select {
+	case err := <-waited:
+		if err == nil || !strings.Contains(err.Error(), "still being fetched") {
+			t.Fatalf("WaitProbe = %v, want its context's end", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("a caller that gave up waited for the fetch under way")
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the fetch ended (%v) before the agent answered", err)
+	default:
 	}
 }
