@@ -38,6 +38,7 @@ import (
 	httpapi "github.com/subagentd/subagentd/internal/http"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/pg"
+	a2aprov "github.com/subagentd/subagentd/internal/providers/a2a"
 	"github.com/subagentd/subagentd/internal/providers/acp"
 	"github.com/subagentd/subagentd/internal/providers/fork"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
@@ -183,6 +184,7 @@ var settings = []setting{
 	{"SUBAGENTD_LEASE_TTL", "lease-ttl", "15s", "lease of a replica on the runs it drives (a Go duration, at least 1s), renewed every third of it; another replica closes the runs of one that stopped renewing"},
 	{"SUBAGENTD_WEBHOOK_RETRY", "webhook-retry", "5s,5m,30m,2h,5h,10h,10h", "waits between the attempts of a webhook delivery (comma-separated Go durations); after the last the event is failed"},
 	{"SUBAGENTD_WEBHOOK_ALLOW_PRIVATE", "webhook-allow-private", "false", "let webhook deliveries reach loopback, private and link-local addresses (true or false)"},
+	{"SUBAGENTD_A2A_ALLOW_PRIVATE", "a2a-allow-private", "false", "let A2A providers reach loopback, private and link-local addresses (true or false)"},
 }
 
 // config is the effective configuration: flags over environment over
@@ -439,7 +441,28 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	if n, err := acp.ReapOrphans(log); err != nil || n > 0 {
 		log.WarnContext(ctx, "reaped the agents of a previous process", slog.Int("process_groups", n), slog.Any("error", err))
 	}
+	allowA2APrivate, err := strconv.ParseBool(cfg.get("SUBAGENTD_A2A_ALLOW_PRIVATE"))
+	if err != nil {
+		return nil, fmt.Errorf("SUBAGENTD_A2A_ALLOW_PRIVATE: want true or false, got %q", cfg.get("SUBAGENTD_A2A_ALLOW_PRIVATE"))
+	}
 	for _, pc := range file.Providers {
+		if pc.Type == cfgfile.TypeA2A {
+			p, err := a2aprov.New(pc, a2aprov.Deps{Store: st, Logger: log, AllowPrivate: allowA2APrivate})
+			if err != nil {
+				return nil, err
+			}
+			providers = append(providers, p)
+			// Fetch its card now: /readyz lists an agent that cannot be
+			// reached, with the reason.
+			loops.Go(func() {
+				pctx, cancel := context.WithTimeout(bg, time.Minute)
+				defer cancel()
+				if err := p.WaitProbe(pctx); err != nil {
+					log.WarnContext(pctx, "A2A agent's card could not be fetched", slog.String("provider", pc.Name), slog.Any("error", err))
+				}
+			})
+			continue
+		}
 		p, err := acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots, SecretEnv: secretEnv, Approver: approvals})
 		if err != nil {
 			return nil, err

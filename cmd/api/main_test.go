@@ -318,7 +318,7 @@ func TestREADME_ConfigurationTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var listed []string
-	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Z_]+)` \\|").FindAllStringSubmatch(string(data), -1) {
+	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Z0-9_]+)` \\|").FindAllStringSubmatch(string(data), -1) {
 		listed = append(listed, m[1])
 	}
 	want := settingNames()

@@ -23,6 +23,7 @@ import (
 // Provider and model types, permission policies and defaults.
 const (
 	TypeACP    = "acp"
+	TypeA2A    = "a2a"
 	TypeOpenAI = "openai"
 
 	// PermissionReject declines every session/request_permission (default).
@@ -70,12 +71,20 @@ type File struct {
 	WebhooksAllowPrivate bool
 }
 
-// ProviderConfig is one ACP agent run as a provider (docs/seam.md §2).
+// ProviderConfig is one ACP agent run as a provider, or one remote A2A
+// agent (docs/seam.md §2). An A2A provider has only Name, Type, URL and
+// BearerEnv; the other fields are the ACP agent's.
 type ProviderConfig struct {
 	// Name is the provider name: [a-z0-9][a-z0-9_-]*, unique, not spawn or fork.
 	Name string
-	// Type is TypeACP.
+	// Type is TypeACP or TypeA2A.
 	Type string
+	// URL is an A2A agent's card URL, absolute http(s).
+	URL string
+	// BearerEnv names the environment variable holding the bearer token
+	// every call to the A2A agent carries, the card fetch included; ""
+	// sends none.
+	BearerEnv string
 	// Command and Args are the only program the provider ever runs; nothing
 	// in a request can change them.
 	Command string

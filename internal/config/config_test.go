@@ -121,7 +121,19 @@ func TestParse_Errors(t *testing.T) {
 		{"missing command", "providers:\n  - name: a\n",
 			`line 2: providers[0].command: is required`},
 		{"wrong provider type", "providers:\n  - name: a\n    type: codex\n    command: x\n",
-			`line 3: providers[0].type: "codex" is not a provider type (want "acp")`},
+			`line 3: providers[0].type: "codex" is not a provider type (want "acp" or "a2a")`},
+		{"a2a without url", "providers:\n  - name: a\n    type: a2a\n",
+			`line 2: providers[0].url: is required (the agent card URL)`},
+		{"a2a with a bad url", "providers:\n  - name: a\n    type: a2a\n    url: ftp://x.example/card\n",
+			`line 4: providers[0].url: "ftp://x.example/card" is not an http(s) URL without credentials`},
+		{"a2a with credentials in its url", "providers:\n  - name: a\n    type: a2a\n    url: https://u:p@x.example/card\n",
+			`line 4: providers[0].url: "https://u:p@x.example/card" is not an http(s) URL without credentials`},
+		{"a2a with a command", "providers:\n  - name: a\n    type: a2a\n    url: https://x.example/\n    command: x\n",
+			`line 3: providers[0].type: a provider of type "a2a" takes only name, url and auth`},
+		{"a2a with a bad bearerEnv", "providers:\n  - name: a\n    type: a2a\n    url: https://x.example/\n    auth:\n      bearerEnv: 1X\n",
+			`line 6: providers[0].auth.bearerEnv: "1X" is not an environment variable name`},
+		{"acp with a url", "providers:\n  - name: a\n    command: x\n    url: https://x.example/\n",
+			`line 2: providers[0].type: url and auth are for providers of type "a2a"`},
 		{"bad permission", "providers:\n  - name: a\n    command: x\n    permission: maybe\n",
 			`line 4: providers[0].permission: "maybe" must be "reject", "allow" or "ask"`},
 		{"bad rule kind", "providers:\n  - name: a\n    command: x\n    rules:\n      - kind: write\n        decision: ask\n",
@@ -377,5 +389,20 @@ func TestParse_PermissionRules(t *testing.T) {
 	}
 	if p := def.Providers[0]; p.MayAsk() || p.PermissionFor("edit", "x") != PermissionReject || p.OnTimeout != "" {
 		t.Fatalf("default provider = %+v, want reject and no approvals", p)
+	}
+}
+
+func TestParse_A2AProvider(t *testing.T) {
+	t.Parallel()
+	f, err := Parse([]byte("providers:\n  - name: remote\n    type: a2a\n    url: https://agents.example/.well-known/agent-card.json\n    auth:\n      bearerEnv: REMOTE_TOKEN\n  - name: open\n    type: a2a\n    url: http://10.0.0.7:8080/\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ProviderConfig{
+		{Name: "remote", Type: TypeA2A, URL: "https://agents.example/.well-known/agent-card.json", BearerEnv: "REMOTE_TOKEN"},
+		{Name: "open", Type: TypeA2A, URL: "http://10.0.0.7:8080/"},
+	}
+	if !reflect.DeepEqual(f.Providers, want) {
+		t.Fatalf("providers = %+v, want %+v", f.Providers, want)
 	}
 }

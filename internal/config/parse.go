@@ -55,7 +55,17 @@ type providerYAML struct {
 	DisposeEOFGrace *string           `yaml:"disposeEofGrace"`
 	DisposeGrace    *string           `yaml:"disposeGrace"`
 	IdleTimeout     *string           `yaml:"idleTimeout"`
+	URL             string            `yaml:"url"`
+	Auth            *authYAML         `yaml:"auth"`
 }
+
+// authYAML is an A2A provider's auth: section.
+type authYAML struct {
+	BearerEnv string `yaml:"bearerEnv"`
+}
+
+// maxURLLen bounds an A2A provider's card URL.
+const maxURLLen = 2048
 
 // ruleYAML is one rule of a provider's permission policy.
 type ruleYAML struct {
@@ -250,6 +260,9 @@ func (v *validator) name(p at, name string) {
 }
 
 func (v *validator) provider(p at, r providerYAML, startDir string, roots []string) ProviderConfig {
+	if r.Type == TypeA2A {
+		return v.a2aProvider(p, r)
+	}
 	pc := ProviderConfig{
 		Name:            r.Name,
 		Type:            r.Type,
@@ -268,19 +281,14 @@ func (v *validator) provider(p at, r providerYAML, startDir string, roots []stri
 		}
 		pc.IdleTimeout = d
 	}
-	v.name(p.with("name"), r.Name)
-	if len(r.Name) > maxProviderNameLen {
-		// Its delegation tool is subagent_<name>, and OpenAI-compatible
-		// servers refuse tool names over 64 characters.
-		v.fail(p.with("name"), "%q is longer than %d characters", r.Name, maxProviderNameLen)
-	}
-	if reservedProviders[r.Name] {
-		v.fail(p.with("name"), "%q is a built-in provider", r.Name)
-	}
+	v.providerName(p, r.Name)
 	if pc.Type == "" {
 		pc.Type = TypeACP
 	} else if pc.Type != TypeACP {
-		v.fail(p.with("type"), "%q is not a provider type (want %q)", pc.Type, TypeACP)
+		v.fail(p.with("type"), "%q is not a provider type (want %q or %q)", pc.Type, TypeACP, TypeA2A)
+	}
+	if r.URL != "" || r.Auth != nil {
+		v.fail(p.with("type"), "url and auth are for providers of type %q", TypeA2A)
 	}
 	switch {
 	case r.Command == "":
@@ -333,6 +341,45 @@ func (v *validator) provider(p at, r providerYAML, startDir string, roots []stri
 	}
 	if r.Cwd != nil {
 		pc.Cwd = v.cwd(p.with("cwd"), *r.Cwd, startDir, roots)
+	}
+	return pc
+}
+
+// providerName checks a provider's name.
+func (v *validator) providerName(p at, name string) {
+	v.name(p.with("name"), name)
+	if len(name) > maxProviderNameLen {
+		// Its delegation tool is subagent_<name>, and OpenAI-compatible
+		// servers refuse tool names over 64 characters.
+		v.fail(p.with("name"), "%q is longer than %d characters", name, maxProviderNameLen)
+	}
+	if reservedProviders[name] {
+		v.fail(p.with("name"), "%q is a built-in provider", name)
+	}
+}
+
+// a2aProvider validates a remote A2A agent: a name, its card URL and
+// its auth; none of an ACP agent's keys.
+func (v *validator) a2aProvider(p at, r providerYAML) ProviderConfig {
+	pc := ProviderConfig{Name: r.Name, Type: TypeA2A, URL: r.URL}
+	v.providerName(p, r.Name)
+	if r.Command != "" || r.Args != nil || r.Env != nil || r.Cwd != nil || r.Permission != "" || r.Rules != nil ||
+		r.ApprovalTimeout != nil || r.OnTimeout != "" || r.DisposeEOFGrace != nil || r.DisposeGrace != nil || r.IdleTimeout != nil {
+		v.fail(p.with("type"), "a provider of type %q takes only name, url and auth", TypeA2A)
+	}
+	switch u, err := url.Parse(r.URL); {
+	case r.URL == "":
+		v.fail(p.with("url"), "is required (the agent card URL)")
+	case len(r.URL) > maxURLLen:
+		v.fail(p.with("url"), "is longer than %d characters", maxURLLen)
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil:
+		v.fail(p.with("url"), "%q is not an http(s) URL without credentials", r.URL)
+	}
+	if r.Auth != nil {
+		if !envKeyPattern.MatchString(r.Auth.BearerEnv) {
+			v.fail(p.with("auth", "bearerEnv"), "%q is not an environment variable name", r.Auth.BearerEnv)
+		}
+		pc.BearerEnv = r.Auth.BearerEnv
 	}
 	return pc
 }

@@ -33,7 +33,7 @@ const SESSION_TYPES = [
   'turn/start', 'turn/end', 'step/start', 'step/end', 'user/message', 'assistant/chunk',
   'assistant/message', 'tool/call', 'tool/result', 'agent/inbox/spliced', 'session/end-seed',
   'approval/policy', 'sandbox/mode', 'subagent/descriptor', 'request/header', 'request/context',
-  'acp/tool-call', 'acp/tool-call-update', 'acp/plan', 'acp/permission', 'history/snapshot',
+  'acp/tool-call', 'acp/tool-call-update', 'acp/plan', 'acp/permission', 'a2a/task', 'history/snapshot',
 ];
 
 const CONN_TEXT = {

@@ -719,6 +719,8 @@ function summarize(type, d) {
       return `turn ${d.turn ?? ''}${d.step !== undefined ? ` step ${d.step}` : ''}`;
     case 'turn/end':
       return `turn ${d.turn ?? ''}: ${d.reason?.kind || ''}`;
+    case 'a2a/task':
+      return `turn ${d.turn ?? ''}: remote task ${d.taskId || '?'}${d.contextId ? ` in context ${d.contextId}` : ''}`;
     case 'subagent/descriptor':
       return `${d.mode || ''} via ${d.provider || '?'}${d.label ? ` — ${d.label}` : ''}`;
     case 'approval/policy':

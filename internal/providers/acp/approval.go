@@ -10,6 +10,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/governance"
+	"github.com/subagentd/subagentd/internal/providers/turnlog"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -78,7 +79,7 @@ func toolKind(k *sdk.ToolKind) string {
 // opened. record writes events to the child's log; it returns an error
 // once a write failed (the turn then stops).
 func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.RequestPermissionRequest, v governance.Verdict,
-	record func(evs ...typed) error, stops ...<-chan struct{}) sdk.RequestPermissionResponse {
+	record func(evs ...turnlog.Event) error, stops ...<-chan struct{}) sdk.RequestPermissionResponse {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for _, stop := range stops {
@@ -110,14 +111,14 @@ func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.Re
 		if actx.Err() == nil {
 			p.log.Error("cannot open an approval; answering the agent cancelled", slog.String("child_id", childID), slog.Any("error", err))
 		}
-		_ = record(typed{sessionlog.EventACPPermission, perm})
+		_ = record(turnlog.Event{Type: sessionlog.EventACPPermission, Data: perm})
 		return permissionCancelled()
 	}
 	opts := make([]permissionOptionData, len(ap.Options))
 	for i, o := range ap.Options {
 		opts[i] = permissionOptionData(o)
 	}
-	if err := record(typed{eventApprovalRequested, approvalRequestedData{
+	if err := record(turnlog.Event{Type: eventApprovalRequested, Data: approvalRequestedData{
 		Turn: turn, ApprovalID: ap.ID, ToolCallID: ap.ToolCall.ID, Title: ap.ToolCall.Title, Kind: ap.ToolCall.Kind, Options: opts,
 	}}); err != nil {
 		cancel() // the turn stops: the approval is cancelled
@@ -136,8 +137,8 @@ func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.Re
 		}
 	}
 	if err := record(
-		typed{eventApprovalDecided, approvalDecidedData{Turn: turn, ApprovalID: ap.ID, State: closed.State, Decision: governance.DecisionOf(closed.Decision)}},
-		typed{sessionlog.EventACPPermission, perm},
+		turnlog.Event{Type: eventApprovalDecided, Data: approvalDecidedData{Turn: turn, ApprovalID: ap.ID, State: closed.State, Decision: governance.DecisionOf(closed.Decision)}},
+		turnlog.Event{Type: sessionlog.EventACPPermission, Data: perm},
 	); err != nil {
 		return permissionCancelled()
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/providers/turnlog"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -112,24 +113,23 @@ type resident struct {
 	// (bounded) text, the outcome fold (which takes a turn's text from the
 	// assistant/message that ends it, never from its chunks) and the
 	// user/messages (Events).
-	mu       sync.Mutex
-	live     *live // nil once closed
-	session  sdk.SessionId
-	messages []store.Event           // the user/messages of the child log
-	fold     *sessionlog.OutcomeFold // of the events written since Track
-	turn     int                     // the last turn number in the log
-	queue    []sessionlog.UserMessage
-	running  bool          // a turn runs or is about to
-	idle     chan struct{} // closed while no turn runs
-	cur      *acpTurn      // the running turn
-	closed   bool
+	mu      sync.Mutex
+	live    *live // nil once closed
+	session sdk.SessionId
+	kept    turnlog.Kept // the user/messages and the fold since Track
+	turn    int          // the last turn number in the log
+	queue   []sessionlog.UserMessage
+	running bool          // a turn runs or is about to
+	idle    chan struct{} // closed while no turn runs
+	cur     *acpTurn      // the running turn
+	closed  bool
 }
 
 // acpTurn is one turn: one session/prompt.
 type acpTurn struct {
 	n       int
 	content []model.Block // the prompt
-	text    outputText
+	text    turnlog.Output
 	stop    chan struct{} // closed by Cancel, or when the log failed
 	ended   chan struct{} // closed once the turn is closed
 	cause   string
@@ -144,11 +144,11 @@ type acpTurn struct {
 // stopped is the outcome of a turn whose prompt was stopped: an error when
 // its log could not be written, else aborted by its cause. Read it once
 // t.stop is closed, or with mu held.
-func (t *acpTurn) stopped() outcome {
+func (t *acpTurn) stopped() turnlog.Outcome {
 	if t.failed {
-		return outcome{reason: subagent.StopError, diagnostic: logFailed}
+		return turnlog.Outcome{Reason: subagent.StopError, Diagnostic: turnlog.LogFailed}
 	}
-	return outcome{reason: subagent.StopAborted, cause: t.cause}
+	return turnlog.Outcome{Reason: subagent.StopAborted, Cause: t.cause}
 }
 
 func closedChan() chan struct{} {
@@ -176,7 +176,7 @@ func (r *resident) create(ctx context.Context, createChild func(context.Context)
 		err = r.load(ctx)
 	}
 	if err == nil {
-		err = r.appendLocked(typed{sessionlog.EventACPSession, sessionlog.ACPSessionData{SessionID: string(session)}})
+		err = r.appendLocked(turnlog.Event{Type: sessionlog.EventACPSession, Data: sessionlog.ACPSessionData{SessionID: string(session)}})
 	}
 	if err != nil {
 		l.discard()
@@ -189,39 +189,21 @@ func (r *resident) create(ctx context.Context, createChild func(context.Context)
 // load reads the child log, a page at a time, for its ACP session, its
 // turn count and its user/messages, and closes a turn a crash left open.
 func (r *resident) load(ctx context.Context) error {
-	open := 0
-	for after := int64(-1); ; {
-		page, err := r.p.store.Events(ctx, r.key.id, after, 1000)
-		if err != nil {
-			return fmt.Errorf("read log of ACP child %s: %w", r.key.id, err)
-		}
-		if len(page) == 0 {
-			break
-		}
-		for _, e := range page {
-			switch e.Type {
-			case sessionlog.EventACPSession:
-				var d sessionlog.ACPSessionData
-				if json.Unmarshal(e.Data, &d) == nil {
-					r.session = sdk.SessionId(d.SessionID)
-				}
-			case sessionlog.EventTurnStart:
-				var d sessionlog.TurnData
-				if json.Unmarshal(e.Data, &d) == nil {
-					r.turn, open = max(r.turn, d.Turn), d.Turn
-				}
-			case sessionlog.EventTurnEnd:
-				open = 0
-			case sessionlog.EventUserMessage:
-				r.messages = append(r.messages, e)
-			}
-		}
-		after = page[len(page)-1].Seq
+	read := func(ctx context.Context, after int64, limit int) ([]store.Event, error) {
+		return r.p.store.Events(ctx, r.key.id, after, limit)
 	}
+	last, open, err := turnlog.Scan(ctx, read, &r.kept, func(e store.Event) {
+		var d sessionlog.ACPSessionData
+		if e.Type == sessionlog.EventACPSession && json.Unmarshal(e.Data, &d) == nil {
+			r.session = sdk.SessionId(d.SessionID)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("read log of ACP child %s: %w", r.key.id, err)
+	}
+	r.turn = last
 	if open != 0 {
-		// The process that ran this turn is gone (a crash or restart).
-		o := outcome{reason: subagent.StopError, diagnostic: "the turn was cut off: subagentd stopped while the agent worked on it"}
-		if err := r.appendLocked(turnClose(open, 1, nil, o)...); err != nil {
+		if err := r.appendLocked(turnlog.Close(open, 1, nil, turnlog.CutOff)...); err != nil {
 			return err
 		}
 	}
@@ -273,8 +255,8 @@ func resumable(caps sdk.AgentCapabilities) bool {
 // appendLocked writes evs to the child log in one append, keeping its
 // user/messages and folding the rest but the chunks; call it with mu held,
 // or before r is shared.
-func (r *resident) appendLocked(evs ...typed) error {
-	batch, entries, err := encode(evs...)
+func (r *resident) appendLocked(evs ...turnlog.Event) error {
+	batch, entries, err := turnlog.Encode(evs...)
 	if err != nil {
 		return err
 	}
@@ -282,17 +264,7 @@ func (r *resident) appendLocked(evs ...typed) error {
 	if err != nil {
 		return fmt.Errorf("write log of ACP child %s: %w", r.key.id, err)
 	}
-	for i, e := range stored {
-		switch {
-		case e.Type == sessionlog.EventUserMessage:
-			r.messages = append(r.messages, e)
-		case e.Type == sessionlog.EventAssistantChunk:
-			continue // the turn's assistant/message repeats its text
-		}
-		if r.fold != nil {
-			r.fold.Fold(e, entries[i].Payload)
-		}
-	}
+	r.kept.Written(stored, entries)
 	return nil
 }
 
@@ -326,9 +298,9 @@ func (r *resident) QueuesFollowups() {}
 func (r *resident) openLocked(msg sessionlog.UserMessage) error {
 	n := r.turn + 1
 	if err := r.appendLocked(
-		typed{sessionlog.EventTurnStart, sessionlog.TurnData{Turn: n}},
-		typed{sessionlog.EventUserMessage, msg},
-		typed{sessionlog.EventStepStart, sessionlog.StepData{Turn: n, Step: 1}},
+		turnlog.Event{Type: sessionlog.EventTurnStart, Data: sessionlog.TurnData{Turn: n}},
+		turnlog.Event{Type: sessionlog.EventUserMessage, Data: msg},
+		turnlog.Event{Type: sessionlog.EventStepStart, Data: sessionlog.StepData{Turn: n, Step: 1}},
 	); err != nil {
 		return err
 	}
@@ -360,8 +332,8 @@ func (r *resident) runTurn() bool {
 	if t.failed {
 		o = t.stopped()
 	}
-	o.diagnostic = subagent.TruncateDiagnostic(o.diagnostic)
-	_, ended := closeTurn(r.appendLocked, r.log, t.n, t.text.blocks(), o)
+	o.Diagnostic = subagent.TruncateDiagnostic(o.Diagnostic)
+	_, ended := turnlog.CloseTurn(r.appendLocked, r.log, t.n, t.text.Blocks(), o)
 	r.cur = nil
 	close(t.ended)
 	if !ended {
@@ -386,7 +358,7 @@ func (r *resident) runTurn() bool {
 // is aborted; an agent that does not answer its cancellation within the
 // dispose grace is stopped, so no late answer reaches a later turn. When
 // an earlier turn lost the agent, a new one resumes the session first.
-func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []model.Block) outcome {
+func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []model.Block) turnlog.Outcome {
 	if l == nil {
 		ctx, cancel := context.WithCancel(r.logCtx)
 		go func() {
@@ -405,7 +377,7 @@ func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []
 				return t.stopped()
 			default:
 			}
-			return outcome{reason: subagent.StopError, diagnostic: subagent.ErrorMessage(err)}
+			return turnlog.Outcome{Reason: subagent.StopError, Diagnostic: subagent.ErrorMessage(err)}
 		}
 		r.mu.Lock()
 		closed := r.closed
@@ -418,7 +390,7 @@ func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []
 			return t.stopped()
 		}
 	}
-	resp, err := l.prompt(session, sdkBlocks(textOnly(content)), t.stop, r.p.cfg.DisposeGrace, telemetry.Traceparent(r.logCtx))
+	resp, err := l.prompt(session, sdkBlocks(turnlog.TextOnly(content)), t.stop, r.p.cfg.DisposeGrace, telemetry.Traceparent(r.logCtx))
 	select {
 	case <-t.stop:
 		if err != nil {
@@ -433,11 +405,11 @@ func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []
 		if errors.Is(err, errExited) || disconnected(err) {
 			r.dropLive(l)
 		}
-		return outcome{reason: subagent.StopError, diagnostic: diagnostic}
+		return turnlog.Outcome{Reason: subagent.StopError, Diagnostic: diagnostic}
 	}
 	o := stopOutcome(resp.StopReason)
 	if u := resp.Usage; u != nil {
-		o.usage = &sessionlog.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
+		o.Usage = &sessionlog.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
 	}
 	return o
 }
@@ -468,11 +440,11 @@ func (r *resident) sessionUpdate(n sdk.SessionNotification) {
 		return
 	}
 	if typ, payload, text, ok := logUpdate(n.Update, t.n, 1); ok {
-		if err := r.appendLocked(typed{typ, payload}); err != nil {
+		if err := r.appendLocked(turnlog.Event{Type: typ, Data: payload}); err != nil {
 			r.failLocked(t, typ, err)
 			return
 		}
-		t.text.add(text)
+		t.text.Add(text)
 	}
 }
 
@@ -500,7 +472,7 @@ func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.Reque
 	defer r.mu.Unlock()
 	resp, d := decide(req, v.Decision, cancelled, n)
 	if t != nil && !t.failed {
-		if err := r.appendLocked(typed{sessionlog.EventACPPermission, d}); err != nil {
+		if err := r.appendLocked(turnlog.Event{Type: sessionlog.EventACPPermission, Data: d}); err != nil {
 			r.failLocked(t, sessionlog.EventACPPermission, err)
 			return permissionCancelled()
 		}
@@ -510,15 +482,15 @@ func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.Reque
 
 // recorder writes events of turn t to the child log while t runs; a
 // failed write stops t and is returned.
-func (r *resident) recorder(t *acpTurn) func(evs ...typed) error {
-	return func(evs ...typed) error {
+func (r *resident) recorder(t *acpTurn) func(evs ...turnlog.Event) error {
+	return func(evs ...turnlog.Event) error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.cur != t || t.failed {
 			return nil
 		}
 		if err := r.appendLocked(evs...); err != nil {
-			r.failLocked(t, evs[0].typ, err)
+			r.failLocked(t, evs[0].Type, err)
 			return err
 		}
 		return nil
@@ -608,7 +580,7 @@ func (r *resident) waitIdle(ctx context.Context) error {
 func (r *resident) Events() []store.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.messages)
+	return r.kept.Messages()
 }
 
 // Track starts the outcome fold of the events written from now on,
@@ -616,14 +588,14 @@ func (r *resident) Events() []store.Event {
 func (r *resident) Track() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.fold = &sessionlog.OutcomeFold{}
+	r.kept.Track()
 }
 
 // Outcome returns the outcome of the events written since Track.
 func (r *resident) Outcome() sessionlog.Outcome {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.fold.Outcome()
+	return r.kept.Outcome()
 }
 
 // Close cancels the running turn, waits for it to end and leaves the

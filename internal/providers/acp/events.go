@@ -1,16 +1,10 @@
 package acp
 
 import (
-	"log/slog"
-	"strings"
-	"unicode/utf8"
-
 	sdk "github.com/coder/acp-go-sdk"
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
-	"github.com/subagentd/subagentd/internal/store"
-	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // logUpdate is the child-log event of a session/update in turn and step:
@@ -61,106 +55,4 @@ func blockText(b sdk.ContentBlock) string {
 		return b.Text.Text
 	}
 	return ""
-}
-
-// typed is one child-log event before encoding.
-type typed struct {
-	typ  string
-	data any
-}
-
-// encode marshals events for store.AppendEvents; entries keeps each
-// event's payload, for the folds fed as events are written.
-func encode(evs ...typed) (batch []store.NewEvent, entries []sessionlog.Entry, err error) {
-	batch = make([]store.NewEvent, len(evs))
-	entries = make([]sessionlog.Entry, len(evs))
-	for i, e := range evs {
-		if entries[i], err = sessionlog.Encode(e.typ, e.data); err != nil {
-			return nil, nil, err
-		}
-		batch[i] = entries[i].NewEvent
-	}
-	return batch, entries, nil
-}
-
-// turnClose is the events that end turn (with its one step) as o says:
-// the assistant message when there is output or usage, step/end, turn/end.
-func turnClose(turn, step int, output []model.Block, o outcome) []typed {
-	var evs []typed
-	if len(output) > 0 || o.usage != nil {
-		evs = append(evs, typed{sessionlog.EventAssistantMessage, sessionlog.AssistantMessageData{
-			Turn: turn, Step: step,
-			Message:     sessionlog.AssistantMessage{Role: "assistant", Content: output},
-			Usage:       o.usage,
-			Interrupted: o.reason == subagent.StopAborted,
-		}})
-	}
-	return append(evs,
-		typed{sessionlog.EventStepEnd, sessionlog.StepData{Turn: turn, Step: step}},
-		typed{sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: turn, Reason: turnReason(o)}})
-}
-
-// maxOutput bounds the text a turn keeps for its result. The child log
-// holds every chunk; the result is what the turn's assistant/message
-// repeats, and that must fit in one event (store.MaxEventBytes, where JSON
-// may spend six bytes on one byte of text).
-const maxOutput = 128 << 10
-
-// outputCut ends an output that was cut at maxOutput.
-const outputCut = "\n[output truncated: the child's log holds all of it]"
-
-// outputText is the message text a turn streamed, kept up to maxOutput
-// bytes.
-type outputText struct {
-	b   strings.Builder
-	cut bool // text beyond maxOutput was dropped
-}
-
-func (o *outputText) add(s string) {
-	if o.cut || s == "" {
-		return
-	}
-	if room := maxOutput - o.b.Len(); len(s) > room {
-		for room > 0 && !utf8.RuneStart(s[room]) {
-			room--
-		}
-		s, o.cut = s[:room], true
-	}
-	o.b.WriteString(s)
-}
-
-// blocks is the turn's output: its text, marked where it was cut; none
-// when it streamed no text.
-func (o *outputText) blocks() []model.Block {
-	if o.b.Len() == 0 {
-		return []model.Block{}
-	}
-	text := o.b.String()
-	if o.cut {
-		text += outputCut
-	}
-	return []model.Block{model.TextBlock(text)}
-}
-
-// logFailed is the diagnostic of a turn stopped because its child log
-// could not be written (the store failed, or this replica lost the
-// child's lease): a turn never settles with events missing from its log.
-const logFailed = "the child's log could not be written, so its turn was stopped"
-
-// closeTurn writes, through write, the events that end turn n (with its
-// one step) as o says. When that fails it writes the turn's end alone, as
-// a failed log write. It returns the outcome the log records, and whether
-// the turn's end could be written at all.
-func closeTurn(write func(...typed) error, log *slog.Logger, n int, output []model.Block, o outcome) (outcome, bool) {
-	err := write(turnClose(n, 1, output, o)...)
-	if err == nil {
-		return o, true
-	}
-	log.Error("cannot end the turn in the ACP child log", slog.Int("turn", n), slog.Any("error", err))
-	o = outcome{reason: subagent.StopError, diagnostic: logFailed}
-	if err := write(turnClose(n, 1, nil, o)...); err != nil {
-		log.Error("cannot end the turn in the ACP child log as failed", slog.Int("turn", n), slog.Any("error", err))
-		return o, false
-	}
-	return o, true
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/providers/turnlog"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -76,8 +77,8 @@ func TestRun_LogWriteFailureFailsTheTurn(t *testing.T) {
 			p.store = log
 			r := start(t, p, b)
 			res := result(t, r)
-			if res.StopReason != subagent.StopError || res.Diagnostic != logFailed || log.failures() == 0 {
-				t.Fatalf("result %+v after %d failed writes, want error %q", res, log.failures(), logFailed)
+			if res.StopReason != subagent.StopError || res.Diagnostic != turnlog.LogFailed || log.failures() == 0 {
+				t.Fatalf("result %+v after %d failed writes, want error %q", res, log.failures(), turnlog.LogFailed)
 			}
 			assertTurnEnds(t, events(t, b.store, r.ChildID()), sessionlog.ReasonError)
 		})
@@ -97,8 +98,8 @@ func assertTurnEnds(t *testing.T, evs []store.Event, want ...string) {
 		if err := json.Unmarshal(e.Data, &d); err != nil {
 			t.Fatal(err)
 		}
-		if d.Reason.Kind == sessionlog.ReasonError && d.Reason.Message != logFailed {
-			t.Errorf("turn %d failed with %q, want %q", d.Turn, d.Reason.Message, logFailed)
+		if d.Reason.Kind == sessionlog.ReasonError && d.Reason.Message != turnlog.LogFailed {
+			t.Errorf("turn %d failed with %q, want %q", d.Turn, d.Reason.Message, turnlog.LogFailed)
 		}
 		got = append(got, d.Reason.Kind)
 	}
@@ -155,21 +156,21 @@ func allEvents(t *testing.T, st store.Store, sessionID string) []store.Event {
 // floodChunk is the fake agent's chunk of flood prompts (testdata/fakeagent).
 var floodChunk = strings.Repeat("0123456789", 100)
 
-// A one-shot run keeps at most maxOutput bytes of what the agent streams,
+// A one-shot run keeps at most turnlog.MaxOutput bytes of what the agent streams,
 // however much that is; the log holds all of it.
 func TestRun_OutputHeldIsBounded(t *testing.T) {
 	t.Parallel()
-	chunks := 3 * maxOutput / len(floodChunk) // three times the bound
+	chunks := 3 * turnlog.MaxOutput / len(floodChunk) // three times the bound
 	p, b := setup(t, "flood")
 	r := start(t, p, b, model.TextBlock(fmt.Sprint(chunks)))
 	res := result(t, r)
 	text := model.Text(res.Output)
-	want := strings.Repeat(floodChunk, maxOutput/len(floodChunk)+1)[:maxOutput] + outputCut
+	want := strings.Repeat(floodChunk, turnlog.MaxOutput/len(floodChunk)+1)[:turnlog.MaxOutput] + turnlog.OutputCut
 	if res.StopReason != subagent.StopCompleted || text != want {
-		t.Fatalf("result %s with %d bytes of output, want completed with the first %d bytes and the cut note", res.StopReason, len(text), maxOutput)
+		t.Fatalf("result %s with %d bytes of output, want completed with the first %d bytes and the cut note", res.StopReason, len(text), turnlog.MaxOutput)
 	}
-	if held := r.(*run).text.b.Len(); held > maxOutput {
-		t.Fatalf("the run holds %d bytes of output, more than %d", held, maxOutput)
+	if held := len(model.Text(r.(*run).text.Blocks())); held > turnlog.MaxOutput+len(turnlog.OutputCut) {
+		t.Fatalf("the run holds %d bytes of output, more than %d and the cut note", held, turnlog.MaxOutput)
 	}
 	evs := allEvents(t, b.store, r.ChildID())
 	if n := countType(evs, sessionlog.EventAssistantChunk); n != chunks {
@@ -203,7 +204,7 @@ func TestContinuable_ResidentHoldsNoStreamedEvents(t *testing.T) {
 		}
 	})
 	r.Track()
-	turns, chunks := 3, 2*maxOutput/len(floodChunk)
+	turns, chunks := 3, 2*turnlog.MaxOutput/len(floodChunk)
 	for i := range turns {
 		msg := sessionlog.UserMessage{ID: fmt.Sprint("m", i), Role: "user", Content: textOutput(fmt.Sprint("flood", chunks)),
 			Source: sessionlog.Source{Kind: "user"}}
@@ -223,8 +224,8 @@ func TestContinuable_ResidentHoldsNoStreamedEvents(t *testing.T) {
 		t.Fatalf("the resident holds %d events, want only the %d user/messages", len(held), turns)
 	}
 	out := model.Text(r.Outcome().Output)
-	if !strings.HasSuffix(out, outputCut) || len(out) != maxOutput+len(outputCut) {
-		t.Fatalf("outcome output of %d bytes, want the last turn's %d and the cut note", len(out), maxOutput)
+	if !strings.HasSuffix(out, turnlog.OutputCut) || len(out) != turnlog.MaxOutput+len(turnlog.OutputCut) {
+		t.Fatalf("outcome output of %d bytes, want the last turn's %d and the cut note", len(out), turnlog.MaxOutput)
 	}
 	assertTurnEnds(t, evs, sessionlog.ReasonCompleted, sessionlog.ReasonCompleted, sessionlog.ReasonCompleted)
 }

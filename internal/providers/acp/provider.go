@@ -28,6 +28,7 @@ import (
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/providers/turnlog"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -176,7 +177,7 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 	if err != nil {
 		return nil, err
 	}
-	prompt := textOnly(req.Prompt)
+	prompt := turnlog.TextOnly(req.Prompt)
 	r.sessionID, err = r.live.newSession(ctx, cwd)
 	if err == nil {
 		err = r.openLog(p.childSession(childID, cwd, req), prompt, descriptor)
@@ -237,29 +238,17 @@ func (p *Provider) childSession(id, cwd string, req subagent.ResolvedRequest) st
 	}
 }
 
-// textOnly keeps the text blocks of a prompt: the service promises agents
-// nothing else (no image or resource capabilities are negotiated).
-func textOnly(blocks []model.Block) []model.Block {
-	out := []model.Block{}
-	for _, b := range blocks {
-		if b.Type == "text" {
-			out = append(out, model.TextBlock(b.Text))
-		}
-	}
-	return out
-}
-
 // openLog creates the child session and opens its first turn. It runs after
 // the handshake, so a start that fails earlier leaves nothing in the store.
 func (r *run) openLog(sess store.Session, prompt []model.Block, descriptor json.RawMessage) error {
 	if err := r.p.store.CreateSession(r.logCtx, sess); err != nil {
 		return fmt.Errorf("create child session: %w", err)
 	}
-	batch, _, err := encode(
-		typed{sessionlog.EventTurnStart, sessionlog.TurnData{Turn: turn}},
-		typed{sessionlog.EventUserMessage, sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: sessionlog.Source{Kind: "user"}}},
-		typed{sessionlog.EventDescriptor, descriptor},
-		typed{sessionlog.EventStepStart, sessionlog.StepData{Turn: turn, Step: step}},
+	batch, _, err := turnlog.Encode(
+		turnlog.Event{Type: sessionlog.EventTurnStart, Data: sessionlog.TurnData{Turn: turn}},
+		turnlog.Event{Type: sessionlog.EventUserMessage, Data: sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: sessionlog.Source{Kind: "user"}}},
+		turnlog.Event{Type: sessionlog.EventDescriptor, Data: descriptor},
+		turnlog.Event{Type: sessionlog.EventStepStart, Data: sessionlog.StepData{Turn: turn, Step: step}},
 	)
 	if err != nil {
 		return err

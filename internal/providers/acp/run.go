@@ -13,6 +13,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/providers/turnlog"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -55,7 +56,7 @@ type run struct {
 	mu        sync.Mutex
 	logging   bool // the child session exists
 	logFailed bool // a write to the child log failed: the turn fails
-	text      outputText
+	text      turnlog.Output
 	settled   bool
 	result    subagent.Result
 }
@@ -93,12 +94,14 @@ func (r *run) Result() (subagent.Result, error) {
 // sends session/cancel without waiting for the agent (R23, R26).
 func (r *run) Cancel() { r.cancel(sessionlog.CauseParent) }
 
-func (r *run) cancel(cause string) { r.stop(outcome{reason: subagent.StopAborted, cause: cause}) }
+func (r *run) cancel(cause string) {
+	r.stop(turnlog.Outcome{Reason: subagent.StopAborted, Cause: cause})
+}
 
 // stop settles the run with o at once, unless it already settled, and
 // sends session/cancel without waiting for the agent. Only the first call
 // does anything.
-func (r *run) stop(o outcome) {
+func (r *run) stop(o turnlog.Outcome) {
 	r.cancelOnce.Do(func() {
 		close(r.cancelled)
 		go func() {
@@ -113,7 +116,7 @@ func (r *run) stop(o outcome) {
 // failLog stops the turn after a write to the child log failed.
 func (r *run) failLog(typ string, err error) {
 	r.log.Error("cannot write the ACP child log; stopping its turn", slog.String("event", typ), slog.Any("error", err))
-	r.stop(outcome{reason: subagent.StopError, diagnostic: logFailed})
+	r.stop(turnlog.Outcome{Reason: subagent.StopError, Diagnostic: turnlog.LogFailed})
 }
 
 // Dispose cancels (sending session/cancel), then tears the agent down: stdin
@@ -179,12 +182,12 @@ func (r *run) drive(prompt []model.Block) {
 	if err != nil {
 		diagnostic := r.live.failure(err)
 		r.log.Warn("ACP child failed", slog.String("diagnostic", diagnostic), slog.Any("error", err))
-		r.settle(outcome{reason: subagent.StopError, diagnostic: diagnostic})
+		r.settle(turnlog.Outcome{Reason: subagent.StopError, Diagnostic: diagnostic})
 		return
 	}
 	o := stopOutcome(resp.StopReason)
 	if u := resp.Usage; u != nil {
-		o.usage = &sessionlog.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
+		o.Usage = &sessionlog.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
 	}
 	r.settle(o)
 }
@@ -211,56 +214,27 @@ func disconnected(err error) bool {
 	return strings.HasPrefix(msg, "peer disconnected")
 }
 
-// outcome is how a run settles.
-type outcome struct {
-	reason     string
-	diagnostic string
-	cause      string // who cancelled, for aborted turns
-	usage      *sessionlog.UsageData
-}
-
 // stopOutcome maps an ACP stop reason (docs/seam.md §6).
-func stopOutcome(reason sdk.StopReason) outcome {
+func stopOutcome(reason sdk.StopReason) turnlog.Outcome {
 	switch reason {
 	case sdk.StopReasonEndTurn:
-		return outcome{reason: subagent.StopCompleted}
+		return turnlog.Outcome{Reason: subagent.StopCompleted}
 	case sdk.StopReasonMaxTokens:
-		return outcome{reason: subagent.StopMaxTokens}
+		return turnlog.Outcome{Reason: subagent.StopMaxTokens}
 	case sdk.StopReasonRefusal:
-		return outcome{reason: subagent.StopRefusal}
+		return turnlog.Outcome{Reason: subagent.StopRefusal}
 	case sdk.StopReasonCancelled:
-		return outcome{reason: subagent.StopAborted}
+		return turnlog.Outcome{Reason: subagent.StopAborted}
 	default:
-		return outcome{reason: subagent.StopError, diagnostic: fmt.Sprintf("agent stopped with reason %q", reason)}
-	}
-}
-
-// turnReason is the turn/end reason of a settled run. A refusal has no agent
-// kind; it is logged as "refusal" (the kinds are an open set).
-func turnReason(o outcome) sessionlog.TurnReason {
-	switch o.reason {
-	case subagent.StopCompleted:
-		return sessionlog.TurnReason{Kind: sessionlog.ReasonCompleted}
-	case subagent.StopMaxTokens:
-		return sessionlog.TurnReason{Kind: sessionlog.ReasonMaxTokens}
-	case subagent.StopAborted:
-		tr := sessionlog.TurnReason{Kind: sessionlog.ReasonAborted}
-		if o.cause != "" {
-			tr.Cause = &sessionlog.Cause{Kind: o.cause}
-		}
-		return tr
-	case subagent.StopRefusal:
-		return sessionlog.TurnReason{Kind: subagent.StopRefusal}
-	default:
-		return sessionlog.TurnReason{Kind: sessionlog.ReasonError, Message: o.diagnostic}
+		return turnlog.Outcome{Reason: subagent.StopError, Diagnostic: fmt.Sprintf("agent stopped with reason %q", reason)}
 	}
 }
 
 // settle records the result once, with the text streamed so far as output,
 // closes the turn in the child log and then closes done, so a reader woken
 // by Done finds the log complete. A turn whose log misses an event, or
-// whose end cannot be written, settles "error" (closeTurn).
-func (r *run) settle(o outcome) {
+// whose end cannot be written, settles "error" (turnlog.CloseTurn).
+func (r *run) settle(o turnlog.Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.settled {
@@ -268,15 +242,15 @@ func (r *run) settle(o outcome) {
 	}
 	r.settled = true
 	if r.logFailed {
-		o = outcome{reason: subagent.StopError, diagnostic: logFailed}
+		o = turnlog.Outcome{Reason: subagent.StopError, Diagnostic: turnlog.LogFailed}
 	}
-	o.diagnostic = subagent.TruncateDiagnostic(o.diagnostic)
-	output := r.text.blocks()
+	o.Diagnostic = subagent.TruncateDiagnostic(o.Diagnostic)
+	output := r.text.Blocks()
 	if r.logging {
-		o, _ = closeTurn(r.appendLocked, r.log, turn, output, o)
+		o, _ = turnlog.CloseTurn(r.appendLocked, r.log, turn, output, o)
 	}
-	r.result = subagent.Result{Output: output, StopReason: o.reason, Diagnostic: o.diagnostic,
-		Usage: promptUsage(r.logging, o.usage), UsageKnown: o.usage != nil}
+	r.result = subagent.Result{Output: output, StopReason: o.Reason, Diagnostic: o.Diagnostic,
+		Usage: promptUsage(r.logging, o.Usage), UsageKnown: o.Usage != nil}
 	close(r.done)
 }
 
@@ -298,8 +272,8 @@ func promptUsage(logged bool, u *sessionlog.UsageData) store.Usage {
 // appendLocked writes evs to the child log, which must exist, in one
 // append; call it with mu held. A failure is remembered: the turn then
 // fails.
-func (r *run) appendLocked(evs ...typed) error {
-	batch, _, err := encode(evs...)
+func (r *run) appendLocked(evs ...turnlog.Event) error {
+	batch, _, err := turnlog.Encode(evs...)
 	if err == nil {
 		_, err = r.p.store.AppendEvents(r.logCtx, r.childID, batch...)
 	}
@@ -322,8 +296,8 @@ func (r *run) sessionUpdate(n sdk.SessionNotification) {
 	typ, payload, text, ok := logUpdate(n.Update, turn, step)
 	var err error
 	if ok {
-		if err = r.appendLocked(typed{typ, payload}); err == nil {
-			r.text.add(text)
+		if err = r.appendLocked(turnlog.Event{Type: typ, Data: payload}); err == nil {
+			r.text.Add(text)
 		}
 	}
 	r.mu.Unlock()
@@ -347,7 +321,7 @@ func (r *run) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPer
 		return r.p.ask(r.logCtx, r.childID, turn, req, v, r.record, r.cancelled, r.done)
 	}
 	resp, d := decide(req, v.Decision, cancelled, turn)
-	if err := r.record(typed{sessionlog.EventACPPermission, d}); err != nil {
+	if err := r.record(turnlog.Event{Type: sessionlog.EventACPPermission, Data: d}); err != nil {
 		return permissionCancelled()
 	}
 	return resp
@@ -355,7 +329,7 @@ func (r *run) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPer
 
 // record appends evs to the child log unless the turn is over; a failed
 // write stops the turn and is returned.
-func (r *run) record(evs ...typed) error {
+func (r *run) record(evs ...turnlog.Event) error {
 	r.mu.Lock()
 	var err error
 	if r.logging && !r.settled && !r.logFailed {
@@ -363,7 +337,7 @@ func (r *run) record(evs ...typed) error {
 	}
 	r.mu.Unlock()
 	if err != nil {
-		r.failLog(evs[0].typ, err)
+		r.failLog(evs[0].Type, err)
 	}
 	return err
 }

@@ -1,0 +1,359 @@
+package a2a
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	sdk "github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/providers/turnlog"
+	"github.com/subagentd/subagentd/internal/sessionlog"
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// Continuable A2A children. A child's conversation is one A2A context:
+// its first turn's message starts a new one, whose contextId the child log
+// records (a2a/task), and every later turn — the next followup, after a
+// restart or on another replica too — is a message in that context. Each
+// turn is one remote task; a followup during a turn is queued as the next
+// message, since A2A has no confirmed mid-turn admission. Interrupt is
+// tasks/cancel.
+
+var (
+	_ subagent.ContinuableProvider = (*Provider)(nil)
+	_ subagent.Materializer        = (*Provider)(nil)
+	_ subagent.ChildAgent          = (*resident)(nil)
+	_ subagent.Queuer              = (*resident)(nil)
+)
+
+// PrepareContinuable accepts a continuable child once the agent's card
+// could be fetched. Returns the card's EAgentUnavailable error.
+func (p *Provider) PrepareContinuable(ctx context.Context, _ subagent.ContinuableCreateRequest) (subagent.ContinuableSpec, error) {
+	if _, err := p.connect(ctx); err != nil {
+		return subagent.ContinuableSpec{}, err
+	}
+	return subagent.ContinuableSpec{}, nil
+}
+
+// Materialize builds the resident agent of a continuable child: on
+// creation it writes the child through req.Create once the agent's card
+// was fetched; on resume it reads the child's context from its log. The
+// child's model route, persona and tool filter do not apply: the remote
+// agent runs its own.
+//
+// Returns the card's EAgentUnavailable error, Create's error unchanged,
+// and other (internal) errors when the log cannot be read or written.
+func (p *Provider) Materialize(ctx context.Context, req subagent.MaterializeRequest) (subagent.ChildAgent, error) {
+	c, err := p.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id := req.Session.ID
+	r := &resident{p: p, c: c, id: id, log: p.log.With(slog.String("child_id", id)), logCtx: context.WithoutCancel(ctx), idle: closedChan()}
+	if req.Create != nil {
+		if err := req.Create(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.load(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// resident is the live agent of one activation of a continuable A2A
+// child.
+type resident struct {
+	p      *Provider
+	c      *conn
+	id     string
+	log    *slog.Logger
+	logCtx context.Context // the child's tenant, without cancellation
+
+	// mu guards the fields below and serialises log writes.
+	mu sync.Mutex
+	// contextID is the child's A2A context, "" until its first turn's
+	// task named one.
+	contextID string
+	kept      turnlog.Kept
+	turn      int // the last turn number in the log
+	queue     []sessionlog.UserMessage
+	running   bool          // a turn runs or is about to
+	idle      chan struct{} // closed while no turn runs
+	cur       *a2aTurn      // the running turn
+	closed    bool
+}
+
+// a2aTurn is one turn: one remote task.
+type a2aTurn struct {
+	n       int
+	content []model.Block
+	text    turnlog.Output
+	f       *follower
+	cause   string
+	// failed: a write to the child log failed, so the turn was stopped and
+	// fails.
+	failed bool
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// load reads the child log for its context, its turn count and its
+// user/messages, and closes a turn a crash left open. The remote task of
+// such a turn may still run, with nobody following it: it is cancelled,
+// so that the context's next message does not meet it.
+func (r *resident) load(ctx context.Context) error {
+	read := func(ctx context.Context, after int64, limit int) ([]store.Event, error) {
+		return r.p.store.Events(ctx, r.id, after, limit)
+	}
+	tasks := map[int]sdk.TaskID{}
+	last, open, err := turnlog.Scan(ctx, read, &r.kept, func(e store.Event) {
+		var d sessionlog.A2ATaskData
+		if e.Type != sessionlog.EventA2ATask || json.Unmarshal(e.Data, &d) != nil {
+			return
+		}
+		if d.ContextID != "" {
+			r.contextID = d.ContextID
+		}
+		tasks[d.Turn] = sdk.TaskID(d.TaskID)
+	})
+	if err != nil {
+		return fmt.Errorf("read log of A2A child %s: %w", r.id, err)
+	}
+	r.turn = last
+	if open == 0 {
+		return nil
+	}
+	if id := tasks[open]; id != "" {
+		cctx, cancel := context.WithTimeout(ctx, cancelGrace)
+		_, err := r.c.client.CancelTask(cctx, &sdk.CancelTaskRequest{ID: id})
+		cancel()
+		if err != nil {
+			r.log.Warn("tasks/cancel of the task of a turn cut off failed", slog.String("task_id", string(id)), slog.Any("error", err))
+		}
+	}
+	return r.appendLocked(turnlog.Close(open, step, nil, turnlog.CutOff)...)
+}
+
+// appendLocked writes evs to the child log in one append, keeping what
+// the resident needs of them; call it with mu held, or before r is shared.
+func (r *resident) appendLocked(evs ...turnlog.Event) error {
+	batch, entries, err := turnlog.Encode(evs...)
+	if err != nil {
+		return err
+	}
+	stored, err := r.p.store.AppendEvents(r.logCtx, r.id, batch...)
+	if err != nil {
+		return fmt.Errorf("write log of A2A child %s: %w", r.id, err)
+	}
+	r.kept.Written(stored, entries)
+	return nil
+}
+
+// FollowupMessage runs msg as the next turn: on an idle agent its turn
+// opens (msg logged as user/message) before this returns; during a turn it
+// is queued behind it. Returns an error when the agent was closed or the
+// log cannot be written.
+func (r *resident) FollowupMessage(_ context.Context, msg sessionlog.UserMessage) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return "", fmt.Errorf("A2A child %s: agent closed", r.id)
+	}
+	if r.running {
+		r.queue = append(r.queue, msg)
+		return msg.ID, nil
+	}
+	if err := r.openLocked(msg); err != nil {
+		return "", err
+	}
+	r.running, r.idle = true, make(chan struct{})
+	go r.drive()
+	return msg.ID, nil
+}
+
+// QueuesFollowups marks the resident as an agent whose running turn takes
+// no content: a followup then runs as the next turn (subagent.Queuer).
+func (r *resident) QueuesFollowups() {}
+
+// openLocked opens the turn of msg. mu is held.
+func (r *resident) openLocked(msg sessionlog.UserMessage) error {
+	n := r.turn + 1
+	if err := r.appendLocked(
+		turnlog.Event{Type: sessionlog.EventTurnStart, Data: sessionlog.TurnData{Turn: n}},
+		turnlog.Event{Type: sessionlog.EventUserMessage, Data: msg},
+		turnlog.Event{Type: sessionlog.EventStepStart, Data: sessionlog.StepData{Turn: n, Step: step}},
+	); err != nil {
+		return err
+	}
+	r.turn = n
+	t := &a2aTurn{n: n, content: turnlog.TextOnly(msg.Content)}
+	t.f = newFollower(r.logCtx, r.p, r.c, r.log, n, r.recorder(t))
+	r.cur = t
+	r.queue = slices.DeleteFunc(r.queue, func(m sessionlog.UserMessage) bool { return m.ID == msg.ID })
+	return nil
+}
+
+// drive runs turns until the queue is empty: one remote task each.
+func (r *resident) drive() {
+	for r.runTurn() {
+	}
+}
+
+// runTurn runs the open turn, closes it and opens the next queued one; it
+// reports whether it did. When the turn's end cannot be written (the
+// store fails, or this replica lost the child's lease) nothing more runs:
+// the queued messages stay in the durable inbox for a later activation.
+func (r *resident) runTurn() bool {
+	r.mu.Lock()
+	t, contextID := r.cur, r.contextID
+	r.mu.Unlock()
+	o := t.f.follow(t.content, contextID)
+	// A stopped turn ends once its tasks/cancel was answered (bounded by
+	// cancelGrace): the next turn's message must not race it.
+	t.f.wait()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cid := t.f.context(); cid != "" {
+		r.contextID = cid
+	}
+	switch {
+	case t.failed:
+		o = turnlog.Outcome{Reason: subagent.StopError, Diagnostic: turnlog.LogFailed}
+	case t.f.isStopped():
+		o = turnlog.Outcome{Reason: subagent.StopAborted, Cause: t.cause}
+	}
+	o.Diagnostic = subagent.TruncateDiagnostic(o.Diagnostic)
+	_, ended := turnlog.CloseTurn(r.appendLocked, r.log, t.n, t.text.Blocks(), o)
+	r.cur = nil
+	if !ended {
+		r.queue = nil
+	}
+	if len(r.queue) > 0 && !r.closed {
+		err := r.openLocked(r.queue[0])
+		if err == nil {
+			return true
+		}
+		// The queued messages stay in the durable inbox for a later
+		// activation.
+		r.log.Warn("cannot open the next turn of the A2A child", slog.Any("error", err))
+		r.queue = nil
+	}
+	r.running = false
+	close(r.idle)
+	return false
+}
+
+// errTurnOver: an event came for a turn that has ended or failed.
+var errTurnOver = errors.New("the turn is over")
+
+// recorder is the journal of turn t: it writes t's events while t runs,
+// adding text to its output; a failed write stops t, which then fails.
+func (r *resident) recorder(t *a2aTurn) journal {
+	return func(e turnlog.Event, text string) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.cur != t || t.failed {
+			return errTurnOver
+		}
+		if err := r.appendLocked(e); err != nil {
+			r.log.Error("cannot write the A2A child log; stopping its turn", slog.String("event", e.Type), slog.Any("error", err))
+			t.failed = true
+			t.f.stop()
+			return err
+		}
+		t.text.Add(text)
+		return nil
+	}
+}
+
+// SubmitSteer is always rejected: A2A has no confirmed mid-turn admission.
+func (r *resident) SubmitSteer(context.Context, sessionlog.UserMessage) (<-chan error, error) {
+	return nil, fmt.Errorf("A2A child %s: %w: A2A agents take no content mid-turn", r.id, subagent.ErrSteerRejected)
+}
+
+// Steer is always rejected: A2A has no confirmed mid-turn admission.
+func (r *resident) Steer(context.Context, []model.Block, sessionlog.Source) (string, error) {
+	return "", fmt.Errorf("A2A child %s: %w: A2A agents take no content mid-turn", r.id, subagent.ErrSteerRejected)
+}
+
+// Cancel sends tasks/cancel for the running turn's task, and the turn
+// ends aborted with cause; it drops the queued messages: the manager's
+// durable inbox still holds them (keepInbox is therefore the same as
+// not).
+func (r *resident) Cancel(cause string, _ bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.queue = nil
+	t := r.cur
+	if t == nil || t.f.isStopped() {
+		return
+	}
+	t.cause = cause
+	t.f.stop()
+}
+
+// Running reports whether a turn runs or is about to.
+func (r *resident) Running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running
+}
+
+// Idle returns a channel closed once no turn runs; the next turn gets a
+// new one.
+func (r *resident) Idle() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.idle
+}
+
+// Events returns the user/messages of the child log as loaded and
+// written: the only events a resident keeps (the log is the record), and
+// the ones the manager reads (which messages the log holds).
+func (r *resident) Events() []store.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.kept.Messages()
+}
+
+// Track starts the outcome fold of the events written from now on.
+func (r *resident) Track() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.kept.Track()
+}
+
+// Outcome returns the outcome of the events written since Track.
+func (r *resident) Outcome() sessionlog.Outcome {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.kept.Outcome()
+}
+
+// Close cancels the running turn and waits for it to end. Returns ctx's
+// error when the turn outlasts it.
+func (r *resident) Close(ctx context.Context) error {
+	r.Cancel(sessionlog.CauseDisposed, false)
+	select {
+	case <-r.Idle():
+	case <-ctx.Done():
+		return fmt.Errorf("close A2A child %s: %w", r.id, ctx.Err())
+	}
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	return nil
+}

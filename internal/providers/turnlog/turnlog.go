@@ -1,0 +1,248 @@
+// Package turnlog writes the turns of external agents into their child
+// session logs, in the event types every other child writes
+// (internal/sessionlog): the events that end a turn, the output text a turn
+// keeps for its result, and how a stop reason is logged. The ACP and A2A
+// providers share it; their children run one step per turn.
+package turnlog
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// Event is one child-log event before encoding.
+type Event struct {
+	Type string
+	Data any
+}
+
+// Encode marshals events for store.AppendEvents; entries keeps each
+// event's payload, for the folds fed as events are written.
+func Encode(evs ...Event) (batch []store.NewEvent, entries []sessionlog.Entry, err error) {
+	batch = make([]store.NewEvent, len(evs))
+	entries = make([]sessionlog.Entry, len(evs))
+	for i, e := range evs {
+		if entries[i], err = sessionlog.Encode(e.Type, e.Data); err != nil {
+			return nil, nil, err
+		}
+		batch[i] = entries[i].NewEvent
+	}
+	return batch, entries, nil
+}
+
+// Outcome is how a turn ends.
+type Outcome struct {
+	Reason     string
+	Diagnostic string
+	Cause      string // who cancelled, for aborted turns
+	Usage      *sessionlog.UsageData
+}
+
+// TurnReason is the turn/end reason of o. A refusal has no agent kind; it
+// is logged as "refusal" (the kinds are an open set).
+func TurnReason(o Outcome) sessionlog.TurnReason {
+	switch o.Reason {
+	case subagent.StopCompleted:
+		return sessionlog.TurnReason{Kind: sessionlog.ReasonCompleted}
+	case subagent.StopMaxTokens:
+		return sessionlog.TurnReason{Kind: sessionlog.ReasonMaxTokens}
+	case subagent.StopAborted:
+		tr := sessionlog.TurnReason{Kind: sessionlog.ReasonAborted}
+		if o.Cause != "" {
+			tr.Cause = &sessionlog.Cause{Kind: o.Cause}
+		}
+		return tr
+	case subagent.StopRefusal:
+		return sessionlog.TurnReason{Kind: subagent.StopRefusal}
+	default:
+		return sessionlog.TurnReason{Kind: sessionlog.ReasonError, Message: o.Diagnostic}
+	}
+}
+
+// Close is the events that end turn (with its one step) as o says:
+// the assistant message when there is output or usage, step/end, turn/end.
+func Close(turn, step int, output []model.Block, o Outcome) []Event {
+	var evs []Event
+	if len(output) > 0 || o.Usage != nil {
+		evs = append(evs, Event{Type: sessionlog.EventAssistantMessage, Data: sessionlog.AssistantMessageData{
+			Turn: turn, Step: step,
+			Message:     sessionlog.AssistantMessage{Role: "assistant", Content: output},
+			Usage:       o.Usage,
+			Interrupted: o.Reason == subagent.StopAborted,
+		}})
+	}
+	return append(evs,
+		Event{Type: sessionlog.EventStepEnd, Data: sessionlog.StepData{Turn: turn, Step: step}},
+		Event{Type: sessionlog.EventTurnEnd, Data: sessionlog.TurnEndData{Turn: turn, Reason: TurnReason(o)}})
+}
+
+// MaxOutput bounds the text a turn keeps for its result. The child log
+// holds every chunk; the result is what the turn's assistant/message
+// repeats, and that must fit in one event (store.MaxEventBytes, where JSON
+// may spend six bytes on one byte of text).
+const MaxOutput = 128 << 10
+
+// OutputCut ends an output that was cut at MaxOutput.
+const OutputCut = "\n[output truncated: the child's log holds all of it]"
+
+// Output is the message text a turn streamed, kept up to MaxOutput bytes.
+type Output struct {
+	b   strings.Builder
+	cut bool // text beyond MaxOutput was dropped
+}
+
+// Add appends s, up to the bound.
+func (o *Output) Add(s string) {
+	if o.cut || s == "" {
+		return
+	}
+	if room := MaxOutput - o.b.Len(); len(s) > room {
+		for room > 0 && !utf8.RuneStart(s[room]) {
+			room--
+		}
+		s, o.cut = s[:room], true
+	}
+	o.b.WriteString(s)
+}
+
+// Blocks is the turn's output: its text, marked where it was cut; none
+// when it streamed no text.
+func (o *Output) Blocks() []model.Block {
+	if o.b.Len() == 0 {
+		return []model.Block{}
+	}
+	text := o.b.String()
+	if o.cut {
+		text += OutputCut
+	}
+	return []model.Block{model.TextBlock(text)}
+}
+
+// LogFailed is the diagnostic of a turn stopped because its child log
+// could not be written (the store failed, or this replica lost the
+// child's lease): a turn never settles with events missing from its log.
+const LogFailed = "the child's log could not be written, so its turn was stopped"
+
+// CloseTurn writes, through write, the events that end turn n (with its
+// one step) as o says. When that fails it writes the turn's end alone, as
+// a failed log write. It returns the outcome the log records, and whether
+// the turn's end could be written at all.
+func CloseTurn(write func(...Event) error, log *slog.Logger, n int, output []model.Block, o Outcome) (Outcome, bool) {
+	err := write(Close(n, 1, output, o)...)
+	if err == nil {
+		return o, true
+	}
+	log.Error("cannot end the turn in the child log", slog.Int("turn", n), slog.Any("error", err))
+	o = Outcome{Reason: subagent.StopError, Diagnostic: LogFailed}
+	if err := write(Close(n, 1, nil, o)...); err != nil {
+		log.Error("cannot end the turn in the child log as failed", slog.Int("turn", n), slog.Any("error", err))
+		return o, false
+	}
+	return o, true
+}
+
+// TextOnly keeps the text blocks of a prompt: the service promises
+// external agents nothing else (no image or resource capabilities are
+// negotiated).
+func TextOnly(blocks []model.Block) []model.Block {
+	out := []model.Block{}
+	for _, b := range blocks {
+		if b.Type == "text" {
+			out = append(out, model.TextBlock(b.Text))
+		}
+	}
+	return out
+}
+
+// Kept is what the resident agent of a continuable external child keeps
+// of its log, however long it lives and however much it streams: the
+// user/messages (which the manager reads) and the outcome fold of the
+// events written since Track. The log itself is the record. Not safe for
+// concurrent use.
+type Kept struct {
+	messages []store.Event
+	fold     *sessionlog.OutcomeFold
+}
+
+// Loaded keeps e, an event read back from the log, if it is a
+// user/message.
+func (k *Kept) Loaded(e store.Event) {
+	if e.Type == sessionlog.EventUserMessage {
+		k.messages = append(k.messages, e)
+	}
+}
+
+// Written keeps the events stored by one append, with the entries they
+// were encoded from (Encode): the user/messages, and every event but the
+// chunks in the fold (a turn's assistant/message repeats their text).
+func (k *Kept) Written(stored []store.Event, entries []sessionlog.Entry) {
+	for i, e := range stored {
+		switch e.Type {
+		case sessionlog.EventUserMessage:
+			k.messages = append(k.messages, e)
+		case sessionlog.EventAssistantChunk:
+			continue
+		}
+		if k.fold != nil {
+			k.fold.Fold(e, entries[i].Payload)
+		}
+	}
+}
+
+// Messages returns a copy of the user/messages kept.
+func (k *Kept) Messages() []store.Event { return slices.Clone(k.messages) }
+
+// Track starts the outcome fold of the events written from now on,
+// replacing one started earlier.
+func (k *Kept) Track() { k.fold = &sessionlog.OutcomeFold{} }
+
+// Outcome returns the outcome of the events written since Track.
+func (k *Kept) Outcome() sessionlog.Outcome { return k.fold.Outcome() }
+
+// Scan reads a child log through read, a page at a time, keeping its
+// user/messages in k and calling each, if not nil, with every event. It
+// returns the last turn number and the turn a crash left open (0 when
+// every turn ended), which the caller closes with CutOff.
+func Scan(ctx context.Context, read func(ctx context.Context, after int64, limit int) ([]store.Event, error), k *Kept, each func(store.Event)) (last, open int, err error) {
+	for after := int64(-1); ; {
+		page, err := read(ctx, after, scanPage)
+		if err != nil {
+			return 0, 0, err
+		}
+		if len(page) == 0 {
+			return last, open, nil
+		}
+		for _, e := range page {
+			switch e.Type {
+			case sessionlog.EventTurnStart:
+				var d sessionlog.TurnData
+				if json.Unmarshal(e.Data, &d) == nil {
+					last, open = max(last, d.Turn), d.Turn
+				}
+			case sessionlog.EventTurnEnd:
+				open = 0
+			}
+			k.Loaded(e)
+			if each != nil {
+				each(e)
+			}
+		}
+		after = page[len(page)-1].Seq
+	}
+}
+
+// scanPage is how many events Scan reads at a time.
+const scanPage = 1000
+
+// CutOff is how a turn ends that a crash or restart left open: the
+// process that ran it is gone.
+var CutOff = Outcome{Reason: subagent.StopError, Diagnostic: "the turn was cut off: subagentd stopped while the agent worked on it"}
