@@ -396,8 +396,9 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 		return nil, cfg.bad("SUBAGENTD_LEASE_TTL", "want a Go duration of at least 1s, got %q", cfg.get("SUBAGENTD_LEASE_TTL"))
 	}
 	replica := cfg.get("SUBAGENTD_REPLICA_ID")
+	limits := governance.NewLimits(st)
 	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: owner(replica), LeaseDuration: lease,
-		MaxLiveRuns: sec.maxLiveRuns, Metrics: metrics})
+		MaxLiveRuns: sec.maxLiveRuns, Metrics: metrics, Governor: limits})
 	if replica != "" {
 		// A stable replica id lets this start close, at once, the runs the
 		// previous process of this replica left open (SIGKILL, crash).
@@ -488,7 +489,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	stop = func() { hooks.Stop(); stopRest() }
 	api := httpapi.NewServer(httpapi.Config{
 		Service: svc, Store: st, Logger: log, Registry: reg, Metrics: metrics, Tracing: tracing, Version: buildVersion(), Dashboard: web.FS,
-		Continuations: mgr, Roots: roots, Routes: routes, Webhooks: hooks, Usage: governance.NewUsage(st), Approvals: approvals,
+		Continuations: mgr, Roots: roots, Routes: routes, Webhooks: hooks, Usage: governance.NewUsage(st), Approvals: approvals, Limits: limits,
 		Trees:    governance.NewTrees(governance.TreesConfig{Store: st, Runs: mgr, Roots: roots, Logger: log}),
 		Sessions: rootrules.New(rootrules.Config{Store: st, Routes: routes, WorkspaceRoots: file.WorkspaceRoots, Agents: roots}),
 		Tokens:   sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,

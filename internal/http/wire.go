@@ -121,11 +121,13 @@ type createSessionRequest struct {
 	Cwd          string            `json:"cwd" validate:"omitempty,max=4096,startswith=/"`
 	AgentOptions *agentOptionsJSON `json:"agentOptions"`
 	Persona      *string           `json:"persona" validate:"omitempty,max=16384"`
+	Limits       *limitsJSON       `json:"limits"`
 }
 
 // params are the domain's parameters of req for a root session id.
 func (req createSessionRequest) params(id string) roots.CreateParams {
-	return roots.CreateParams{ID: id, Label: req.Label, Cwd: req.Cwd, Agent: req.AgentOptions.seam(), Persona: req.Persona}
+	return roots.CreateParams{ID: id, Label: req.Label, Cwd: req.Cwd, Agent: req.AgentOptions.seam(), Persona: req.Persona,
+		Limits: req.Limits.seam()}
 }
 
 type sessionJSON struct {
@@ -142,6 +144,9 @@ type sessionJSON struct {
 	Persona         *string           `json:"persona,omitempty"`
 	CreatedAt       time.Time         `json:"createdAt"`
 	Activity        string            `json:"activity"`
+	// Limits are the limits in force at the session: set on a created
+	// root and on GET /v1/sessions/{id}, absent in listings.
+	Limits *limitsOutJSON `json:"limits,omitempty"`
 	// Match is set in search results: the first event that matched.
 	Match *matchJSON `json:"match,omitempty"`
 }
@@ -258,6 +263,7 @@ type createRunRequest struct {
 	ToolFilter      *toolFilterJSON   `json:"toolFilter"`
 	Persona         *string           `json:"persona" validate:"omitempty,max=16384"`
 	OnDisconnect    string            `json:"onDisconnect" validate:"omitempty,oneof=continue cancel"`
+	Limits          *limitsJSON       `json:"limits"`
 }
 
 // seamParent is the delegating parent as the seam sees it. The parent's
@@ -280,6 +286,7 @@ func (c *createRunRequest) seam(parent store.Session) subagent.Request {
 		MaxDepth:     c.MaxDepth,
 		ToolFilter:   c.ToolFilter.seam(),
 		Persona:      c.Persona,
+		Limits:       c.Limits.seam(),
 	}
 	if len(c.OutputSchema) > 0 && !bytes.Equal(c.OutputSchema, []byte("null")) {
 		req.OutputSchema = c.OutputSchema
@@ -384,6 +391,7 @@ type createSubagentRequest struct {
 	MaxDepth        *int              `json:"maxDepth"`
 	ToolFilter      *toolFilterJSON   `json:"toolFilter"`
 	Persona         *string           `json:"persona" validate:"omitempty,max=16384"`
+	Limits          *limitsJSON       `json:"limits"`
 }
 
 // seam returns the continuable start request for parent.
@@ -398,6 +406,7 @@ func (c *createSubagentRequest) seam(parent store.Session) subagent.ContinuableR
 		MaxDepth:     c.MaxDepth,
 		ToolFilter:   c.ToolFilter.seam(),
 		Persona:      c.Persona,
+		Limits:       c.Limits.seam(),
 	}
 }
 

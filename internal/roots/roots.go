@@ -69,6 +69,9 @@ type CreateParams struct {
 	// route.
 	Agent   *subagent.AgentOptions
 	Persona *string
+	// Limits are the tree's limits (subagent.Limits.Resolve); nil sets
+	// none.
+	Limits *subagent.Limits
 }
 
 // Create creates the root session p describes and returns its header as
@@ -87,6 +90,13 @@ func (s *Sessions) Create(ctx context.Context, p CreateParams) (store.Session, e
 	if err != nil {
 		return store.Session{}, err
 	}
+	created := time.Now()
+	var limits store.Limits
+	if p.Limits != nil {
+		if limits, err = p.Limits.Resolve(created); err != nil {
+			return store.Session{}, err
+		}
+	}
 	hdr := store.Session{
 		ID:            p.ID,
 		Cwd:           cwd,
@@ -95,7 +105,8 @@ func (s *Sessions) Create(ctx context.Context, p CreateParams) (store.Session, e
 		AgentModel:    opts.Model,
 		MaxTokens:     opts.MaxTokens,
 		Persona:       p.Persona,
-		CreatedAt:     time.Now(),
+		Limits:        limits,
+		CreatedAt:     created,
 	}
 	if err := s.cfg.Store.CreateSession(ctx, hdr); err != nil {
 		return store.Session{}, fmt.Errorf("create session: %w", err)

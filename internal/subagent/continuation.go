@@ -246,6 +246,8 @@ type ContinuableRequest struct {
 	MaxDepth     *int
 	ToolFilter   *ToolFilter
 	Persona      *string
+	// Limits narrows the tree's limits, as Request.Limits.
+	Limits *Limits
 }
 
 // ContinuableStarted identifies an accepted continuable start: the child,

@@ -1,0 +1,222 @@
+package http
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// limitedRoot creates a root session with limits and returns its id.
+func (b *testBundle) limitedRoot(t *testing.T, limits map[string]any) string {
+	t.Helper()
+	var s sessionJSON
+	b.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/sessions",
+		body: map[string]any{"label": "root", "limits": limits}}).decode(t, &s)
+	return s.ID
+}
+
+// limitsOf answers the limits in force at session id.
+func (b *testBundle) limitsOf(t *testing.T, id string) limitsOutJSON {
+	t.Helper()
+	var s sessionJSON
+	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/sessions/" + id}).decode(t, &s)
+	if s.Limits == nil {
+		t.Fatalf("session %s shows no limits", id)
+	}
+	return *s.Limits
+}
+
+func patchLimits(id string, body map[string]any) call {
+	return call{method: http.MethodPatch, path: "/v1/sessions/" + id + "/limits", body: body}
+}
+
+// runWith is a one-shot spawn start under parent with a text prompt and
+// limits (nil: none).
+func runWith(parent, prompt string, limits map[string]any) call {
+	body := map[string]any{"provider": spawn.Name, "parentSessionId": parent, "prompt": textPrompt(prompt)}
+	if limits != nil {
+		body["limits"] = limits
+	}
+	return call{method: http.MethodPost, path: "/v1/runs", body: body}
+}
+
+func eq[T comparable](p *T, want T) bool { return p != nil && *p == want }
+
+// TestLimits_ChildNarrowsNeverWidens: a root's limits are shown on its
+// creation and GET; a child started with wider limits gets the root's
+// (clamped, not refused), with narrower ones its own; its own children
+// are held to them. PATCH changes the root's, clears one with null, and
+// refuses a child and unknown fields — on both stores.
+func TestLimits_ChildNarrowsNeverWidens(t *testing.T) {
+	for name, st := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			w := setupWorldWith(t, st(t), echoRoute())
+			var created sessionJSON
+			w.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/sessions", body: map[string]any{
+				"limits": map[string]any{"maxDepth": 3, "maxChildren": 5, "tokenBudget": 100000, "deadline": "1h", "idleTimeout": "5m"}}}).decode(t, &created)
+			root := created.ID
+			l := created.Limits
+			if l == nil || !eq(l.MaxDepth, 3) || !eq(l.MaxChildren, 5) || !eq(l.TokenBudget, 100000) || l.IdleTimeout != "5m0s" || l.Deadline == nil {
+				t.Fatalf("created root's limits %+v", l)
+			}
+			if d := l.Deadline.Sub(created.CreatedAt); d < time.Hour-time.Second || d > time.Hour+time.Second {
+				t.Fatalf("deadline %v is %v after the root's creation %v, want 1h", l.Deadline, d, created.CreatedAt)
+			}
+
+			var wide runJSON
+			w.want(t, http.StatusCreated, runWith(root, "hi", map[string]any{"maxDepth": 50, "maxChildren": 500, "tokenBudget": 1 << 40,
+				"deadline": "2999-01-01T00:00:00Z", "idleTimeout": "100h"})).decode(t, &wide)
+			if got := w.limitsOf(t, wide.ChildSessionID); !eq(got.MaxDepth, 3) || !eq(got.MaxChildren, 5) || !eq(got.TokenBudget, 100000) ||
+				got.IdleTimeout != "5m0s" || got.Deadline == nil || !got.Deadline.Equal(*l.Deadline) {
+				t.Fatalf("a child asking for wider limits has %+v in force, want the root's %+v", got, l)
+			}
+			narrow := w.startChild(t, root, "hi", map[string]any{"limits": map[string]any{"maxChildren": 1, "maxDepth": 2, "idleTimeout": "1m"}})
+			if got := w.limitsOf(t, narrow.ChildID); !eq(got.MaxChildren, 1) || !eq(got.MaxDepth, 2) || got.IdleTimeout != "1m0s" || !eq(got.TokenBudget, 100000) {
+				t.Fatalf("a narrowing child has %+v in force", got)
+			}
+			// The narrowing child's own children: one, at depth 2.
+			grand := w.want(t, http.StatusCreated, runWith(narrow.ChildID, "hi", nil))
+			var g runJSON
+			grand.decode(t, &g)
+			w.wantProblem(t, http.StatusConflict, subagent.ELimitExceeded, runWith(narrow.ChildID, "hi", nil))
+			w.wantProblem(t, http.StatusUnprocessableEntity, subagent.EDepthExceeded, runWith(g.ChildSessionID, "hi", nil))
+
+			// PATCH the root: the children's own narrowing stays.
+			var patched treeLimitsJSON
+			w.want(t, http.StatusOK, patchLimits(root, map[string]any{"maxChildren": 2, "idleTimeout": nil})).decode(t, &patched)
+			if pl := patched.Limits; !eq(pl.MaxChildren, 2) || pl.IdleTimeout != "" || !eq(pl.MaxDepth, 3) || patched.Paused {
+				t.Fatalf("patched %+v", patched)
+			}
+			if got := w.limitsOf(t, root); !eq(got.MaxChildren, 2) || got.IdleTimeout != "" {
+				t.Fatalf("root after PATCH: %+v", got)
+			}
+			if got := w.limitsOf(t, narrow.ChildID); !eq(got.MaxChildren, 1) || got.IdleTimeout != "1m0s" {
+				t.Fatalf("narrowing child after the root's PATCH: %+v", got)
+			}
+			// With the root's idleTimeout cleared, the wide child's own is the
+			// only one left on its chain.
+			if got := w.limitsOf(t, wide.ChildSessionID); !eq(got.MaxChildren, 2) || got.IdleTimeout != "100h0m0s" {
+				t.Fatalf("wide child after the root's PATCH: %+v", got)
+			}
+			w.wantProblem(t, http.StatusBadRequest, subagent.EInvalidRequest, patchLimits(narrow.ChildID, map[string]any{"maxChildren": 9}))
+			w.wantProblem(t, http.StatusBadRequest, subagent.EInvalidRequest, call{method: http.MethodPatch,
+				path: "/v1/sessions/" + root + "/limits", body: map[string]any{"maxKids": 9}, invalid: true})
+			w.wantProblem(t, http.StatusBadRequest, subagent.EInvalidRequest, patchLimits(root, map[string]any{"deadline": "soon"}))
+			w.wantProblem(t, http.StatusBadRequest, subagent.EInvalidRequest, call{method: http.MethodPatch,
+				path: "/v1/sessions/" + root + "/limits", body: map[string]any{"maxDepth": -1}, invalid: true})
+			w.wantProblem(t, http.StatusNotFound, subagent.ESessionNotFound, patchLimits("nope", map[string]any{"maxDepth": 1}))
+		})
+	}
+}
+
+// TestLimits_MaxChildren: a tree's maxChildren counts the children ever
+// created under each session, one-shot and continuable alike, settled
+// ones too: beyond it 409 LIMIT_EXCEEDED; another session of the tree has
+// its own count — on both stores.
+func TestLimits_MaxChildren(t *testing.T) {
+	for name, st := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			w := setupWorldWith(t, st(t), echoRoute())
+			root := w.limitedRoot(t, map[string]any{"maxChildren": 2})
+			first := w.settledRun(t, w.startRun(t, spawn.Name, root, nil).RunID)
+			w.startChild(t, root, "hi", nil)
+			w.wantProblem(t, http.StatusConflict, subagent.ELimitExceeded, runWith(root, "hi", nil))
+			w.wantProblem(t, http.StatusConflict, subagent.ELimitExceeded, call{method: http.MethodPost, path: "/v1/subagents",
+				body: map[string]any{"provider": spawn.Name, "parentSessionId": root, "label": "third", "prompt": textPrompt("hi")}})
+			w.want(t, http.StatusCreated, runWith(first.ChildSessionID, "hi", nil))
+			// Raising the limit admits the next one.
+			w.want(t, http.StatusOK, patchLimits(root, map[string]any{"maxChildren": 3}))
+			w.want(t, http.StatusCreated, runWith(root, "hi", nil))
+		})
+	}
+}
+
+// TestLimits_MaxConcurrent: a tree's live runs and activations are capped
+// by maxConcurrent, counted from the store: beyond it 429 RATE_LIMITED
+// with Retry-After; once a run settles a start is admitted again; another
+// tree is not affected — on both stores.
+func TestLimits_MaxConcurrent(t *testing.T) {
+	for name, st := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			w := setupWorldWith(t, st(t), echoRoute())
+			root := w.limitedRoot(t, map[string]any{"maxConcurrent": 1})
+			busy := w.sleeper(t, root)
+			r := w.want(t, http.StatusTooManyRequests, runWith(root, "hi", nil))
+			if p := r.problem(t); p.Code != subagent.ERateLimited || r.header.Get("Retry-After") == "" {
+				t.Fatalf("problem %+v, Retry-After %q", p, r.header.Get("Retry-After"))
+			}
+			w.wantProblem(t, http.StatusTooManyRequests, subagent.ERateLimited, runWith(busy.ChildSessionID, "hi", nil))
+			w.want(t, http.StatusCreated, runWith(w.rootSession(t), "hi", nil))
+			w.want(t, http.StatusAccepted, call{method: http.MethodPost, path: "/v1/runs/" + busy.RunID + "/cancel"})
+			w.settledRun(t, busy.RunID)
+			w.want(t, http.StatusCreated, runWith(root, "hi", nil))
+		})
+	}
+}
+
+// TestLimits_MaxDepth: a tree's maxDepth caps the depth of every session
+// in it, with the depth rule's own error (422 DEPTH_EXCEEDED), for
+// providers without the depthLimit capability too — on both stores.
+func TestLimits_MaxDepth(t *testing.T) {
+	for name, st := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			w := setupWorldWith(t, st(t), echoRoute())
+			root := w.limitedRoot(t, map[string]any{"maxDepth": 1})
+			child := w.startRun(t, spawn.Name, root, nil)
+			p := w.wantProblem(t, http.StatusUnprocessableEntity, subagent.EDepthExceeded, runWith(child.ChildSessionID, "hi", nil))
+			if p.Detail != "subagent depth 2 exceeds maxDepth 1" {
+				t.Fatalf("detail %q", p.Detail)
+			}
+			w.want(t, http.StatusOK, patchLimits(root, map[string]any{"maxDepth": nil}))
+			w.want(t, http.StatusCreated, runWith(child.ChildSessionID, "hi", nil))
+		})
+	}
+}
+
+// TestLimits_DeadlinePassed: after a tree's deadline every start is 409
+// DEADLINE_EXCEEDED; a later deadline admits starts again — on both
+// stores.
+func TestLimits_DeadlinePassed(t *testing.T) {
+	for name, st := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			w := setupWorldWith(t, st(t), echoRoute())
+			root := w.limitedRoot(t, map[string]any{"deadline": time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)})
+			w.wantProblem(t, http.StatusConflict, subagent.EDeadlineExceeded, runWith(root, "hi", nil))
+			w.wantProblem(t, http.StatusConflict, subagent.EDeadlineExceeded, call{method: http.MethodPost, path: "/v1/subagents",
+				body: map[string]any{"provider": spawn.Name, "parentSessionId": root, "label": "late", "prompt": textPrompt("hi")}})
+			w.want(t, http.StatusOK, patchLimits(root, map[string]any{"deadline": "24h"}))
+			w.want(t, http.StatusCreated, runWith(root, "hi", nil))
+		})
+	}
+}
+
+// TestLimits_BudgetSpentRefusesStarts: once a tree's model calls spent its
+// tokenBudget, starts are 409 BUDGET_EXHAUSTED and PATCH answers paused;
+// raising it admits them again — on both stores.
+func TestLimits_BudgetSpentRefusesStarts(t *testing.T) {
+	for name, st := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			w := setupWorldWith(t, st(t), echoRoute())
+			root := w.limitedRoot(t, map[string]any{"tokenBudget": 1})
+			run := w.settledRun(t, w.startRun(t, spawn.Name, root, nil).RunID)
+			if run.Result.Usage.InputTokens+run.Result.Usage.OutputTokens < 1 {
+				t.Fatalf("the echo run reported no tokens: %+v", run.Result.Usage)
+			}
+			w.wantProblem(t, http.StatusConflict, subagent.EBudgetExhausted, runWith(root, "hi", nil))
+			w.wantProblem(t, http.StatusConflict, subagent.EBudgetExhausted, runWith(run.ChildSessionID, "hi", nil))
+			var patched treeLimitsJSON
+			w.want(t, http.StatusOK, patchLimits(root, map[string]any{"maxDepth": 5})).decode(t, &patched)
+			if !patched.Paused || patched.Usage.Tokens < 1 {
+				t.Fatalf("PATCH of a spent tree answered %+v", patched)
+			}
+			w.want(t, http.StatusOK, patchLimits(root, map[string]any{"tokenBudget": 1 << 30})).decode(t, &patched)
+			if patched.Paused {
+				t.Fatalf("PATCH raising the budget answered %+v", patched)
+			}
+			w.want(t, http.StatusCreated, runWith(root, "hi", nil))
+		})
+	}
+}
