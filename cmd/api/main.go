@@ -396,7 +396,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 		return nil, cfg.bad("SUBAGENTD_LEASE_TTL", "want a Go duration of at least 1s, got %q", cfg.get("SUBAGENTD_LEASE_TTL"))
 	}
 	replica := cfg.get("SUBAGENTD_REPLICA_ID")
-	limits := governance.NewLimits(st)
+	limits := governance.NewLimits(st, log)
 	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: owner(replica), LeaseDuration: lease,
 		MaxLiveRuns: sec.maxLiveRuns, Metrics: metrics, Governor: limits})
 	if replica != "" {
@@ -418,8 +418,10 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	loops.Go(func() { approvals.SweepOrphans(bg, lease) })
 
 	tools := agent.NewRegistry()
-	deps := inprocess.Deps{Store: st, Routes: routes, Tools: tools, Logger: log, Metrics: metrics}
-	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: log, Control: svc.Control(), Metrics: metrics})
+	deps := inprocess.Deps{Store: st, Routes: routes, Tools: tools, Logger: log, Metrics: metrics, Gate: limits}
+	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: log, Control: svc.Control(),
+		Metrics: metrics, Budget: limits})
+	limits.DeliverTo(roots)
 	mgr := subagent.NewManager(svc, subagent.ManagerConfig{
 		Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: log,
 	})

@@ -105,12 +105,24 @@ type Config struct {
 	// hands the stored log to Launch.
 	Created *Created
 
+	// Gate, when set, is asked before each model step whether the turn
+	// may go on (a tree's limits, internal/governance).
+	Gate Gate
+
 	// EndTurn, when set, writes the append that ends a turn (the last
 	// step's unlogged events and turn/end) instead of Store.AppendEvents,
 	// and returns the events as stored: its creator stores them in one
 	// write with what the turn's end settles (a one-shot run's result and
 	// subagent/end). An error is a failed append.
 	EndTurn func(ctx context.Context, end TurnEnd) ([]store.Event, error)
+}
+
+// Gate is asked before each model step of a turn whether the turn may go
+// on.
+type Gate interface {
+	// Step returns the reason to end session sessionID's turn with
+	// instead of its next step, nil to go on. An error lets the step run.
+	Step(ctx context.Context, sessionID string) (*sessionlog.TurnReason, error)
 }
 
 // TurnEnd is what EndTurn is given: the events that end the turn, the

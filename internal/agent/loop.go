@@ -165,6 +165,9 @@ func (a *Agent) runStep(t *turnRun, n int) (sessionlog.TurnReason, bool, []sessi
 	if t.ctx.Err() != nil {
 		return a.aborted(t), false, open
 	}
+	if reason := a.gated(t); reason != nil {
+		return *reason, false, open
+	}
 	var hook []sessionlog.Entry
 	if !entered {
 		hook = a.takeHook()
@@ -201,6 +204,23 @@ func (a *Agent) runStep(t *turnRun, n int) (sessionlog.TurnReason, bool, []sessi
 	res := a.stream(t, n, req)
 	reason, more, pending := a.finishStep(t, n, res)
 	return reason, more, append(pending, stepEnd)
+}
+
+// gated asks Config.Gate whether turn t may take its next step and
+// returns the reason to end it with instead, nil to go on; a gate that
+// fails is logged and lets the step run.
+func (a *Agent) gated(t *turnRun) *sessionlog.TurnReason {
+	if a.cfg.Gate == nil {
+		return nil
+	}
+	reason, err := a.cfg.Gate.Step(t.ctx, a.id)
+	if err != nil {
+		if t.ctx.Err() == nil {
+			a.log.Warn("step gate failed; the step runs", "error", err)
+		}
+		return nil
+	}
+	return reason
 }
 
 // takeHook returns the BeforeFirstStep events the first time a step is

@@ -2,10 +2,14 @@ package governance
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -23,6 +27,21 @@ const (
 // LimitNames lists every limit field.
 var LimitNames = []string{LimitMaxDepth, LimitMaxChildren, LimitMaxConcurrent, LimitTokenBudget, LimitDeadline, LimitIdleTimeout}
 
+// Lifecycle types of a tree's budget: data {sessionId, rootSessionId,
+// tokens, tokenBudget}, each appended once per flip of the tree's paused
+// mark (store.TreeLimits.SetTreePaused).
+const (
+	EventTreePaused  = "tree/paused"
+	EventTreeResumed = "tree/resumed"
+)
+
+// Waiting delivers what a root's tree held back while it was paused: the
+// prompts its durable inbox kept; *delegate.Roots implements it, on the
+// replica that drives the root.
+type Waiting interface {
+	DeliverWaiting(ctx context.Context, rootID string) error
+}
+
 // maxAncestors bounds the walk from a session to its root: deeper than any
 // tree the depth rules let grow, so a longer chain is a broken store.
 const maxAncestors = 10_000
@@ -33,6 +52,7 @@ type LimitsStore interface {
 	store.TreeLimits
 	UsageStore
 	GetSession(ctx context.Context, id string) (store.Session, error)
+	AppendLifecycle(ctx context.Context, e store.LifecycleEvent) (store.LifecycleEvent, error)
 }
 
 // Limits holds a tree's limits and budget (docs/architecture.md §1): one
@@ -43,13 +63,27 @@ type LimitsStore interface {
 // It implements subagent.Governor. Safe for concurrent use.
 type Limits struct {
 	store LimitsStore
+	log   *slog.Logger
 	now   func() time.Time
+	// waiting is set once, by DeliverTo, before requests are served.
+	waiting Waiting
 }
 
-var _ subagent.Governor = (*Limits)(nil)
+var (
+	_ subagent.Governor = (*Limits)(nil)
+	_ agent.Gate        = (*Limits)(nil)
+)
 
-// NewLimits returns the tree limits over st.
-func NewLimits(st LimitsStore) *Limits { return &Limits{store: st, now: time.Now} }
+// NewLimits returns the tree limits over st; log receives the failures
+// of marking a tree paused, which no caller waits for.
+func NewLimits(st LimitsStore, log *slog.Logger) *Limits {
+	return &Limits{store: st, log: log, now: time.Now}
+}
+
+// DeliverTo makes w deliver what a tree held back once its budget is
+// raised (Patch). Call it once, before requests are served: the root
+// agents are built after the service that asks Limits.
+func (l *Limits) DeliverTo(w Waiting) { l.waiting = w }
 
 // Tree is the state of a tree's limits at one session.
 type Tree struct {
@@ -118,6 +152,7 @@ func (l *Limits) AdmitChild(ctx context.Context, parent store.Session, narrow *s
 		}
 	}
 	if t.Exhausted() {
+		l.pause(ctx, t)
 		return subagent.Admission{}, subagent.Errorf(subagent.EBudgetExhausted,
 			"the tree spent %d of its tokenBudget %d; raise it to resume", t.Tokens, *lim.TokenBudget)
 	}
@@ -174,7 +209,111 @@ func (l *Limits) Patch(ctx context.Context, id string, p LimitsPatch) (Tree, err
 		return Tree{}, notFound(id, err)
 	}
 	t := Tree{Limits: next.Stored(), Root: root}
-	return t, l.count(ctx, &t)
+	if err := l.count(ctx, &t); err != nil {
+		return Tree{}, err
+	}
+	if t.Exhausted() {
+		l.pause(ctx, t)
+		return t, nil
+	}
+	switch resumed, err := l.store.SetTreePaused(ctx, id, false); {
+	case err != nil:
+		return Tree{}, fmt.Errorf("resume tree %s: %w", id, err)
+	case resumed:
+		if err := l.announce(ctx, EventTreeResumed, t); err != nil {
+			return Tree{}, err
+		}
+	}
+	// Delivered also when the mark did not flip: a replica that crashed
+	// between the flip and the delivery left the prompts waiting.
+	if l.waiting != nil {
+		if err := l.waiting.DeliverWaiting(ctx, id); err != nil {
+			return Tree{}, fmt.Errorf("deliver what tree %s held back: %w", id, err)
+		}
+	}
+	return t, nil
+}
+
+// Step is agent.Gate's: before each model step of session id, the turn
+// ends deadline_exceeded once its tree's deadline passed, and
+// budget_exhausted once the tree spent its budget (the tree is then
+// paused: EventTreePaused, once).
+func (l *Limits) Step(ctx context.Context, id string) (*sessionlog.TurnReason, error) {
+	sess, err := l.store.GetSession(ctx, id)
+	if err != nil {
+		return nil, notFound(id, err)
+	}
+	t, err := l.inForce(ctx, sess)
+	if err != nil {
+		return nil, err
+	}
+	if d := t.Limits.Deadline; d != nil && !l.now().Before(*d) {
+		return &sessionlog.TurnReason{Kind: sessionlog.ReasonDeadlineExceeded,
+			Message: "the tree's deadline " + d.Format(time.RFC3339) + " has passed"}, nil
+	}
+	if t.Limits.TokenBudget == nil {
+		return nil, nil
+	}
+	if err := l.count(ctx, &t); err != nil {
+		return nil, err
+	}
+	if !t.Exhausted() {
+		return nil, nil
+	}
+	l.pause(ctx, t)
+	return &sessionlog.TurnReason{Kind: sessionlog.ReasonBudgetExhausted,
+		Message: fmt.Sprintf("the tree spent %d of its tokenBudget %d", t.Tokens, *t.Limits.TokenBudget)}, nil
+}
+
+// Paused reports whether the tree of root session id spent its budget:
+// its root's prompts then wait in its durable inbox.
+func (l *Limits) Paused(ctx context.Context, id string) (bool, error) {
+	t, err := l.Session(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	if t.Exhausted() {
+		l.pause(ctx, t)
+	}
+	return t.Exhausted(), nil
+}
+
+// pause marks the spent tree t paused and, when this call flipped the
+// mark, announces EventTreePaused. A failure is logged, not the
+// caller's: the tree is spent either way.
+func (l *Limits) pause(ctx context.Context, t Tree) {
+	if t.Root.ID == "" {
+		return
+	}
+	paused, err := l.store.SetTreePaused(ctx, t.Root.ID, true)
+	if err == nil && paused {
+		err = l.announce(ctx, EventTreePaused, t)
+	}
+	if err != nil {
+		l.log.WarnContext(ctx, "mark a spent tree paused", slog.String("root_session_id", t.Root.ID), slog.Any("error", err))
+	}
+}
+
+// treeBudget is the data of EventTreePaused and EventTreeResumed.
+type treeBudget struct {
+	SessionID     string `json:"sessionId"`
+	RootSessionID string `json:"rootSessionId"`
+	Tokens        int64  `json:"tokens"`
+	TokenBudget   *int64 `json:"tokenBudget,omitempty"`
+}
+
+// announce appends lifecycle event typ for tree t, whose parent and root
+// are its root.
+func (l *Limits) announce(ctx context.Context, typ string, t Tree) error {
+	id := t.Root.ID
+	payload, err := json.Marshal(treeBudget{SessionID: id, RootSessionID: id, Tokens: t.Tokens, TokenBudget: t.Limits.TokenBudget})
+	if err != nil {
+		return err
+	}
+	if _, err := l.store.AppendLifecycle(ctx, store.LifecycleEvent{Type: typ, ParentID: id, RootID: id, Time: l.now(), Payload: payload}); err != nil {
+		return fmt.Errorf("announce %s of %s: %w", typ, id, err)
+	}
+	return nil
 }
 
 // inForce returns the limits in force at sess and its tree's root: the

@@ -132,7 +132,7 @@ func startSeam(t *testing.T, seam subagent.Config, wire func(b *testBundle, cfg 
 	}
 	seam.Store, seam.Logger, seam.Owner, seam.Metrics = st, log, "test", cfg.Metrics
 	if seam.Governor == nil {
-		limits := governance.NewLimits(st)
+		limits := governance.NewLimits(st, log)
 		seam.Governor, cfg.Limits = limits, limits
 	}
 	svc := subagent.NewService(seam)

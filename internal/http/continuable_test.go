@@ -61,13 +61,16 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 			}
 		}
 		tools := agent.NewRegistry()
-		deps := inprocess.Deps{Store: b.st, Routes: table, Tools: tools, Logger: b.log}
+		limits := cfg.Limits.(*governance.Limits)
+		deps := inprocess.Deps{Store: b.st, Routes: table, Tools: tools, Logger: b.log, Gate: limits}
 		for _, p := range []subagent.Provider{spawn.New(deps), fork.New(deps)} {
 			if err := b.svc.Register(t.Context(), p); err != nil {
 				t.Fatal(err)
 			}
 		}
-		w.roots = delegate.NewRoots(delegate.RootsConfig{Store: b.st, Routes: table, Tools: tools, Logger: b.log, Control: b.svc.Control()})
+		w.roots = delegate.NewRoots(delegate.RootsConfig{Store: b.st, Routes: table, Tools: tools, Logger: b.log, Control: b.svc.Control(),
+			Budget: limits})
+		limits.DeliverTo(w.roots)
 		w.mgr = subagent.NewManager(b.svc, subagent.ManagerConfig{
 			Materializer: inprocess.NewMaterializer(deps), Notices: w.roots, Logger: b.log})
 		cfg.Continuations, cfg.Roots, cfg.Routes = w.mgr, w.roots, table

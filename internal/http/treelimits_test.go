@@ -1,11 +1,19 @@
 package http
 
 import (
+	"encoding/json"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/governance"
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/sessionlog"
+	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -219,4 +227,110 @@ func TestLimits_BudgetSpentRefusesStarts(t *testing.T) {
 			w.want(t, http.StatusCreated, runWith(root, "hi", nil))
 		})
 	}
+}
+
+// budgetModel plays the turns of TestLimits_BudgetPausesAndRaiseResumes:
+// "loop" calls a tool that does not exist, again after each result, each
+// call reporting 10 + 10 tokens; any other prompt is answered "re: …".
+func budgetModel() *scripted.Model {
+	usage := &model.Usage{InputTokens: 10, OutputTokens: 10}
+	return scripted.Func(func(req model.Request) scripted.Step {
+		last := req.Messages[len(req.Messages)-1]
+		if text := model.Text(last.Content); last.Role == model.RoleUser && text != "loop" {
+			return scripted.Step{Text: "re: " + text, Usage: &model.Usage{InputTokens: 1, OutputTokens: 1}}
+		}
+		return scripted.Step{ToolCalls: []model.ToolCall{{Name: "no_such_tool", Arguments: "{}"}}, Usage: usage}
+	})
+}
+
+// TestLimits_BudgetPausesAndRaiseResumes: a root's turn that spends its
+// tree's tokenBudget stops at its next step with budget_exhausted and
+// tree/paused fires once; a child start is then 409 BUDGET_EXHAUSTED,
+// while a prompt is accepted (202) and waits in the root's inbox; raising
+// the budget fires tree/resumed and the waiting prompt runs — on both
+// stores.
+func TestLimits_BudgetPausesAndRaiseResumes(t *testing.T) {
+	for name, st := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			w := setupWorldWith(t, st(t), scriptedRoute("s", budgetModel()))
+			root := w.limitedRoot(t, map[string]any{"tokenBudget": 15})
+			events := w.stream(t, "/v1/events?rootSessionId="+root, nil)
+			defer events.close()
+			rootLog := w.stream(t, "/v1/sessions/"+root+"/stream", nil)
+			defer rootLog.close()
+
+			w.want(t, http.StatusAccepted, call{method: http.MethodPost, path: "/v1/sessions/" + root + "/messages",
+				body: map[string]any{"content": textPrompt("loop")}})
+			end := untilEvent(t, rootLog, sessionlog.EventTurnEnd, nil)
+			var data sessionlog.TurnEndData
+			if err := json.Unmarshal(end.Data, &data); err != nil {
+				t.Fatal(err)
+			}
+			if data.Reason.Kind != sessionlog.ReasonBudgetExhausted {
+				t.Fatalf("the spending turn ended %+v, want budget_exhausted", data.Reason)
+			}
+			if f := untilFrame(t, events, governance.EventTreePaused); !strings.Contains(string(f.data), `"tokens":20`) {
+				t.Fatalf("tree/paused %s, want 20 tokens spent", f.data)
+			}
+			w.wantProblem(t, http.StatusConflict, subagent.EBudgetExhausted, runWith(root, "hi", nil))
+
+			var accepted promptResponse
+			w.want(t, http.StatusAccepted, call{method: http.MethodPost, path: "/v1/sessions/" + root + "/messages",
+				body: map[string]any{"content": textPrompt("hello")}}).decode(t, &accepted)
+			pending, err := w.st.Pending(t.Context(), root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pending) != 1 || pending[0].ID != accepted.MessageID {
+				t.Fatalf("inbox of the paused root %+v, want the prompt %s waiting", pending, accepted.MessageID)
+			}
+			if got := userTexts(t, w.sessionLog(t, root)); slices.Contains(got, "hello") {
+				t.Fatalf("the paused root's log has the waiting prompt: %v", got)
+			}
+			if n := len(w.lifecycleOf(t, governance.EventTreePaused)); n != 1 {
+				t.Fatalf("%d tree/paused events, want 1", n)
+			}
+
+			var patched treeLimitsJSON
+			w.want(t, http.StatusOK, patchLimits(root, map[string]any{"tokenBudget": 1000})).decode(t, &patched)
+			if patched.Paused || patched.Usage.Tokens != 20 {
+				t.Fatalf("PATCH answered %+v", patched)
+			}
+			untilFrame(t, events, governance.EventTreeResumed)
+			end = untilEvent(t, rootLog, sessionlog.EventTurnEnd, nil)
+			if err := json.Unmarshal(end.Data, &data); err != nil {
+				t.Fatal(err)
+			}
+			if data.Reason.Kind != sessionlog.ReasonCompleted {
+				t.Fatalf("the waiting prompt's turn ended %+v", data.Reason)
+			}
+			if got := userTexts(t, w.sessionLog(t, root)); !slices.Contains(got, "hello") {
+				t.Fatalf("the resumed root's log lacks the waiting prompt: %v", got)
+			}
+			w.want(t, http.StatusCreated, runWith(root, "hi", nil))
+			if n := len(w.lifecycleOf(t, governance.EventTreeResumed)); n != 1 {
+				t.Fatalf("%d tree/resumed events, want 1", n)
+			}
+		})
+	}
+}
+
+// untilFrame reads stream s up to its next frame of event typ.
+func untilFrame(t *testing.T, s *sseStream, typ string) frame {
+	t.Helper()
+	for {
+		if f := s.next(t); f.event == typ {
+			return f
+		}
+	}
+}
+
+// lifecycleOf returns the lifecycle events of type typ.
+func (b *testBundle) lifecycleOf(t *testing.T, typ string) []store.LifecycleEvent {
+	t.Helper()
+	evs, err := b.st.Lifecycle(t.Context(), store.LifecycleFilter{Types: []string{typ}, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
 }

@@ -99,6 +99,8 @@ type session struct {
 	// limits are the session's current limits (SetSessionLimits), its
 	// header's until then.
 	limits store.Limits
+	// paused is the mark of SetTreePaused.
+	paused bool
 }
 
 type run struct {
@@ -267,6 +269,20 @@ func (s *Store) SetSessionLimits(ctx context.Context, id string, l store.Limits)
 	}
 	sess.limits = l.Stored()
 	return nil
+}
+
+// SetTreePaused marks session id's tree paused or not and reports whether
+// the mark changed. Returns store.ErrNotFound.
+func (s *Store) SetTreePaused(ctx context.Context, id string, paused bool) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess, err := s.session(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("memstore: set tree paused: %w", err)
+	}
+	changed := sess.paused != paused
+	sess.paused = paused
+	return changed, nil
 }
 
 // ListSessions returns headers ordered by (CreatedAt, ID). Returns

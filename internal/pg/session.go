@@ -215,6 +215,18 @@ func (s *Store) SetSessionLimits(ctx context.Context, id string, l store.Limits)
 	return err
 }
 
+// SetTreePaused marks session id's tree paused or not and reports whether
+// the mark changed, in one statement: of racing callers one changes it.
+// Returns store.ErrNotFound.
+func (s *Store) SetTreePaused(ctx context.Context, id string, paused bool) (_ bool, err error) {
+	defer wrap(&err, "set tree paused of session %q", id)
+	var changed bool
+	err = s.pool.QueryRow(ctx, `WITH old AS (SELECT tree_paused FROM sessions WHERE tenant = $1 AND id = $2 FOR UPDATE)
+		UPDATE sessions s SET tree_paused = $3 FROM old WHERE s.tenant = $1 AND s.id = $2
+		RETURNING old.tree_paused <> $3`, store.Tenant(ctx), id, paused).Scan(&changed)
+	return changed, err
+}
+
 // ListSessions returns headers ordered by (CreatedAt, ID). Returns
 // store.ErrNotFound if f.AfterID names no session of the tenant.
 func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) (_ []store.Session, err error) {

@@ -60,4 +60,8 @@ type TreeLimits interface {
 	// SetSessionLimits replaces the limits stored with session id.
 	// Returns ErrNotFound.
 	SetSessionLimits(ctx context.Context, id string, l Limits) error
+	// SetTreePaused marks root id's tree paused or not and reports
+	// whether the mark changed: of racing callers, on any replica, one
+	// sees each flip. A new session is not paused. Returns ErrNotFound.
+	SetTreePaused(ctx context.Context, id string, paused bool) (changed bool, err error)
 }

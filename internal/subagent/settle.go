@@ -156,6 +156,10 @@ func EpochStopReason(o sessionlog.Outcome) string {
 		return StopAborted
 	case sessionlog.ReasonBlocked:
 		return StopRefusal
+	case sessionlog.ReasonBudgetExhausted:
+		return StopBudgetExhausted
+	case sessionlog.ReasonDeadlineExceeded:
+		return StopDeadlineExceeded
 	}
 	return StopError
 }

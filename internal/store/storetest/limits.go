@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +39,33 @@ var limitTests = []test{
 		same(t, "SessionLimits(kid) after the root's changed", must(s.SessionLimits(ctx, "kid"))(t), kid.Limits, canonLimits)
 		ok(t, s.SetSessionLimits(ctx, "root", store.Limits{}))
 		same(t, "SessionLimits(root) cleared", must(s.SessionLimits(ctx, "root"))(t), store.Limits{}, canonLimits)
+	}},
+	{"SetTreePaused_ReportsEachFlipOnce", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		ok(t, s.CreateSession(ctx, store.Session{ID: "root", CreatedAt: t0}))
+		for i, step := range []struct{ paused, changed bool }{{false, false}, {true, true}, {true, false}, {false, true}, {false, false}} {
+			if got := must(s.SetTreePaused(ctx, "root", step.paused))(t); got != step.changed {
+				t.Fatalf("step %d: SetTreePaused(%v) changed = %v, want %v", i, step.paused, got, step.changed)
+			}
+		}
+		_, err := s.SetTreePaused(ctx, "nope", true)
+		isErr(t, err, store.ErrNotFound, "SetTreePaused(unknown)")
+		_, err = s.SetTreePaused(other(ctx), "root", true)
+		isErr(t, err, store.ErrNotFound, "SetTreePaused(other tenant)")
+		// Of concurrent flips to paused, one changes the mark.
+		var wg sync.WaitGroup
+		var changed atomic.Int32
+		for range 8 {
+			wg.Go(func() {
+				if c, err := s.SetTreePaused(ctx, "root", true); err == nil && c {
+					changed.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := changed.Load(); n != 1 {
+			t.Fatalf("%d of 8 concurrent SetTreePaused(true) changed the mark, want 1", n)
+		}
 	}},
 	{"SessionLimits_UnknownOrOtherTenantIsNotFound", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
