@@ -265,6 +265,27 @@ func (l *Limits) Step(ctx context.Context, id string) (*sessionlog.TurnReason, e
 		Message: fmt.Sprintf("the tree spent %d of its tokenBudget %d", t.Tokens, *t.Limits.TokenBudget)}, nil
 }
 
+// Bounds is agent.Gate's: a turn of session id ends at its tree's
+// deadline, and after its tree's idleTimeout without an event.
+func (l *Limits) Bounds(ctx context.Context, id string) (agent.TurnBounds, error) {
+	sess, err := l.store.GetSession(ctx, id)
+	if err != nil {
+		return agent.TurnBounds{}, notFound(id, err)
+	}
+	lim, err := l.InForce(ctx, sess)
+	if err != nil {
+		return agent.TurnBounds{}, err
+	}
+	var b agent.TurnBounds
+	if lim.Deadline != nil {
+		b.Deadline = *lim.Deadline
+	}
+	if lim.IdleTimeout != nil {
+		b.Idle = *lim.IdleTimeout
+	}
+	return b, nil
+}
+
 // Paused reports whether the tree of root session id spent its budget:
 // its root's prompts then wait in its durable inbox.
 func (l *Limits) Paused(ctx context.Context, id string) (bool, error) {

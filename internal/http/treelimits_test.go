@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
@@ -333,4 +334,52 @@ func (b *testBundle) lifecycleOf(t *testing.T, typ string) []store.LifecycleEven
 		t.Fatal(err)
 	}
 	return evs
+}
+
+// TestLimits_DeadlineEndsLiveWork: a tree's deadline ends its live turns
+// — a one-shot run and a continuable child's task, both asleep in a model
+// call — with deadline_exceeded, and later starts are 409
+// DEADLINE_EXCEEDED — on both stores.
+func TestLimits_DeadlineEndsLiveWork(t *testing.T) {
+	// The deadline leaves the two starts ample time on a loaded machine;
+	// the sleeps are far longer, so only the deadline ends them.
+	const deadline = 5 * time.Second
+	for name, st := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			w := setupWorldWith(t, st(t), echoRoute())
+			root := w.limitedRoot(t, map[string]any{"deadline": deadline.String()})
+			run := w.sleeper(t, root)
+			task := w.startChild(t, root, "/sleep 30s\nresearch", nil)
+			for _, got := range []runJSON{w.settledRun(t, run.RunID), w.settledTask(t, task.TaskID)} {
+				if got.Result.StopReason != subagent.StopDeadlineExceeded || !strings.Contains(got.Result.Diagnostic, "deadline") {
+					t.Errorf("%s %s settled %+v, want deadline_exceeded", got.Kind, got.RunID, got.Result)
+				}
+			}
+			w.wantProblem(t, http.StatusConflict, subagent.EDeadlineExceeded, runWith(root, "hi", nil))
+		})
+	}
+}
+
+// TestLimits_IdleTimeout: a live turn that appends no event for its
+// tree's idleTimeout (asleep in a model call) settles error, diagnostic
+// "idle timeout"; a turn that keeps appending is not cut — on both stores.
+func TestLimits_IdleTimeout(t *testing.T) {
+	for name, st := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			w := setupWorldWith(t, st(t), echoRoute())
+			root := w.limitedRoot(t, map[string]any{"idleTimeout": "1s"})
+			began := time.Now()
+			got := w.settledRun(t, w.sleeper(t, root).RunID)
+			if got.Result.StopReason != subagent.StopError || got.Result.Diagnostic != agent.IdleTimeout {
+				t.Fatalf("the idle run settled %+v, want error, idle timeout", got.Result)
+			}
+			if took := time.Since(began); took < time.Second {
+				t.Fatalf("the idle run was cut after %v, before its idleTimeout", took)
+			}
+			busy := w.settledRun(t, w.startRun(t, spawn.Name, root, nil).RunID)
+			if busy.Result.StopReason != subagent.StopCompleted {
+				t.Fatalf("a quick run settled %+v", busy.Result)
+			}
+		})
+	}
 }

@@ -70,7 +70,7 @@ func (m *Manager) settle(act *activation) {
 	}
 	<-act.started // dispatched by whoever began act, once its command returned
 	m.notify(act, reason, output)
-	m.end(act, reason, output, outcome.Usage)()
+	m.end(act, reason, output, outcome)()
 
 	m.do(c.key, func(c *child) {
 		owed := c.settled()
@@ -88,9 +88,11 @@ func (m *Manager) settle(act *activation) {
 	})
 }
 
-// end records act's subagent/end with reason and output, exactly once (see
+// end records act's subagent/end with reason, output and the usage and
+// failure message of outcome, exactly once (see
 // Service.recordEnd), and returns the func that dispatches it (R71).
-func (m *Manager) end(act *activation, reason string, output []model.Block, usage store.Usage) (dispatch func()) {
+func (m *Manager) end(act *activation, reason string, output []model.Block, outcome sessionlog.Outcome) (dispatch func()) {
+	usage := outcome.Usage
 	e := act.event(EventEnd)
 	e.StopReason = reason
 	if len(output) > 0 {
@@ -102,8 +104,12 @@ func (m *Manager) end(act *activation, reason string, output []model.Block, usag
 		log.ErrorContext(act.base, "encode activation output", slog.Any("error", err))
 	}
 	res := store.RunResult{StopReason: reason, Output: out, Usage: usage, UsageKnown: usage.Known()}
-	if reason == StopAborted {
+	switch {
+	case reason == StopAborted:
 		res.Diagnostic = act.diagnostic
+	case !IsSuccess(reason) && outcome.End != nil:
+		// A failed turn's message: a tree's deadline or idle bound, say.
+		res.Diagnostic = TruncateDiagnostic(outcome.End.Reason.Message)
 	}
 	e, recorded := m.svc.recordEnd(act.base, log, e, res,
 		func(ctx context.Context) error { return m.children.Reclaim(ctx, act.c.key) })
