@@ -421,10 +421,10 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	deps := inprocess.Deps{Store: st, Routes: routes, Tools: tools, Logger: log, Metrics: metrics, Gate: limits}
 	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: log, Control: svc.Control(),
 		Metrics: metrics, Budget: limits})
-	limits.DeliverTo(roots)
 	mgr := subagent.NewManager(svc, subagent.ManagerConfig{
 		Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: log,
 	})
+	limits.DeliverTo(roots, mgr)
 	dtools := delegate.NewTools(delegate.ToolsConfig{Seam: svc, Continuations: mgr, Store: st, Registry: tools, Logger: log})
 	if err := dtools.Start(ctx); err != nil {
 		return nil, fmt.Errorf("mount delegation tools: %w", err)

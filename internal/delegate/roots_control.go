@@ -84,6 +84,8 @@ func (r *Roots) DeliverWaiting(ctx context.Context, id string) error {
 			if s.closed || s.disposed {
 				return nil
 			}
+			// The turns outlive the call: its cancellation reaches none.
+			ctx := context.WithoutCancel(ctx)
 			if s.agent == nil {
 				return r.open(ctx, s, false)
 			}

@@ -35,11 +35,12 @@ const (
 	EventTreeResumed = "tree/resumed"
 )
 
-// Waiting delivers what a root's tree held back while it was paused: the
-// prompts its durable inbox kept; *delegate.Roots implements it, on the
-// replica that drives the root.
+// Waiting delivers what a session of a paused tree held back: the
+// prompts a root's durable inbox kept (*delegate.Roots, on the replica
+// that drives the root), the followups of a continuable child that was not
+// live (*subagent.Manager).
 type Waiting interface {
-	DeliverWaiting(ctx context.Context, rootID string) error
+	DeliverWaiting(ctx context.Context, id string) error
 }
 
 // maxAncestors bounds the walk from a session to its root: deeper than any
@@ -53,6 +54,7 @@ type LimitsStore interface {
 	UsageStore
 	GetSession(ctx context.Context, id string) (store.Session, error)
 	AppendLifecycle(ctx context.Context, e store.LifecycleEvent) (store.LifecycleEvent, error)
+	Pending(ctx context.Context, childID string) ([]store.InboxMessage, error)
 }
 
 // Limits holds a tree's limits and budget (docs/architecture.md §1): one
@@ -65,8 +67,9 @@ type Limits struct {
 	store LimitsStore
 	log   *slog.Logger
 	now   func() time.Time
-	// waiting is set once, by DeliverTo, before requests are served.
-	waiting Waiting
+	// roots and children are set once, by DeliverTo, before requests are
+	// served.
+	roots, children Waiting
 }
 
 var (
@@ -80,10 +83,11 @@ func NewLimits(st LimitsStore, log *slog.Logger) *Limits {
 	return &Limits{store: st, log: log, now: time.Now}
 }
 
-// DeliverTo makes w deliver what a tree held back once its budget is
-// raised (Patch). Call it once, before requests are served: the root
-// agents are built after the service that asks Limits.
-func (l *Limits) DeliverTo(w Waiting) { l.waiting = w }
+// DeliverTo makes roots and children deliver what a tree's roots and
+// continuable children held back once its budget is raised (Patch). Call
+// it once, before requests are served: they are built after the service
+// that asks Limits.
+func (l *Limits) DeliverTo(roots, children Waiting) { l.roots, l.children = roots, children }
 
 // Tree is the state of a tree's limits at one session.
 type Tree struct {
@@ -216,22 +220,46 @@ func (l *Limits) Patch(ctx context.Context, id string, p LimitsPatch) (Tree, err
 		l.pause(ctx, t)
 		return t, nil
 	}
-	switch resumed, err := l.store.SetTreePaused(ctx, id, false); {
-	case err != nil:
+	resumed, err := l.store.SetTreePaused(ctx, id, false)
+	if err != nil {
 		return Tree{}, fmt.Errorf("resume tree %s: %w", id, err)
-	case resumed:
+	}
+	if resumed {
 		if err := l.announce(ctx, EventTreeResumed, t); err != nil {
 			return Tree{}, err
 		}
-	}
-	// Delivered also when the mark did not flip: a replica that crashed
-	// between the flip and the delivery left the prompts waiting.
-	if l.waiting != nil {
-		if err := l.waiting.DeliverWaiting(ctx, id); err != nil {
-			return Tree{}, fmt.Errorf("deliver what tree %s held back: %w", id, err)
-		}
+		l.deliver(ctx, id)
 	}
 	return t, nil
+}
+
+// deliver hands what the sessions of root's tree held back while it was
+// paused to their agents (Waiting); a session whose delivery fails is
+// logged, and its messages stay in its inbox for its next one. The
+// agents outlive the request that resumed the tree: ctx keeps only its
+// values.
+func (l *Limits) deliver(ctx context.Context, root string) {
+	ctx = context.WithoutCancel(ctx)
+	rows, err := l.store.SessionUsage(ctx, root, true, l.now())
+	if err != nil {
+		l.log.WarnContext(ctx, "list a resumed tree", slog.String("root_session_id", root), slog.Any("error", err))
+		return
+	}
+	for _, r := range rows {
+		w := l.children
+		if r.ParentID == "" {
+			w = l.roots
+		}
+		if w == nil {
+			continue
+		}
+		if pending, err := l.store.Pending(ctx, r.SessionID); err != nil || len(pending) == 0 {
+			continue
+		}
+		if err := w.DeliverWaiting(ctx, r.SessionID); err != nil {
+			l.log.WarnContext(ctx, "deliver what a paused tree held back", slog.String("session_id", r.SessionID), slog.Any("error", err))
+		}
+	}
 }
 
 // Step is agent.Gate's: before each model step of session id, the turn

@@ -70,9 +70,9 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 		}
 		w.roots = delegate.NewRoots(delegate.RootsConfig{Store: b.st, Routes: table, Tools: tools, Logger: b.log, Control: b.svc.Control(),
 			Budget: limits})
-		limits.DeliverTo(w.roots)
 		w.mgr = subagent.NewManager(b.svc, subagent.ManagerConfig{
 			Materializer: inprocess.NewMaterializer(deps), Notices: w.roots, Logger: b.log})
+		limits.DeliverTo(w.roots, w.mgr)
 		cfg.Continuations, cfg.Roots, cfg.Routes = w.mgr, w.roots, table
 		cfg.Trees = governance.NewTrees(governance.TreesConfig{Store: b.st, Runs: w.mgr, Roots: w.roots, Logger: b.log})
 		cfg.Usage = governance.NewUsage(b.st)

@@ -247,9 +247,9 @@ func budgetModel() *scripted.Model {
 // TestLimits_BudgetPausesAndRaiseResumes: a root's turn that spends its
 // tree's tokenBudget stops at its next step with budget_exhausted and
 // tree/paused fires once; a child start is then 409 BUDGET_EXHAUSTED,
-// while a prompt is accepted (202) and waits in the root's inbox; raising
-// the budget fires tree/resumed and the waiting prompt runs — on both
-// stores.
+// while a prompt is accepted (202) and a followup to an idle continuable
+// child too (route parked), and both wait in their inboxes; raising the
+// budget fires tree/resumed and both run — on both stores.
 func TestLimits_BudgetPausesAndRaiseResumes(t *testing.T) {
 	for name, st := range bothStores {
 		t.Run(name, func(t *testing.T) {
@@ -257,6 +257,8 @@ func TestLimits_BudgetPausesAndRaiseResumes(t *testing.T) {
 			root := w.limitedRoot(t, map[string]any{"tokenBudget": 15})
 			events := w.stream(t, "/v1/events?rootSessionId="+root, nil)
 			defer events.close()
+			kid := w.startChild(t, root, "hi", nil)
+			w.settledTask(t, kid.TaskID) // 2 tokens
 			rootLog := w.stream(t, "/v1/sessions/"+root+"/stream", nil)
 			defer rootLog.close()
 
@@ -270,8 +272,8 @@ func TestLimits_BudgetPausesAndRaiseResumes(t *testing.T) {
 			if data.Reason.Kind != sessionlog.ReasonBudgetExhausted {
 				t.Fatalf("the spending turn ended %+v, want budget_exhausted", data.Reason)
 			}
-			if f := untilFrame(t, events, governance.EventTreePaused); !strings.Contains(string(f.data), `"tokens":20`) {
-				t.Fatalf("tree/paused %s, want 20 tokens spent", f.data)
+			if f := untilFrame(t, events, governance.EventTreePaused); !strings.Contains(string(f.data), `"tokens":22`) {
+				t.Fatalf("tree/paused %s, want 22 tokens spent", f.data)
 			}
 			w.wantProblem(t, http.StatusConflict, subagent.EBudgetExhausted, runWith(root, "hi", nil))
 
@@ -288,13 +290,20 @@ func TestLimits_BudgetPausesAndRaiseResumes(t *testing.T) {
 			if got := userTexts(t, w.sessionLog(t, root)); slices.Contains(got, "hello") {
 				t.Fatalf("the paused root's log has the waiting prompt: %v", got)
 			}
+			parked := w.followupOK(t, followup(kid.ChildID, root, "more"))
+			if parked.Route != subagent.RouteParked || parked.TaskID != "" {
+				t.Fatalf("followup to the paused tree's idle child answered %+v, want parked", parked)
+			}
+			if pending, err := w.st.Pending(t.Context(), kid.ChildID); err != nil || len(pending) != 1 {
+				t.Fatalf("the paused child's inbox %+v (%v), want the followup", pending, err)
+			}
 			if n := len(w.lifecycleOf(t, governance.EventTreePaused)); n != 1 {
 				t.Fatalf("%d tree/paused events, want 1", n)
 			}
 
 			var patched treeLimitsJSON
 			w.want(t, http.StatusOK, patchLimits(root, map[string]any{"tokenBudget": 1000})).decode(t, &patched)
-			if patched.Paused || patched.Usage.Tokens != 20 {
+			if patched.Paused || patched.Usage.Tokens != 22 {
 				t.Fatalf("PATCH answered %+v", patched)
 			}
 			untilFrame(t, events, governance.EventTreeResumed)
@@ -307,6 +316,16 @@ func TestLimits_BudgetPausesAndRaiseResumes(t *testing.T) {
 			}
 			if got := userTexts(t, w.sessionLog(t, root)); !slices.Contains(got, "hello") {
 				t.Fatalf("the resumed root's log lacks the waiting prompt: %v", got)
+			}
+			for {
+				started := untilLifecycle(t, events, subagent.EventStart)
+				if started.ID != kid.ChildID {
+					continue
+				}
+				if run := w.settledTask(t, started.TaskID); run.Result.StopReason != subagent.StopCompleted || outputText(t, run) != "re: more" {
+					t.Fatalf("the waiting followup's task settled %+v", run.Result)
+				}
+				break
 			}
 			w.want(t, http.StatusCreated, runWith(root, "hi", nil))
 			if n := len(w.lifecycleOf(t, governance.EventTreeResumed)); n != 1 {

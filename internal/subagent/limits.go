@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -91,6 +92,10 @@ type Governor interface {
 	// EInvalidRequest. It returns the narrowing to store with the child
 	// and the tree's depth cap for the child (nil: none).
 	AdmitChild(ctx context.Context, parent store.Session, narrow *Limits) (Admission, error)
+	// Paused reports whether the tree of session sessionID spent its
+	// budget: a followup to a child that is not live then waits in its
+	// inbox (Manager.DeliverWaiting delivers it).
+	Paused(ctx context.Context, sessionID string) (bool, error)
 }
 
 // Admission is what a Governor answers an admitted child.
@@ -101,6 +106,26 @@ type Admission struct {
 	// none: the child's depth is checked against it as against a
 	// request's maxDepth (ChildDepth).
 	MaxDepth *int
+}
+
+// treePaused reports whether the Governor, if any, holds session id's
+// tree paused.
+func (s *Service) treePaused(ctx context.Context, id string) (bool, error) {
+	if s.gov == nil {
+		return false, nil
+	}
+	return s.gov.Paused(ctx, id)
+}
+
+// DeliverWaiting cold-resumes continuable child childID with the
+// followups its inbox held while its tree was paused, unless it is live
+// (a live activation takes its followups itself). The activation outlives
+// the call: ctx's cancellation does not reach it.
+func (m *Manager) DeliverWaiting(ctx context.Context, childID string) error {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	m.do(resident.Key{Tenant: store.Tenant(ctx), ID: childID}, func(c *child) { err = m.recoverIn(ctx, c) })
+	return err
 }
 
 // admitTree asks the Governor, if any, whether parent may have the child
