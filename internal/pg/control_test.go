@@ -36,8 +36,8 @@ type replica struct {
 	// limits are the replica's tree limits: its roots' budget, which
 	// delivers what a paused tree held back once raised.
 	limits *governance.Limits
-	stop  context.CancelFunc // stops its KeepLeases: it stops renewing
-	kept  chan struct{}      // closed once KeepLeases returned
+	stop   context.CancelFunc // stops its KeepLeases: it stops renewing
+	kept   chan struct{}      // closed once KeepLeases returned
 }
 
 // gate is a model whose replies are held while it is shut: each call
