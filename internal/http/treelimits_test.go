@@ -402,3 +402,64 @@ func TestLimits_IdleTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestLimits_BudgetParksAFollowupSentDuringTheStoppedTurn: a followup
+// sent while a child's turn spends its tree's budget — steered into that
+// turn, which stops at its next step, or arriving as it settles — is not
+// run by a new activation while the tree is paused: it is answered parked
+// and runs once the budget is raised — on both stores.
+func TestLimits_BudgetParksAFollowupSentDuringTheStoppedTurn(t *testing.T) {
+	for name, st := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			g := newGate()
+			spent := scripted.Func(func(req model.Request) scripted.Step {
+				last := req.Messages[len(req.Messages)-1]
+				if text := model.Text(last.Content); last.Role == model.RoleUser && text != "loop" {
+					return scripted.Step{Text: "re: " + text, Usage: &model.Usage{InputTokens: 1, OutputTokens: 1}}
+				}
+				return scripted.Step{ToolCalls: []model.ToolCall{{Name: "no_such_tool", Arguments: "{}"}},
+					Usage: &model.Usage{InputTokens: 10, OutputTokens: 10}, Gate: g.open, Reached: g.reached}
+			})
+			w := setupWorldWith(t, st(t), scriptedRoute("s", spent))
+			root := w.limitedRoot(t, map[string]any{"tokenBudget": 15})
+			events := w.stream(t, "/v1/events?rootSessionId="+root, nil)
+			defer events.close()
+			kid := w.startChild(t, root, "loop", nil)
+			await(t, g.reached, "the child's first step")
+			answered := make(chan response, 1)
+			go func() { answered <- w.do(t, followup(kid.ChildID, root, "more")) }()
+			close(g.open)
+			if run := w.settledTask(t, kid.TaskID); run.Result.StopReason != subagent.StopBudgetExhausted {
+				t.Fatalf("the spending task settled %+v, want budget_exhausted", run.Result)
+			}
+			var r response
+			select {
+			case r = <-answered:
+			case <-time.After(streamTimeout):
+				t.Fatalf("the followup was not answered within %s", streamTimeout)
+			}
+			var parked followupResponse
+			if r.status != http.StatusOK {
+				t.Fatalf("the followup answered %d %s", r.status, r.body)
+			}
+			r.decode(t, &parked)
+			if parked.Route != subagent.RouteParked {
+				t.Fatalf("the followup sent during the stopped turn answered %+v, want parked", parked)
+			}
+			if runs, err := w.st.ListRuns(t.Context(), store.RunFilter{ChildID: kid.ChildID}); err != nil || len(runs) != 1 {
+				t.Fatalf("the paused child has activations %+v (%v), want 1", runs, err)
+			}
+			w.want(t, http.StatusOK, patchLimits(root, map[string]any{"tokenBudget": 1000}))
+			for {
+				started := untilLifecycle(t, events, subagent.EventStart)
+				if started.ID != kid.ChildID || started.TaskID == kid.TaskID {
+					continue
+				}
+				if run := w.settledTask(t, started.TaskID); run.Result.StopReason != subagent.StopCompleted || outputText(t, run) != "re: more" {
+					t.Fatalf("the parked followup's task settled %+v", run.Result)
+				}
+				break
+			}
+		})
+	}
+}

@@ -79,6 +79,10 @@ func (m *Manager) settle(act *activation) {
 			act.release()
 			return
 		}
+		if m.parkOwed(ctx, c) {
+			act.release()
+			return
+		}
 		// The owed cold resume takes over act's live-run slot.
 		c.slot, act.release = act.release, nil
 		if err := m.resume(ctx, c); err != nil {
@@ -86,6 +90,24 @@ func (m *Manager) settle(act *activation) {
 		}
 		m.releaseSlot(c)
 	})
+}
+
+// parkOwed reports whether c's tree is paused (its budget spent): then
+// the followups owed to c's next activation wait in its inbox for the
+// budget's raise (DeliverWaiting), and their callers are answered
+// RouteParked. It runs in c's loop.
+func (m *Manager) parkOwed(ctx context.Context, c *child) bool {
+	paused, err := m.svc.treePaused(ctx, c.key.ID)
+	if err != nil {
+		m.log.WarnContext(ctx, "read whether the tree is paused; the owed followups are delivered", slog.String("child_id", c.key.ID), slog.Any("error", err))
+	}
+	if !paused {
+		return false
+	}
+	for id := range c.waiters {
+		m.answer(c, id, answer{res: FollowupResult{Route: RouteParked, MessageID: id}})
+	}
+	return true
 }
 
 // end records act's subagent/end with reason, output and the usage and
