@@ -107,20 +107,6 @@ func (t Tree) Exhausted() bool {
 	return t.Limits.TokenBudget != nil && t.Tokens >= *t.Limits.TokenBudget
 }
 
-// Session returns the state of the limits at session id: the limits in
-// force there and the tree's counts. Returns ESessionNotFound.
-func (l *Limits) Session(ctx context.Context, id string) (Tree, error) {
-	sess, err := l.store.GetSession(ctx, id)
-	if err != nil {
-		return Tree{}, notFound(id, err)
-	}
-	t, err := l.inForce(ctx, sess)
-	if err != nil {
-		return Tree{}, err
-	}
-	return t, l.count(ctx, &t)
-}
-
 // InForce returns the limits in force at sess.
 func (l *Limits) InForce(ctx context.Context, sess store.Session) (store.Limits, error) {
 	t, err := l.inForce(ctx, sess)
@@ -267,11 +253,7 @@ func (l *Limits) deliver(ctx context.Context, root string) {
 // budget_exhausted once the tree spent its budget (the tree is then
 // paused: EventTreePaused, once).
 func (l *Limits) Step(ctx context.Context, id string) (*sessionlog.TurnReason, error) {
-	sess, err := l.store.GetSession(ctx, id)
-	if err != nil {
-		return nil, notFound(id, err)
-	}
-	t, err := l.inForce(ctx, sess)
+	t, err := l.at(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -296,29 +278,30 @@ func (l *Limits) Step(ctx context.Context, id string) (*sessionlog.TurnReason, e
 // Bounds is agent.Gate's: a turn of session id ends at its tree's
 // deadline, and after its tree's idleTimeout without an event.
 func (l *Limits) Bounds(ctx context.Context, id string) (agent.TurnBounds, error) {
-	sess, err := l.store.GetSession(ctx, id)
-	if err != nil {
-		return agent.TurnBounds{}, notFound(id, err)
-	}
-	lim, err := l.InForce(ctx, sess)
+	t, err := l.at(ctx, id)
 	if err != nil {
 		return agent.TurnBounds{}, err
 	}
 	var b agent.TurnBounds
-	if lim.Deadline != nil {
-		b.Deadline = *lim.Deadline
+	if d := t.Limits.Deadline; d != nil {
+		b.Deadline = *d
 	}
-	if lim.IdleTimeout != nil {
-		b.Idle = *lim.IdleTimeout
+	if d := t.Limits.IdleTimeout; d != nil {
+		b.Idle = *d
 	}
 	return b, nil
 }
 
-// Paused reports whether the tree of root session id spent its budget:
-// its root's prompts then wait in its durable inbox.
+// Paused reports whether the tree of session id spent the budget in force
+// there: its root's prompts, and followups to its idle continuable
+// children, then wait in their durable inboxes. Without a budget nothing
+// is counted.
 func (l *Limits) Paused(ctx context.Context, id string) (bool, error) {
-	t, err := l.Session(ctx, id)
-	if err != nil {
+	t, err := l.at(ctx, id)
+	if err != nil || t.Limits.TokenBudget == nil {
+		return false, err
+	}
+	if err := l.count(ctx, &t); err != nil {
 		return false, err
 	}
 	if t.Exhausted() {
@@ -363,6 +346,15 @@ func (l *Limits) announce(ctx context.Context, typ string, t Tree) error {
 		return fmt.Errorf("announce %s of %s: %w", typ, id, err)
 	}
 	return nil
+}
+
+// at is inForce of session id. Returns ESessionNotFound.
+func (l *Limits) at(ctx context.Context, id string) (Tree, error) {
+	sess, err := l.store.GetSession(ctx, id)
+	if err != nil {
+		return Tree{}, notFound(id, err)
+	}
+	return l.inForce(ctx, sess)
 }
 
 // inForce returns the limits in force at sess and its tree's root: the
