@@ -152,11 +152,11 @@ func (l *Limits) AdmitChild(ctx context.Context, parent store.Session, narrow *s
 			return subagent.Admission{}, err
 		}
 		if int64(len(kids)) >= *n {
-			return subagent.Admission{}, subagent.Errorf(subagent.ELimitExceeded, "session %s already has %d children, its tree's maxChildren", parent.ID, len(kids))
+			return subagent.Admission{}, subagent.Errorf(subagent.ELimitExceeded, "session %s already has %d children, all its tree's maxChildren %d allows", parent.ID, len(kids), *n)
 		}
 	}
 	if n := lim.MaxConcurrent; n != nil && t.LiveRuns >= *n {
-		return subagent.Admission{}, subagent.Errorf(subagent.ERateLimited, "the tree already has %d live runs, its maxConcurrent", t.LiveRuns)
+		return subagent.Admission{}, subagent.Errorf(subagent.ERateLimited, "the tree already has %d live runs and activations, all its maxConcurrent %d allows", t.LiveRuns, *n)
 	}
 	return a, nil
 }
