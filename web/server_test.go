@@ -80,6 +80,7 @@ func startServer(t *testing.T, mdl model.Model, opts ...func(*apihttp.Config)) *
 		Sessions:  roots.New(roots.Config{Store: st, Routes: routes, Agents: agents}),
 		Trees:     governance.NewTrees(governance.TreesConfig{Store: st, Runs: mgr, Roots: agents, Logger: logger}),
 		Usage:     governance.NewUsage(st),
+		Limits:    governance.NewLimits(st, logger),
 		Approvals: approvals,
 	}
 	for _, opt := range opts {

@@ -6,9 +6,9 @@
 // are built in static/paths.js. All state lives in one store (store.js);
 // the views are modules by job: tree.js (filtered, virtualised session
 // tree with roll-ups), overview.js (the first view), session.js (head with
-// the API's usage sums, run cards, actions and tree controls — cancel a
-// tree, dispose a root's tree or a continuable child, asked first —
-// composer), transcript.js (conversation and event log; a
+// the API's usage sums, a tree's token budget bar with a raise for a spent,
+// paused one, run cards, actions and tree controls — cancel a tree,
+// dispose a root's tree or a continuable child, asked first — composer), transcript.js (conversation and event log; a
 // long log is drawn from its end, the turns above as the reader nears them),
 // trace.js (nested spans of a tree on one time axis), search.js (search
 // inside conversations), delegate.js (start forms), providers.js,

@@ -398,8 +398,9 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 		return nil, cfg.bad("SUBAGENTD_LEASE_TTL", "want a Go duration of at least 1s, got %q", cfg.get("SUBAGENTD_LEASE_TTL"))
 	}
 	replica := cfg.get("SUBAGENTD_REPLICA_ID")
+	limits := governance.NewLimits(st, log)
 	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: owner(replica), LeaseDuration: lease,
-		MaxLiveRuns: sec.maxLiveRuns, Metrics: metrics})
+		MaxLiveRuns: sec.maxLiveRuns, Metrics: metrics, Governor: limits})
 	if replica != "" {
 		// A stable replica id lets this start close, at once, the runs the
 		// previous process of this replica left open (SIGKILL, crash).
@@ -419,11 +420,13 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	loops.Go(func() { approvals.SweepOrphans(bg, lease) })
 
 	tools := agent.NewRegistry()
-	deps := inprocess.Deps{Store: st, Routes: routes, Tools: tools, Logger: log, Metrics: metrics}
-	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: log, Control: svc.Control(), Metrics: metrics})
+	deps := inprocess.Deps{Store: st, Routes: routes, Tools: tools, Logger: log, Metrics: metrics, Gate: limits}
+	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: log, Control: svc.Control(),
+		Metrics: metrics, Budget: limits})
 	mgr := subagent.NewManager(svc, subagent.ManagerConfig{
 		Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: log,
 	})
+	limits.DeliverTo(roots, mgr)
 	dtools := delegate.NewTools(delegate.ToolsConfig{Seam: svc, Continuations: mgr, Store: st, Registry: tools, Logger: log, Approvals: approvals})
 	if err := dtools.Start(ctx); err != nil {
 		return nil, fmt.Errorf("mount delegation tools: %w", err)
@@ -511,7 +514,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	stop = func() { hooks.Stop(); stopRest() }
 	api := httpapi.NewServer(httpapi.Config{
 		Service: svc, Store: st, Logger: log, Registry: reg, Metrics: metrics, Tracing: tracing, Version: buildVersion(), Dashboard: web.FS,
-		Continuations: mgr, Roots: roots, Routes: routes, Webhooks: hooks, Usage: governance.NewUsage(st), Approvals: approvals,
+		Continuations: mgr, Roots: roots, Routes: routes, Webhooks: hooks, Usage: governance.NewUsage(st), Approvals: approvals, Limits: limits,
 		Trees:    governance.NewTrees(governance.TreesConfig{Store: st, Runs: mgr, Roots: roots, Logger: log}),
 		Sessions: rootrules.New(rootrules.Config{Store: st, Routes: routes, WorkspaceRoots: file.WorkspaceRoots, Agents: roots, Policies: approvals}),
 		Tokens:   sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,

@@ -103,6 +103,10 @@ type Config struct {
 	// hands the stored log to Launch.
 	Created *Created
 
+	// Gate, when set, is asked before each model step whether the turn
+	// may go on (a tree's limits, internal/governance).
+	Gate Gate
+
 	// EndTurn, when set, writes the append that ends a turn (the last
 	// step's unlogged events and turn/end) instead of Store.AppendEvents,
 	// and returns the events as stored: its creator stores them in one
@@ -110,6 +114,29 @@ type Config struct {
 	// subagent/end). An error is a failed append.
 	EndTurn func(ctx context.Context, end TurnEnd) ([]store.Event, error)
 }
+
+// Gate is asked before each model step of a turn whether the turn may go
+// on, and when a turn starts how long it may run.
+type Gate interface {
+	// Step returns the reason to end session sessionID's turn with
+	// instead of its next step, nil to go on. An error lets the step run.
+	Step(ctx context.Context, sessionID string) (*sessionlog.TurnReason, error)
+	// Bounds returns the bounds of session sessionID's turn that starts.
+	// An error leaves the turn unbounded.
+	Bounds(ctx context.Context, sessionID string) (TurnBounds, error)
+}
+
+// TurnBounds bound a running turn: at Deadline (zero: none) it ends with
+// reason deadline_exceeded, and once Idle (0: none) passed without an
+// event appended to its log, with reason error, "idle timeout" — whatever
+// the turn is doing, a model stream or a tool call.
+type TurnBounds struct {
+	Deadline time.Time
+	Idle     time.Duration
+}
+
+// IdleTimeout is the turn/end message of a turn ended by TurnBounds.Idle.
+const IdleTimeout = "idle timeout"
 
 // TurnEnd is what EndTurn is given: the events that end the turn, the
 // outcome the agent's Outcome will report once they are stored (that of no
@@ -165,6 +192,8 @@ type Agent struct {
 	prepared *prepared // PrepareFollowup's message and events until Launch
 	entered  int       // the turn whose step 1 PrepareFollowup logged ahead
 	capture  capture
+	// appended is when an event was last appended to the log.
+	appended time.Time
 	// snap is the index in events of the newest history/snapshot, -1 when
 	// none; snapSize is its size in bytes.
 	snap, snapSize int
@@ -188,6 +217,9 @@ type turnRun struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	cause  string // set by the first Cancel
+	// stop, set by the turn's bounds (see bound), is the reason the turn
+	// ends with once its cancellation is seen.
+	stop *sessionlog.TurnReason
 	// inv is the turn's invoke_agent span (Config.TurnAgent), else nil.
 	inv *telemetry.Invocation
 }
@@ -375,6 +407,7 @@ func (a *Agent) endTurnLocked(evs ...sessionlog.Entry) error {
 // evs, so nothing is decoded again. a.mu must be held.
 func (a *Agent) recordLocked(stored []store.Event, evs []sessionlog.Entry) {
 	a.events = append(a.events, stored...)
+	a.appended = time.Now()
 	for i, e := range stored {
 		var payload any // decoded by the folds when evs lacks it
 		if i < len(evs) {

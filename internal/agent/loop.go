@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/codes"
 
@@ -79,8 +80,9 @@ func (a *Agent) nextTurn() *turnRun {
 	return nil
 }
 
-// runTurn runs steps until one concludes the turn.
+// runTurn runs steps until one concludes the turn, within its bounds.
 func (a *Agent) runTurn(t *turnRun) {
+	defer a.bound(t)()
 	for step := 1; ; step++ {
 		reason, more, stepEnd := a.runStep(t, step)
 		if more {
@@ -137,10 +139,14 @@ func (a *Agent) conclude(t *turnRun, reason sessionlog.TurnReason, stepEnd []ses
 	return true
 }
 
-// aborted is the turn/end reason of a cancelled turn.
+// aborted is the turn/end reason of a cancelled turn: the reason of the
+// bound that stopped it, else aborted with its cause.
 func (a *Agent) aborted(t *turnRun) sessionlog.TurnReason {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if t.stop != nil {
+		return *t.stop
+	}
 	return sessionlog.TurnReason{Kind: sessionlog.ReasonAborted, Cause: &sessionlog.Cause{Kind: t.cause}}
 }
 
@@ -164,6 +170,9 @@ func (a *Agent) runStep(t *turnRun, n int) (sessionlog.TurnReason, bool, []sessi
 	}
 	if t.ctx.Err() != nil {
 		return a.aborted(t), false, open
+	}
+	if reason := a.gated(t); reason != nil {
+		return *reason, false, open
 	}
 	var hook []sessionlog.Entry
 	if !entered {
@@ -201,6 +210,106 @@ func (a *Agent) runStep(t *turnRun, n int) (sessionlog.TurnReason, bool, []sessi
 	res := a.stream(t, n, req)
 	reason, more, pending := a.finishStep(t, n, res)
 	return reason, more, append(pending, stepEnd)
+}
+
+// bound enforces Config.Gate's TurnBounds on turn t until the func it
+// returns is called: a goroutine stops the turn at its deadline, or once
+// it appended nothing for the idle bound.
+func (a *Agent) bound(t *turnRun) (release func()) {
+	if a.cfg.Gate == nil {
+		return func() {}
+	}
+	b, err := a.cfg.Gate.Bounds(t.ctx, a.id)
+	if err != nil {
+		if t.ctx.Err() == nil {
+			a.log.Warn("turn bounds unread; the turn runs unbounded", "error", err)
+		}
+		return func() {}
+	}
+	if b.Deadline.IsZero() && b.Idle <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	a.wg.Add(1)
+	go a.watch(t, b, done)
+	return func() { close(done) }
+}
+
+// watch stops turn t when bound b is reached, until done is closed or the
+// turn ends.
+func (a *Agent) watch(t *turnRun, b TurnBounds, done <-chan struct{}) {
+	defer a.wg.Done()
+	began := time.Now()
+	var deadline, idle <-chan time.Time
+	if !b.Deadline.IsZero() {
+		dt := time.NewTimer(time.Until(b.Deadline))
+		defer dt.Stop()
+		deadline = dt.C
+	}
+	var it *time.Timer
+	if b.Idle > 0 {
+		it = time.NewTimer(b.Idle)
+		defer it.Stop()
+		idle = it.C
+	}
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.ctx.Done():
+			return
+		case <-deadline:
+			a.stopTurn(t, sessionlog.TurnReason{Kind: sessionlog.ReasonDeadlineExceeded,
+				Message: "the tree's deadline " + b.Deadline.UTC().Format(time.RFC3339) + " passed"})
+			return
+		case <-idle:
+			if rest := b.Idle - time.Since(a.lastAppend(began)); rest > 0 {
+				it.Reset(rest)
+				continue
+			}
+			a.stopTurn(t, failed(IdleTimeout))
+			return
+		}
+	}
+}
+
+// lastAppend is when the log was last appended to, or since when it was
+// not.
+func (a *Agent) lastAppend(since time.Time) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.appended.After(since) {
+		return a.appended
+	}
+	return since
+}
+
+// stopTurn cancels turn t, if it still runs, to end with reason.
+func (a *Agent) stopTurn(t *turnRun, reason sessionlog.TurnReason) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cur == t && t.ctx.Err() == nil {
+		t.stop = &reason
+		t.cancel()
+		a.rejectSteersLocked("turn was stopped")
+	}
+}
+
+// gated asks Config.Gate whether turn t may take its next step and
+// returns the reason to end it with instead, nil to go on; a gate that
+// fails is logged and lets the step run.
+func (a *Agent) gated(t *turnRun) *sessionlog.TurnReason {
+	if a.cfg.Gate == nil {
+		return nil
+	}
+	reason, err := a.cfg.Gate.Step(t.ctx, a.id)
+	if err != nil {
+		if t.ctx.Err() == nil {
+			a.log.Warn("step gate failed; the step runs", "error", err)
+		}
+		return nil
+	}
+	return reason
 }
 
 // takeHook returns the BeforeFirstStep events the first time a step is

@@ -30,7 +30,13 @@ type world struct {
 // adjust the tools' configuration before they start.
 func newWorld(t *testing.T, m model.Model, opts ...func(*ToolsConfig, *Roots, inprocess.Deps)) *world {
 	t.Helper()
-	h := inprocesstest.New(t, inprocesstest.Config{Routes: []model.Route{inprocesstest.Route("script", m)}})
+	return newWorldWith(t, inprocesstest.Config{Routes: []model.Route{inprocesstest.Route("script", m)}}, opts...)
+}
+
+// newWorldWith is newWorld over a harness of cfg.
+func newWorldWith(t *testing.T, cfg inprocesstest.Config, opts ...func(*ToolsConfig, *Roots, inprocess.Deps)) *world {
+	t.Helper()
+	h := inprocesstest.New(t, cfg)
 	w := &world{Harness: h}
 	w.roots = NewRoots(RootsConfig{Store: h.Store, Routes: h.Deps.Routes, Tools: h.Tools, Logger: h.Logger})
 	t.Cleanup(func() {
@@ -38,11 +44,11 @@ func newWorld(t *testing.T, m model.Model, opts ...func(*ToolsConfig, *Roots, in
 			t.Errorf("close roots: %v", err)
 		}
 	})
-	cfg := ToolsConfig{Seam: h.Service, Store: h.Store, Registry: h.Tools, Logger: h.Logger}
+	tcfg := ToolsConfig{Seam: h.Service, Store: h.Store, Registry: h.Tools, Logger: h.Logger}
 	for _, o := range opts {
-		o(&cfg, w.roots, h.Deps)
+		o(&tcfg, w.roots, h.Deps)
 	}
-	w.tools = NewTools(cfg)
+	w.tools = NewTools(tcfg)
 	if err := w.tools.Start(inprocesstest.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}

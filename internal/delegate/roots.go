@@ -45,6 +45,18 @@ type RootsConfig struct {
 	// Metrics counts the tokens of the root agents' model calls; nil
 	// counts nothing.
 	Metrics *telemetry.Metrics
+	// Budget, when set, holds a root's prompts in its durable inbox while
+	// its tree is paused (internal/governance): DeliverWaiting delivers
+	// them once it resumes. It is also the root agents' step gate.
+	Budget Budget
+}
+
+// Budget is what Roots asks of a tree's limits; *governance.Limits
+// implements it.
+type Budget interface {
+	agent.Gate
+	// Paused reports whether root session id's tree spent its budget.
+	Paused(ctx context.Context, id string) (bool, error)
 }
 
 // RootAgent is the gen_ai.agent.name of a root session's turns: each is
@@ -185,6 +197,9 @@ func NewRoots(cfg RootsConfig) *Roots {
 			return nil, r.Notify(ctx, parentID, a.Msg, a.Quiet)
 		})
 		r.handleTree(ctl)
+		ctl.Handle(opDeliverWaiting, func(ctx context.Context, id string, _ json.RawMessage) (any, error) {
+			return nil, r.DeliverWaiting(ctx, id)
+		})
 	}
 	return r
 }
@@ -232,6 +247,9 @@ func (r *Roots) prompt(ctx context.Context, row store.InboxMessage) error {
 			}
 			// Accepted: the caller's cancellation changes nothing from here.
 			base := context.WithoutCancel(ctx)
+			if paused, err := r.paused(base, sessionID); err != nil || paused {
+				return err // a paused tree's prompt waits in the inbox (DeliverWaiting)
+			}
 			if err := s.followup(base, msg); err != nil {
 				r.ack(base, sessionID, row.ID) // withdrawn: the caller sees the error
 				return err
@@ -453,6 +471,9 @@ func (r *Roots) build(ctx context.Context, id string) (*agent.Agent, error) {
 		Metrics:           r.cfg.Metrics,
 		TurnAgent:         RootAgent,
 	}
+	if r.cfg.Budget != nil {
+		cfg.Gate = r.cfg.Budget
+	}
 	if r.cfg.Routes != nil {
 		rt, name, err := r.cfg.Routes.Resolve(hdr.AgentProvider, hdr.AgentModel)
 		if errors.Is(err, model.ErrUnknownRoute) {
@@ -484,6 +505,9 @@ func (r *Roots) resume(ctx context.Context, id string, s *root, rows []store.Inb
 	a.Cancel(sessionlog.CauseDisposed, false)
 	if len(rows) == 0 {
 		return nil
+	}
+	if paused, err := r.paused(ctx, id); err != nil || paused {
+		return err // the rows wait in the inbox (DeliverWaiting)
 	}
 	logged := sessionlog.LoggedMessages(a.Events())
 	var done []string

@@ -3,18 +3,21 @@ package delegate
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/fork"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -320,5 +323,36 @@ func TestTools_BackgroundWaitsForTheCapabilityProbe(t *testing.T) {
 	reqs := m.Requests()
 	if spec := toolSpec(t, reqs[len(reqs)-1], "subagent_probe"); !strings.Contains(string(spec.Parameters), "run_in_background") {
 		t.Errorf("once probed the tool does not offer run_in_background: %s", spec.Parameters)
+	}
+}
+
+// TestDelegate_TreeLimitsRefuseAToolStart: a delegation tool call meets
+// its tree's limits on the start path every face shares — a spent budget,
+// a parent with its maxChildren — and the model reads why; nothing is
+// published.
+func TestDelegate_TreeLimitsRefuseAToolStart(t *testing.T) {
+	t.Parallel()
+	w := newWorldWith(t, inprocesstest.Config{Routes: []model.Route{inprocesstest.Route("script", scripted.New())},
+		Governor: func(st store.Store) subagent.Governor { return governance.NewLimits(st, slog.New(slog.DiscardHandler)) }})
+	ctx := inprocesstest.Ctx(t)
+	sp, _ := w.Service.Provider(spawn.Name)
+	zero := int64(0)
+	for _, tt := range []struct {
+		limits store.Limits
+		want   string
+	}{
+		{store.Limits{TokenBudget: &zero}, "the tree spent 0 of its tokenBudget 0; raise it to resume"},
+		{store.Limits{MaxChildren: &zero}, "already has 0 children, all its tree's maxChildren 0 allows"},
+	} {
+		if err := w.Store.SetSessionLimits(ctx, w.Parent.Session.ID, tt.limits); err != nil {
+			t.Fatal(err)
+		}
+		_, err := w.callTool(t, ctx, sp, map[string]any{"description": "d", "prompt": "p"})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("limits %+v: error = %v, want %q", tt.limits, err, tt.want)
+		}
+	}
+	if evs := w.RunEvents(t); len(evs) != 0 {
+		t.Errorf("refused calls published runs: %+v", evs)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/subagentd/subagentd/api"
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/store"
@@ -130,6 +131,10 @@ func startSeam(t *testing.T, seam subagent.Config, wire func(b *testBundle, cfg 
 		cfg.Metrics = telemetry.NewMetrics(cfg.Registry)
 	}
 	seam.Store, seam.Logger, seam.Owner, seam.Metrics = st, log, "test", cfg.Metrics
+	if seam.Governor == nil {
+		limits := governance.NewLimits(st, log)
+		seam.Governor, cfg.Limits = limits, limits
+	}
 	svc := subagent.NewService(seam)
 	cfg.Service = svc
 	b := &testBundle{st: st, svc: svc, log: log, logs: logs}

@@ -61,15 +61,18 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 			}
 		}
 		tools := agent.NewRegistry()
-		deps := inprocess.Deps{Store: b.st, Routes: table, Tools: tools, Logger: b.log}
+		limits := cfg.Limits.(*governance.Limits)
+		deps := inprocess.Deps{Store: b.st, Routes: table, Tools: tools, Logger: b.log, Gate: limits}
 		for _, p := range []subagent.Provider{spawn.New(deps), fork.New(deps)} {
 			if err := b.svc.Register(t.Context(), p); err != nil {
 				t.Fatal(err)
 			}
 		}
-		w.roots = delegate.NewRoots(delegate.RootsConfig{Store: b.st, Routes: table, Tools: tools, Logger: b.log, Control: b.svc.Control()})
+		w.roots = delegate.NewRoots(delegate.RootsConfig{Store: b.st, Routes: table, Tools: tools, Logger: b.log, Control: b.svc.Control(),
+			Budget: limits})
 		w.mgr = subagent.NewManager(b.svc, subagent.ManagerConfig{
 			Materializer: inprocess.NewMaterializer(deps), Notices: w.roots, Logger: b.log})
+		limits.DeliverTo(w.roots, w.mgr)
 		cfg.Continuations, cfg.Roots, cfg.Routes = w.mgr, w.roots, table
 		cfg.Trees = governance.NewTrees(governance.TreesConfig{Store: b.st, Runs: w.mgr, Roots: w.roots, Logger: b.log})
 		cfg.Usage = governance.NewUsage(b.st)

@@ -89,6 +89,16 @@ const bodyReadTimeout = 30 * time.Second
 // unmarshal. Returns EPayloadTooLarge (the rest of the body is discarded
 // after the answer, see linger) or unmarshal's EInvalidRequest.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, dst any) error {
+	data, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	return s.unmarshal(data, dst)
+}
+
+// readBody reads a request body of at most s.bodyLimit bytes, as decode
+// does before it unmarshals it.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	// A client that trickles its body must not hold a handler for ever
 	// (the server sets no ReadTimeout: it would end event streams).
 	rc := http.NewResponseController(w)
@@ -98,11 +108,11 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, dst any) error {
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return s.tooLarge(w, r)
+			return nil, s.tooLarge(w, r)
 		}
-		return decodeError(err, s.bodyLimit)
+		return nil, decodeError(err, s.bodyLimit)
 	}
-	return s.unmarshal(data, dst)
+	return data, nil
 }
 
 // unmarshal reads data, which must be one JSON object, into dst, rejecting

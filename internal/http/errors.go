@@ -80,6 +80,9 @@ var problems = map[string]problemType{
 	subagent.EApprovalNotFound:      {http.StatusNotFound, "No such approval"},
 	subagent.EAlreadyDecided:        {http.StatusConflict, "Already decided"},
 	subagent.EOptionUnavailable:     {http.StatusUnprocessableEntity, "Option unavailable"},
+	subagent.EBudgetExhausted:       {http.StatusConflict, "Budget exhausted"},
+	subagent.EDeadlineExceeded:      {http.StatusConflict, "Deadline exceeded"},
+	subagent.ELimitExceeded:         {http.StatusConflict, "Limit exceeded"},
 	// ABORTED: a start was cancelled before its child was published
 	// (gRPC's Aborted → 409, as in ardanlabs' table).
 	subagent.EAborted:  {http.StatusConflict, "Aborted"},

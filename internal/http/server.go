@@ -162,6 +162,10 @@ type Config struct {
 	// Usage answers GET /v1/sessions/{id}/usage; nil answers it NOT_READY
 	// (503).
 	Usage Usage
+	// Limits answers a tree's limits (GET /v1/sessions/{id}'s limits,
+	// PATCH /v1/sessions/{id}/limits); nil shows none and answers the
+	// PATCH NOT_READY (503).
+	Limits TreeLimits
 	// Approvals lists and decides approvals; nil answers the /v1/approvals
 	// routes NOT_READY (503).
 	Approvals Approvals
@@ -230,6 +234,7 @@ type Server struct {
 	trees       Trees
 	hooks       Webhooks
 	usage       Usage
+	limits      TreeLimits
 	approvalSvc Approvals
 	modelRoutes *model.Routes
 	store       store.Store
@@ -282,6 +287,7 @@ func NewServer(cfg Config) *Server {
 		trees:       cfg.Trees,
 		hooks:       cfg.Webhooks,
 		usage:       cfg.Usage,
+		limits:      cfg.Limits,
 		approvalSvc: cfg.Approvals,
 		modelRoutes: cfg.Routes,
 		store:       cfg.Store,
@@ -399,6 +405,7 @@ func (s *Server) routes() chi.Router {
 		r.Get("/sessions/{id}/children", s.h(s.listSessionChildren))
 		r.Get("/sessions/{id}/descendants", s.h(s.listSessionDescendants))
 		r.Get("/sessions/{id}/usage", s.h(s.getSessionUsage))
+		r.Patch("/sessions/{id}/limits", s.h(s.patchSessionLimits))
 		r.Get("/sessions/{id}/stream", s.h(s.streamSession))
 
 		r.Post("/runs", s.h(s.createRun))

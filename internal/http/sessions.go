@@ -24,7 +24,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Location", "/v1/sessions/"+stored.ID)
-	s.writeJSON(w, r, http.StatusCreated, sessionOut(stored, false))
+	out := sessionOut(stored, false)
+	out.Limits = limitsOut(stored.Limits)
+	s.writeJSON(w, r, http.StatusCreated, out)
 	return nil
 }
 
@@ -87,7 +89,15 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, r, http.StatusOK, sessionOut(hdr, running))
+	out := sessionOut(hdr, running)
+	if s.limits != nil {
+		lim, err := s.limits.InForce(r.Context(), hdr)
+		if err != nil {
+			return err
+		}
+		out.Limits = limitsOut(lim)
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
 	return nil
 }
 

@@ -123,6 +123,7 @@ type createSessionRequest struct {
 	AgentOptions *agentOptionsJSON `json:"agentOptions"`
 	Persona      *string           `json:"persona" validate:"omitempty,max=16384"`
 	Approvals    *approvalsJSON    `json:"approvals"`
+	Limits       *limitsJSON       `json:"limits"`
 }
 
 // approvalsJSON is a root's approvals policy; governance checks its values
@@ -143,7 +144,7 @@ type policyRuleJSON struct {
 // params are the domain's parameters of req for a root session id.
 func (req createSessionRequest) params(id string) roots.CreateParams {
 	return roots.CreateParams{ID: id, Label: req.Label, Cwd: req.Cwd, Agent: req.AgentOptions.seam(), Persona: req.Persona,
-		Approvals: req.Approvals.policy()}
+		Approvals: req.Approvals.policy(), Limits: req.Limits.seam()}
 }
 
 // policy is a as governance takes it; nil stays nil.
@@ -172,6 +173,9 @@ type sessionJSON struct {
 	Persona         *string           `json:"persona,omitempty"`
 	CreatedAt       time.Time         `json:"createdAt"`
 	Activity        string            `json:"activity"`
+	// Limits are the limits in force at the session: set on a created
+	// root and on GET /v1/sessions/{id}, absent in listings.
+	Limits *limitsOutJSON `json:"limits,omitempty"`
 	// Match is set in search results: the first event that matched.
 	Match *matchJSON `json:"match,omitempty"`
 }
@@ -288,6 +292,7 @@ type createRunRequest struct {
 	ToolFilter      *toolFilterJSON   `json:"toolFilter"`
 	Persona         *string           `json:"persona" validate:"omitempty,max=16384"`
 	OnDisconnect    string            `json:"onDisconnect" validate:"omitempty,oneof=continue cancel"`
+	Limits          *limitsJSON       `json:"limits"`
 }
 
 // seamParent is the delegating parent as the seam sees it. The parent's
@@ -310,6 +315,7 @@ func (c *createRunRequest) seam(parent store.Session) subagent.Request {
 		MaxDepth:     c.MaxDepth,
 		ToolFilter:   c.ToolFilter.seam(),
 		Persona:      c.Persona,
+		Limits:       c.Limits.seam(),
 	}
 	if len(c.OutputSchema) > 0 && !bytes.Equal(c.OutputSchema, []byte("null")) {
 		req.OutputSchema = c.OutputSchema
@@ -417,7 +423,8 @@ type createSubagentRequest struct {
 	// NotifyParent "wake" makes the child's settlement notices open its
 	// parent's turn; "quiet", the default, records them for the parent's
 	// next turn (R78).
-	NotifyParent string `json:"notifyParent" validate:"omitempty,oneof=wake quiet"`
+	NotifyParent string      `json:"notifyParent" validate:"omitempty,oneof=wake quiet"`
+	Limits       *limitsJSON `json:"limits"`
 }
 
 // notifyParentWake is the notifyParent value that wakes the parent.
@@ -436,6 +443,7 @@ func (c *createSubagentRequest) seam(parent store.Session) subagent.ContinuableR
 		ToolFilter:   c.ToolFilter.seam(),
 		Persona:      c.Persona,
 		WakeParent:   c.NotifyParent == notifyParentWake,
+		Limits:       c.Limits.seam(),
 	}
 }
 

@@ -96,6 +96,11 @@ type session struct {
 	// disposedAt is when the session was disposed (DisposeSession), zero
 	// while it was not.
 	disposedAt time.Time
+	// limits are the session's current limits (SetSessionLimits), its
+	// header's until then.
+	limits store.Limits
+	// paused is the mark of SetTreePaused.
+	paused bool
 }
 
 type run struct {
@@ -171,10 +176,11 @@ func (s *Store) createLocked(tenant string, hdr store.Session, evs []store.NewEv
 	}
 	hdr = cloneSession(hdr)
 	hdr.CreatedAt = stamp(hdr.CreatedAt)
+	hdr.Limits = hdr.Limits.Stored()
 	if hdr.RootID == "" {
 		hdr.RootID = s.rootOfLocked(hdr)
 	}
-	sess := &session{tenant: tenant, hdr: hdr, snapshot: -1}
+	sess := &session{tenant: tenant, hdr: hdr, snapshot: -1, limits: hdr.Limits.Stored()}
 	s.sessions[hdr.ID] = sess
 	s.byTenant[tenant] = insertSorted(s.byTenant[tenant], sess, cmpSession)
 	key := [2]string{tenant, hdr.ParentID}
@@ -238,6 +244,45 @@ func (s *Store) Disposed(ctx context.Context, id string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("memstore: disposed: %w", err)
 	}
 	return sess.disposedAt, nil
+}
+
+// SessionLimits returns the limits stored with session id. Returns
+// store.ErrNotFound.
+func (s *Store) SessionLimits(ctx context.Context, id string) (store.Limits, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sess, err := s.session(ctx, id)
+	if err != nil {
+		return store.Limits{}, fmt.Errorf("memstore: session limits: %w", err)
+	}
+	return sess.limits.Clone(), nil
+}
+
+// SetSessionLimits replaces the limits stored with session id; its header
+// keeps those it was created with. Returns store.ErrNotFound.
+func (s *Store) SetSessionLimits(ctx context.Context, id string, l store.Limits) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess, err := s.session(ctx, id)
+	if err != nil {
+		return fmt.Errorf("memstore: set session limits: %w", err)
+	}
+	sess.limits = l.Stored()
+	return nil
+}
+
+// SetTreePaused marks session id's tree paused or not and reports whether
+// the mark changed. Returns store.ErrNotFound.
+func (s *Store) SetTreePaused(ctx context.Context, id string, paused bool) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess, err := s.session(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("memstore: set tree paused: %w", err)
+	}
+	changed := sess.paused != paused
+	sess.paused = paused
+	return changed, nil
 }
 
 // ListSessions returns headers ordered by (CreatedAt, ID). Returns
@@ -1003,6 +1048,7 @@ func cloneSession(s store.Session) store.Session {
 		p := *s.Persona
 		s.Persona = &p
 	}
+	s.Limits = s.Limits.Clone()
 	return s
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/delegate"
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/pg"
@@ -32,8 +33,11 @@ import (
 type replica struct {
 	*mgrProcess
 	roots *delegate.Roots
-	stop  context.CancelFunc // stops its KeepLeases: it stops renewing
-	kept  chan struct{}      // closed once KeepLeases returned
+	// limits are the replica's tree limits: its roots' budget, which
+	// delivers what a paused tree held back once raised.
+	limits *governance.Limits
+	stop   context.CancelFunc // stops its KeepLeases: it stops renewing
+	kept   chan struct{}      // closed once KeepLeases returned
 }
 
 // gate is a model whose replies are held while it is shut: each call
@@ -82,11 +86,12 @@ func newReplica(t *testing.T, url, owner string, lease time.Duration, mdl model.
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{mgrProcess: p, kept: make(chan struct{})}
+	r := &replica{mgrProcess: p, kept: make(chan struct{}), limits: governance.NewLimits(st, h.Logger)}
 	r.roots = delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: rs, Tools: agent.NewRegistry(), Logger: h.Logger,
-		Control: h.Service.Control()})
+		Control: h.Service.Control(), Budget: r.limits})
 	p.m = subagent.NewManager(h.Service, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(h.Deps),
 		Notices: r.roots, Logger: h.Logger})
+	r.limits.DeliverTo(r.roots, p.m)
 	var ctx context.Context
 	ctx, r.stop = context.WithCancel(context.WithoutCancel(inprocesstest.Ctx(t)))
 	go func() { defer close(r.kept); h.Service.KeepLeases(ctx) }()
@@ -309,6 +314,61 @@ func TestControl_PromptThroughBRunsOnTheReplicaDrivingTheRoot(t *testing.T) {
 	}
 	if live, _ := b.roots.Live(ctx, rootID); live {
 		t.Fatal("B loaded an agent of its own for a root A drives")
+	}
+}
+
+// TestControl_BudgetRaisedThroughBResumesTheRootADrives: a prompt taken
+// by B for a root A drives, while the root's tree has spent its budget,
+// waits in the root's inbox; a PATCH of the budget on B resumes the tree
+// (tree/resumed, once) and the prompt runs on A, which drives the root.
+func TestControl_BudgetRaisedThroughBResumesTheRootADrives(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	spends := scripted.Func(func(req model.Request) scripted.Step {
+		last := model.Text(req.Messages[len(req.Messages)-1].Content)
+		return scripted.Step{Text: "re: " + last, Usage: &model.Usage{InputTokens: 1, OutputTokens: 1}}
+	})
+	a := newReplica(t, url, "replica-a", 0, spends)
+	b := newReplica(t, url, "replica-b", 0, spends)
+	rootID := a.h.Parent.Session.ID
+	ctx := inprocesstest.Ctx(t)
+	if _, err := a.limits.Patch(ctx, rootID, governance.LimitsPatch{Set: subagent.Limits{TokenBudget: new(int64(2))}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.roots.Prompt(ctx, rootID, inprocesstest.Text("hello")); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, a.h.Store, rootID, "A's turn", func(evs []store.Event) bool {
+		return len(inprocesstest.OfType(evs, sessionlog.EventTurnEnd)) == 1
+	})
+	id, err := b.roots.Prompt(ctx, rootID, inprocesstest.Text("waits"))
+	if err != nil {
+		t.Fatalf("prompt through B: %v", err)
+	}
+	pending, err := a.h.Store.Pending(ctx, rootID)
+	if err != nil || len(pending) != 1 || pending[0].ID != id {
+		t.Fatalf("the spent tree's root inbox %+v (%v), want the prompt %s waiting", pending, err, id)
+	}
+	tree, err := b.limits.Patch(ctx, rootID, governance.LimitsPatch{Set: subagent.Limits{TokenBudget: new(int64(100))}})
+	if err != nil || tree.Exhausted() {
+		t.Fatalf("raise through B: %+v, %v", tree, err)
+	}
+	evs := waitLog(t, a.h.Store, rootID, "the answer to the waiting prompt", func(evs []store.Event) bool {
+		return slices.ContainsFunc(inprocesstest.OfType(evs, sessionlog.EventAssistantMessage), func(e store.Event) bool {
+			return strings.Contains(string(e.Data), "re: waits")
+		})
+	})
+	if n := countUser(t, evs, "waits"); n != 1 {
+		t.Fatalf("the waiting prompt is %d times in the root's log, want once", n)
+	}
+	if live, _ := b.roots.Live(ctx, rootID); live {
+		t.Fatal("B loaded an agent of its own for a root A drives")
+	}
+	for typ, want := range map[string]int{governance.EventTreePaused: 1, governance.EventTreeResumed: 1} {
+		got, err := a.h.Store.Lifecycle(ctx, store.LifecycleFilter{RootID: rootID, Types: []string{typ}})
+		if err != nil || len(got) != want {
+			t.Fatalf("%s events %v (%v), want %d", typ, got, err, want)
+		}
 	}
 }
 

@@ -43,6 +43,7 @@ func (c *headers) get(tenant, id string) (store.Session, bool) {
 func (c *headers) put(tenant string, h store.Session) {
 	h.CreatedAt = h.CreatedAt.Truncate(time.Microsecond).UTC()
 	h = withOwnPersona(h)
+	h.Limits = h.Limits.Stored()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.putLocked(headerKey{tenant, h.ID}, h)
@@ -65,5 +66,6 @@ func withOwnPersona(h store.Session) store.Session {
 		p := *h.Persona
 		h.Persona = &p
 	}
+	h.Limits = h.Limits.Clone()
 	return h
 }

@@ -50,7 +50,7 @@ func (s *Store) SearchSessions(ctx context.Context, f store.SearchFilter) (_ []s
 		var e store.Event
 		var data []byte
 		err := row.Scan(&r.ID, &r.ParentID, &r.RootID, &r.Origin, &r.DelegationDepth, &r.SeedLength, &r.Cwd, &r.Label, &r.Provider, &r.Mode,
-			&r.AgentProvider, &r.AgentModel, &r.MaxTokens, &r.Persona, &r.CreatedAt, &r.WakeParent, &e.Seq, &e.Type, &e.Time, &data)
+			&r.AgentProvider, &r.AgentModel, &r.MaxTokens, &r.Persona, &r.CreatedAt, &r.WakeParent, &r.Limits, &e.Seq, &e.Type, &e.Time, &data)
 		e.Time, e.Data = e.Time.UTC(), data
 		return store.SessionHit{Session: r.session(), Event: e}, err
 	})

@@ -2,6 +2,7 @@ package pg
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -12,7 +13,7 @@ import (
 )
 
 const sessionCols = `id, parent_id, root_id, origin, delegation_depth, seed_length, cwd, label, provider, mode,
-	agent_provider, agent_model, max_tokens, persona, created_at, wake_parent`
+	agent_provider, agent_model, max_tokens, persona, created_at, wake_parent, limits`
 
 type sessionRow struct {
 	ID              string    `db:"id"`
@@ -31,6 +32,9 @@ type sessionRow struct {
 	Persona         *string   `db:"persona"`
 	CreatedAt       time.Time `db:"created_at"`
 	WakeParent      bool      `db:"wake_parent"`
+	// Limits is the jsonb column limits: the header's, until
+	// SetSessionLimits changes a root's.
+	Limits store.Limits `db:"limits"`
 }
 
 func (r sessionRow) session() store.Session {
@@ -38,7 +42,7 @@ func (r sessionRow) session() store.Session {
 		ID: r.ID, ParentID: r.ParentID, RootID: r.RootID, Origin: r.Origin, DelegationDepth: r.DelegationDepth,
 		SeedLength: r.SeedLength, Cwd: r.Cwd, Label: r.Label, Provider: r.Provider, Mode: r.Mode,
 		AgentProvider: r.AgentProvider, AgentModel: r.AgentModel, MaxTokens: r.MaxTokens,
-		Persona: r.Persona, CreatedAt: r.CreatedAt.UTC(), WakeParent: r.WakeParent,
+		Persona: r.Persona, CreatedAt: r.CreatedAt.UTC(), WakeParent: r.WakeParent, Limits: r.Limits.Stored(),
 	}
 }
 
@@ -109,9 +113,9 @@ func (s *Store) rootOf(ctx context.Context, h store.Session) string {
 // queueCreate queues the insert of header h.
 func queueCreate(b *pgx.Batch, tenant string, h store.Session) {
 	b.Queue(`INSERT INTO sessions (tenant, `+sessionCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
 		tenant, h.ID, h.ParentID, h.RootID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
-		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, h.CreatedAt, h.WakeParent)
+		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, h.CreatedAt, h.WakeParent, limitsJSON(h.Limits))
 }
 
 // queueCreateWithEvents queues the insert of header h with evs as its log's
@@ -122,17 +126,17 @@ func queueCreateWithEvents(b *pgx.Batch, tenant string, h store.Session, evs []s
 	b.Queue(`
 		WITH s AS (
 			INSERT INTO sessions (tenant, `+sessionCols+`, last_seq)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, cardinality($18::text[]) - 1)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, cardinality($19::text[]) - 1)
 			RETURNING id
 		), ins AS (
 			INSERT INTO session_events (tenant, session_id, seq, type, time, data)
 			SELECT $1, s.id, e.n - 1, e.type, e.time, e.data::jsonb
-			FROM s, unnest($18::text[], $19::timestamptz[], $20::text[]) WITH ORDINALITY AS e (type, time, data, n)
+			FROM s, unnest($19::text[], $20::timestamptz[], $21::text[]) WITH ORDINALITY AS e (type, time, data, n)
 			RETURNING seq, type, time, data
 		)
 		SELECT seq, type, time, data FROM ins ORDER BY seq`,
 		tenant, h.ID, h.ParentID, h.RootID, h.Origin, h.DelegationDepth, h.SeedLength, h.Cwd, h.Label,
-		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, h.CreatedAt, h.WakeParent,
+		h.Provider, h.Mode, h.AgentProvider, h.AgentModel, h.MaxTokens, h.Persona, h.CreatedAt, h.WakeParent, limitsJSON(h.Limits),
 		types, times, data,
 	).Query(func(rows pgx.Rows) error {
 		var err error
@@ -182,6 +186,46 @@ func (s *Store) Disposed(ctx context.Context, id string) (_ time.Time, err error
 		return time.Time{}, err
 	}
 	return mark.UTC(), nil
+}
+
+// limitsJSON is l as the limits column holds it.
+func limitsJSON(l store.Limits) []byte {
+	b, _ := json.Marshal(l.Stored()) // pointers to numbers and times always marshal
+	return b
+}
+
+// SessionLimits returns the limits stored with session id, never from the
+// header cache, since a root's change. Returns store.ErrNotFound.
+func (s *Store) SessionLimits(ctx context.Context, id string) (_ store.Limits, err error) {
+	defer wrap(&err, "read limits of session %q", id)
+	var l store.Limits
+	err = s.pool.QueryRow(ctx, `SELECT limits FROM sessions WHERE tenant = $1 AND id = $2`,
+		store.Tenant(ctx), id).Scan(&l)
+	return l.Stored(), err
+}
+
+// SetSessionLimits replaces the limits stored with session id; the cached
+// header keeps those it was created with. Returns store.ErrNotFound.
+func (s *Store) SetSessionLimits(ctx context.Context, id string, l store.Limits) (err error) {
+	defer wrap(&err, "set limits of session %q", id)
+	tag, err := s.pool.Exec(ctx, `UPDATE sessions SET limits = $3 WHERE tenant = $1 AND id = $2`,
+		store.Tenant(ctx), id, limitsJSON(l))
+	if err == nil && tag.RowsAffected() == 0 {
+		err = store.ErrNotFound
+	}
+	return err
+}
+
+// SetTreePaused marks session id's tree paused or not and reports whether
+// the mark changed, in one statement: of racing callers one changes it.
+// Returns store.ErrNotFound.
+func (s *Store) SetTreePaused(ctx context.Context, id string, paused bool) (_ bool, err error) {
+	defer wrap(&err, "set tree paused of session %q", id)
+	var changed bool
+	err = s.pool.QueryRow(ctx, `WITH old AS (SELECT tree_paused FROM sessions WHERE tenant = $1 AND id = $2 FOR UPDATE)
+		UPDATE sessions s SET tree_paused = $3 FROM old WHERE s.tenant = $1 AND s.id = $2
+		RETURNING old.tree_paused <> $3`, store.Tenant(ctx), id, paused).Scan(&changed)
+	return changed, err
 }
 
 // ListSessions returns headers ordered by (CreatedAt, ID). Returns

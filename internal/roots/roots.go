@@ -82,6 +82,9 @@ type CreateParams struct {
 	// Approvals, when set, is the approvals policy of the session's tree:
 	// it narrows the policy of every provider in the tree.
 	Approvals *governance.PolicyParams
+	// Limits are the tree's limits (subagent.Limits.Resolve); nil sets
+	// none.
+	Limits *subagent.Limits
 }
 
 // Create creates the root session p describes and returns its header as
@@ -101,6 +104,13 @@ func (s *Sessions) Create(ctx context.Context, p CreateParams) (store.Session, e
 	if err != nil {
 		return store.Session{}, err
 	}
+	created := time.Now()
+	var limits store.Limits
+	if p.Limits != nil {
+		if limits, err = p.Limits.Resolve(created); err != nil {
+			return store.Session{}, err
+		}
+	}
 	if p.Approvals != nil {
 		if s.cfg.Policies == nil {
 			return store.Session{}, subagent.Errorf(subagent.EInvalidRequest, "this server takes no approvals")
@@ -119,7 +129,8 @@ func (s *Sessions) Create(ctx context.Context, p CreateParams) (store.Session, e
 		AgentModel:    opts.Model,
 		MaxTokens:     opts.MaxTokens,
 		Persona:       p.Persona,
-		CreatedAt:     time.Now(),
+		Limits:        limits,
+		CreatedAt:     created,
 	}
 	if err := s.cfg.Store.CreateSession(ctx, hdr); err != nil {
 		return store.Session{}, fmt.Errorf("create session: %w", err)

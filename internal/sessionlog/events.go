@@ -33,6 +33,11 @@ const (
 	ReasonError       = "error"
 	ReasonMaxTokens   = "max-tokens"
 	ReasonInterrupted = "interrupted"
+	// ReasonBudgetExhausted and ReasonDeadlineExceeded end a turn whose
+	// tree spent its token budget or passed its deadline, at its next
+	// step (internal/governance).
+	ReasonBudgetExhausted  = "budget_exhausted"
+	ReasonDeadlineExceeded = "deadline_exceeded"
 )
 
 // Cancel causes (turn/end reason.reason.kind for aborted turns).

@@ -56,6 +56,18 @@ func (b *bounded) Disposed(ctx context.Context, id string) (time.Time, error) {
 	return call(b, ctx, func(c context.Context) (time.Time, error) { return b.Store.Disposed(c, id) })
 }
 
+func (b *bounded) SessionLimits(ctx context.Context, id string) (Limits, error) {
+	return call(b, ctx, func(c context.Context) (Limits, error) { return b.Store.SessionLimits(c, id) })
+}
+
+func (b *bounded) SetSessionLimits(ctx context.Context, id string, l Limits) error {
+	return do(b, ctx, func(c context.Context) error { return b.Store.SetSessionLimits(c, id, l) })
+}
+
+func (b *bounded) SetTreePaused(ctx context.Context, id string, paused bool) (bool, error) {
+	return call(b, ctx, func(c context.Context) (bool, error) { return b.Store.SetTreePaused(c, id, paused) })
+}
+
 func (b *bounded) CreateSession(ctx context.Context, s Session) error {
 	return do(b, ctx, func(c context.Context) error { return b.Store.CreateSession(c, s) })
 }

@@ -69,7 +69,11 @@ type Session struct {
 	AgentModel    string
 	MaxTokens     int
 	Persona       *string
-	CreatedAt     time.Time
+	// Limits are the limits the session was created with: a root's own,
+	// a child's narrowing of its tree's (TreeLimits). A root's may change
+	// later: read its current ones with SessionLimits.
+	Limits    Limits
+	CreatedAt time.Time
 	// WakeParent says whether a continuable child's settlement notices open
 	// its parent's turn, or are recorded quietly for the parent's next turn
 	// (subagent.ContinuableRequest.WakeParent). False for roots.
@@ -310,6 +314,7 @@ type Store interface {
 	Webhooks
 	Disposals
 	Approvals
+	TreeLimits
 
 	// CreateSession stores a new header. Returns ErrConflict if the id exists
 	// in any tenant: ids are global.

@@ -130,7 +130,7 @@ func (m *Manager) open(act *activation, row store.InboxMessage) error {
 func (m *Manager) rollback(act *activation) {
 	act.mustTo(actSettled)
 	m.closeAgent(act.base, act.c.key.ID, act.agent)
-	act.c.outbox = append(act.c.outbox, m.end(act, StopAborted, []model.Block{}, store.Usage{})) // no model call ran
+	act.c.outbox = append(act.c.outbox, m.end(act, StopAborted, []model.Block{}, sessionlog.Outcome{})) // no model call ran
 	act.release()
 	close(act.done)
 }

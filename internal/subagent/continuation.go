@@ -46,7 +46,9 @@ const (
 	RouteStarted Route = "started"
 	// RouteParked: the content was accepted while an interrupt stopped the
 	// child's turn; it waits, durably, and runs first when the next
-	// followup starts the child (R102–R103). No task runs it yet.
+	// followup starts the child (R102–R103). No task runs it yet. So does
+	// content sent while the child's tree is paused, until its budget is
+	// raised.
 	RouteParked Route = "parked"
 	// RouteQueued: the child's running turn takes no content (a Queuer,
 	// such as an ACP agent); the content runs as the next turn of the same
@@ -251,6 +253,8 @@ type ContinuableRequest struct {
 	// "wake". It is stored with the child (store.Session.WakeParent), so
 	// every activation, on any replica and after a restart, follows it.
 	WakeParent bool
+	// Limits narrows the tree's limits, as Request.Limits.
+	Limits *Limits
 }
 
 // ContinuableStarted identifies an accepted continuable start: the child,

@@ -55,7 +55,15 @@ const (
 	// EOptionUnavailable: the agent offered no option that the decision
 	// names or maps onto.
 	EOptionUnavailable = "OPTION_UNAVAILABLE"
-	EInternal          = "INTERNAL"
+	// EBudgetExhausted: the tree spent its tokenBudget; it is paused
+	// until the budget is raised.
+	EBudgetExhausted = "BUDGET_EXHAUSTED"
+	// EDeadlineExceeded: the tree's deadline passed.
+	EDeadlineExceeded = "DEADLINE_EXCEEDED"
+	// ELimitExceeded: the parent already has its tree's maxChildren
+	// children.
+	ELimitExceeded = "LIMIT_EXCEEDED"
+	EInternal      = "INTERNAL"
 )
 
 // Error is an error whose Code and Message may be shown to API clients. Any

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/resident"
@@ -36,6 +37,9 @@ import (
 // EAborted: when ctx ends, or the manager shuts down, while the message
 // waits for its route (a message parked by an interrupt waits for the next
 // followup), the message stays accepted and will still be delivered (R91).
+// A followup to a child that is not live while its tree is paused (its
+// budget spent, Config.Governor) is accepted and answered RouteParked; it
+// runs once the budget is raised (DeliverWaiting).
 //
 // A child another replica drives gets the followup there (see Control),
 // and this call answers what that replica answered.
@@ -134,6 +138,18 @@ func (m *Manager) followup(ctx context.Context, parentSessionID string, row stor
 		err = nil
 		c.waiters[row.ID] = w
 		rootID = store.RootOf(*c.sess)
+		// A child that is not live waits while its tree is paused: the
+		// row stays in its inbox until the budget is raised.
+		if c.act == nil {
+			paused, perr := m.svc.treePaused(ctx, childID)
+			if perr != nil {
+				m.log.WarnContext(ctx, "read whether the tree is paused; the followup is delivered", slog.String("child_id", childID), slog.Any("error", perr))
+			}
+			if paused {
+				m.answer(c, row.ID, answer{res: FollowupResult{Route: RouteParked, MessageID: row.ID}})
+				return
+			}
+		}
 		// A cold resume that finds the child held by another replica
 		// withdraws the row and answers resident.ErrHeldElsewhere: Forward sends the
 		// followup there.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,5 +159,48 @@ func TestMaxLiveRuns_CountsActivations(t *testing.T) {
 	<-h.Done()
 	if o, err := e.m.Followup(t.Context(), "p1", a.ChildID, txt("again"), sessionlog.Source{}); err != nil || o.Route != RouteStarted {
 		t.Fatalf("followup with a free slot: %+v, %v", o, err)
+	}
+}
+
+// TestLimits_Resolve: limits are validated field by field (INVALID_REQUEST
+// naming the field), a deadline is an RFC 3339 time or a positive Go
+// duration from the root's creation, and idleTimeout a positive duration.
+func TestLimits_Resolve(t *testing.T) {
+	t.Parallel()
+	created := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	n := func(v int64) *int64 { return &v }
+	got, err := Limits{MaxDepth: n(0), TokenBudget: n(MaxSafeInteger), Deadline: "90m", IdleTimeout: "2s"}.Resolve(created)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *got.MaxDepth != 0 || *got.TokenBudget != MaxSafeInteger || !got.Deadline.Equal(created.Add(90*time.Minute)) ||
+		*got.IdleTimeout != 2*time.Second || got.MaxChildren != nil || got.MaxConcurrent != nil {
+		t.Fatalf("resolved %+v", got)
+	}
+	at, err := Limits{Deadline: "2031-02-03T04:05:06+01:00"}.Resolve(created)
+	if err != nil || !at.Deadline.Equal(time.Date(2031, 2, 3, 3, 5, 6, 0, time.UTC)) || at.Deadline.Location() != time.UTC {
+		t.Fatalf("RFC 3339 deadline resolved %v, %v", at.Deadline, err)
+	}
+	if zero, err := (Limits{}).Resolve(created); err != nil || !zero.IsZero() {
+		t.Fatalf("no limits resolved %+v, %v", zero, err)
+	}
+	for field, l := range map[string]Limits{
+		"limits.maxDepth":      {MaxDepth: n(-1)},
+		"limits.maxChildren":   {MaxChildren: n(MaxSafeInteger + 1)},
+		"limits.maxConcurrent": {MaxConcurrent: n(-5)},
+		"limits.tokenBudget":   {TokenBudget: n(-1)},
+		"limits.deadline":      {Deadline: "tomorrow"},
+		"limits.idleTimeout":   {IdleTimeout: "-1s"},
+	} {
+		_, err := l.Resolve(created)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != EInvalidRequest || e.Fields[field] == "" {
+			t.Errorf("%+v: %v, want INVALID_REQUEST naming %s", l, err, field)
+		}
+	}
+	for _, l := range []Limits{{Deadline: "0s"}, {IdleTimeout: "0s"}, {Deadline: strings.Repeat("9", MaxLimitText+1)}} {
+		if _, err := l.Resolve(created); ErrorCode(err) != EInvalidRequest {
+			t.Errorf("%+v: %v, want INVALID_REQUEST", l, err)
+		}
 	}
 }

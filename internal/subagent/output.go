@@ -30,7 +30,9 @@ func TruncateDiagnostic(s string) string {
 
 // OneShotStopReason maps the accounting turn/end of an in-process one-shot
 // child to its stop reason (docs/seam.md §6): completed, max-tokens
-// and aborted keep their name, blocked becomes refusal, and anything else —
+// and aborted keep their name, blocked becomes refusal, a tree's spent
+// budget or passed deadline budget_exhausted or deadline_exceeded, and
+// anything else —
 // error, interrupted, an unknown kind, or no accounting turn — is error.
 // When the owner cancelled, every reason but completed becomes aborted
 // (R25: a finished turn stays completed).
@@ -46,6 +48,10 @@ func OneShotStopReason(end *sessionlog.TurnEnd, cancelled bool) string {
 			reason = StopAborted
 		case sessionlog.ReasonBlocked:
 			reason = StopRefusal
+		case sessionlog.ReasonBudgetExhausted:
+			reason = StopBudgetExhausted
+		case sessionlog.ReasonDeadlineExceeded:
+			reason = StopDeadlineExceeded
 		}
 	}
 	if cancelled && reason != StopCompleted {

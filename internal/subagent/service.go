@@ -43,6 +43,9 @@ type Config struct {
 	// runs and continuable activations together: a start beyond it is
 	// ERateLimited. Zero means no cap.
 	MaxLiveRuns int
+	// Governor admits children into their trees (tree limits, budgets,
+	// deadlines); nil admits every child.
+	Governor Governor
 	// Metrics counts runs (a lifecycle listener the service subscribes),
 	// followups, lease takeovers and control requests; nil counts nothing.
 	Metrics *telemetry.Metrics
@@ -73,6 +76,7 @@ type Service struct {
 	mgr *Manager
 
 	metrics *telemetry.Metrics
+	gov     Governor
 
 	mu        sync.Mutex
 	providers []Provider // registration order
@@ -103,6 +107,7 @@ func NewService(cfg Config) *Service {
 		maxLive: cfg.MaxLiveRuns,
 		bus:     bus{log: cfg.Logger},
 		metrics: cfg.Metrics,
+		gov:     cfg.Governor,
 		runs:    map[string]*RunHandle{},
 		live:    map[string]int{},
 	}
@@ -248,7 +253,9 @@ func (s *Service) Providers() []Provider {
 // (EInvalidRequest); outputSchema lies in the subset and is object-rooted
 // (EUnsupportedSchema, violations also in Fields); the one-shot descriptor
 // is serializable (EInvalidRequest); the child depth is valid and within
-// maxDepth (EInvalidMaxDepth, EDepthExceeded); ctx is not done (EAborted);
+// maxDepth (EInvalidMaxDepth, EDepthExceeded); the tree's limits admit the
+// child (Config.Governor: ELimitExceeded, ERateLimited, EBudgetExhausted,
+// EDeadlineExceeded, the tree's depth cap); ctx is not done (EAborted);
 // the tenant has a free live-run slot (ERateLimited, Config.MaxLiveRuns).
 // After Shutdown began it returns EDraining.
 //
@@ -260,6 +267,9 @@ func (s *Service) Start(ctx context.Context, provider string, req Request) (*Run
 	ctx = store.WithOwner(ctx, "")
 	p, resolved, err := s.admit(provider, req)
 	if err != nil {
+		return nil, err
+	}
+	if resolved.Limits, err = s.admitTree(ctx, req.Parent, req.Limits); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -393,6 +403,11 @@ func cloneRequest(r Request) Request {
 	}
 	c.MaxDepth = clonePtr(r.MaxDepth)
 	c.Persona = clonePtr(r.Persona)
+	if r.Limits != nil {
+		l := *r.Limits
+		l.MaxDepth, l.MaxChildren, l.MaxConcurrent, l.TokenBudget = clonePtr(l.MaxDepth), clonePtr(l.MaxChildren), clonePtr(l.MaxConcurrent), clonePtr(l.TokenBudget)
+		c.Limits = &l
+	}
 	if r.ToolFilter != nil {
 		c.ToolFilter = &ToolFilter{Allow: slices.Clone(r.ToolFilter.Allow), Deny: slices.Clone(r.ToolFilter.Deny)}
 	}
@@ -420,6 +435,7 @@ func (s *Service) startPrepared(ctx context.Context, p Preparer, req ResolvedReq
 		return nil, fmt.Errorf("start %s child: %w", p.Name(), err)
 	}
 	hdr, evs := child.Session()
+	hdr.Limits = req.Limits
 	h, err := s.publishWith(ctx, p.Name(), req.Parent.Session, child.Run(), release, tr,
 		func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error) {
 			if err := ctx.Err(); err != nil {

@@ -70,12 +70,16 @@ func (m *Manager) settle(act *activation) {
 	}
 	<-act.started // dispatched by whoever began act, once its command returned
 	m.notify(act, reason, output)
-	m.end(act, reason, output, outcome.Usage)()
+	m.end(act, reason, output, outcome)()
 
 	m.do(c.key, func(c *child) {
 		owed := c.settled()
 		close(act.done)
 		if !owed || m.isDraining() {
+			act.release()
+			return
+		}
+		if m.parkOwed(ctx, c) {
 			act.release()
 			return
 		}
@@ -88,9 +92,29 @@ func (m *Manager) settle(act *activation) {
 	})
 }
 
-// end records act's subagent/end with reason and output, exactly once (see
+// parkOwed reports whether c's tree is paused (its budget spent): then
+// the followups owed to c's next activation wait in its inbox for the
+// budget's raise (DeliverWaiting), and their callers are answered
+// RouteParked. It runs in c's loop.
+func (m *Manager) parkOwed(ctx context.Context, c *child) bool {
+	paused, err := m.svc.treePaused(ctx, c.key.ID)
+	if err != nil {
+		m.log.WarnContext(ctx, "read whether the tree is paused; the owed followups are delivered", slog.String("child_id", c.key.ID), slog.Any("error", err))
+	}
+	if !paused {
+		return false
+	}
+	for id := range c.waiters {
+		m.answer(c, id, answer{res: FollowupResult{Route: RouteParked, MessageID: id}})
+	}
+	return true
+}
+
+// end records act's subagent/end with reason, output and the usage and
+// failure message of outcome, exactly once (see
 // Service.recordEnd), and returns the func that dispatches it (R71).
-func (m *Manager) end(act *activation, reason string, output []model.Block, usage store.Usage) (dispatch func()) {
+func (m *Manager) end(act *activation, reason string, output []model.Block, outcome sessionlog.Outcome) (dispatch func()) {
+	usage := outcome.Usage
 	e := act.event(EventEnd)
 	e.StopReason = reason
 	if len(output) > 0 {
@@ -102,8 +126,12 @@ func (m *Manager) end(act *activation, reason string, output []model.Block, usag
 		log.ErrorContext(act.base, "encode activation output", slog.Any("error", err))
 	}
 	res := store.RunResult{StopReason: reason, Output: out, Usage: usage, UsageKnown: usage.Known()}
-	if reason == StopAborted {
+	switch {
+	case reason == StopAborted:
 		res.Diagnostic = act.diagnostic
+	case !IsSuccess(reason) && outcome.End != nil:
+		// A failed turn's message: a tree's deadline or idle bound, say.
+		res.Diagnostic = TruncateDiagnostic(outcome.End.Reason.Message)
 	}
 	e, recorded := m.svc.recordEnd(act.base, log, e, res,
 		func(ctx context.Context) error { return m.children.Reclaim(ctx, act.c.key) })
@@ -159,6 +187,10 @@ func EpochStopReason(o sessionlog.Outcome) string {
 		return StopAborted
 	case sessionlog.ReasonBlocked:
 		return StopRefusal
+	case sessionlog.ReasonBudgetExhausted:
+		return StopBudgetExhausted
+	case sessionlog.ReasonDeadlineExceeded:
+		return StopDeadlineExceeded
 	}
 	return StopError
 }

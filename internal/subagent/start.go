@@ -24,7 +24,9 @@ import (
 // The checks, in order (R53): admission (EDraining); maxDepth domain
 // (EInvalidMaxDepth); the child id — the caller's or a fresh UUID — is not
 // live (EDuplicateChild); child depth and cap (EInvalidMaxDepth,
-// EDepthExceeded); label, prompt and maxTokens (EInvalidRequest); the
+// EDepthExceeded); the tree's limits (Config.Governor: ELimitExceeded,
+// ERateLimited, EBudgetExhausted, EDeadlineExceeded, the tree's depth
+// cap); label, prompt and maxTokens (EInvalidRequest); the
 // continuable descriptor snapshot (EInvalidRequest); the provider
 // (ENoProvider) and its PrepareContinuable (EUnsupportedCapability, R55);
 // ctx (EAborted); then, in the child's loop, live and persisted ids again
@@ -54,6 +56,10 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 		return ContinuableStarted{}, duplicateChild(childID)
 	}
 	depth, err := ChildDepth(req.Parent, req.MaxDepth)
+	if err != nil {
+		return ContinuableStarted{}, err
+	}
+	limits, err := m.svc.admitTree(ctx, req.Parent, req.Limits)
 	if err != nil {
 		return ContinuableStarted{}, err
 	}
@@ -95,14 +101,27 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 	}
 
 	var res ContinuableStarted
-	m.do(key, func(c *child) { res, err = m.startIn(ctx, c, req, desc, raw, spec, depth, opts) })
+	plan := startPlan{desc: desc, raw: raw, spec: spec, depth: depth, opts: opts, limits: limits}
+	m.do(key, func(c *child) { res, err = m.startIn(ctx, c, req, plan) })
 	return res, err
+}
+
+// startPlan is what StartContinuable resolved before the child's loop:
+// the descriptor and its snapshot, the provider's spec, the child's depth,
+// route and stored limits.
+type startPlan struct {
+	desc   Descriptor
+	raw    json.RawMessage
+	spec   ContinuableSpec
+	depth  int
+	opts   AgentOptions
+	limits store.Limits
 }
 
 // startIn is StartContinuable from the admission check on, run in the
 // child's loop.
-func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest, desc Descriptor, raw json.RawMessage,
-	spec ContinuableSpec, depth int, opts AgentOptions) (_ ContinuableStarted, err error) {
+func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest, plan startPlan) (_ ContinuableStarted, err error) {
+	desc, raw, spec, depth, opts := plan.desc, plan.raw, plan.spec, plan.depth, plan.opts
 	key, childID := c.key, c.key.ID
 	if err := m.admitting(); err != nil {
 		return ContinuableStarted{}, err
@@ -133,7 +152,7 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 		ID: childID, ParentID: parent.ID, RootID: store.RootOf(parent), Origin: OriginSubagent, DelegationDepth: depth,
 		SeedLength: len(spec.Seed), Cwd: parent.Cwd, Label: req.Label, Provider: req.Provider,
 		Mode: ModeContinuable, AgentProvider: opts.Provider, AgentModel: opts.Model,
-		MaxTokens: opts.MaxTokens, Persona: clonePtr(req.Persona), CreatedAt: time.Now(), WakeParent: req.WakeParent,
+		MaxTokens: opts.MaxTokens, Persona: clonePtr(req.Persona), Limits: plan.limits, CreatedAt: time.Now(), WakeParent: req.WakeParent,
 	}
 	// This replica drives the child from here: its lease first.
 	if err := m.children.Hold(ctx, c.key); err != nil {

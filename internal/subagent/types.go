@@ -16,6 +16,11 @@ const (
 	StopError     = "error"
 	StopMaxTokens = "max-tokens"
 	StopRefusal   = "refusal"
+	// StopBudgetExhausted: the tree spent its tokenBudget; the turn
+	// stopped at its next step.
+	StopBudgetExhausted = "budget_exhausted"
+	// StopDeadlineExceeded: the tree's deadline passed.
+	StopDeadlineExceeded = "deadline_exceeded"
 )
 
 // IsSuccess reports whether reason means the work finished. Only "completed"
@@ -68,6 +73,9 @@ type Request struct {
 	MaxDepth     *int
 	ToolFilter   *ToolFilter
 	Persona      *string
+	// Limits narrows the tree's limits for the child and its subtree; a
+	// wider value is clamped (internal/governance), never refused.
+	Limits *Limits
 }
 
 // ResolvedRequest is what a provider's Start receives: the caller's request
@@ -77,6 +85,8 @@ type ResolvedRequest struct {
 	Request
 	Descriptor Descriptor
 	ChildDepth int
+	// Limits is the child's narrowing as its header stores it.
+	Limits store.Limits
 }
 
 // Result is how a child ended (docs/seam.md §5). Output is never nil for a

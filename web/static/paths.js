@@ -23,6 +23,7 @@ export const paths = {
   sessionStream: (id) => `/v1/sessions/${e(id)}/stream`,
   sessionCancel: (id) => `/v1/sessions/${e(id)}/cancel`,
   sessionUsage: (id, scope) => q(`/v1/sessions/${e(id)}/usage`, { scope }),
+  sessionLimits: (id) => `/v1/sessions/${e(id)}/limits`,
   runs: (params) => q('/v1/runs', params),
   run: (runId) => `/v1/runs/${e(runId)}`,
   runSteer: (runId) => `/v1/runs/${e(runId)}/steer`,

@@ -27,6 +27,8 @@ export class SessionView {
     this.runsKey = '';
     /** `${id}:${scope}` → the last GET /v1/sessions/{id}/usage answer and when to read it again */
     this.usageReads = new Map();
+    /** root id → its limits (GET /v1/sessions/{id}) and what its tree spent, read again when its runs change */
+    this.budgets = new Map();
     $('message-form').addEventListener('submit', (e) => this.send(e));
     $('message-text').addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) $('message-form').requestSubmit();
@@ -80,6 +82,8 @@ export class SessionView {
         ...(tree ? [usageText(tree)] : [t.steps ? formatUsage(t.input, t.output) : 'none reported yet',
           t.read < t.total ? ` (${t.read} of ${t.total} logs read so far; the Trace reads them all)` : '']))));
     }
+    const budget = this.budget(root, runsSig(s, s.subtree(root)));
+    if (budget) items.push(metaItem('Budget', this.budgetBar(root.id, budget)));
     if (n.parentId) {
       items.push(metaItem('Parent', h('a', { href: `#s=${encodeURIComponent(n.parentId)}`, class: 'child-link', 'data-testid': 'head-parent' },
         s.nodes.has(n.parentId) ? s.title(s.nodes.get(n.parentId)) : shortId(n.parentId))));
@@ -131,6 +135,72 @@ export class SessionView {
       return;
     }
     this.store.changed();
+  }
+
+  // budget returns the token budget of root's tree — {budget, used,
+  // paused} — or null when it has none (or is not read yet): its limits
+  // from GET /v1/sessions/{id}, what it spent from GET …/usage?scope=tree,
+  // both read again when sig (the tree's runs and their states) changed.
+  budget(root, sig) {
+    let e = this.budgets.get(root.id);
+    if (!e) {
+      e = { sig: null, limits: null, used: null, failed: false };
+      this.budgets.set(root.id, e);
+    }
+    if (e.sig !== sig && !e.failed) {
+      e.sig = sig;
+      this.readBudget(root.id, e);
+    }
+    const budget = e.limits?.tokenBudget;
+    if (budget === undefined || budget === null || e.used === null) return null;
+    return { budget, used: e.used, paused: e.used >= budget };
+  }
+
+  async readBudget(id, e) {
+    try {
+      const [sess, usage] = await Promise.all([api('GET', paths.session(id)), api('GET', paths.sessionUsage(id, 'tree'))]);
+      e.limits = sess.limits || {};
+      e.used = (usage.inputTokens || 0) + (usage.outputTokens || 0);
+    } catch {
+      e.failed = true; // a server without limits: no bar
+    }
+    this.store.changed();
+  }
+
+  // budgetBar draws used of budget as a bar; a spent (paused) budget says
+  // so and offers to raise it: PATCH …/limits with twice what the tree
+  // spent, whose answer is on show at once.
+  budgetBar(rootId, b) {
+    const pct = b.budget > 0 ? Math.min(100, Math.round((100 * b.used) / b.budget)) : 100;
+    const parts = [
+      h('span', { class: `budget-bar${b.paused ? ' paused' : ''}`, role: 'meter', 'aria-valuemin': '0', 'aria-valuemax': String(b.budget),
+        'aria-valuenow': String(Math.min(b.used, b.budget)), 'aria-label': 'Token budget used' },
+      h('span', { class: 'budget-fill', style: `width: ${pct}%` })),
+      h('span', { 'data-testid': 'head-budget', 'data-paused': String(b.paused) },
+        ` ${b.used.toLocaleString()} of ${b.budget.toLocaleString()} tokens${b.paused ? ' — paused' : ''}`),
+    ];
+    if (b.paused) {
+      const raised = Math.max(2 * b.budget, 2 * b.used, 1);
+      parts.push(' ', h('button', { type: 'button', 'data-testid': 'budget-raise', title: `Raise the tree's token budget to ${raised.toLocaleString()}; what waits then runs`,
+        onclick: (ev) => this.raiseBudget(ev.currentTarget, rootId, raised) }, 'Raise budget'));
+    }
+    return h('span', { class: 'budget' }, ...parts);
+  }
+
+  async raiseBudget(button, rootId, tokenBudget) {
+    button.disabled = true;
+    try {
+      const t = await api('PATCH', paths.sessionLimits(rootId), { tokenBudget });
+      const e = this.budgets.get(rootId);
+      if (e) {
+        e.limits = t.limits;
+        e.used = t.usage.tokens;
+      }
+      this.store.changed();
+    } catch (err) {
+      button.disabled = false;
+      this.o.showError('Raising the budget failed', err);
+    }
   }
 
   /** Ticks the running durations in the head and on the cards of running runs. */

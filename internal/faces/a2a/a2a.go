@@ -256,7 +256,8 @@ func errorOf(ctx context.Context, err error) error {
 		kind = a2a.ErrUnauthorized
 	case subagent.EUnauthenticated:
 		kind = a2a.ErrUnauthenticated
-	case subagent.ERateLimited, subagent.EDraining, subagent.EAgentUnavailable, subagent.EActivationClosing, subagent.EAborted, subagent.EPayloadTooLarge:
+	case subagent.ERateLimited, subagent.EDraining, subagent.EAgentUnavailable, subagent.EActivationClosing, subagent.EAborted, subagent.EPayloadTooLarge,
+		subagent.EBudgetExhausted, subagent.EDeadlineExceeded, subagent.ELimitExceeded:
 		kind = a2a.ErrServerError
 	}
 	msg := se.Code + ": " + se.Message

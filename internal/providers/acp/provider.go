@@ -234,6 +234,7 @@ func (p *Provider) childSession(id, cwd string, req subagent.ResolvedRequest) st
 		Label:           req.Label,
 		Provider:        p.cfg.Name,
 		Mode:            subagent.ModeOneShot,
+		Limits:          req.Limits,
 		CreatedAt:       time.Now(),
 	}
 }

@@ -86,6 +86,7 @@ func (m *Materializer) Materialize(ctx context.Context, req subagent.Materialize
 		Persona:           persona,
 		DeploymentPersona: m.d.deps.DeploymentPersona,
 		Vars:              m.d.deps.Vars,
+		Gate:              m.d.deps.Gate,
 	})
 	if errors.Is(err, agent.ErrToolFilter) {
 		// The registry changed since the filter was checked.

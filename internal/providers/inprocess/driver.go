@@ -64,6 +64,9 @@ type Deps struct {
 	// Metrics counts the tokens of the children's model calls; nil counts
 	// nothing.
 	Metrics *telemetry.Metrics
+	// Gate, when set, is every child agent's step gate (a tree's limits,
+	// internal/governance).
+	Gate agent.Gate
 }
 
 // SeedFunc returns the events a child inherits from its parent: a balanced
@@ -239,6 +242,7 @@ func (d *Driver) compose(req subagent.ResolvedRequest) (child, error) {
 		DeploymentPersona: d.deps.DeploymentPersona,
 		Vars:              d.deps.Vars,
 		OutputSchema:      req.OutputSchema,
+		Gate:              d.deps.Gate,
 		// The one-shot descriptor goes inside the first turn, right before
 		// the first model step (docs/seam.md §10).
 		BeforeFirstStep: func() []store.NewEvent {

@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Webhooks", webhookTests},
 		{"Usage", usageTests},
 		{"Approvals", approvalTests},
+		{"Limits", limitTests},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()

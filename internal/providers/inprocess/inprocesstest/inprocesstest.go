@@ -49,6 +49,9 @@ type Config struct {
 	// LeaseDuration is its lease; zero means the Service's default.
 	Owner         string
 	LeaseDuration time.Duration
+	// Governor, when set, builds the service's governor (a tree's limits)
+	// over the harness's store.
+	Governor func(store.Store) subagent.Governor
 }
 
 // Hooks are called after the store call they are named after. Set them
@@ -144,7 +147,11 @@ func New(t testing.TB, cfg Config) *Harness {
 	if owner == "" {
 		owner = "test"
 	}
-	h.Service = subagent.NewService(subagent.Config{Store: st, Logger: h.Logger, Owner: owner, LeaseDuration: cfg.LeaseDuration})
+	scfg := subagent.Config{Store: st, Logger: h.Logger, Owner: owner, LeaseDuration: cfg.LeaseDuration}
+	if cfg.Governor != nil {
+		scfg.Governor = cfg.Governor(st)
+	}
+	h.Service = subagent.NewService(scfg)
 	for _, p := range []subagent.Provider{spawn.New(h.Deps), fork.New(h.Deps)} {
 		if err := h.Service.Register(Ctx(t), p); err != nil {
 			t.Fatal(err)

@@ -1,0 +1,84 @@
+package storetest
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/subagentd/subagentd/internal/store"
+)
+
+var limitTests = []test{
+	{"SessionLimits_CreatedWithTheHeaderAndReplaced", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		deadline := time.Date(2030, 1, 2, 3, 4, 5, 6000, time.FixedZone("x", 3600))
+		created := store.Limits{MaxDepth: ptr[int64](2), MaxChildren: ptr[int64](3), MaxConcurrent: ptr[int64](4),
+			TokenBudget: ptr[int64](5000), Deadline: &deadline, IdleTimeout: ptr(90 * time.Second)}
+		root := store.Session{ID: "root", Cwd: "/w", CreatedAt: t0, Limits: created}
+		ok(t, s.CreateSession(ctx, root))
+		kid := child("kid", "root", sec(1))
+		kid.Limits = store.Limits{MaxChildren: ptr[int64](1)}
+		must(s.CreateSessionWithEvents(ctx, kid, numbered(1)...))(t)
+		bare := child("bare", "root", sec(2))
+		ok(t, s.CreateSession(ctx, bare))
+
+		want := created.Stored()
+		if !want.Deadline.Equal(deadline) || want.Deadline.Location() != time.UTC {
+			t.Fatalf("Stored deadline = %v, want %v in UTC", want.Deadline, deadline)
+		}
+		same(t, "GetSession(root)", must(s.GetSession(ctx, "root"))(t).Limits, want, canonLimits)
+		same(t, "SessionLimits(root)", must(s.SessionLimits(ctx, "root"))(t), want, canonLimits)
+		same(t, "SessionLimits(kid)", must(s.SessionLimits(ctx, "kid"))(t), kid.Limits, canonLimits)
+		same(t, "GetSession(kid)", must(s.GetSession(ctx, "kid"))(t).Limits, kid.Limits, canonLimits)
+		same(t, "SessionLimits(bare)", must(s.SessionLimits(ctx, "bare"))(t), store.Limits{}, canonLimits)
+
+		raised := store.Limits{TokenBudget: ptr[int64](9000)}
+		ok(t, s.SetSessionLimits(ctx, "root", raised))
+		same(t, "SessionLimits(root) after SetSessionLimits", must(s.SessionLimits(ctx, "root"))(t), raised, canonLimits)
+		same(t, "SessionLimits(kid) after the root's changed", must(s.SessionLimits(ctx, "kid"))(t), kid.Limits, canonLimits)
+		ok(t, s.SetSessionLimits(ctx, "root", store.Limits{}))
+		same(t, "SessionLimits(root) cleared", must(s.SessionLimits(ctx, "root"))(t), store.Limits{}, canonLimits)
+	}},
+	{"SetTreePaused_ReportsEachFlipOnce", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		ok(t, s.CreateSession(ctx, store.Session{ID: "root", CreatedAt: t0}))
+		for i, step := range []struct{ paused, changed bool }{{false, false}, {true, true}, {true, false}, {false, true}, {false, false}} {
+			if got := must(s.SetTreePaused(ctx, "root", step.paused))(t); got != step.changed {
+				t.Fatalf("step %d: SetTreePaused(%v) changed = %v, want %v", i, step.paused, got, step.changed)
+			}
+		}
+		_, err := s.SetTreePaused(ctx, "nope", true)
+		isErr(t, err, store.ErrNotFound, "SetTreePaused(unknown)")
+		_, err = s.SetTreePaused(other(ctx), "root", true)
+		isErr(t, err, store.ErrNotFound, "SetTreePaused(other tenant)")
+		// Of concurrent flips to paused, one changes the mark.
+		var wg sync.WaitGroup
+		var changed atomic.Int32
+		for range 8 {
+			wg.Go(func() {
+				if c, err := s.SetTreePaused(ctx, "root", true); err == nil && c {
+					changed.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := changed.Load(); n != 1 {
+			t.Fatalf("%d of 8 concurrent SetTreePaused(true) changed the mark, want 1", n)
+		}
+	}},
+	{"SessionLimits_UnknownOrOtherTenantIsNotFound", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		ok(t, s.CreateSession(ctx, store.Session{ID: "root", CreatedAt: t0, Limits: store.Limits{MaxDepth: ptr[int64](1)}}))
+		_, err := s.SessionLimits(ctx, "nope")
+		isErr(t, err, store.ErrNotFound, "SessionLimits(unknown)")
+		isErr(t, s.SetSessionLimits(ctx, "nope", store.Limits{}), store.ErrNotFound, "SetSessionLimits(unknown)")
+		_, err = s.SessionLimits(other(ctx), "root")
+		isErr(t, err, store.ErrNotFound, "SessionLimits(other tenant)")
+		isErr(t, s.SetSessionLimits(other(ctx), "root", store.Limits{}), store.ErrNotFound, "SetSessionLimits(other tenant)")
+		same(t, "SessionLimits after another tenant's set", must(s.SessionLimits(ctx, "root"))(t),
+			store.Limits{MaxDepth: ptr[int64](1)}, canonLimits)
+	}},
+}
+
+func canonLimits(_ *testing.T, l store.Limits) store.Limits { return l }

@@ -1,0 +1,2 @@
+ALTER TABLE sessions DROP COLUMN tree_paused;
+ALTER TABLE sessions DROP COLUMN limits;
