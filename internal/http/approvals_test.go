@@ -43,11 +43,15 @@ type askWorld struct {
 	root string
 }
 
-func setupAsk(t *testing.T) *askWorld {
+// setupAsk builds the askWorld; wires add to its server's config.
+func setupAsk(t *testing.T, wires ...func(b *testBundle, cfg *Config)) *askWorld {
 	t.Helper()
 	script := peerScript(t)
 	w := &askWorld{root: t.TempDir()}
 	w.testBundle = start(t, func(b *testBundle, cfg *Config) {
+		for _, wire := range wires {
+			wire(b, cfg)
+		}
 		approvals := governance.NewApprovals(governance.ApprovalsConfig{Store: b.st, Owner: "test", Logger: b.log})
 		p, err := acp.New(config.ProviderConfig{Name: "peer", Type: config.TypeACP, Command: "node", Args: []string{script},
 			Permission: config.PermissionAsk, DisposeEOFGrace: 10 * time.Second, DisposeGrace: 10 * time.Second},

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/internal/webhooks"
@@ -27,14 +29,22 @@ type hookRequest struct {
 // destinations allowed) and a receiver answering 200.
 func startWebhooks(t *testing.T) (*testBundle, string, chan hookRequest) {
 	t.Helper()
+	url, got := hookReceiver(t)
+	b := start(t, func(b *testBundle, cfg *Config) { withWebhooks(b, cfg, true) })
+	return b, url, got
+}
+
+// hookReceiver is a webhook receiver answering 200; it returns its URL and
+// the requests it got.
+func hookReceiver(t *testing.T) (string, chan hookRequest) {
+	t.Helper()
 	got := make(chan hookRequest, 100)
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got <- hookRequest{header: r.Header.Clone(), body: b}
 	}))
 	t.Cleanup(rc.Close)
-	b := start(t, func(b *testBundle, cfg *Config) { withWebhooks(b, cfg, true) })
-	return b, rc.URL, got
+	return rc.URL, got
 }
 
 // withWebhooks gives cfg a running webhook service over the bundle's
@@ -46,14 +56,96 @@ func withWebhooks(b *testBundle, cfg *Config, allowPrivate bool) {
 	cfg.Webhooks = svc
 }
 
+// nextHook returns the next delivery, after checking its body against the
+// schema api/openapi.yaml's webhooks section gives its type.
 func nextHook(t *testing.T, got chan hookRequest) hookRequest {
 	t.Helper()
 	select {
 	case r := <-got:
+		checkHookBody(t, r.body)
 		return r
 	case <-time.After(30 * time.Second):
 		t.Fatal("no webhook delivery within 30s")
 		return hookRequest{}
+	}
+}
+
+// checkHookBody fails t unless body is the payload the spec describes for
+// its type.
+func checkHookBody(t *testing.T, body []byte) {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatalf("webhook body %s: %v", body, err)
+	}
+	typ, _ := v.(map[string]any)["type"].(string)
+	doc, _ := spec(t)
+	item := doc.Webhooks[typ]
+	if item == nil || item.Post == nil || item.Post.RequestBody == nil {
+		t.Fatalf("api/openapi.yaml's webhooks section has no %q (body %s)", typ, body)
+	}
+	sch := item.Post.RequestBody.Value.Content.Get("application/json").Schema.Value
+	if err := sch.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+		t.Fatalf("webhook body %s does not match the spec's %s: %v", body, typ, err)
+	}
+}
+
+// Approvals and tree events reach webhooks as approval.requested,
+// approval.decided and tree.cancelled: signed, each naming its approval
+// or session and the tree's root.
+func TestWebhooks_ApprovalAndTreeEvents(t *testing.T) {
+	t.Parallel()
+	url, got := hookReceiver(t)
+	w := setupAsk(t, func(b *testBundle, cfg *Config) {
+		withWebhooks(b, cfg, true)
+		mgr := subagent.NewManager(b.svc, subagent.ManagerConfig{Logger: b.log})
+		cfg.Trees = governance.NewTrees(governance.TreesConfig{Store: b.st, Runs: mgr, Roots: noRoots{}, Logger: b.log})
+		b.stops = append(b.stops, mgr.Shutdown)
+	})
+	var hook webhookJSON
+	w.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/webhooks", body: map[string]any{
+		"url": url, "events": []string{"approval.requested", "approval.decided", "tree.cancelled"},
+	}}).decode(t, &hook)
+	wh, err := standardwebhooks.NewWebhook(hook.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(want string) map[string]string {
+		t.Helper()
+		req := nextHook(t, got)
+		if err := wh.Verify(req.body, req.header); err != nil {
+			t.Fatalf("%s does not verify: %v", req.body, err)
+		}
+		var body struct {
+			Type string            `json:"type"`
+			Data map[string]string `json:"data"`
+		}
+		if err := json.Unmarshal(req.body, &body); err != nil {
+			t.Fatal(err)
+		}
+		if body.Type != want {
+			t.Fatalf("delivery %s, want %s", req.body, want)
+		}
+		return body.Data
+	}
+
+	run, root, events := w.startAsking(t)
+	_, asked := nextEvent(t, events)
+	id := asked["approvalId"].(string)
+	for _, typ := range []string{"approval.requested", "approval.decided"} {
+		if typ == "approval.decided" {
+			w.want(t, http.StatusOK, call{method: http.MethodPost, path: "/v1/approvals/" + id + "/decision", body: map[string]any{"outcome": "allow"}})
+		}
+		d := next(typ)
+		if d["approvalId"] != id || d["sessionId"] != run.ChildSessionID || d["parentSessionId"] != root ||
+			d["rootSessionId"] != root || d["provider"] != "peer" {
+			t.Fatalf("%s data %v, want approval %s of %s under %s", typ, d, id, run.ChildSessionID, root)
+		}
+	}
+	w.settled(t, run.RunID)
+	w.want(t, http.StatusAccepted, call{method: http.MethodPost, path: "/v1/sessions/" + root + "/cancel"})
+	if d := next("tree.cancelled"); d["sessionId"] != root || d["rootSessionId"] != root {
+		t.Fatalf("tree.cancelled data %v, want the tree of %s", d, root)
 	}
 }
 

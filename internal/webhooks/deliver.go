@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/store"
-	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
@@ -180,13 +179,12 @@ func (s *Service) serve(ctx context.Context, w store.Webhook) bool {
 		}
 		cursor := w.Cursor // the events before it need no delivery
 		for _, le := range evs {
-			e, err := subagent.ParseEvent(le)
-			typ, ok := lifecycleType(e)
-			if err != nil || !ok || !slices.Contains(w.Events, typ) {
+			ev, ok, err := classify(le)
+			if err != nil || !ok || !slices.Contains(w.Events, ev.typ) {
 				cursor = le.ID
 				continue
 			}
-			next, more, err := s.deliver(ctx, log, w, cursor, le, e, typ)
+			next, more, err := s.deliver(ctx, log, w, cursor, le, ev)
 			if err != nil || !more {
 				return err == nil
 			}
@@ -214,8 +212,8 @@ func (s *Service) advance(ctx context.Context, p store.AdvanceWebhookParams) err
 // cursor (just before le) with a scheduled retry otherwise. It returns the
 // endpoint as recorded and whether to go on with the next event; an error
 // (logged) says the attempt was not recorded.
-func (s *Service) deliver(ctx context.Context, log *slog.Logger, w store.Webhook, cursor int64, le store.LifecycleEvent, e subagent.Event, typ string) (store.Webhook, bool, error) {
-	b, err := s.lifecycleBody(ctx, le, e, typ)
+func (s *Service) deliver(ctx context.Context, log *slog.Logger, w store.Webhook, cursor int64, le store.LifecycleEvent, ev event) (store.Webhook, bool, error) {
+	b, err := s.lifecycleBody(ctx, le, ev)
 	if err != nil {
 		log.WarnContext(ctx, "webhooks: build a payload", slog.Int64("event", le.ID), slog.Any("error", err))
 		return w, false, err
@@ -224,12 +222,12 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, w store.Webhook
 	if w.RetryEvent == le.ID {
 		attempt = w.Attempts + 1
 	}
-	res := s.send(ctx, w, outgoing{id: eventID(le), typ: typ, body: b, trace: s.runTrace(ctx, log, e.RunID)})
+	res := s.send(ctx, w, outgoing{id: eventID(le), typ: ev.typ, body: b, trace: s.runTrace(ctx, log, ev.runID)})
 	if err := ctx.Err(); err != nil {
 		return w, false, err // stopping: the attempt is made again by the next claimer
 	}
 	d := &store.WebhookDelivery{
-		ID: newID("dlv_"), WebhookID: w.ID, EventID: eventID(le), Type: typ, Attempt: attempt,
+		ID: newID("dlv_"), WebhookID: w.ID, EventID: eventID(le), Type: ev.typ, Attempt: attempt,
 		HTTPStatus: res.status, Error: res.errText(), Latency: res.latency, At: res.at, Body: b,
 	}
 	p := store.AdvanceWebhookParams{ID: w.ID, Cursor: le.ID, Delivery: d}

@@ -2,45 +2,106 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // Event types. EventTypes is the one list of them: api/openapi.yaml's
 // WebhookEventType enum and webhooks section mirror it, and a type that
-// later features emit is one more line here and in lifecycleType.
+// later features emit is one more line here and in classify.
 const (
-	RunStarted  = "run.started"
-	RunSettled  = "run.settled"
-	TaskStarted = "task.started"
-	TaskSettled = "task.settled"
+	RunStarted        = "run.started"
+	RunSettled        = "run.settled"
+	TaskStarted       = "task.started"
+	TaskSettled       = "task.settled"
+	ApprovalRequested = "approval.requested"
+	ApprovalDecided   = "approval.decided"
+	TreePaused        = "tree.paused"
+	TreeResumed       = "tree.resumed"
+	TreeCancelled     = "tree.cancelled"
 	// Test is sent only on request (Service.Test), whatever an endpoint
 	// subscribed to.
 	Test = "webhook.test"
 )
 
 // EventTypes lists every event type, in the order the API documents them.
-var EventTypes = []string{RunStarted, RunSettled, TaskStarted, TaskSettled, Test}
+var EventTypes = []string{RunStarted, RunSettled, TaskStarted, TaskSettled,
+	ApprovalRequested, ApprovalDecided, TreePaused, TreeResumed, TreeCancelled, Test}
 
-// lifecycleType maps a lifecycle event onto its webhook type: subagent/start
-// and subagent/end are run.* for one-shot runs and task.* for activations
-// (which carry a taskId). ok is false for events no webhook carries.
-func lifecycleType(e subagent.Event) (typ string, ok bool) {
-	switch {
-	case e.Type == subagent.EventStart && e.TaskID == "":
-		return RunStarted, true
-	case e.Type == subagent.EventEnd && e.TaskID == "":
-		return RunSettled, true
-	case e.Type == subagent.EventStart:
-		return TaskStarted, true
-	case e.Type == subagent.EventEnd:
-		return TaskSettled, true
+// treeTypes maps the lifecycle types of whole-tree events onto their
+// webhook types.
+var treeTypes = map[string]string{
+	governance.EventTreePaused:    TreePaused,
+	governance.EventTreeResumed:   TreeResumed,
+	governance.EventTreeCancelled: TreeCancelled,
+}
+
+// event is a lifecycle event as a webhook carries it: its type, its
+// payload's data, and the run whose trace the delivery joins ("" for
+// none).
+type event struct {
+	typ   string
+	data  bodyData
+	runID string
+}
+
+// classify maps lifecycle event le onto the webhook that carries it:
+// subagent/start and subagent/end are run.* for one-shot runs and task.*
+// for activations (which carry a taskId); approval/* are approval.*; the
+// tree events tree.*. ok is false for events no webhook carries. The
+// lifecycle payloads are the ones api/openapi.yaml documents.
+func classify(le store.LifecycleEvent) (ev event, ok bool, err error) {
+	switch le.Type {
+	case subagent.EventStart, subagent.EventEnd:
+		e, err := subagent.ParseEvent(le)
+		if err != nil {
+			return event{}, false, err
+		}
+		ev = event{runID: e.RunID, data: bodyData{SessionID: e.ID, ParentSessionID: e.ParentID, RootSessionID: e.RootID,
+			Provider: e.Provider, StopReason: e.StopReason}}
+		started := le.Type == subagent.EventStart
+		switch {
+		case e.TaskID != "":
+			ev.typ, ev.data.TaskID = TaskSettled, e.TaskID
+			if started {
+				ev.typ = TaskStarted
+			}
+		default:
+			ev.typ, ev.data.RunID = RunSettled, e.RunID
+			if started {
+				ev.typ = RunStarted
+			}
+		}
+		return ev, true, nil
+	case governance.EventApprovalRequested, governance.EventApprovalDecided:
+		var p struct {
+			ApprovalID, SessionID, ParentSessionID, RootSessionID, Provider, RunID string
+		}
+		if err := json.Unmarshal(le.Payload, &p); err != nil {
+			return event{}, false, fmt.Errorf("decode lifecycle event %d (%s): %w", le.ID, le.Type, err)
+		}
+		ev = event{typ: ApprovalDecided, runID: p.RunID, data: bodyData{ApprovalID: p.ApprovalID, SessionID: p.SessionID,
+			ParentSessionID: p.ParentSessionID, RootSessionID: p.RootSessionID, Provider: p.Provider}}
+		if le.Type == governance.EventApprovalRequested {
+			ev.typ = ApprovalRequested
+		}
+		return ev, true, nil
 	}
-	return "", false
+	if typ, ok := treeTypes[le.Type]; ok {
+		var p struct{ SessionID, RootSessionID string }
+		if err := json.Unmarshal(le.Payload, &p); err != nil {
+			return event{}, false, fmt.Errorf("decode lifecycle event %d (%s): %w", le.ID, le.Type, err)
+		}
+		return event{typ: typ, data: bodyData{SessionID: p.SessionID, RootSessionID: p.RootSessionID}}, true, nil
+	}
+	return event{}, false, nil
 }
 
 // body is the thin payload every delivery carries: fetch the object for
@@ -51,11 +112,14 @@ type body struct {
 	Data      bodyData `json:"data"`
 }
 
-// bodyData names the run or task (or, for webhook.test, the endpoint).
-// SessionID is the child's session, the run's or task's own.
+// bodyData names the run, task or approval (or, for webhook.test, the
+// endpoint). SessionID is the child's session, the run's or task's own,
+// the one that asked for the approval, or the session a tree event is
+// about.
 type bodyData struct {
 	RunID           string `json:"runId,omitempty"`
 	TaskID          string `json:"taskId,omitempty"`
+	ApprovalID      string `json:"approvalId,omitempty"`
 	WebhookID       string `json:"webhookId,omitempty"`
 	SessionID       string `json:"sessionId,omitempty"`
 	ParentSessionID string `json:"parentSessionId,omitempty"`
@@ -71,26 +135,20 @@ func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 // attempt, and unique since lifecycle ids are.
 func eventID(le store.LifecycleEvent) string { return "evt_" + itoa(le.ID) }
 
-// lifecycleBody builds the payload of a lifecycle event of webhook type
-// typ. It depends only on the log and on session headers, which never
-// change, so every attempt builds the same bytes.
-func (s *Service) lifecycleBody(ctx context.Context, le store.LifecycleEvent, e subagent.Event, typ string) ([]byte, error) {
-	// Events carry their tree's root; those written before it did are
+// lifecycleBody builds the payload of lifecycle event le as ev. It
+// depends only on the log and on session headers, which never change, so
+// every attempt builds the same bytes.
+func (s *Service) lifecycleBody(ctx context.Context, le store.LifecycleEvent, ev event) ([]byte, error) {
+	// Events carry their tree's root; those written before they did are
 	// walked up to it.
-	root := e.RootID
-	if root == "" {
+	d := ev.data
+	if d.RootSessionID == "" {
 		var err error
-		if root, err = s.roots.root(ctx, e.ParentID); err != nil {
+		if d.RootSessionID, err = s.roots.root(ctx, d.ParentSessionID); err != nil {
 			return nil, err
 		}
 	}
-	d := bodyData{SessionID: e.ID, ParentSessionID: e.ParentID, RootSessionID: root, Provider: e.Provider, StopReason: e.StopReason}
-	if e.TaskID != "" {
-		d.TaskID = e.TaskID
-	} else {
-		d.RunID = e.RunID
-	}
-	return marshal(body{Type: typ, Timestamp: timestamp(le.Time), Data: d})
+	return marshal(body{Type: ev.typ, Timestamp: timestamp(le.Time), Data: d})
 }
 
 // maxMemo bounds a memo; past it the memo starts over.

@@ -23,6 +23,11 @@ export const SUBSCRIBABLE = [
   ['run.settled', 'a one-shot run settled'],
   ['task.started', 'a continuable child began a task'],
   ['task.settled', 'a continuable child settled a task'],
+  ['approval.requested', 'an agent asks a person'],
+  ['approval.decided', 'an approval closed'],
+  ['tree.paused', 'a tree spent its token budget'],
+  ['tree.resumed', 'a paused tree resumed'],
+  ['tree.cancelled', 'a tree was cancelled'],
 ];
 const DEFAULT_EVENTS = new Set(['run.settled', 'task.settled']);
 
