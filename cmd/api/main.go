@@ -516,7 +516,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 		Service: svc, Store: st, Logger: log, Registry: reg, Metrics: metrics, Tracing: tracing, Version: buildVersion(), Dashboard: web.FS,
 		Continuations: mgr, Roots: roots, Routes: routes, Webhooks: hooks, Usage: governance.NewUsage(st), Approvals: approvals, Limits: limits,
 		Trees:    governance.NewTrees(governance.TreesConfig{Store: st, Runs: mgr, Roots: roots, Logger: log}),
-		Sessions: rootrules.New(rootrules.Config{Store: st, Routes: routes, WorkspaceRoots: file.WorkspaceRoots, Agents: roots, Policies: approvals}),
+		Sessions: rootrules.New(rootrules.Config{Store: st, Routes: routes, WorkspaceRoots: file.WorkspaceRoots, Agents: roots, Policies: approvals, Limits: limits}),
 		Tokens:   sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,
 		MCP: func(api *httpapi.Server) http.Handler {
 			return mcpface.NewHandler(mcpface.Config{API: api, Logger: log, Version: buildVersion()})

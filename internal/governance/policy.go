@@ -205,6 +205,12 @@ func (a *Approvals) treePolicy(ctx context.Context, session string) (*store.Tree
 	if err != nil {
 		return nil, err
 	}
+	return a.RootPolicy(ctx, root)
+}
+
+// RootPolicy returns the policy of root session root's tree, nil when it
+// has none.
+func (a *Approvals) RootPolicy(ctx context.Context, root string) (*store.TreePolicy, error) {
 	tp, err := a.st.TreePolicy(ctx, root)
 	switch {
 	case errors.Is(err, store.ErrNotFound):

@@ -73,7 +73,7 @@ func setupACP(t *testing.T, command string, env map[string]string) *acpWorld {
 		mgr := subagent.NewManager(b.svc, subagent.ManagerConfig{Logger: b.log})
 		cfg.Continuations = mgr
 		cfg.Trees = governance.NewTrees(governance.TreesConfig{Store: b.st, Runs: mgr, Roots: noRoots{}, Logger: b.log})
-		cfg.Sessions = roots.New(roots.Config{Store: b.st, WorkspaceRoots: []string{w.root}})
+		cfg.Sessions = roots.New(roots.Config{Store: b.st, WorkspaceRoots: []string{w.root}, Limits: cfg.Limits})
 		b.stops = append(b.stops, mgr.Shutdown, func(context.Context) error { return p.Close() })
 	})
 	return w

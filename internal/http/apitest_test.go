@@ -142,7 +142,7 @@ func startSeam(t *testing.T, seam subagent.Config, wire func(b *testBundle, cfg 
 		wire(b, &cfg)
 	}
 	if cfg.Sessions == nil {
-		cfg.Sessions = roots.New(roots.Config{Store: st, Routes: cfg.Routes})
+		cfg.Sessions = roots.New(roots.Config{Store: st, Routes: cfg.Routes, Limits: cfg.Limits})
 	}
 	b.srv = NewServer(cfg)
 	b.ts = httptest.NewServer(b.srv.Handler())

@@ -63,7 +63,7 @@ func setupAsk(t *testing.T, wires ...func(b *testBundle, cfg *Config)) *askWorld
 			t.Fatal(err)
 		}
 		cfg.Approvals = approvals
-		cfg.Sessions = roots.New(roots.Config{Store: b.st, WorkspaceRoots: []string{w.root}})
+		cfg.Sessions = roots.New(roots.Config{Store: b.st, WorkspaceRoots: []string{w.root}, Limits: cfg.Limits})
 		b.stops = append(b.stops, func(context.Context) error { return p.Close() })
 	})
 	return w

@@ -76,7 +76,7 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 		cfg.Continuations, cfg.Roots, cfg.Routes = w.mgr, w.roots, table
 		cfg.Trees = governance.NewTrees(governance.TreesConfig{Store: b.st, Runs: w.mgr, Roots: w.roots, Logger: b.log})
 		cfg.Usage = governance.NewUsage(b.st)
-		cfg.Sessions = roots.New(roots.Config{Store: b.st, Routes: table, Agents: w.roots})
+		cfg.Sessions = roots.New(roots.Config{Store: b.st, Routes: table, Agents: w.roots, Limits: cfg.Limits})
 		cfg.MCP = func(s *Server) http.Handler { return mcpface.NewHandler(mcpface.Config{API: s, Logger: b.log}) }
 		cfg.A2A = func(s *Server) A2A { return a2aface.New(a2aface.Config{API: s, Logger: b.log, MaxWait: time.Second}) }
 		withWebhooks(b, cfg, false)

@@ -124,6 +124,9 @@ type Sessions interface {
 	Create(ctx context.Context, p roots.CreateParams) (store.Session, error)
 	// Activity reports which of rows are working.
 	Activity(ctx context.Context, rows []store.Session) (map[string]bool, error)
+	// Get returns a session as GET /v1/sessions/{id} shows it
+	// (store.ErrNotFound for none).
+	Get(ctx context.Context, id string) (roots.View, error)
 }
 
 var _ Sessions = (*roots.Sessions)(nil)

@@ -81,22 +81,15 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) error {
 	if err := p.err(); err != nil {
 		return err
 	}
-	hdr, err := s.session(r.Context(), id)
+	v, err := s.sessions.Get(r.Context(), id)
 	if err != nil {
-		return err
+		return sessionError(id, err)
 	}
-	running, err := s.running(r.Context(), hdr)
-	if err != nil {
-		return err
+	out := sessionOut(v.Session, v.Running)
+	if v.Limits != nil {
+		out.Limits = limitsOut(*v.Limits)
 	}
-	out := sessionOut(hdr, running)
-	if s.limits != nil {
-		lim, err := s.limits.InForce(r.Context(), hdr)
-		if err != nil {
-			return err
-		}
-		out.Limits = limitsOut(lim)
-	}
+	out.Approvals = policyOut(v.Approvals)
 	s.writeJSON(w, r, http.StatusOK, out)
 	return nil
 }
@@ -277,12 +270,6 @@ func sessionError(id string, err error) error {
 		return &subagent.Error{Code: subagent.ESessionNotFound, Message: fmt.Sprintf("no session %q", id), Err: err}
 	}
 	return fmt.Errorf("read session %s: %w", id, err)
-}
-
-// running reports whether session hdr is working (Sessions.Activity).
-func (s *Server) running(ctx context.Context, hdr store.Session) (bool, error) {
-	working, err := s.sessions.Activity(ctx, []store.Session{hdr})
-	return working[hdr.ID], err
 }
 
 // page reads up to limit rows after the cursor after and returns the cursor

@@ -46,7 +46,7 @@ func setupPolicy(t *testing.T, st store.Store, permission string) *policyWorld {
 			t.Fatal(err)
 		}
 		cfg.Approvals = approvals
-		cfg.Sessions = roots.New(roots.Config{Store: b.st, WorkspaceRoots: []string{w.root}, Policies: approvals})
+		cfg.Sessions = roots.New(roots.Config{Store: b.st, WorkspaceRoots: []string{w.root}, Policies: approvals, Limits: cfg.Limits})
 		b.stops = append(b.stops, func(context.Context) error { return p.Close() })
 	}, func(c *Config) { c.Store = st })
 	return w
@@ -147,6 +147,18 @@ func TestTreePolicy_NarrowsAndRemembersAlways(t *testing.T) {
 			}
 			if list := w.approvals(t, root); len(list) != 1 {
 				t.Fatalf("the tree has %d approvals, want only the first", len(list))
+			}
+			// The root shows its policy, with the rule the decision added.
+			var shown struct {
+				Approvals struct {
+					Mode, Timeout string
+					Always        []struct{ Kind, Title, Decision, ApprovalID string }
+				}
+			}
+			w.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/sessions/" + root}).decode(t, &shown)
+			if p := shown.Approvals; p.Mode != "ask" || p.Timeout != "10m0s" || len(p.Always) != 1 ||
+				p.Always[0].Decision != "allow" || p.Always[0].ApprovalID != ap.ID || p.Always[0].Title != ap.ToolCall.Title {
+				t.Fatalf("the root shows the policy %+v, want mode ask, 10m and the always rule of %s", p, ap.ID)
 			}
 			log := w.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/sessions/" + second.ChildSessionID + "/events"})
 			if !strings.Contains(string(log.body), `"optionId":"yes"`) {

@@ -147,6 +147,42 @@ func (req createSessionRequest) params(id string) roots.CreateParams {
 		Approvals: req.Approvals.policy(), Limits: req.Limits.seam()}
 }
 
+// policyOutJSON is a root's approvals policy as GET /v1/sessions/{id}
+// shows it (api/openapi.yaml ApprovalsPolicyInForce).
+type policyOutJSON struct {
+	Mode      string           `json:"mode,omitempty"`
+	Rules     []policyRuleJSON `json:"rules"`
+	Timeout   string           `json:"timeout,omitempty"`
+	OnTimeout string           `json:"onTimeout,omitempty"`
+	Always    []alwaysRuleJSON `json:"always"`
+}
+
+// alwaysRuleJSON is a rule an always decision added.
+type alwaysRuleJSON struct {
+	Kind       string `json:"kind"`
+	Title      string `json:"title"`
+	Decision   string `json:"decision"`
+	ApprovalID string `json:"approvalId,omitempty"`
+}
+
+// policyOut is p on the wire; nil stays nil.
+func policyOut(p *store.TreePolicy) *policyOutJSON {
+	if p == nil {
+		return nil
+	}
+	out := &policyOutJSON{Mode: p.Mode, Rules: []policyRuleJSON{}, OnTimeout: p.OnTimeout, Always: []alwaysRuleJSON{}}
+	if p.Timeout > 0 {
+		out.Timeout = p.Timeout.String()
+	}
+	for _, r := range p.Rules {
+		out.Rules = append(out.Rules, policyRuleJSON(r))
+	}
+	for _, r := range p.Always {
+		out.Always = append(out.Always, alwaysRuleJSON(r))
+	}
+	return out
+}
+
 // policy is a as governance takes it; nil stays nil.
 func (a *approvalsJSON) policy() *governance.PolicyParams {
 	if a == nil {
@@ -176,6 +212,9 @@ type sessionJSON struct {
 	// Limits are the limits in force at the session: set on a created
 	// root and on GET /v1/sessions/{id}, absent in listings.
 	Limits *limitsOutJSON `json:"limits,omitempty"`
+	// Approvals is a root's approvals policy on GET /v1/sessions/{id},
+	// with the rules its tree's always decisions added.
+	Approvals *policyOutJSON `json:"approvals,omitempty"`
 	// Match is set in search results: the first event that matched.
 	Match *matchJSON `json:"match,omitempty"`
 }

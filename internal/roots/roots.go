@@ -51,12 +51,65 @@ type Config struct {
 	// Policies store a root's approvals policy; *governance.Approvals
 	// implements it. nil refuses a root with one.
 	Policies Policies
+	// Limits tell the limits in force at a session; *governance.Limits
+	// implements it. nil shows none.
+	Limits Limits
 }
 
-// Policies is what Sessions needs to store a root's approvals policy.
+// Policies is what Sessions needs of a root's approvals policy.
 type Policies interface {
 	// CreatePolicy validates p and stores it for root session rootID.
 	CreatePolicy(ctx context.Context, rootID string, p governance.PolicyParams) error
+	// RootPolicy returns the policy of root session rootID's tree, nil
+	// when it has none.
+	RootPolicy(ctx context.Context, rootID string) (*store.TreePolicy, error)
+}
+
+// Limits is what Sessions needs of a tree's limits.
+type Limits interface {
+	// InForce returns the limits in force at session sess.
+	InForce(ctx context.Context, sess store.Session) (store.Limits, error)
+}
+
+// View is a session as its reader sees it (GET /v1/sessions/{id}).
+type View struct {
+	Session store.Session
+	// Running is the session's activity (Activity).
+	Running bool
+	// Limits are the limits in force at the session; nil without
+	// Config.Limits.
+	Limits *store.Limits
+	// Approvals is a root's approvals policy, with the always rules its
+	// tree's decisions added; nil for a child, a root without one, or
+	// without Config.Policies.
+	Approvals *store.TreePolicy
+}
+
+// Get returns session id as its reader sees it. Returns store.ErrNotFound
+// for an unknown session.
+func (s *Sessions) Get(ctx context.Context, id string) (View, error) {
+	hdr, err := s.cfg.Store.GetSession(ctx, id)
+	if err != nil {
+		return View{}, err
+	}
+	working, err := s.Activity(ctx, []store.Session{hdr})
+	if err != nil {
+		return View{}, err
+	}
+	v := View{Session: hdr, Running: working[hdr.ID]}
+	if s.cfg.Limits != nil {
+		l, err := s.cfg.Limits.InForce(ctx, hdr)
+		if err != nil {
+			return View{}, err
+		}
+		v.Limits = &l
+	}
+	if s.cfg.Policies != nil && hdr.ParentID == "" {
+		if v.Approvals, err = s.cfg.Policies.RootPolicy(ctx, hdr.ID); err != nil {
+			return View{}, err
+		}
+	}
+	return v, nil
 }
 
 // Sessions creates root sessions and reports which sessions are working.
