@@ -271,7 +271,10 @@ func testSubscribeAfterDrop(t *testing.T, base, other string) {
 			var steerErr chan error
 			before := collect(t, c.SendStreamingMessage(ctx, textMessage("/sleep 3s\nfirst", "", "")), func(s streamed) bool {
 				if steered == nil {
-					// The task runs its first step: send it a second message.
+					// Once the task's first step took its input (its
+					// step/start is logged), send it a second message: it
+					// joins the next step.
+					waitSSE(t, base+"/v1/sessions/"+s.task.ContextID+"/stream?after=-1", func(typ, _ string) bool { return typ == "step/start" })
 					steered, steerErr = make(chan a2a.SendMessageResult, 1), make(chan error, 1)
 					go func() {
 						res, err := c.SendMessage(t.Context(), &a2a.SendMessageRequest{

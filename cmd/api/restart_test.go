@@ -416,9 +416,16 @@ func (s *server) waitChildEvent(t *testing.T, childID string, pred func(typ, dat
 // waitStream reads the SSE stream at path until pred holds for an event.
 func (s *server) waitStream(t *testing.T, path string, pred func(typ, data string) bool) {
 	t.Helper()
+	waitSSE(t, s.base+path, pred)
+}
+
+// waitSSE reads the SSE stream at url until pred holds for an event (by
+// type and raw data), or fails after 30 s.
+func waitSSE(t *testing.T, url string, pred func(typ, data string) bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.base+path, nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -438,7 +445,7 @@ func (s *server) waitStream(t *testing.T, path string, pred func(typ, data strin
 			}
 		}
 	}
-	t.Fatalf("%s: the awaited event never came (%v)", path, sc.Err())
+	t.Fatalf("%s: the awaited event never came (%v)", url, sc.Err())
 }
 
 // childLog returns the child's log as (type, data) pairs.
