@@ -285,6 +285,13 @@ func TestMCP_ToolsOverTheRealServer(t *testing.T) {
 		if next.Route != subagent.RouteStarted || next.TaskID == "" || next.TaskID == started.TaskID {
 			t.Fatalf("followup = %+v, want a new task", next)
 		}
+		// async: answered at acceptance, before the running turn's next
+		// step takes the message in.
+		var queued struct{ Route, MessageID, ChildID string }
+		callTool(t, cs, "followup", map[string]any{"childId": started.ChildID, "content": "third", "async": true}, &queued)
+		if queued.Route != "accepted" || queued.MessageID == "" || queued.ChildID != started.ChildID {
+			t.Fatalf("async followup = %+v, want it accepted", queued)
+		}
 		var accepted struct{ Accepted bool }
 		callTool(t, cs, "interrupt", map[string]any{"childId": started.ChildID}, &accepted)
 		if !accepted.Accepted {

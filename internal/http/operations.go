@@ -72,16 +72,33 @@ func (s *Server) StartSubagent(ctx context.Context, body []byte) (json.RawMessag
 // Followup answers POST /v1/subagents/{childId}/followup with body as its
 // request body.
 func (s *Server) Followup(ctx context.Context, childID string, body []byte) (json.RawMessage, error) {
-	var req followupRequest
-	err := checkID("childId", childID)
-	if err == nil {
-		err = s.unmarshal(body, &req)
-	}
+	req, err := s.followupBody(childID, body)
 	if err != nil {
 		return answer(ctx, s, "followup", followupResponse{}, err)
 	}
 	out, err := s.followup(ctx, childID, req)
 	return answer(ctx, s, "followup", out, err)
+}
+
+// FollowupAsync answers POST /v1/subagents/{childId}/followup with
+// Prefer: respond-async and body as its request body.
+func (s *Server) FollowupAsync(ctx context.Context, childID string, body []byte) (json.RawMessage, error) {
+	req, err := s.followupBody(childID, body)
+	if err != nil {
+		return answer(ctx, s, "followup", followupAcceptedResponse{}, err)
+	}
+	out, err := s.followupAsync(ctx, childID, req)
+	return answer(ctx, s, "followup", out, err)
+}
+
+// followupBody checks a followup's child id and decodes its body.
+func (s *Server) followupBody(childID string, body []byte) (followupRequest, error) {
+	var req followupRequest
+	err := checkID("childId", childID)
+	if err == nil {
+		err = s.unmarshal(body, &req)
+	}
+	return req, err
 }
 
 // Interrupt answers POST /v1/subagents/{childId}/interrupt with body as

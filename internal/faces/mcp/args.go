@@ -74,6 +74,20 @@ func (a *args) wait(def int) time.Duration {
 	return time.Duration(n) * time.Second
 }
 
+// flag takes the boolean argument name out of the body; false when it is
+// absent.
+func (a *args) flag(name string) bool {
+	raw, ok := a.take(name)
+	if !ok {
+		return false
+	}
+	var b bool
+	if err := json.Unmarshal(raw, &b); err != nil {
+		a.bad[name] = "must be a boolean"
+	}
+	return b
+}
+
 // content turns the argument name, when it is a string, into the one text
 // block the REST body holds; "" becomes no block, which the route
 // refuses. Anything else is left as given.

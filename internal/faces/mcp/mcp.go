@@ -50,6 +50,9 @@ type API interface {
 	StartSubagent(ctx context.Context, body []byte) (json.RawMessage, error)
 	// Followup answers POST /v1/subagents/{childId}/followup.
 	Followup(ctx context.Context, childID string, body []byte) (json.RawMessage, error)
+	// FollowupAsync answers POST /v1/subagents/{childId}/followup with
+	// Prefer: respond-async: at the message's acceptance.
+	FollowupAsync(ctx context.Context, childID string, body []byte) (json.RawMessage, error)
 	// Interrupt answers POST /v1/subagents/{childId}/interrupt.
 	Interrupt(ctx context.Context, childID string, body []byte) (json.RawMessage, error)
 	// GetTask answers GET /v1/tasks/{taskId}, waiting up to wait for the
@@ -151,6 +154,7 @@ type startSubagentArgs struct {
 type followupArgs struct {
 	ChildID         string `json:"childId" jsonschema:"the continuable child, as start_subagent answered"`
 	Content         prompt `json:"content"`
+	Async           bool   `json:"async,omitempty" jsonschema:"answer as soon as the message is accepted (route accepted) instead of once it is steered or started; its route is then announced as lifecycle event message/routed"`
 	ParentSessionID string `json:"parentSessionId,omitempty" jsonschema:"the child's durable parent session; default: this tenant's root session labelled mcp"`
 }
 
@@ -239,10 +243,14 @@ func (f *face) tools() []tool {
 		define[followupArgs]("followup", "Send more content to a continuable child: steered into its running turn, or started as a new turn (a new taskId) when it is idle.", nil,
 			func(ctx context.Context, a *args) (json.RawMessage, error) {
 				child := a.id("childId")
+				async := a.flag("async")
 				a.content("content")
 				a.parent(ctx, f.api)
 				if err := a.err(); err != nil {
 					return nil, err
+				}
+				if async {
+					return f.api.FollowupAsync(ctx, child, a.body())
 				}
 				return f.api.Followup(ctx, child, a.body())
 			}),
