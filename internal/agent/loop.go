@@ -90,7 +90,7 @@ func (a *Agent) runTurn(t *turnRun) {
 			if err == nil {
 				continue
 			}
-			a.log.Error("end step", "error", err)
+			a.log.ErrorContext(t.ctx, "end step", "error", err)
 			reason, stepEnd = failed(logFailed), nil
 		}
 		if a.conclude(t, reason, stepEnd) {
@@ -112,19 +112,19 @@ func (a *Agent) conclude(t *turnRun, reason sessionlog.TurnReason, stepEnd []ses
 		if err == nil {
 			return false
 		}
-		a.log.Error("end step", "error", err)
+		a.log.ErrorContext(t.ctx, "end step", "error", err)
 		reason, stepEnd = failed(logFailed), nil
 	}
 	err := a.endTurnLocked(append(stepEnd, event(sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: t.n, Reason: reason}))...)
 	if err != nil && len(stepEnd) > 0 {
 		// What the step still had to log is lost: the turn fails, as on
 		// any lost write, if its end can still be logged.
-		a.log.Error("end step", "error", err)
+		a.log.ErrorContext(t.ctx, "end step", "error", err)
 		reason = failed(logFailed)
 		err = a.endTurnLocked(event(sessionlog.EventTurnEnd, sessionlog.TurnEndData{Turn: t.n, Reason: reason}))
 	}
 	if err != nil {
-		a.log.Error("end turn", "turn", t.n, "error", err)
+		a.log.ErrorContext(t.ctx, "end turn", "turn", t.n, "error", err)
 	}
 	t.cancel()
 	t.inv.End(string(reason.Kind), nil)
@@ -134,7 +134,7 @@ func (a *Agent) conclude(t *turnRun, reason sessionlog.TurnReason, stepEnd []ses
 		a.snapshotLocked()
 	}
 	if reason.Kind == sessionlog.ReasonError {
-		a.log.Warn("turn failed", "turn", t.n, "message", reason.Message)
+		a.log.WarnContext(t.ctx, "turn failed", "turn", t.n, "message", reason.Message)
 	}
 	return true
 }
@@ -184,7 +184,7 @@ func (a *Agent) runStep(t *turnRun, n int) (sessionlog.TurnReason, bool, []sessi
 	}
 	if err != nil {
 		if err := a.append(hook...); err != nil {
-			a.log.Error("before-first-step hook", "error", err)
+			a.log.ErrorContext(t.ctx, "before-first-step hook", "error", err)
 			return failed(logFailed), false, nil
 		}
 		return failed(err.Error()), false, open
@@ -203,7 +203,7 @@ func (a *Agent) runStep(t *turnRun, n int) (sessionlog.TurnReason, bool, []sessi
 	case err != nil && t.ctx.Err() != nil:
 		return a.aborted(t), false, nil
 	case err != nil:
-		a.log.Error("enter step", "error", err)
+		a.log.ErrorContext(t.ctx, "enter step", "error", err)
 		return failed(logFailed), false, nil
 	}
 	req := model.Request{Model: a.cfg.ModelName, System: system, Messages: msgs, Tools: specs, MaxTokens: a.cfg.MaxTokens}
@@ -222,7 +222,7 @@ func (a *Agent) bound(t *turnRun) (release func()) {
 	b, err := a.cfg.Gate.Bounds(t.ctx, a.id)
 	if err != nil {
 		if t.ctx.Err() == nil {
-			a.log.Warn("turn bounds unread; the turn runs unbounded", "error", err)
+			a.log.WarnContext(t.ctx, "turn bounds unread; the turn runs unbounded", "error", err)
 		}
 		return func() {}
 	}
@@ -305,7 +305,7 @@ func (a *Agent) gated(t *turnRun) *sessionlog.TurnReason {
 	reason, err := a.cfg.Gate.Step(t.ctx, a.id)
 	if err != nil {
 		if t.ctx.Err() == nil {
-			a.log.Warn("step gate failed; the step runs", "error", err)
+			a.log.WarnContext(t.ctx, "step gate failed; the step runs", "error", err)
 		}
 		return nil
 	}
@@ -511,7 +511,7 @@ func (a *Agent) finishStep(t *turnRun, n int, res streamed) (sessionlog.TurnReas
 			Message: sessionlog.AssistantMessage{Role: "assistant", Content: content}, Usage: res.usage, Interrupted: interrupted}))
 	}
 	if res.logErr != nil {
-		a.log.Error("log chunk", "error", res.logErr)
+		a.log.ErrorContext(t.ctx, "log chunk", "error", res.logErr)
 		return failed(logFailed), false, nil
 	}
 	if res.err != nil || t.ctx.Err() != nil {
@@ -524,7 +524,7 @@ func (a *Agent) finishStep(t *turnRun, n int, res streamed) (sessionlog.TurnReas
 		if t.ctx.Err() != nil {
 			return a.aborted(t), false, pending
 		}
-		a.log.Warn("model stream failed", "turn", t.n, "step", n, "error", res.err)
+		a.log.WarnContext(t.ctx, "model stream failed", "turn", t.n, "step", n, "error", res.err)
 		return failed(res.err.Error()), false, pending
 	}
 	calls := res.calls
@@ -535,7 +535,7 @@ func (a *Agent) finishStep(t *turnRun, n int, res streamed) (sessionlog.TurnReas
 		return finishReason(res), false, msg(res.content(nil), false)
 	}
 	if err := a.append(msg(res.content(calls), false)...); err != nil {
-		a.log.Error("log message", "error", err)
+		a.log.ErrorContext(t.ctx, "log message", "error", err)
 		return failed(logFailed), false, nil
 	}
 	committed := false
@@ -548,7 +548,7 @@ func (a *Agent) finishStep(t *turnRun, n int, res streamed) (sessionlog.TurnReas
 		}
 		ok, err := a.runCalls(t, n, calls[i:j])
 		if err != nil {
-			a.log.Error("log tool call", "tool", calls[i].Name, "error", err)
+			a.log.ErrorContext(t.ctx, "log tool call", "tool", calls[i].Name, "error", err)
 			return failed(logFailed), false, nil
 		}
 		committed = committed || ok
@@ -663,7 +663,7 @@ func (a *Agent) execute(t *turnRun, callID, name string, args json.RawMessage) (
 func (a *Agent) runTool(ctx context.Context, tool Tool, call Call) (content []model.Block, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			a.log.Error("tool panicked", slog.String("tool", tool.Name), slog.Any("panic", r))
+			a.log.ErrorContext(ctx, "tool panicked", slog.String("tool", tool.Name), slog.Any("panic", r))
 			content, err = nil, fmt.Errorf("tool %s failed", tool.Name)
 		}
 	}()
