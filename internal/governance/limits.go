@@ -118,12 +118,29 @@ func (l *Limits) InForce(ctx context.Context, sess store.Session) (store.Limits,
 // (EBudgetExhausted), when parent has maxChildren children already
 // (ELimitExceeded) or the tree maxConcurrent live runs (ERateLimited).
 // The child's own narrowing applies below it, not to its own admission.
-func (l *Limits) AdmitChild(ctx context.Context, parent store.Session, narrow *subagent.Limits) (subagent.Admission, error) {
+func (l *Limits) AdmitChild(ctx context.Context, parent store.Session, narrow *subagent.Limits) (_ subagent.Admission, err error) {
 	t, err := l.inForce(ctx, parent)
 	if err != nil {
 		return subagent.Admission{}, err
 	}
 	var a subagent.Admission
+	// Counted limits are counted under the tree's admission lock, held
+	// until the child's start committed (Admission.Release): two starts
+	// never both pass one count, on one replica or several.
+	if lim := t.Limits; lim.MaxChildren != nil || lim.MaxConcurrent != nil {
+		root := t.Root.ID
+		if root == "" {
+			root = store.RootOf(parent)
+		}
+		if a.Release, err = l.store.LockTree(ctx, root); err != nil {
+			return subagent.Admission{}, err
+		}
+		defer func() {
+			if err != nil {
+				a.Release()
+			}
+		}()
+	}
 	if narrow != nil {
 		if a.Stored, err = narrow.Resolve(createdOf(t.Root, parent)); err != nil {
 			return subagent.Admission{}, err

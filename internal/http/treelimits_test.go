@@ -166,6 +166,61 @@ func TestLimits_MaxConcurrent(t *testing.T) {
 	}
 }
 
+// TestLimits_ConcurrentStartsNeverOvershoot: starts sent at once into a
+// tree are admitted one at a time (the tree's admission lock), so exactly
+// maxConcurrent of them run and exactly maxChildren children exist, however
+// the requests interleave — on both stores.
+func TestLimits_ConcurrentStartsNeverOvershoot(t *testing.T) {
+	const starts = 8
+	for name, st := range bothStores {
+		t.Run(name, func(t *testing.T) {
+			w := setupWorldWith(t, st(t), echoRoute())
+			count := func(root, prompt string) map[int][]string {
+				t.Helper()
+				var waits []func() response
+				for range starts {
+					waits = append(waits, w.async(t, runWith(root, prompt, nil)))
+				}
+				got := map[int][]string{}
+				for _, wait := range waits {
+					r := wait()
+					var run runJSON
+					if r.status == http.StatusCreated {
+						r.decode(t, &run)
+					}
+					got[r.status] = append(got[r.status], run.RunID)
+				}
+				return got
+			}
+
+			busy := w.limitedRoot(t, map[string]any{"maxConcurrent": 2})
+			got := count(busy, "/sleep 30s\nwork")
+			if len(got[http.StatusCreated]) != 2 || len(got[http.StatusTooManyRequests]) != starts-2 {
+				t.Fatalf("%d starts under maxConcurrent 2 answered %v, want 2 created and the rest 429", starts, counts(got))
+			}
+			for _, id := range got[http.StatusCreated] {
+				w.want(t, http.StatusAccepted, call{method: http.MethodPost, path: "/v1/runs/" + id + "/cancel"})
+				w.settledRun(t, id)
+			}
+
+			few := w.limitedRoot(t, map[string]any{"maxChildren": 3})
+			got = count(few, "hi")
+			if len(got[http.StatusCreated]) != 3 || len(got[http.StatusConflict]) != starts-3 {
+				t.Fatalf("%d starts under maxChildren 3 answered %v, want 3 created and the rest 409", starts, counts(got))
+			}
+		})
+	}
+}
+
+// counts is how many answers of each status got holds.
+func counts(got map[int][]string) map[int]int {
+	n := map[int]int{}
+	for status, ids := range got {
+		n[status] = len(ids)
+	}
+	return n
+}
+
 // TestLimits_MaxDepth: a tree's maxDepth caps the depth of every session
 // in it, with the depth rule's own error (422 DEPTH_EXCEEDED), for
 // providers without the depthLimit capability too — on both stores.

@@ -81,6 +81,7 @@ type Store struct {
 	residents map[[2]string]store.Resident
 	controls  controls
 	approvals approvals
+	trees     treeLocks
 }
 
 type session struct {
@@ -283,6 +284,47 @@ func (s *Store) SetTreePaused(ctx context.Context, id string, paused bool) (bool
 	changed := sess.paused != paused
 	sess.paused = paused
 	return changed, nil
+}
+
+// treeLocks are the admission locks of LockTree: the trees held, each
+// with a channel closed when its holder lets go.
+type treeLocks struct {
+	mu   sync.Mutex
+	held map[[2]string]chan struct{} // by (tenant, root)
+}
+
+// LockTree takes the admission lock of root's tree, waiting while another
+// caller holds it.
+func (s *Store) LockTree(ctx context.Context, root string) (func(), error) {
+	key := [2]string{store.Tenant(ctx), root}
+	l := &s.trees
+	for {
+		l.mu.Lock()
+		gone, busy := l.held[key]
+		if !busy {
+			if l.held == nil {
+				l.held = make(map[[2]string]chan struct{})
+			}
+			mine := make(chan struct{})
+			l.held[key] = mine
+			l.mu.Unlock()
+			var once sync.Once
+			return func() {
+				once.Do(func() {
+					l.mu.Lock()
+					delete(l.held, key)
+					l.mu.Unlock()
+					close(mine)
+				})
+			}, nil
+		}
+		l.mu.Unlock()
+		select {
+		case <-gone:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("memstore: lock tree %q: %w", root, ctx.Err())
+		}
+	}
 }
 
 // ListSessions returns headers ordered by (CreatedAt, ID). Returns

@@ -68,6 +68,10 @@ func (b *bounded) SetTreePaused(ctx context.Context, id string, paused bool) (bo
 	return call(b, ctx, func(c context.Context) (bool, error) { return b.Store.SetTreePaused(c, id, paused) })
 }
 
+func (b *bounded) LockTree(ctx context.Context, root string) (func(), error) {
+	return call(b, ctx, func(c context.Context) (func(), error) { return b.Store.LockTree(c, root) })
+}
+
 func (b *bounded) CreateSession(ctx context.Context, s Session) error {
 	return do(b, ctx, func(c context.Context) error { return b.Store.CreateSession(c, s) })
 }

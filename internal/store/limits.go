@@ -64,4 +64,12 @@ type TreeLimits interface {
 	// whether the mark changed: of racing callers, on any replica, one
 	// sees each flip. A new session is not paused. Returns ErrNotFound.
 	SetTreePaused(ctx context.Context, id string, paused bool) (changed bool, err error)
+	// LockTree takes the admission lock of the tree rooted at root in the
+	// context's tenant, waiting while another holder, on any replica, has
+	// it, and returns the func that releases it. Whoever counts a tree's
+	// children or live runs to admit a new one holds it until the child's
+	// start is committed, so two starts never both pass one count. It
+	// does not check that root exists; it fails only with ctx's error or
+	// the store's.
+	LockTree(ctx context.Context, root string) (unlock func(), err error)
 }

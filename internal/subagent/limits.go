@@ -106,6 +106,10 @@ type Admission struct {
 	// none: the child's depth is checked against it as against a
 	// request's maxDepth (ChildDepth).
 	MaxDepth *int
+	// Release, when set, ends the admission: the start path calls it once
+	// the child's start is committed (or failed), so that the next
+	// admission of the tree counts this child.
+	Release func()
 }
 
 // treePaused reports whether the Governor, if any, holds session id's
@@ -130,17 +134,24 @@ func (m *Manager) DeliverWaiting(ctx context.Context, childID string) error {
 
 // admitTree asks the Governor, if any, whether parent may have the child
 // now, then holds the child's depth to the tree's cap (ChildDepth, the
-// one depth rule). It returns the limits the child's header stores.
-func (s *Service) admitTree(ctx context.Context, parent Parent, narrow *Limits) (store.Limits, error) {
+// one depth rule). It returns the limits the child's header stores and
+// the func that ends the admission, which the caller calls once the
+// child's start is committed or failed.
+func (s *Service) admitTree(ctx context.Context, parent Parent, narrow *Limits) (store.Limits, func(), error) {
 	if s.gov == nil {
-		return store.Limits{}, nil
+		return store.Limits{}, func() {}, nil
 	}
 	a, err := s.gov.AdmitChild(ctx, parent.Session, narrow)
 	if err != nil {
-		return store.Limits{}, err
+		return store.Limits{}, nil, err
+	}
+	release := a.Release
+	if release == nil {
+		release = func() {}
 	}
 	if _, err := ChildDepth(parent, a.MaxDepth); err != nil {
-		return store.Limits{}, err
+		release()
+		return store.Limits{}, nil, err
 	}
-	return a.Stored, nil
+	return a.Stored, release, nil
 }

@@ -269,9 +269,12 @@ func (s *Service) Start(ctx context.Context, provider string, req Request) (*Run
 	if err != nil {
 		return nil, err
 	}
-	if resolved.Limits, err = s.admitTree(ctx, req.Parent, req.Limits); err != nil {
+	limits, admitted, err := s.admitTree(ctx, req.Parent, req.Limits)
+	if err != nil {
 		return nil, err
 	}
+	defer admitted()
+	resolved.Limits = limits
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Code: EAborted, Message: "subagent request was aborted before child publication", Err: err}
 	}

@@ -59,10 +59,11 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 	if err != nil {
 		return ContinuableStarted{}, err
 	}
-	limits, err := m.svc.admitTree(ctx, req.Parent, req.Limits)
+	limits, admitted, err := m.svc.admitTree(ctx, req.Parent, req.Limits)
 	if err != nil {
 		return ContinuableStarted{}, err
 	}
+	defer admitted()
 	opts, err := continuableRoute(req)
 	if err != nil {
 		return ContinuableStarted{}, err

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -65,6 +66,58 @@ var limitTests = []test{
 		wg.Wait()
 		if n := changed.Load(); n != 1 {
 			t.Fatalf("%d of 8 concurrent SetTreePaused(true) changed the mark, want 1", n)
+		}
+	}},
+	{"LockTree_OneHolderPerTreeAndTenant", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		unlock := must(s.LockTree(ctx, "root"))(t)
+		// Another tree, and the same tree of another tenant, are free.
+		must(s.LockTree(ctx, "other-root"))(t)()
+		must(s.LockTree(other(ctx), "root"))(t)()
+		// The held tree is not: a waiter gives up when its context ends.
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		_, err := s.LockTree(short, "root")
+		cancel()
+		if err == nil {
+			t.Fatal("LockTree of a held tree returned before it was released")
+		}
+		// A waiter gets the lock once the holder lets go, and holders never
+		// overlap.
+		got := make(chan func(), 1)
+		go func() {
+			if u, err := s.LockTree(ctx, "root"); err == nil {
+				got <- u
+			} else {
+				close(got)
+			}
+		}()
+		unlock()
+		u, ok := <-got
+		if !ok {
+			t.Fatal("the waiter did not get the released lock")
+		}
+		u()
+		u() // a second unlock is harmless
+		var wg sync.WaitGroup
+		var inside atomic.Int32
+		var overlap atomic.Bool
+		for range 8 {
+			wg.Go(func() {
+				u, err := s.LockTree(ctx, "root")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlap.Store(true)
+				}
+				inside.Add(-1)
+				u()
+			})
+		}
+		wg.Wait()
+		if overlap.Load() {
+			t.Fatal("two callers held one tree's lock at once")
 		}
 	}},
 	{"SessionLimits_UnknownOrOtherTenantIsNotFound", func(t *testing.T, s store.Store) {
