@@ -18,7 +18,7 @@ import { renderTrace } from './trace.js';
 import { SessionView } from './session.js';
 import { Store } from './store.js';
 import { EventStream } from './stream.js';
-import { Transcript } from './transcript.js';
+import { TAIL_PAGE, Transcript } from './transcript.js';
 import { Tree } from './tree.js';
 import { WebhooksPage } from './webhooks.js';
 
@@ -479,9 +479,10 @@ class App {
     }
   }
 
-  // openTranscript reads the session's log in pages (one request per
-  // thousand events instead of an SSE frame each), shows it at once, then
-  // follows the stream after its last seq.
+  // openTranscript reads the newest page of the session's log, draws it at
+  // once and follows the stream after its last seq; the earlier part is
+  // read backwards in the background and handed to the transcript, which
+  // notes it and draws it as the reader scrolls up.
   async openTranscript(id) {
     if (this.sessionStream) this.sessionStream.close();
     this.sessionStream = null;
@@ -489,21 +490,16 @@ class App {
     $('conv-empty').hidden = true;
     const gen = ++this.transcriptGen;
     let events = [];
+    let more = false;
     try {
-      events = await fetchEvents(id, null, Infinity);
+      const page = await readTail(id);
+      events = ((page && page.events) || []).map(streamEvent);
+      more = !!(page && page.hasMore) && events.length > 0;
     } catch {
       // The stream replays from the start and reports a log it cannot read.
     }
     if (gen !== this.transcriptGen) return;
-    if (events.length > YIELD_EVENTS) {
-      // Building a long log holds the page for a moment: the tree's first
-      // page (soon there, or there already) is drawn before it, waiting a
-      // second at most for a baseline that is slow to come.
-      await Promise.race([this.firstPage, delay(1000)]);
-      await nextFrame();
-      if (gen !== this.transcriptGen) return;
-    }
-    this.transcript.load(events);
+    this.transcript.load(events, { earlier: more });
     this.reveal();
     this.scheduleRender();
     this.sessionStream = new EventStream(paths.sessionStream(id), {
@@ -518,6 +514,26 @@ class App {
         $('conversation').append(h('p', { class: 'field-error', 'data-testid': 'transcript-error' }, `The log cannot be read: ${describeError(err)}`));
       },
     }).start();
+    if (more) this.openEarlier(id, gen, events[0].id);
+  }
+
+  // openEarlier reads the events before seq before and hands them to the
+  // transcript. Noting a long log holds the page for a moment: the tree's
+  // first page (soon there, or there already) is drawn before it, waiting
+  // a second at most for a baseline that is slow to come.
+  async openEarlier(id, gen, before) {
+    let earlier;
+    try {
+      earlier = await fetchEarlier(id, before);
+    } catch (err) {
+      if (gen === this.transcriptGen) this.transcript.earlierFailed(describeError(err));
+      return;
+    }
+    if (earlier.length > YIELD_EVENTS) {
+      await Promise.race([this.firstPage, delay(1000)]);
+      await nextFrame();
+    }
+    if (gen === this.transcriptGen) this.transcript.loadEarlier(earlier);
   }
 
   // reveal shows the event a link asked for in the conversation, once.
@@ -645,6 +661,39 @@ const EVENT_PAGE = 1000;
  */
 const PAGES_AHEAD = 2;
 
+/** A before that reads from the end of any log: 2^53-1, which the API accepts as "the end". */
+const END_SEQ = Number.MAX_SAFE_INTEGER;
+
+// readTail reads the newest page of a session's log.
+const readTail = (id) => api('GET', paths.sessionEvents(id, { before: END_SEQ, limit: TAIL_PAGE }));
+
+// streamEvent is a page's event as the stream delivers it.
+const streamEvent = (e) => ({ id: e.seq, type: e.type, data: e });
+
+// fetchEarlier reads every event of a session's log before seq before,
+// backwards in pages, and returns them in seq order. Seqs are contiguous
+// (0, 1, 2, …), so each page's bound is known ahead and PAGES_AHEAD pages
+// are read at once.
+async function fetchEarlier(id, before) {
+  const pages = [];
+  const inflight = [];
+  let next = before;
+  const ask = () => {
+    const res = api('GET', paths.sessionEvents(id, { before: next, limit: EVENT_PAGE }));
+    // A page after a failure is not waited for.
+    res.catch(() => {});
+    inflight.push(res);
+    next -= EVENT_PAGE;
+  };
+  while (inflight.length < PAGES_AHEAD && next > 0) ask();
+  while (inflight.length) {
+    const got = await inflight.shift();
+    pages.push(((got && got.events) || []).map(streamEvent));
+    if (next > 0) ask();
+  }
+  return pages.reverse().flat();
+}
+
 // fetchEvents reads a session's durable log: events after `after` (null:
 // from the start) with seq below `until`, as stream events. Seqs are
 // contiguous (0, 1, 2, …), so page k of a whole log starts after
@@ -671,7 +720,7 @@ async function fetchEvents(id, after, until) {
       const { from, res } = inflight.shift();
       const got = await res;
       const events = (got && got.events) || [];
-      for (const e of events) out.push({ id: e.seq, type: e.type, data: e });
+      for (const e of events) out.push(streamEvent(e));
       if (events.length) cursor = events.at(-1).seq;
       if (!got || !got.hasMore || events.length === 0) return out;
       if (cursor !== from + EVENT_PAGE) break;
@@ -683,7 +732,7 @@ async function fetchEvents(id, after, until) {
     const events = (got && got.events) || [];
     for (const e of events) {
       if (e.seq >= until) return out;
-      out.push({ id: e.seq, type: e.type, data: e });
+      out.push(streamEvent(e));
       cursor = e.seq;
     }
     if (!got || !got.hasMore || events.length === 0) return out;
