@@ -64,6 +64,8 @@ class App {
     this.store = store;
     this.frame = 0;
     this.sessionStream = null;
+    /** the newest page of the linked session's log, read at start: {id, page: Promise} */
+    this.tailRead = null;
     // Counts transcript openings, so a slow read of a log the user has
     // left is dropped.
     this.transcriptGen = 0;
@@ -491,8 +493,10 @@ class App {
     const gen = ++this.transcriptGen;
     let events = [];
     let more = false;
+    const read = this.tailRead?.id === id ? this.tailRead.page : null;
+    this.tailRead = null;
     try {
-      const page = await readTail(id);
+      const page = (await read) || await readTail(id);
       events = ((page && page.events) || []).map(streamEvent);
       more = !!(page && page.hasMore) && events.length > 0;
     } catch {
@@ -602,6 +606,11 @@ class App {
     const s = this.store;
     s.onChange(() => this.scheduleRender());
     this.wire();
+    // The newest page of the transcript a link names is read while the
+    // sign-in is checked: it is most of what the first screen waits for.
+    // Refused (not signed in yet), it is read again once the session opens.
+    const linked = new URLSearchParams(location.hash.slice(1)).get('s');
+    if (linked) this.tailRead = { id: linked, page: readTail(linked).catch(() => null) };
     let account;
     try {
       account = await signedIn();
