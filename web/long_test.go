@@ -135,6 +135,22 @@ func TestDashboard_LongTranscriptDrawsItsEndBeforeReadingTheRest(t *testing.T) {
 	})()`)
 }
 
+// TestDashboard_LongTranscriptSaysWhenItsEarlierPartCannotBeRead: the
+// drawn end stays and the top of the conversation says why nothing is
+// above it.
+func TestDashboard_LongTranscriptSaysWhenItsEarlierPartCannotBeRead(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, replying(nil))
+	child := seedLongLog(t, srv)
+	g := newGate()
+	g.refuse = true
+	srv.earlier.Store(g)
+	b := newBrowser(t)
+	openDashboard(b, srv.URL+"/#s="+child)
+	b.waitFor("the transcript shows its last answer and says the earlier messages cannot be read", assistantSays("answer 300", "final")+
+		` && document.querySelector('[data-testid="conv-earlier-error"]')?.textContent.includes('The earlier messages cannot be read')`)
+}
+
 // TestDashboard_LinkToAnEarlyEventOfALongLog: a link to an event far above
 // the drawn end of a long log draws down to it and shows it.
 func TestDashboard_LinkToAnEarlyEventOfALongLog(t *testing.T) {
