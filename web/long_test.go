@@ -92,6 +92,65 @@ func TestDashboard_LongTranscriptDrawsEarlierTurnsAsTheReaderScrolls(t *testing.
 	b.screenshot("long")
 }
 
+// TestDashboard_LongTranscriptDrawsItsEndBeforeReadingTheRest: the newest
+// page of a long log is drawn while the pages before it are still being
+// read; once they are in, the event log counts every event and the turns
+// above are drawn in order as the reader scrolls up.
+func TestDashboard_LongTranscriptDrawsItsEndBeforeReadingTheRest(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, replying(nil))
+	child := seedLongLog(t, srv)
+	g := newGate()
+	srv.earlier.Store(g)
+	b := newBrowser(t)
+	openDashboard(b, srv.URL+"/#s="+child)
+	select {
+	case <-g.asked:
+	case <-time.After(waitTimeout):
+		t.Fatal("the page never read the earlier part of the log")
+	}
+	b.waitFor("the transcript shows its last answer while the earlier part is being read", assistantSays("answer 300", "final")+
+		` && document.querySelector('[data-testid="conv-earlier"]')?.textContent === 'Reading earlier messages…'`)
+	if n := eval[string](b, "reading the event count", `document.querySelector('#log-count').textContent`); n == "(2101)" {
+		t.Fatalf("the event log counts %s before the earlier part was read", n)
+	}
+	close(g.open)
+	b.waitFor("the earlier part is counted and offered", `document.querySelector('#log-count').textContent === '(2101)'`+
+		` && document.querySelector('[data-testid="conv-earlier"]')?.textContent.includes('earlier event')`)
+	if !eval[bool](b, "scrolling up until every turn is drawn", `(async () => {
+		const sc = document.getElementById('pane-conv');
+		for (let i = 0; i < 100 && document.querySelector('[data-testid="conv-earlier"]'); i++) {
+			sc.scrollTop = 0;
+			await new Promise((r) => setTimeout(r, 20));
+		}
+		const qs = [...document.querySelectorAll('[data-testid="msg-user"]')].map((m) => m.querySelector('.body').textContent);
+		return qs.length === 300 && qs.every((q, i) => q === 'question ' + (i + 1));
+	})()`) {
+		t.Fatal("scrolled to the top, the conversation does not show the 300 questions in order")
+	}
+	openTab(b, "log")
+	b.waitFor("the event log lists the newest 500 events, the last one last", `(() => {
+		const rows = [...document.querySelectorAll('[data-testid="log-row"]')];
+		return rows.length === 500 && rows.at(-1).dataset.seq === '2100' && document.querySelector('[data-testid="log-earlier"]');
+	})()`)
+}
+
+// TestDashboard_LongTranscriptSaysWhenItsEarlierPartCannotBeRead: the
+// drawn end stays and the top of the conversation says why nothing is
+// above it.
+func TestDashboard_LongTranscriptSaysWhenItsEarlierPartCannotBeRead(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, replying(nil))
+	child := seedLongLog(t, srv)
+	g := newGate()
+	g.refuse = true
+	srv.earlier.Store(g)
+	b := newBrowser(t)
+	openDashboard(b, srv.URL+"/#s="+child)
+	b.waitFor("the transcript shows its last answer and says the earlier messages cannot be read", assistantSays("answer 300", "final")+
+		` && document.querySelector('[data-testid="conv-earlier-error"]')?.textContent.includes('The earlier messages cannot be read')`)
+}
+
 // TestDashboard_LinkToAnEarlyEventOfALongLog: a link to an event far above
 // the drawn end of a long log draws down to it and shows it.
 func TestDashboard_LinkToAnEarlyEventOfALongLog(t *testing.T) {

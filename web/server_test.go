@@ -46,6 +46,10 @@ type testServer struct {
 	// lists counts GET /v1/sessions and GET /v1/runs (the history the page
 	// loads once); streams counts SSE requests.
 	lists, streams atomic.Int64
+	// earlier, when set, holds (or refuses) every read of a log page before
+	// a seq other than the end: the dashboard's background read of a long
+	// log's earlier part.
+	earlier atomic.Pointer[gate]
 }
 
 // startServer starts a testServer whose children and root agents ask mdl.
@@ -96,6 +100,14 @@ func startServer(t *testing.T, mdl model.Model, opts ...func(*apihttp.Config)) *
 		if isStream(r) {
 			s.streams.Add(1)
 		}
+		if g := s.earlier.Load(); g != nil && r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/events") &&
+			r.URL.Query().Has("before") && r.URL.Query().Get("before") != endSeq {
+			if g.refuse {
+				http.Error(w, "earlier pages are refused by the test", http.StatusServiceUnavailable)
+				return
+			}
+			g.hold(r)
+		}
 		if s.refuse.Load() && isStream(r) {
 			http.Error(w, "streams are refused by the test", http.StatusServiceUnavailable)
 			return
@@ -113,6 +125,30 @@ func startServer(t *testing.T, mdl model.Model, opts ...func(*apihttp.Config)) *
 		s.Close()
 	})
 	return s
+}
+
+// endSeq is the before a page reader passes to mean the end of a log.
+const endSeq = "9007199254740991"
+
+// gate holds requests until open is closed, telling asked of each; a
+// refusing gate answers them 503 at once instead.
+type gate struct {
+	asked  chan struct{}
+	open   chan struct{}
+	refuse bool
+}
+
+func newGate() *gate { return &gate{asked: make(chan struct{}, 1), open: make(chan struct{})} }
+
+func (g *gate) hold(r *http.Request) {
+	select {
+	case g.asked <- struct{}{}:
+	default:
+	}
+	select {
+	case <-g.open:
+	case <-r.Context().Done():
+	}
 }
 
 // replying is a model that answers "re: <text of the last message>",

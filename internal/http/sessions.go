@@ -94,32 +94,63 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// listSessionEvents answers one page of a session's log.
+// maxSeqParam is the largest before a client may pass: 2^53-1, the largest
+// integer a JSON number holds exactly, so a client reading the end of a log
+// can pass it to mean "the end".
+const maxSeqParam = 1<<53 - 1
+
+// listSessionEvents answers one page of a session's log: forwards from
+// after, or with before the last page before that seq, so that a reader can
+// start from the end of a long log and page back.
 func (s *Server) listSessionEvents(w http.ResponseWriter, r *http.Request) error {
 	p := newParams(r)
 	id := p.id("id")
 	after := p.int("after", -1, -1, 1<<62)
+	before := p.int("before", -1, 0, maxSeqParam)
+	backwards := p.query.Has("before")
+	if backwards && p.query.Has("after") {
+		p.fail("before", "must not be given with after")
+	}
 	limit := p.limit()
 	if err := p.err(); err != nil {
 		return err
 	}
-	evs, err := s.store.Events(r.Context(), id, after, limit)
+	var page []store.Event
+	var hasMore bool
+	var err error
+	if backwards {
+		page, hasMore, err = s.eventsBefore(r.Context(), id, before, limit)
+	} else {
+		page, hasMore, err = s.eventsAfter(r.Context(), id, after, limit)
+	}
 	if err != nil {
 		return sessionError(id, err)
 	}
-	out := sessionEventPageJSON{Events: make([]sessionEventJSON, 0, len(evs))}
-	for _, e := range evs {
+	out := sessionEventPageJSON{Events: make([]sessionEventJSON, 0, len(page)), HasMore: hasMore}
+	for _, e := range page {
 		out.Events = append(out.Events, sessionEventOut(e))
-	}
-	if len(evs) == limit {
-		more, err := s.store.Events(r.Context(), id, evs[len(evs)-1].Seq, 1)
-		if err != nil {
-			return sessionError(id, err)
-		}
-		out.HasMore = len(more) > 0
 	}
 	s.writeJSON(w, r, http.StatusOK, out)
 	return nil
+}
+
+// eventsAfter reads up to limit events after seq after, and whether later
+// ones exist.
+func (s *Server) eventsAfter(ctx context.Context, id string, after int64, limit int) ([]store.Event, bool, error) {
+	evs, err := s.store.Events(ctx, id, after, limit)
+	if err != nil || len(evs) < limit {
+		return evs, false, err
+	}
+	more, err := s.store.Events(ctx, id, evs[len(evs)-1].Seq, 1)
+	return evs, len(more) > 0, err
+}
+
+// eventsBefore reads the last limit events before seq before, and whether
+// earlier ones exist: a log's seqs start at 0 without gaps, so they do
+// unless the page starts at 0.
+func (s *Server) eventsBefore(ctx context.Context, id string, before int64, limit int) ([]store.Event, bool, error) {
+	evs, err := s.store.EventsBefore(ctx, id, before, limit)
+	return evs, len(evs) > 0 && evs[0].Seq > 0, err
 }
 
 // listSessionChildren answers the direct subagent children of a session

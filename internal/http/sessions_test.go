@@ -200,8 +200,31 @@ func TestSessions_EventsPage(t *testing.T) {
 	if len(page.Events) != 3 || page.HasMore || page.Events[0].Seq != 2 || string(page.Events[2].Data) != `{"turn":2}` {
 		t.Fatalf("second page = %+v", page)
 	}
+	// Backwards from the end: the newest page, then the page before it.
+	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/sessions/" + run.ChildSessionID + "/events?before=9007199254740991&limit=2"}).decode(t, &page)
+	if len(page.Events) != 2 || !page.HasMore || page.Events[0].Seq != 3 || string(page.Events[1].Data) != `{"turn":2}` {
+		t.Fatalf("newest page = %+v", page)
+	}
+	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/sessions/" + run.ChildSessionID + "/events?before=3&limit=2"}).decode(t, &page)
+	if len(page.Events) != 2 || !page.HasMore || page.Events[0].Seq != 1 || page.Events[1].Seq != 2 {
+		t.Fatalf("page before seq 3 = %+v", page)
+	}
+	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/sessions/" + run.ChildSessionID + "/events?before=1&limit=2"}).decode(t, &page)
+	if len(page.Events) != 1 || page.HasMore || page.Events[0].Seq != 0 {
+		t.Fatalf("page before seq 1 = %+v", page)
+	}
+	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/sessions/" + run.ChildSessionID + "/events?before=0"}).decode(t, &page)
+	if len(page.Events) != 0 || page.HasMore {
+		t.Fatalf("page before seq 0 = %+v", page)
+	}
 	b.wantProblem(t, http.StatusNotFound, subagent.ESessionNotFound, call{method: http.MethodGet, path: "/v1/sessions/nope/events"})
+	b.wantProblem(t, http.StatusNotFound, subagent.ESessionNotFound, call{method: http.MethodGet, path: "/v1/sessions/nope/events?before=5"})
 	b.wantProblem(t, http.StatusBadRequest, subagent.EInvalidRequest, call{method: http.MethodGet, path: "/v1/sessions/" + parent + "/events?after=-2", invalid: true})
+	for _, q := range []string{"before=-1", "before=9007199254740992", "before=x"} {
+		b.wantProblem(t, http.StatusBadRequest, subagent.EInvalidRequest, call{method: http.MethodGet, path: "/v1/sessions/" + parent + "/events?" + q, invalid: true})
+	}
+	// The spec says in words that they are exclusive; its schema cannot.
+	b.wantProblem(t, http.StatusBadRequest, subagent.EInvalidRequest, call{method: http.MethodGet, path: "/v1/sessions/" + parent + "/events?before=3&after=1"})
 	fr.complete(t, "ok")
 }
 

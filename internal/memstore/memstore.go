@@ -490,12 +490,29 @@ func (s *Store) Events(ctx context.Context, sessionID string, after int64, n int
 	return sess.page(after, n), nil
 }
 
+// EventsBefore returns the last n events with Seq < before, in seq order.
+// Returns store.ErrNotFound for an unknown session.
+func (s *Store) EventsBefore(ctx context.Context, sessionID string, before int64, n int) ([]store.Event, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sess, err := s.session(ctx, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("memstore: read events: %w", err)
+	}
+	to := min(max(before, 0), int64(len(sess.events)))
+	return copyEvents(sess.events[max(to-int64(limit(n)), 0):to]), nil
+}
+
 // page returns copies of up to n events with Seq > after. The caller holds
 // s.mu.
 func (sess *session) page(after int64, n int) []store.Event {
 	from := min(max(after+1, 0), int64(len(sess.events)))
 	list := sess.events[from:]
-	list = list[:min(len(list), limit(n))]
+	return copyEvents(list[:min(len(list), limit(n))])
+}
+
+// copyEvents returns a copy of list whose Data shares nothing with it.
+func copyEvents(list []store.Event) []store.Event {
 	out := slices.Clone(list)
 	copies := datas(len(out), func(i int) json.RawMessage { return out[i].Data })
 	for i := range out {

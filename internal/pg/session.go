@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -353,6 +354,26 @@ func (s *Store) Events(ctx context.Context, sessionID string, after int64, n int
 	if len(out) == 0 {
 		return nil, s.sessionExists(ctx, tenant, sessionID) // an empty page, or no such session?
 	}
+	return out, nil
+}
+
+// EventsBefore returns the last n events with Seq < before, in seq order:
+// a backward scan of the primary key (session_id, seq) that stops after n
+// rows, reversed here. Returns store.ErrNotFound for an unknown session.
+func (s *Store) EventsBefore(ctx context.Context, sessionID string, before int64, n int) (_ []store.Event, err error) {
+	defer wrap(&err, "read events of session %q before %d", sessionID, before)
+	tenant := store.Tenant(ctx)
+	rows, _ := s.pool.Query(ctx, `SELECT seq, type, time, data FROM session_events
+		WHERE tenant = $1 AND session_id = $2 AND seq < $3 ORDER BY seq DESC LIMIT $4`,
+		tenant, sessionID, before, limit(n))
+	out, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, s.sessionExists(ctx, tenant, sessionID)
+	}
+	slices.Reverse(out)
 	return out, nil
 }
 

@@ -100,6 +100,10 @@ func (b *bounded) Events(ctx context.Context, sessionID string, after int64, lim
 	return call(b, ctx, func(c context.Context) ([]Event, error) { return b.Store.Events(c, sessionID, after, limit) })
 }
 
+func (b *bounded) EventsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]Event, error) {
+	return call(b, ctx, func(c context.Context) ([]Event, error) { return b.Store.EventsBefore(c, sessionID, before, limit) })
+}
+
 func (b *bounded) LogTail(ctx context.Context, sessionID string, limit int) ([]Event, error) {
 	return call(b, ctx, func(c context.Context) ([]Event, error) { return b.Store.LogTail(c, sessionID, limit) })
 }

@@ -346,6 +346,11 @@ type Store interface {
 	// after = -1 to read from the start. Returns ErrNotFound for an unknown
 	// session.
 	Events(ctx context.Context, sessionID string, after int64, limit int) ([]Event, error)
+	// EventsBefore returns the last limit events with Seq < before, in seq
+	// order: a reader that starts from the end of a long log reads it
+	// backwards in pages, passing the first seq of each page as the next
+	// before. Returns ErrNotFound for an unknown session.
+	EventsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]Event, error)
 	// LogTail returns up to limit events of the session's log from its
 	// newest SnapshotEvent on, that event first, in seq order — from the
 	// start when the log has none — without reading what precedes it: a

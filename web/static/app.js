@@ -18,7 +18,7 @@ import { renderTrace } from './trace.js';
 import { SessionView } from './session.js';
 import { Store } from './store.js';
 import { EventStream } from './stream.js';
-import { Transcript } from './transcript.js';
+import { TAIL_PAGE, Transcript } from './transcript.js';
 import { Tree } from './tree.js';
 import { WebhooksPage } from './webhooks.js';
 
@@ -64,6 +64,8 @@ class App {
     this.store = store;
     this.frame = 0;
     this.sessionStream = null;
+    /** the newest page of the linked session's log, read at start: {id, page: Promise} */
+    this.tailRead = null;
     // Counts transcript openings, so a slow read of a log the user has
     // left is dropped.
     this.transcriptGen = 0;
@@ -479,9 +481,10 @@ class App {
     }
   }
 
-  // openTranscript reads the session's log in pages (one request per
-  // thousand events instead of an SSE frame each), shows it at once, then
-  // follows the stream after its last seq.
+  // openTranscript reads the newest page of the session's log, draws it at
+  // once and follows the stream after its last seq; the earlier part is
+  // read backwards in the background and handed to the transcript, which
+  // notes it and draws it as the reader scrolls up.
   async openTranscript(id) {
     if (this.sessionStream) this.sessionStream.close();
     this.sessionStream = null;
@@ -489,21 +492,18 @@ class App {
     $('conv-empty').hidden = true;
     const gen = ++this.transcriptGen;
     let events = [];
+    let more = false;
+    const read = this.tailRead?.id === id ? this.tailRead.page : null;
+    this.tailRead = null;
     try {
-      events = await fetchEvents(id, null, Infinity);
+      const page = (await read) || await readTail(id);
+      events = ((page && page.events) || []).map(streamEvent);
+      more = !!(page && page.hasMore) && events.length > 0;
     } catch {
       // The stream replays from the start and reports a log it cannot read.
     }
     if (gen !== this.transcriptGen) return;
-    if (events.length > YIELD_EVENTS) {
-      // Building a long log holds the page for a moment: the tree's first
-      // page (soon there, or there already) is drawn before it, waiting a
-      // second at most for a baseline that is slow to come.
-      await Promise.race([this.firstPage, delay(1000)]);
-      await nextFrame();
-      if (gen !== this.transcriptGen) return;
-    }
-    this.transcript.load(events);
+    this.transcript.load(events, { earlier: more });
     this.reveal();
     this.scheduleRender();
     this.sessionStream = new EventStream(paths.sessionStream(id), {
@@ -518,6 +518,26 @@ class App {
         $('conversation').append(h('p', { class: 'field-error', 'data-testid': 'transcript-error' }, `The log cannot be read: ${describeError(err)}`));
       },
     }).start();
+    if (more) this.openEarlier(id, gen, events[0].id);
+  }
+
+  // openEarlier reads the events before seq before and hands them to the
+  // transcript. Noting a long log holds the page for a moment: the tree's
+  // first page (soon there, or there already) is drawn before it, waiting
+  // a second at most for a baseline that is slow to come.
+  async openEarlier(id, gen, before) {
+    let earlier;
+    try {
+      earlier = await fetchEarlier(id, before);
+    } catch (err) {
+      if (gen === this.transcriptGen) this.transcript.earlierFailed(describeError(err));
+      return;
+    }
+    if (earlier.length > YIELD_EVENTS) {
+      await Promise.race([this.firstPage, delay(1000)]);
+      await nextFrame();
+    }
+    if (gen === this.transcriptGen) this.transcript.loadEarlier(earlier);
   }
 
   // reveal shows the event a link asked for in the conversation, once.
@@ -586,6 +606,11 @@ class App {
     const s = this.store;
     s.onChange(() => this.scheduleRender());
     this.wire();
+    // The newest page of the transcript a link names is read while the
+    // sign-in is checked: it is most of what the first screen waits for.
+    // Refused (not signed in yet), it is read again once the session opens.
+    const linked = new URLSearchParams(location.hash.slice(1)).get('s');
+    if (linked) this.tailRead = { id: linked, page: readTail(linked).catch(() => null) };
     let account;
     try {
       account = await signedIn();
@@ -645,6 +670,39 @@ const EVENT_PAGE = 1000;
  */
 const PAGES_AHEAD = 2;
 
+/** A before that reads from the end of any log: 2^53-1, which the API accepts as "the end". */
+const END_SEQ = Number.MAX_SAFE_INTEGER;
+
+// readTail reads the newest page of a session's log.
+const readTail = (id) => api('GET', paths.sessionEvents(id, { before: END_SEQ, limit: TAIL_PAGE }));
+
+// streamEvent is a page's event as the stream delivers it.
+const streamEvent = (e) => ({ id: e.seq, type: e.type, data: e });
+
+// fetchEarlier reads every event of a session's log before seq before,
+// backwards in pages, and returns them in seq order. Seqs are contiguous
+// (0, 1, 2, …), so each page's bound is known ahead and PAGES_AHEAD pages
+// are read at once.
+async function fetchEarlier(id, before) {
+  const pages = [];
+  const inflight = [];
+  let next = before;
+  const ask = () => {
+    const res = api('GET', paths.sessionEvents(id, { before: next, limit: EVENT_PAGE }));
+    // A page after a failure is not waited for.
+    res.catch(() => {});
+    inflight.push(res);
+    next -= EVENT_PAGE;
+  };
+  while (inflight.length < PAGES_AHEAD && next > 0) ask();
+  while (inflight.length) {
+    const got = await inflight.shift();
+    pages.push(((got && got.events) || []).map(streamEvent));
+    if (next > 0) ask();
+  }
+  return pages.reverse().flat();
+}
+
 // fetchEvents reads a session's durable log: events after `after` (null:
 // from the start) with seq below `until`, as stream events. Seqs are
 // contiguous (0, 1, 2, …), so page k of a whole log starts after
@@ -671,7 +729,7 @@ async function fetchEvents(id, after, until) {
       const { from, res } = inflight.shift();
       const got = await res;
       const events = (got && got.events) || [];
-      for (const e of events) out.push({ id: e.seq, type: e.type, data: e });
+      for (const e of events) out.push(streamEvent(e));
       if (events.length) cursor = events.at(-1).seq;
       if (!got || !got.hasMore || events.length === 0) return out;
       if (cursor !== from + EVENT_PAGE) break;
@@ -683,7 +741,7 @@ async function fetchEvents(id, after, until) {
     const events = (got && got.events) || [];
     for (const e of events) {
       if (e.seq >= until) return out;
-      out.push({ id: e.seq, type: e.type, data: e });
+      out.push(streamEvent(e));
       cursor = e.seq;
     }
     if (!got || !got.hasMore || events.length === 0) return out;

@@ -18,7 +18,10 @@
 // events each, noted (counts, usage, name, activity) but not drawn. The
 // reader scrolling near the top of the conversation, or a link to an
 // earlier event, draws the segments above, so opening a log of ten
-// thousand events costs what a few screenfuls do.
+// thousand events costs what a few screenfuls do. The page may hand load()
+// only the newest TAIL_PAGE events of a longer log and the rest later
+// (loadEarlier): what is noted of the earlier part is then told once it is
+// in, as if it had come first.
 
 import { blocksText, formatDuration, formatUsage, h, prettyJSON, stateStyle, toMillis } from './format.js';
 
@@ -28,6 +31,8 @@ const LOG_PAGE = 500;
 const TAIL = 400;
 /** Events of one earlier segment, drawn at once. */
 const SEGMENT = 300;
+/** The newest events of a log to read first: a log no longer than this is drawn whole. */
+export const TAIL_PAGE = TAIL + SEGMENT;
 /** How close (px) the reader scrolls to the top before the segment above is drawn. */
 const EARLIER_MARGIN = 1200;
 
@@ -86,6 +91,13 @@ export class Transcript {
     this.pendingEnds = [];
     /** whether a turn runs where the noted part of a long log ends; null: it noted none */
     this.turnOn = null;
+    /**
+     * while the earlier part of a log is still to come (loadEarlier): the
+     * newest page's events before its drawn ones, and what its drawn part
+     * told that the earlier part must not override — {held, prompt,
+     * descriptors, turnSeen, reveal}; null otherwise
+     */
+    this.awaiting = null;
     /** whether the event log's rows wait for its tab to be shown */
     this.logStale = false;
     /** set while an earlier segment is drawn: its events were noted already */
@@ -131,24 +143,30 @@ export class Transcript {
 
   /**
    * Applies a replayed log at once: the conversation is built as by apply,
-   * the event log window and the counts once at the end.
+   * the event log window and the counts once at the end. With earlier, the
+   * events are the newest page of a longer log whose earlier part follows
+   * through loadEarlier.
    */
-  load(events) {
+  load(events, { earlier = false } = {}) {
     this.bulk = [];
     // Rows are built off the page and attached once.
     this.target = document.createDocumentFragment();
-    const split = splitAt(events);
-    for (let i = 0; i < split; i++) this.note(events[i]);
-    // Whether a turn runs, as the noted part ends; the tail's turns say on.
-    if (this.turnOn !== null) this.o.onTurn(this.turnOn);
+    const split = earlier ? tailStart(events) : splitAt(events);
+    if (earlier) {
+      this.awaiting = { held: events.slice(0, split), prompt: null, descriptors: [], turnSeen: false, reveal: null };
+    } else {
+      for (let i = 0; i < split; i++) this.note(events[i]);
+      // Whether a turn runs, as the noted part ends; the tail's turns say on.
+      if (this.turnOn !== null) this.o.onTurn(this.turnOn);
+    }
     for (let i = split; i < events.length; i++) this.apply(events[i]);
-    if (split) {
-      this.earlier = segments(events, split);
+    if (split || earlier) {
+      this.earlier = earlier ? [] : segments(events, split);
       this.top = h('div', { class: 'earlier', 'data-testid': 'conv-earlier' },
         h('button', { type: 'button', class: 'link', onclick: () => this.drawEarlier() }));
       this.o.conv.append(this.top);
       this.countEarlier();
-      this.near.observe(this.top);
+      if (!earlier) this.near.observe(this.top);
     }
     this.o.conv.append(this.target);
     this.target = this.o.conv;
@@ -159,7 +177,7 @@ export class Transcript {
     this.o.onCount(this.count);
     this.o.onTypes([...this.types].sort());
     // A long log's event log rows are built when its tab is first shown.
-    if (split && this.o.log.closest('[hidden]')) this.logStale = true;
+    if ((split || earlier) && this.o.log.closest('[hidden]')) this.logStale = true;
     else this.renderLog();
     if (!this.o.conv.firstChild) {
       this.placeholder = h('p', { class: 'empty', 'data-testid': 'conv-none' }, this.count
@@ -167,6 +185,55 @@ export class Transcript {
         : 'No events yet. Messages appear here as they stream.');
       this.o.conv.append(this.placeholder);
     }
+  }
+
+  /**
+   * Takes the earlier part of a log that load() was given the newest page
+   * of: every event before that page, in seq order. It is noted as load()
+   * notes the part of a log it does not draw — what the drawn part told
+   * (the first prompt, descriptors, whether a turn runs) stands over it —
+   * and drawn in segments as the reader scrolls up.
+   */
+  loadEarlier(events) {
+    const a = this.awaiting;
+    if (!a) return;
+    this.awaiting = null;
+    const later = this.events;
+    const pending = this.pendingChunks;
+    const { admitting, now } = this;
+    this.events = [];
+    this.pendingChunks = new Map();
+    this.bulk = [];
+    for (const ev of events) this.note(ev);
+    for (const ev of a.held) this.note(ev);
+    const split = this.events.length;
+    for (const ev of later) this.events.push(ev);
+    Object.assign(this, { pendingChunks: pending, admitting, now });
+    if (!this.prompted && a.prompt !== null) this.notePrompt(a.prompt.d, a.prompt.text);
+    for (const d of a.descriptors) this.o.onDescriptor(d);
+    if (!a.turnSeen && this.turnOn !== null) this.o.onTurn(this.turnOn);
+    const usage = this.bulk;
+    this.bulk = null;
+    if (usage.length) this.o.onUsage(usage);
+    this.o.onCount(this.count);
+    this.o.onTypes([...this.types].sort());
+    this.earlier = segments(this.events, split);
+    if (this.earlier.length) {
+      this.countEarlier();
+      this.near.observe(this.top);
+    } else {
+      this.top.remove();
+      this.top = null;
+    }
+    if (this.o.log.closest('[hidden]')) this.logStale = true;
+    else this.renderLog();
+    if (a.reveal !== null) this.reveal(a.reveal);
+  }
+
+  /** The earlier part of a log could not be read: said where it would be. */
+  earlierFailed(text) {
+    if (!this.awaiting || !this.top) return;
+    this.top.replaceChildren(h('span', { class: 'field-error', 'data-testid': 'conv-earlier-error' }, `The earlier messages cannot be read: ${text}`));
   }
 
   /** Applies one session event; data is the {seq,type,time,data} envelope or the bare payload. */
@@ -222,10 +289,16 @@ export class Transcript {
     return { seq, type, time, payload };
   }
 
-  /** Says how much is above the drawn rows. */
+  /** Says how much is above the drawn rows, or that it is being read. */
   countEarlier() {
+    const button = this.top.querySelector('button');
+    button.disabled = this.awaiting !== null;
+    if (this.awaiting) {
+      button.textContent = 'Reading earlier messages…';
+      return;
+    }
     const n = this.earlier.reduce((sum, [from, to]) => sum + to - from, 0);
-    this.top.querySelector('button').textContent = `Show earlier messages (${n} earlier event${n === 1 ? '' : 's'})`;
+    button.textContent = `Show earlier messages (${n} earlier event${n === 1 ? '' : 's'})`;
   }
 
   drawEarlierSoon() {
@@ -382,15 +455,18 @@ export class Transcript {
         break;
       case 'turn/start':
         this.turns.set(d.turn, { start: time, input: 0, output: 0 });
-        if (!this.replaying) this.o.onTurn(true);
+        if (!this.replaying) this.turnNow(true);
         this.add(h('div', { class: 'sep', role: 'separator', 'data-seq': seq, 'data-testid': 'turn-start' }, `Turn ${d.turn ?? ''}`));
         break;
       case 'turn/end':
         this.turnEnd(seq, d, time);
-        if (!this.replaying) this.o.onTurn(false);
+        if (!this.replaying) this.turnNow(false);
         break;
       case 'subagent/descriptor':
-        if (!this.replaying) this.o.onDescriptor(d);
+        if (this.replaying) break;
+        this.o.onDescriptor(d);
+        // Told again after the earlier part's, which it outdates.
+        this.awaiting?.descriptors.push(d);
         break;
       case 'agent/inbox/spliced':
         // A claim of next-step messages is the admission of steers: the
@@ -406,11 +482,22 @@ export class Transcript {
     }
   }
 
+  // turnNow tells the page whether a turn runs, as a drawn event says.
+  turnNow(running) {
+    if (this.awaiting) this.awaiting.turnSeen = true;
+    this.o.onTurn(running);
+  }
+
   /**
    * Scrolls to the conversation row of event seq (or the last row before
    * it, for an event the conversation does not show) and marks it.
    */
   reveal(seq) {
+    // An event of the earlier part still to come: shown once it is in.
+    if (this.awaiting && !(this.events[0]?.seq <= seq)) {
+      this.awaiting.reveal = seq;
+      return;
+    }
     // An event above the drawn rows: draw down to it first.
     while (this.earlier.length && this.events[this.earlier.at(-1)[1]].seq > seq) this.drawEarlier();
     let best = null;
@@ -529,6 +616,11 @@ export class Transcript {
   notePrompt(d, text) {
     const src = d.source || {};
     if (this.prompted || !(!src.kind || src.kind === 'user' || src.kind === 'coordinator' || src.form === 'relay')) return;
+    // The first prompt may be in the earlier part still to come.
+    if (this.awaiting) {
+      this.awaiting.prompt ??= { d, text };
+      return;
+    }
     this.prompted = true;
     this.o.onPrompt(text ?? blocksText(d.content));
   }
@@ -668,7 +760,12 @@ export class Transcript {
 // turn end at least TAIL events before the last event, so the tail begins
 // with a whole turn; 0 (draw it all) for a short log or one without turns.
 function splitAt(events) {
-  if (events.length <= TAIL + SEGMENT) return 0;
+  return events.length <= TAIL + SEGMENT ? 0 : tailStart(events);
+}
+
+// tailStart returns where the drawn end of events starts: after the last
+// turn end that leaves TAIL events or more below it, else 0.
+function tailStart(events) {
   for (let i = events.length - TAIL; i > 0; i--) if (events[i - 1].type === 'turn/end') return i;
   return 0;
 }

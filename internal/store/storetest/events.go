@@ -121,6 +121,54 @@ var eventTests = []test{
 			}
 		}
 	}},
+	{"EventsBefore_PagesBackFromSeq", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		newSession(t, s, "s1")
+		newSession(t, s, "empty")
+		must(s.AppendEvents(ctx, "s1", numbered(150)...))(t)
+		for _, tc := range []struct {
+			before     int64
+			limit      int
+			from, want int64
+		}{
+			{150, 0, 50, 100}, // default limit
+			{1<<53 - 1, 10, 140, 10},
+			{1<<53 - 1, 5000, 0, 150},
+			{100, 30, 70, 30},
+			{20, 30, 0, 20},
+			{1, 5, 0, 1},
+			{0, 5, 0, 0},
+		} {
+			got := must(s.EventsBefore(ctx, "s1", tc.before, tc.limit))(t)
+			what := fmt.Sprintf("EventsBefore(before %d, limit %d)", tc.before, tc.limit)
+			if int64(len(got)) != tc.want {
+				t.Fatalf("%s returned %d events, want %d", what, len(got), tc.want)
+			}
+			checkSeqs(t, what, got, tc.from)
+			for _, e := range got {
+				same(t, what, e.Data, json.RawMessage(fmt.Sprintf(`{"i":%d}`, e.Seq)), canonJSON)
+			}
+		}
+		// Paging back from the end meets every event once.
+		var seen []store.Event
+		for before := int64(1<<53 - 1); ; {
+			page := must(s.EventsBefore(ctx, "s1", before, 40))(t)
+			if len(page) == 0 {
+				break
+			}
+			seen = append(page, seen...)
+			before = page[0].Seq
+		}
+		checkSeqs(t, "paging back", seen, 0)
+		if len(seen) != 150 {
+			t.Fatalf("paging back read %d events, want 150", len(seen))
+		}
+		if got := must(s.EventsBefore(ctx, "empty", 10, 0))(t); len(got) != 0 {
+			t.Fatalf("EventsBefore(empty log) = %v, want none", got)
+		}
+		_, err := s.EventsBefore(ctx, "nope", 10, 0)
+		isErr(t, err, store.ErrNotFound, "EventsBefore(nope)")
+	}},
 	{"AppendEvents_EmptyBatchAppendsNothing", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		newSession(t, s, "s1")

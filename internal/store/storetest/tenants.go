@@ -20,6 +20,8 @@ var tenantTests = []test{
 		isErr(t, err, store.ErrNotFound, "AppendEvents(other tenant's session)")
 		_, err = s.Events(ctx, "a1", -1, 0)
 		isErr(t, err, store.ErrNotFound, "Events(other tenant's session)")
+		_, err = s.EventsBefore(ctx, "a1", 10, 0)
+		isErr(t, err, store.ErrNotFound, "EventsBefore(other tenant's session)")
 		_, err = s.ListSessions(ctx, store.SessionFilter{AfterID: "a1"})
 		isErr(t, err, store.ErrNotFound, "ListSessions(after other tenant's session)")
 		sameIDs(t, "ListSessions(default tenant)", listIDs(must(s.ListSessions(ctx, store.SessionFilter{}))(t)), []string{"d1"})
