@@ -78,13 +78,14 @@ func startServer(t *testing.T, mdl model.Model, opts ...func(*apihttp.Config)) *
 		t.Fatalf("mounting the delegation tools: %v", err)
 	}
 	approvals := governance.NewApprovals(governance.ApprovalsConfig{Store: st, Owner: "web-test", Logger: logger})
+	limits := governance.NewLimits(st, logger)
 	cfg := apihttp.Config{
 		Service: svc, Store: st, Logger: logger, Dashboard: web.FS,
 		Continuations: mgr, Roots: agents, Routes: routes,
-		Sessions:  roots.New(roots.Config{Store: st, Routes: routes, Agents: agents}),
+		Sessions:  roots.New(roots.Config{Store: st, Routes: routes, Agents: agents, Policies: approvals, Limits: limits}),
 		Trees:     governance.NewTrees(governance.TreesConfig{Store: st, Runs: mgr, Roots: agents, Logger: logger}),
 		Usage:     governance.NewUsage(st),
-		Limits:    governance.NewLimits(st, logger),
+		Limits:    limits,
 		Approvals: approvals,
 	}
 	for _, opt := range opts {
