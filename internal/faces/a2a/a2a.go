@@ -19,10 +19,16 @@
 //     the task settles: text deltas are one appended artifact, the task's
 //     state changes are status updates. Subscribing to a settled task is
 //     UnsupportedOperation, as A2A v1 says.
+//   - push-notification configs are webhook endpoints scoped to their
+//     task (internal/webhooks, push.go): each status change of the task
+//     after the config was made is POSTed as a2a-go's push sender posts
+//     it (PushBody), with the config's Authorization header, signed as
+//     every webhook is (the config's token is the signing key). Without
+//     Config.Push the card says pushNotifications false and the methods
+//     answer PushNotificationNotSupported.
 //
-// Push notifications and the extended card are not offered: the card says
-// so, and their methods answer PushNotificationNotSupported and
-// UnsupportedOperation.
+// The extended card is not offered: the card says so, and its method
+// answers UnsupportedOperation.
 package a2a
 
 import (
@@ -40,7 +46,9 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 	a2alog "github.com/a2aproject/a2a-go/v2/log"
 
+	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/webhooks"
 )
 
 // API is the REST API's operations the face calls; *http.Server
@@ -97,6 +105,17 @@ type Config struct {
 	// MaxWait bounds how long a blocking message/send and tasks/cancel
 	// wait for the task to settle.
 	MaxWait time.Duration
+	// Push keeps push-notification configs; nil offers none.
+	Push Push
+}
+
+// Push is the part of the webhook service (*webhooks.Service) that keeps
+// push-notification configs: webhook endpoints scoped to one task.
+type Push interface {
+	CreatePush(ctx context.Context, p webhooks.PushParams) (store.Webhook, error)
+	TaskPush(ctx context.Context, taskID string) ([]store.Webhook, error)
+	GetPush(ctx context.Context, taskID, configID string) (store.Webhook, error)
+	DeletePush(ctx context.Context, taskID, configID string) error
 }
 
 // Face serves the A2A routes; the REST API's router (internal/http)
@@ -110,7 +129,7 @@ type Face struct {
 
 // New returns the face.
 func New(cfg Config) *Face {
-	f := &face{api: cfg.API, log: cfg.Logger, version: cfg.Version, authenticated: cfg.Authenticated, maxWait: cfg.MaxWait}
+	f := &face{api: cfg.API, push: cfg.Push, log: cfg.Logger, version: cfg.Version, authenticated: cfg.Authenticated, maxWait: cfg.MaxWait}
 	var opts []a2asrv.TransportOption
 	if cfg.Heartbeat > 0 {
 		opts = append(opts, a2asrv.WithTransportKeepAlive(cfg.Heartbeat))
@@ -144,6 +163,7 @@ func (x *Face) REST(w http.ResponseWriter, r *http.Request, provider string) {
 // face holds what the handlers share.
 type face struct {
 	api           API
+	push          Push
 	log           *slog.Logger
 	version       string
 	authenticated bool
@@ -209,7 +229,7 @@ func (f *face) card(r *http.Request, name string) ([]byte, error) {
 			a2a.NewAgentInterface(base, a2a.TransportProtocolJSONRPC),
 			a2a.NewAgentInterface(base+RESTPath, a2a.TransportProtocolHTTPJSON),
 		},
-		Capabilities:       a2a.AgentCapabilities{Streaming: true},
+		Capabilities:       a2a.AgentCapabilities{Streaming: true, PushNotifications: f.push != nil},
 		DefaultInputModes:  []string{"text/plain", "application/json"},
 		DefaultOutputModes: []string{"text/plain"},
 		Skills: []a2a.AgentSkill{{
@@ -248,7 +268,8 @@ func errorOf(ctx context.Context, err error) error {
 	switch se.Code {
 	case subagent.ETaskNotFound, subagent.ERunNotFound:
 		kind = a2a.ErrTaskNotFound
-	case subagent.EInvalidRequest, subagent.ESessionNotFound, subagent.EDuplicateChild, subagent.EInvalidMaxDepth, subagent.ENoProvider:
+	case subagent.EInvalidRequest, subagent.ESessionNotFound, subagent.EDuplicateChild, subagent.EInvalidMaxDepth, subagent.ENoProvider,
+		webhooks.EPushNotFound, webhooks.ETooMany:
 		kind = a2a.ErrInvalidParams
 	case subagent.EUnsupportedCapability, subagent.ENotResumable, subagent.EDepthExceeded:
 		kind = a2a.ErrUnsupportedOperation
@@ -272,16 +293,19 @@ var _ a2asrv.RequestHandler = (*handler)(nil)
 
 // taskJSON is a task as GET /v1/tasks/{taskId} answers it.
 type taskJSON struct {
-	TaskID         string     `json:"taskId"`
-	ChildSessionID string     `json:"childSessionId"`
-	State          string     `json:"state"`
-	StartedAt      time.Time  `json:"startedAt"`
-	EndedAt        *time.Time `json:"endedAt"`
-	Result         *struct {
-		Output     []block `json:"output"`
-		StopReason string  `json:"stopReason"`
-		Diagnostic string  `json:"diagnostic"`
-	} `json:"result"`
+	TaskID         string      `json:"taskId"`
+	ChildSessionID string      `json:"childSessionId"`
+	State          string      `json:"state"`
+	StartedAt      time.Time   `json:"startedAt"`
+	EndedAt        *time.Time  `json:"endedAt"`
+	Result         *resultJSON `json:"result"`
+}
+
+// resultJSON is a settled task's result.
+type resultJSON struct {
+	Output     []block `json:"output"`
+	StopReason string  `json:"stopReason"`
+	Diagnostic string  `json:"diagnostic"`
 }
 
 // block is a content block as the REST API writes it.
@@ -653,30 +677,6 @@ func deltaText(raw json.RawMessage) string {
 		return ""
 	}
 	return ev.Data.Chunk.Text
-}
-
-// errNoPush answers the push-notification methods: the card says
-// pushNotifications false.
-var errNoPush = a2a.NewError(a2a.ErrPushNotificationNotSupported, "push notifications are not supported; follow a task with SubscribeToTask")
-
-// GetTaskPushConfig implements a2asrv.RequestHandler.
-func (h *handler) GetTaskPushConfig(context.Context, *a2a.GetTaskPushConfigRequest) (*a2a.PushConfig, error) {
-	return nil, errNoPush
-}
-
-// ListTaskPushConfigs implements a2asrv.RequestHandler.
-func (h *handler) ListTaskPushConfigs(context.Context, *a2a.ListTaskPushConfigRequest) (*a2a.ListTaskPushConfigResponse, error) {
-	return nil, errNoPush
-}
-
-// CreateTaskPushConfig implements a2asrv.RequestHandler.
-func (h *handler) CreateTaskPushConfig(context.Context, *a2a.PushConfig) (*a2a.PushConfig, error) {
-	return nil, errNoPush
-}
-
-// DeleteTaskPushConfig implements a2asrv.RequestHandler.
-func (h *handler) DeleteTaskPushConfig(context.Context, *a2a.DeleteTaskPushConfigRequest) error {
-	return errNoPush
 }
 
 // GetExtendedAgentCard implements a2asrv.RequestHandler: the card says

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/subagentd/subagentd/internal/pg/pgtest"
+)
+
+// pushed is one push delivery a receiver got.
+type pushed struct {
+	path   string
+	header http.Header
+	body   []byte
+}
+
+// pushReceiver is a real HTTP server on loopback that records every
+// request it gets.
+func pushReceiver(t *testing.T) (string, <-chan pushed) {
+	t.Helper()
+	got := make(chan pushed, 100)
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- pushed{path: r.URL.Path, header: r.Header.Clone(), body: b}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(rc.Close)
+	return rc.URL, got
+}
+
+// TestA2A_PushConfigGetsTheSignedSettlement: a push config made while a
+// streamed task works is listed, read and deleted with the other config
+// methods, and receives the task's completion as a2a-go's push sender
+// sends it, with the config's Authorization header and a Standard
+// Webhooks signature made with its token — on memstore and on Postgres,
+// over both bindings.
+func TestA2A_PushConfigGetsTheSignedSettlement(t *testing.T) {
+	t.Parallel()
+	t.Run("memstore", func(t *testing.T) {
+		t.Parallel()
+		base := wiredServer(t, map[string]string{"SUBAGENTD_TOKENS": "a2a:" + a2aToken, "SUBAGENTD_WEBHOOK_ALLOW_PRIVATE": "true"})
+		testPushConfig(t, base, a2aToken)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		env := replicaEnv(pgtest.URL(t), "replica-push")
+		env["SUBAGENTD_WEBHOOK_ALLOW_PRIVATE"] = "true"
+		testPushConfig(t, startServer(t, env).base, "")
+	})
+}
+
+func testPushConfig(t *testing.T, base, token string) {
+	for _, tp := range a2aTransports {
+		t.Run(string(tp), func(t *testing.T) {
+			t.Parallel()
+			c, card := a2aClient(t, base, "spawn", tp, token)
+			if !card.Capabilities.PushNotifications {
+				t.Fatalf("card capabilities %+v: want pushNotifications", card.Capabilities)
+			}
+			url, got := pushReceiver(t)
+			secret := "push token of " + string(tp)
+			var task *a2a.Task
+			var final a2a.TaskState
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			for ev, err := range c.SendStreamingMessage(ctx, textMessage("/sleep 4s\npush me", "", "")) {
+				if err != nil {
+					t.Fatalf("stream: %v", err)
+				}
+				switch ev := ev.(type) {
+				case *a2a.Task:
+					task = ev
+					configs(t, c, task.ID, url, secret)
+				case *a2a.TaskStatusUpdateEvent:
+					if ev.Status.State.Terminal() {
+						final = ev.Status.State
+					}
+				}
+			}
+			if task == nil || final != a2a.TaskStateCompleted {
+				t.Fatalf("stream of %+v ended %s, want completed", task, final)
+			}
+
+			var d pushed
+			select {
+			case d = <-got:
+			case <-time.After(60 * time.Second):
+				t.Fatal("no push delivery within 60s of the task's completion")
+			}
+			wh, err := standardwebhooks.NewWebhook("whsec_" + base64.StdEncoding.EncodeToString([]byte(secret)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := wh.Verify(d.body, d.header); err != nil {
+				t.Fatalf("push delivery does not verify with the config's token: %v (headers %v)", err, d.header)
+			}
+			if d.path != "/cfg-1" || d.header.Get("Authorization") != "Bearer cred-1" {
+				t.Fatalf("delivery to %s with Authorization %q, want /cfg-1 with the config's", d.path, d.header.Get("Authorization"))
+			}
+			var sr a2a.StreamResponse
+			if err := json.Unmarshal(d.body, &sr); err != nil {
+				t.Fatalf("push body %s: %v", d.body, err)
+			}
+			up, ok := sr.Event.(*a2a.TaskStatusUpdateEvent)
+			if !ok || up.TaskID != task.ID || up.ContextID != task.ContextID || up.Status.State != a2a.TaskStateCompleted || up.Status.Timestamp == nil {
+				t.Fatalf("push body %s: want the task's completed status update", d.body)
+			}
+			select {
+			case extra := <-got:
+				t.Fatalf("a second delivery %s %s", extra.path, extra.body)
+			default:
+			}
+			if _, err := c.CreateTaskPushConfig(t.Context(), &a2a.PushConfig{TaskID: task.ID, URL: url}); !errors.Is(err, a2a.ErrInvalidParams) {
+				t.Errorf("a config for a completed task: %v, want InvalidParams", err)
+			}
+		})
+	}
+}
+
+// configs makes configs cfg-1 (kept) and cfg-2 (deleted) for working task
+// id, and checks what the config methods answer.
+func configs(t *testing.T, c *a2aclient.Client, id a2a.TaskID, url, token string) {
+	t.Helper()
+	ctx := t.Context()
+	want := &a2a.PushConfig{TaskID: id, ID: "cfg-1", URL: url + "/cfg-1", Token: token, Auth: &a2a.PushAuthInfo{Scheme: "Bearer", Credentials: "cred-1"}}
+	made, err := c.CreateTaskPushConfig(ctx, want)
+	if err != nil || made.ID != "cfg-1" || made.URL != want.URL || made.Token != token || made.Auth == nil || *made.Auth != *want.Auth {
+		t.Fatalf("CreateTaskPushConfig = %+v, %v", made, err)
+	}
+	if _, err := c.CreateTaskPushConfig(ctx, &a2a.PushConfig{TaskID: id, ID: "cfg-2", URL: url + "/cfg-2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateTaskPushConfig(ctx, &a2a.PushConfig{TaskID: id, ID: "bad", URL: "ftp://x.example/"}); !errors.Is(err, a2a.ErrInvalidParams) {
+		t.Errorf("a config with an ftp URL: %v, want InvalidParams", err)
+	}
+	if _, err := c.CreateTaskPushConfig(ctx, &a2a.PushConfig{TaskID: "no-such-task", URL: url}); !errors.Is(err, a2a.ErrTaskNotFound) {
+		t.Errorf("a config for an unknown task: %v, want TaskNotFound", err)
+	}
+	list, err := c.ListTaskPushConfigs(ctx, &a2a.ListTaskPushConfigRequest{TaskID: id})
+	if err != nil || len(list) != 2 || list[0].ID != "cfg-1" || list[1].ID != "cfg-2" {
+		t.Fatalf("ListTaskPushConfigs = %+v, %v; want cfg-1, cfg-2", list, err)
+	}
+	if err := c.DeleteTaskPushConfig(ctx, &a2a.DeleteTaskPushConfigRequest{TaskID: id, ID: "cfg-2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetTaskPushConfig(ctx, &a2a.GetTaskPushConfigRequest{TaskID: id, ID: "cfg-2"}); !errors.Is(err, a2a.ErrInvalidParams) {
+		t.Errorf("GetTaskPushConfig(deleted) = %v, want InvalidParams", err)
+	}
+	got, err := c.GetTaskPushConfig(ctx, &a2a.GetTaskPushConfigRequest{TaskID: id, ID: "cfg-1"})
+	if err != nil || got.URL != want.URL || got.TaskID != id {
+		t.Fatalf("GetTaskPushConfig(cfg-1) = %+v, %v", got, err)
+	}
+}
