@@ -14,6 +14,8 @@
 //     message naming a context or a running task is a followup of that
 //     child, so it is steered into the running task or starts the next;
 //   - tasks/cancel interrupts the child; tasks/get reads the task;
+//     tasks/list pages through the tasks of a context, or of every
+//     context under the "a2a" root session, out of GET /v1/runs;
 //   - a stream (message/stream, tasks/subscribe) replays the task's turns
 //     from its start out of the child's durable log and follows them until
 //     the task settles: text deltas are one appended artifact, the task's
@@ -39,6 +41,7 @@ import (
 	"iter"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -63,6 +66,8 @@ type API interface {
 	Followup(ctx context.Context, childID string, body []byte) (json.RawMessage, error)
 	// Interrupt answers POST /v1/subagents/{childId}/interrupt.
 	Interrupt(ctx context.Context, childID string, body []byte) (json.RawMessage, error)
+	// ListRuns answers GET /v1/runs with query as its query.
+	ListRuns(ctx context.Context, query url.Values) (json.RawMessage, error)
 	// GetTask answers GET /v1/tasks/{taskId}, waiting up to wait for the
 	// activation to settle.
 	GetTask(ctx context.Context, taskID string, wait time.Duration) (json.RawMessage, error)
@@ -411,11 +416,6 @@ func (h *handler) GetTask(ctx context.Context, req *a2a.GetTaskRequest) (*a2a.Ta
 		return nil, err
 	}
 	return t.task(), nil
-}
-
-// ListTasks implements a2asrv.RequestHandler. Listing is not offered.
-func (h *handler) ListTasks(context.Context, *a2a.ListTasksRequest) (*a2a.ListTasksResponse, error) {
-	return nil, a2a.NewError(a2a.ErrUnsupportedOperation, "listing tasks is not supported; read one with GetTask")
 }
 
 // CancelTask implements a2asrv.RequestHandler: it interrupts the task's
