@@ -21,6 +21,9 @@
 //     the task settles: text deltas are one appended artifact, the task's
 //     state changes are status updates. Subscribing to a settled task is
 //     UnsupportedOperation, as A2A v1 says.
+//   - a task whose agent waits on an approval is input-required, the
+//     approvals' options in its status; a message carrying a decision
+//     takes it (approvals.go);
 //   - push-notification configs are webhook endpoints scoped to their
 //     task (internal/webhooks, push.go): each status change of the task
 //     after the config was made is POSTed as a2a-go's push sender posts
@@ -68,6 +71,10 @@ type API interface {
 	Interrupt(ctx context.Context, childID string, body []byte) (json.RawMessage, error)
 	// ListRuns answers GET /v1/runs with query as its query.
 	ListRuns(ctx context.Context, query url.Values) (json.RawMessage, error)
+	// ListApprovals answers GET /v1/approvals with query as its query.
+	ListApprovals(ctx context.Context, query url.Values) (json.RawMessage, error)
+	// DecideApproval answers POST /v1/approvals/{approvalId}/decision.
+	DecideApproval(ctx context.Context, approvalID string, body []byte) (json.RawMessage, error)
 	// GetTask answers GET /v1/tasks/{taskId}, waiting up to wait for the
 	// activation to settle.
 	GetTask(ctx context.Context, taskID string, wait time.Duration) (json.RawMessage, error)
@@ -274,7 +281,7 @@ func errorOf(ctx context.Context, err error) error {
 	case subagent.ETaskNotFound, subagent.ERunNotFound:
 		kind = a2a.ErrTaskNotFound
 	case subagent.EInvalidRequest, subagent.ESessionNotFound, subagent.EDuplicateChild, subagent.EInvalidMaxDepth, subagent.ENoProvider,
-		webhooks.EPushNotFound, webhooks.ETooMany:
+		webhooks.EPushNotFound, webhooks.ETooMany, subagent.EApprovalNotFound, subagent.EAlreadyDecided, subagent.EOptionUnavailable:
 		kind = a2a.ErrInvalidParams
 	case subagent.EUnsupportedCapability, subagent.ENotResumable, subagent.EDepthExceeded:
 		kind = a2a.ErrUnsupportedOperation
@@ -304,6 +311,11 @@ type taskJSON struct {
 	StartedAt      time.Time   `json:"startedAt"`
 	EndedAt        *time.Time  `json:"endedAt"`
 	Result         *resultJSON `json:"result"`
+	// PendingApprovals counts the approvals the task's agent waits on.
+	PendingApprovals int `json:"pendingApprovals"`
+	// approvals are those approvals, read for an input-required task's
+	// status (handler.approvals).
+	approvals []approvalPart
 }
 
 // resultJSON is a settled task's result.
@@ -325,6 +337,9 @@ const outputArtifact a2a.ArtifactID = "output"
 // state is the A2A state of t.
 func (t *taskJSON) state() a2a.TaskState {
 	if t.State == "running" || t.Result == nil {
+		if t.PendingApprovals > 0 {
+			return a2a.TaskStateInputRequired
+		}
 		return a2a.TaskStateWorking
 	}
 	switch t.Result.StopReason {
@@ -341,12 +356,14 @@ func (t *taskJSON) state() a2a.TaskState {
 // status is t's A2A status: a settled task that did not complete says
 // why in an agent message.
 func (t *taskJSON) status() a2a.TaskStatus {
-	st := a2a.TaskStatus{State: t.state()}
 	at := t.StartedAt
 	if t.EndedAt != nil {
 		at = *t.EndedAt
 	}
-	st.Timestamp = &at
+	st := a2a.TaskStatus{State: t.state(), Timestamp: &at}
+	if st.State == a2a.TaskStateInputRequired {
+		return inputRequired(t.info(), at, t.approvals)
+	}
 	if t.Result != nil && st.State != a2a.TaskStateCompleted {
 		why := t.Result.StopReason
 		if t.Result.Diagnostic != "" {
@@ -406,7 +423,20 @@ func (h *handler) getTask(ctx context.Context, id a2a.TaskID, wait time.Duration
 	if err != nil {
 		return nil, errorOf(ctx, err)
 	}
+	if err := h.approvals(ctx, t); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// approvals reads the pending approvals of t when it is input-required.
+func (h *handler) approvals(ctx context.Context, t *taskJSON) error {
+	if t.state() != a2a.TaskStateInputRequired {
+		return nil
+	}
+	var err error
+	t.approvals, err = h.pending(ctx, t)
+	return err
 }
 
 // GetTask implements a2asrv.RequestHandler: the task as it stands.
@@ -463,6 +493,9 @@ func (h *handler) send(ctx context.Context, req *a2a.SendMessageRequest) (sent, 
 	if msg == nil {
 		return sent{}, a2a.NewError(a2a.ErrInvalidParams, "message: required")
 	}
+	if d, ok := decisionOf(msg); ok {
+		return h.sendDecision(ctx, msg, d)
+	}
 	content, err := contentOf(msg.Parts)
 	if err != nil {
 		return sent{}, err
@@ -510,6 +543,21 @@ func (h *handler) send(ctx context.Context, req *a2a.SendMessageRequest) (sent, 
 		return sent{}, errorOf(ctx, err)
 	}
 	return sent{taskID: out.TaskID, contextID: childID, message: msg}, nil
+}
+
+// sendDecision takes decision d, which msg carries into its task.
+func (h *handler) sendDecision(ctx context.Context, msg *a2a.Message, d decision) (sent, error) {
+	if msg.TaskID == "" {
+		return sent{}, a2a.NewError(a2a.ErrInvalidParams, "message.taskId: a decision names the task that waits on it")
+	}
+	t, err := h.getTask(ctx, msg.TaskID, 0)
+	if err != nil {
+		return sent{}, err
+	}
+	if err := h.decide(ctx, t, d); err != nil {
+		return sent{}, err
+	}
+	return sent{taskID: t.TaskID, contextID: t.ChildSessionID, message: msg}, nil
 }
 
 // contentOf converts message parts into content blocks: text as text,
@@ -624,6 +672,12 @@ func (h *handler) follow(ctx context.Context, id a2a.TaskID, msg *a2a.Message, y
 	streamed := false
 	errStop := errors.New("the subscriber left")
 	raw, err := h.f.api.FollowTask(ctx, string(id), func(ev json.RawMessage) error {
+		if st, ok := approvalStatus(info, ev); ok {
+			if !yield(&a2a.TaskStatusUpdateEvent{TaskID: id, ContextID: info.ContextID, Status: st}, nil) {
+				return errStop
+			}
+			return nil
+		}
 		text := deltaText(ev)
 		if text == "" {
 			return nil

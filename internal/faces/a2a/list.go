@@ -77,6 +77,9 @@ func (h *handler) ListTasks(ctx context.Context, req *a2a.ListTasksRequest) (*a2
 		if t.TaskID == "" { // a one-shot run under the a2a root: not a task
 			continue
 		}
+		if err := h.approvals(ctx, &t); err != nil {
+			return nil, err
+		}
 		task := t.task()
 		if req.Status != a2a.TaskStateUnspecified && task.Status.State != req.Status {
 			continue
