@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 )
@@ -28,11 +30,12 @@ func TestA2A_ApprovalAsInputRequired(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	base := wiredServer(t, map[string]string{"SUBAGENTD_CONFIG": cfg})
+	base := wiredServer(t, map[string]string{"SUBAGENTD_CONFIG": cfg, "SUBAGENTD_WEBHOOK_ALLOW_PRIVATE": "true"})
 	for _, tp := range a2aTransports {
 		t.Run(string(tp), func(t *testing.T) {
 			t.Parallel()
 			c, _ := a2aClient(t, base, "asker", tp, "")
+			url, pushes := pushReceiver(t)
 			var task *a2a.Task
 			var states []a2a.TaskState
 			decided := make(chan error, 1)
@@ -54,6 +57,10 @@ func TestA2A_ApprovalAsInputRequired(t *testing.T) {
 					if err != nil || got.Status.State != a2a.TaskStateInputRequired || approvalOfStatus(t, got.Status)["approvalId"] != approval["approvalId"] {
 						t.Fatalf("GetTask while it waits = %+v, %v; want input-required with the approval", got, err)
 					}
+					// A push config made now is told of the decision and the completion.
+					if _, err := c.CreateTaskPushConfig(t.Context(), &a2a.PushConfig{TaskID: task.ID, URL: url}); err != nil {
+						t.Fatal(err)
+					}
 					bad := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewDataPart(map[string]any{"approvalId": "no-such-approval", "optionId": "yes"}))
 					bad.TaskID = task.ID
 					if _, err := c.SendMessage(t.Context(), &a2a.SendMessageRequest{Message: bad}); err == nil {
@@ -74,6 +81,21 @@ func TestA2A_ApprovalAsInputRequired(t *testing.T) {
 			want := []a2a.TaskState{a2a.TaskStateInputRequired, a2a.TaskStateWorking, a2a.TaskStateCompleted}
 			if fmt.Sprint(states) != fmt.Sprint(want) {
 				t.Fatalf("status updates %v, want %v", states, want)
+			}
+			for _, want := range []a2a.TaskState{a2a.TaskStateWorking, a2a.TaskStateCompleted} {
+				var d pushed
+				select {
+				case d = <-pushes:
+				case <-time.After(60 * time.Second):
+					t.Fatalf("no push delivery of %s within 60s", want)
+				}
+				var sr a2a.StreamResponse
+				if err := json.Unmarshal(d.body, &sr); err != nil {
+					t.Fatal(err)
+				}
+				if up, ok := sr.Event.(*a2a.TaskStatusUpdateEvent); !ok || up.TaskID != task.ID || up.Status.State != want {
+					t.Fatalf("push delivery %s, want the task %s", d.body, want)
+				}
 			}
 			done, ok := answer.(*a2a.Task)
 			if !ok || done.ID != task.ID || done.Status.State != a2a.TaskStateCompleted || artifactText(done) != "selected yes" {

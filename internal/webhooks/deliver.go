@@ -181,8 +181,8 @@ func (s *Service) serve(ctx context.Context, w store.Webhook) bool {
 		cursor := w.Cursor // the events before it need no delivery
 		for _, le := range evs {
 			e, err := subagent.ParseEvent(le)
-			typ, ok := lifecycleType(e)
-			if err != nil || !ok || !slices.Contains(w.Events, typ) || !pushWants(w, e) {
+			typ, ok := eventType(w, e)
+			if err != nil || !ok || !slices.Contains(w.Events, typ) {
 				cursor = le.ID
 				continue
 			}

@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -20,8 +22,10 @@ import (
 // from the same lifecycle log and cursor, as every endpoint; they differ
 // in three ways:
 //
-//   - an endpoint gets only its task's events (task.started,
-//     task.settled), and its body is PushBody's (the A2A face's push
+//   - an endpoint gets only its task's events — its start and
+//     settlement, and each approval its agent waits on (approval/requested:
+//     the task needs input) and that approval's close (approval/decided: it
+//     works again) — and its body is PushBody's (the A2A face's push
 //     payload) instead of the thin webhook body;
 //   - every delivery carries the Authorization header the config names,
 //     besides the Standard Webhooks headers; the signing secret is the
@@ -46,7 +50,14 @@ const (
 	// settledReason disables a push endpoint whose task's final status
 	// was delivered.
 	settledReason = "settled"
+	// pushApprovalRequested and pushApprovalDecided are the delivery
+	// types of a push endpoint's approval events.
+	pushApprovalRequested = "approval.requested"
+	pushApprovalDecided   = "approval.decided"
 )
+
+// pushEvents are the event types every push endpoint takes.
+var pushEvents = []string{pushApprovalDecided, pushApprovalRequested, TaskSettled, TaskStarted}
 
 // PushParams is a push config to store for a task.
 type PushParams struct {
@@ -67,10 +78,21 @@ type PushEvent struct {
 	TaskID string
 	// ContextID is the task's child (the A2A context).
 	ContextID string
-	// StopReason is "" when the task started (it works), else how it
-	// settled.
+	// StopReason is "" while the task works, else how it settled.
 	StopReason string
-	At         time.Time
+	// Approval, when set, is the approval the task's agent now waits on:
+	// the task needs input. Decided says that an approval closed: the
+	// task works again.
+	Approval *PushApproval
+	Decided  bool
+	At       time.Time
+}
+
+// PushApproval is the approval a push delivery reports, as the lifecycle
+// log carries it.
+type PushApproval struct {
+	ID                          string
+	ToolCallID, Title, ToolKind string
 }
 
 // PushBody builds the body of a push delivery; the same event must build
@@ -148,7 +170,7 @@ func (s *Service) CreatePush(ctx context.Context, p PushParams) (store.Webhook, 
 		auth = p.Scheme + " " + p.Credentials
 	}
 	w, err := s.st.CreateWebhook(ctx, store.Webhook{
-		ID: newID("wh_"), URL: p.URL, Events: []string{TaskSettled, TaskStarted}, Enabled: true, Secret: secret, CreatedAt: time.Now(),
+		ID: newID("wh_"), URL: p.URL, Events: pushEvents, Enabled: true, Secret: secret, CreatedAt: time.Now(),
 		Push: &store.WebhookPush{TaskID: p.TaskID, ConfigID: p.ConfigID, Authorization: auth, Token: p.Token},
 	})
 	if errors.Is(err, store.ErrConflict) {
@@ -192,10 +214,35 @@ func (s *Service) DeletePush(ctx context.Context, taskID, configID string) error
 	return err
 }
 
-// pushWants says whether push endpoint w delivers lifecycle event e: one
-// of its own task's.
-func pushWants(w store.Webhook, e subagent.Event) bool {
-	return w.Push == nil || e.TaskID == w.Push.TaskID
+// eventType is the delivery type of lifecycle event e for endpoint w:
+// its webhook type, or for a push endpoint one of its task's. ok is false
+// for an event w never takes.
+func eventType(w store.Webhook, e subagent.Event) (typ string, ok bool) {
+	if w.Push == nil {
+		return lifecycleType(e)
+	}
+	if e.TaskID != w.Push.TaskID {
+		return "", false
+	}
+	switch e.Type {
+	case governance.EventApprovalRequested:
+		return pushApprovalRequested, true
+	case governance.EventApprovalDecided:
+		return pushApprovalDecided, true
+	}
+	return lifecycleType(e)
+}
+
+// approvalEvent is the part of an approval's lifecycle payload a push
+// delivery reports.
+type approvalEvent struct {
+	ApprovalID string `json:"approvalId"`
+	SessionID  string `json:"sessionId"`
+	ToolCall   struct {
+		ID    string `json:"id"`
+		Title string `json:"title"`
+		Kind  string `json:"kind"`
+	} `json:"toolCall"`
 }
 
 // body builds the payload of lifecycle event le (webhook type typ) for
@@ -204,7 +251,18 @@ func (s *Service) body(ctx context.Context, w store.Webhook, le store.LifecycleE
 	if w.Push == nil {
 		return s.lifecycleBody(ctx, le, e, typ)
 	}
-	b, err := s.pushBody(PushEvent{TaskID: e.TaskID, ContextID: e.ID, StopReason: e.StopReason, At: le.Time})
+	pe := PushEvent{TaskID: e.TaskID, ContextID: e.ID, StopReason: e.StopReason, At: le.Time}
+	if typ == pushApprovalRequested || typ == pushApprovalDecided {
+		var a approvalEvent
+		if err := json.Unmarshal(le.Payload, &a); err != nil {
+			return nil, fmt.Errorf("webhooks: decode approval event %d: %w", le.ID, err)
+		}
+		pe.ContextID, pe.Decided = a.SessionID, typ == pushApprovalDecided
+		if !pe.Decided {
+			pe.Approval = &PushApproval{ID: a.ApprovalID, ToolCallID: a.ToolCall.ID, Title: a.ToolCall.Title, ToolKind: a.ToolCall.Kind}
+		}
+	}
+	b, err := s.pushBody(pe)
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: build a push payload: %w", err)
 	}

@@ -13,7 +13,51 @@ import (
 
 // fakePushBody stands in for the A2A face's payload: it shows the event.
 func fakePushBody(e PushEvent) ([]byte, error) {
-	return json.Marshal(map[string]string{"task": e.TaskID, "context": e.ContextID, "stop": e.StopReason, "at": timestamp(e.At)})
+	m := map[string]any{"task": e.TaskID, "context": e.ContextID, "stop": e.StopReason, "at": timestamp(e.At)}
+	if e.Approval != nil {
+		m["approval"] = e.Approval
+	}
+	if e.Decided {
+		m["decided"] = true
+	}
+	return json.Marshal(m)
+}
+
+// TestPush_ApprovalsOfItsTask: the approval events of a push config's
+// task are deliveries too — the approval it waits on, then its close —
+// and another task's are not.
+func TestPush_ApprovalsOfItsTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withPush)
+	rc := newReceiver(t, nil)
+	if _, err := b.svc.CreatePush(t.Context(), PushParams{TaskID: "task-1", URL: rc.srv.URL}); err != nil {
+		t.Fatal(err)
+	}
+	approval := func(typ, task, id string) {
+		t.Helper()
+		payload := fmt.Sprintf(`{"approvalId":%q,"state":"pending","runId":"run-1","taskId":%q,"sessionId":"child","rootSessionId":"root","provider":"acp","toolCall":{"id":"call-9","title":"Delete build/","kind":"delete"}}`, id, task)
+		if _, err := b.st.AppendLifecycle(t.Context(), store.LifecycleEvent{Type: typ, RunID: "run-1", Payload: []byte(payload)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	approval("approval/requested", "task-2", "ap-0")
+	approval("approval/requested", "task-1", "ap-1")
+	approval("approval/decided", "task-1", "ap-1")
+	req, dec := rc.next(t), rc.next(t)
+	var got struct {
+		Context  string
+		Approval *PushApproval
+		Decided  bool
+	}
+	if err := json.Unmarshal(req.body, &got); err != nil || got.Context != "child" || got.Approval == nil ||
+		*got.Approval != (PushApproval{ID: "ap-1", ToolCallID: "call-9", Title: "Delete build/", ToolKind: "delete"}) || got.Decided {
+		t.Fatalf("the request's delivery %s: want approval ap-1 of context child", req.body)
+	}
+	got.Approval = nil
+	if err := json.Unmarshal(dec.body, &got); err != nil || got.Approval != nil || !got.Decided {
+		t.Fatalf("the decision's delivery %s: want decided", dec.body)
+	}
+	rc.none(t)
 }
 
 func withPush(c *Config) { c.PushBody = fakePushBody }

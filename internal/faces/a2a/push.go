@@ -16,15 +16,25 @@ import (
 
 // PushBody is the body of a push delivery (webhooks.PushBody): what
 // a2a-go's push sender posts, a StreamResponse holding the task's status
-// update. The same event builds the same bytes: a retry resends them.
+// update. An approval the task waits on makes it input-required with the
+// approval as a data part (its options are the task's, read with
+// GetTask). The same event builds the same bytes: a retry resends them.
 func PushBody(e webhooks.PushEvent) ([]byte, error) {
 	t := taskJSON{TaskID: e.TaskID, ChildSessionID: e.ContextID, State: "running", StartedAt: e.At}
-	if e.StopReason != "" {
+	switch {
+	case e.StopReason != "":
 		t.State, t.EndedAt, t.Result = "settled", &e.At, &resultJSON{StopReason: e.StopReason}
+	case e.Approval != nil:
+		t.PendingApprovals = 1
+		t.approvals = []approvalPart{{ApprovalID: e.Approval.ID,
+			ToolCall: approvalToolCall{ID: e.Approval.ToolCallID, Title: e.Approval.Title, Kind: e.Approval.ToolKind}, Options: []approvalOption{}}}
 	}
 	st := t.status()
 	if st.Message != nil {
 		st.Message.ID = e.TaskID + "/" + e.StopReason
+		if e.Approval != nil {
+			st.Message.ID = e.TaskID + "/" + e.Approval.ID
+		}
 	}
 	b, err := json.Marshal(a2a.StreamResponse{Event: &a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(e.TaskID), ContextID: e.ContextID, Status: st}})
 	if err != nil {
