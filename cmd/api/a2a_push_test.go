@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -160,5 +162,86 @@ func configs(t *testing.T, c *a2aclient.Client, id a2a.TaskID, url, token string
 	got, err := c.GetTaskPushConfig(ctx, &a2a.GetTaskPushConfigRequest{TaskID: id, ID: "cfg-1"})
 	if err != nil || got.URL != want.URL || got.TaskID != id {
 		t.Fatalf("GetTaskPushConfig(cfg-1) = %+v, %v", got, err)
+	}
+}
+
+// TestRestart_SIGKILL_PushDeliveredAfterRestart: a task completes and the
+// process is SIGKILLed while the push delivery of its completion is in
+// flight; the restarted process delivers it, with the same webhook-id,
+// the config's Authorization and a signature made with its token.
+func TestRestart_SIGKILL_PushDeliveredAfterRestart(t *testing.T) {
+	t.Parallel()
+	var down atomic.Bool // the receiver holds requests without answering
+	down.Store(true)
+	held, got := make(chan pushed, 10), make(chan pushed, 10)
+	ended := make(chan struct{})
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		d := pushed{path: r.URL.Path, header: r.Header.Clone(), body: b}
+		if down.Load() {
+			held <- d
+			select {
+			case <-r.Context().Done(): // the sender died
+			case <-ended:
+			}
+			return
+		}
+		got <- d
+	}))
+	t.Cleanup(rc.Close)
+	t.Cleanup(func() { close(ended) })
+
+	env := replicaEnv(pgtest.URL(t), "replica-push-kill")
+	env["SUBAGENTD_WEBHOOK_ALLOW_PRIVATE"] = "true"
+	a := startServer(t, env)
+	c, _ := a2aClient(t, a.base, "spawn", a2a.TransportProtocolJSONRPC, "")
+	const token = "the push token"
+	var task *a2a.Task
+	for ev, err := range c.SendStreamingMessage(t.Context(), textMessage("/sleep 2s\nkill me", "", "")) {
+		if err != nil {
+			t.Fatalf("stream: %v", err)
+		}
+		if tk, ok := ev.(*a2a.Task); ok {
+			task = tk
+			if _, err := c.CreateTaskPushConfig(t.Context(), &a2a.PushConfig{TaskID: task.ID, URL: rc.URL, Token: token,
+				Auth: &a2a.PushAuthInfo{Scheme: "Bearer", Credentials: "kill-cred"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var first pushed
+	select {
+	case first = <-held:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no push delivery attempt within 60s of the completion")
+	}
+	if err := a.stop(t, syscall.SIGKILL); err == nil {
+		t.Fatal("SIGKILL: process exited cleanly")
+	}
+
+	down.Store(false)
+	startServer(t, env) // the same replica id: it takes its own lease back at once
+	var d pushed
+	select {
+	case d = <-got:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the push was not delivered after the restart within 60s")
+	}
+	wh, err := standardwebhooks.NewWebhook("whsec_" + base64.StdEncoding.EncodeToString([]byte(token)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wh.Verify(d.body, d.header); err != nil {
+		t.Fatalf("the delivery after the restart does not verify: %v", err)
+	}
+	if id := d.header.Get("webhook-id"); id == "" || id != first.header.Get("webhook-id") || string(d.body) != string(first.body) || d.header.Get("Authorization") != "Bearer kill-cred" {
+		t.Fatalf("after the restart: id %q body %s auth %q; before: id %q body %s", id, d.body, d.header.Get("Authorization"), first.header.Get("webhook-id"), first.body)
+	}
+	var sr a2a.StreamResponse
+	if err := json.Unmarshal(d.body, &sr); err != nil {
+		t.Fatal(err)
+	}
+	if up, ok := sr.Event.(*a2a.TaskStatusUpdateEvent); !ok || up.TaskID != task.ID || up.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("delivered %s, want the task's completion", d.body)
 	}
 }
