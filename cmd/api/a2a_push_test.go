@@ -25,6 +25,7 @@ type pushed struct {
 	path   string
 	header http.Header
 	body   []byte
+	at     time.Time // when the receiver got it
 }
 
 // pushReceiver is a real HTTP server on loopback that records every
@@ -34,7 +35,7 @@ func pushReceiver(t *testing.T) (string, <-chan pushed) {
 	got := make(chan pushed, 100)
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		got <- pushed{path: r.URL.Path, header: r.Header.Clone(), body: b}
+		got <- pushed{path: r.URL.Path, header: r.Header.Clone(), body: b, at: time.Now()}
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(rc.Close)
@@ -74,6 +75,7 @@ func testPushConfig(t *testing.T, base, token string) {
 			secret := "push token of " + string(tp)
 			var task *a2a.Task
 			var final a2a.TaskState
+			var finalAt time.Time
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
 			for ev, err := range c.SendStreamingMessage(ctx, textMessage("/sleep 4s\npush me", "", "")) {
@@ -86,7 +88,7 @@ func testPushConfig(t *testing.T, base, token string) {
 					configs(t, c, task.ID, url, secret)
 				case *a2a.TaskStatusUpdateEvent:
 					if ev.Status.State.Terminal() {
-						final = ev.Status.State
+						final, finalAt = ev.Status.State, time.Now()
 					}
 				}
 			}
@@ -100,6 +102,7 @@ func testPushConfig(t *testing.T, base, token string) {
 			case <-time.After(60 * time.Second):
 				t.Fatal("no push delivery within 60s of the task's completion")
 			}
+			t.Logf("push delivery received %v after the stream's final status (negative: before)", d.at.Sub(finalAt))
 			wh, err := standardwebhooks.NewWebhook("whsec_" + base64.StdEncoding.EncodeToString([]byte(secret)))
 			if err != nil {
 				t.Fatal(err)

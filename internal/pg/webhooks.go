@@ -117,13 +117,14 @@ func (s *Store) ListWebhooks(ctx context.Context) (_ []store.Webhook, err error)
 }
 
 // TaskWebhooks returns the tenant's endpoints scoped to task taskID by
-// (CreatedAt, ID) (webhook_endpoints_push_idx finds them).
+// (CreatedAt, ID); the term that push_task is not empty lets a generic plan use the
+// partial index webhook_endpoints_push_idx.
 func (s *Store) TaskWebhooks(ctx context.Context, taskID string) (_ []store.Webhook, err error) {
 	defer wrap(&err, "list the webhooks of task %q", taskID)
 	if taskID == "" {
 		return []store.Webhook{}, nil
 	}
-	rows, _ := s.pool.Query(ctx, `SELECT `+webhookCols+` FROM webhook_endpoints WHERE tenant = $1 AND push_task = $2
+	rows, _ := s.pool.Query(ctx, `SELECT `+webhookCols+` FROM webhook_endpoints WHERE tenant = $1 AND push_task = $2 AND push_task <> ''
 		ORDER BY created_at, id LIMIT $3`, store.Tenant(ctx), taskID, maxLimit)
 	return collectWebhooks(rows)
 }
