@@ -126,7 +126,7 @@ func TestA2A_ConversationOverBothBindings(t *testing.T) {
 		t.Run(string(tp), func(t *testing.T) {
 			t.Parallel()
 			c, card := a2aClient(t, base, "spawn", tp, a2aToken)
-			if card.Name != "spawn" || !card.Capabilities.Streaming || card.Capabilities.PushNotifications {
+			if card.Name != "spawn" || !card.Capabilities.Streaming || !card.Capabilities.PushNotifications {
 				t.Fatalf("card %+v", card)
 			}
 			if _, ok := card.SecuritySchemes["bearer"]; !ok || len(card.SecurityRequirements) != 1 {
@@ -200,8 +200,8 @@ func TestA2A_ConversationOverBothBindings(t *testing.T) {
 			if _, err := c.SendMessage(t.Context(), textMessage("late", ctxID, first.task.ID)); !errors.Is(err, a2a.ErrInvalidParams) {
 				t.Errorf("a message to a completed task: error %v, want InvalidParams", err)
 			}
-			if _, err := c.GetTaskPushConfig(t.Context(), &a2a.GetTaskPushConfigRequest{TaskID: first.task.ID, ID: "x"}); !errors.Is(err, a2a.ErrPushNotificationNotSupported) {
-				t.Errorf("GetTaskPushConfig error %v, want PushNotificationNotSupported", err)
+			if _, err := c.GetTaskPushConfig(t.Context(), &a2a.GetTaskPushConfigRequest{TaskID: first.task.ID, ID: "x"}); !errors.Is(err, a2a.ErrInvalidParams) {
+				t.Errorf("GetTaskPushConfig(unknown) error %v, want InvalidParams", err)
 			}
 
 			// Without the token every method is refused; the card is public.

@@ -505,7 +505,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 		return nil, fmt.Errorf("record the providers removed since the last start: %w", err)
 	}
 
-	hooks, err := newWebhooks(cfg, file, webhooks.Config{Store: st, Logger: log, Owner: owner(replica), Metrics: metrics})
+	hooks, err := newWebhooks(cfg, file, webhooks.Config{Store: st, Logger: log, Owner: owner(replica), Metrics: metrics, PushBody: a2aface.PushBody})
 	if err != nil {
 		return nil, err
 	}
@@ -524,7 +524,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 		A2A: func(api *httpapi.Server) httpapi.A2A {
 			return a2aface.New(a2aface.Config{
 				API: api, Logger: log, Version: buildVersion(), Authenticated: len(sec.tokens) > 0,
-				Heartbeat: httpapi.DefaultHeartbeat, MaxWait: a2aWait,
+				Heartbeat: httpapi.DefaultHeartbeat, MaxWait: a2aWait, Push: hooks,
 			})
 		},
 	})

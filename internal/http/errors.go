@@ -51,6 +51,7 @@ var problems = map[string]problemType{
 	webhooks.ENotFound:              {http.StatusNotFound, "No such webhook"},
 	webhooks.EDeliveryNotFound:      {http.StatusNotFound, "No such delivery"},
 	webhooks.ETooMany:               {http.StatusConflict, "Too many webhooks"},
+	webhooks.EPushNotFound:          {http.StatusNotFound, "No such push config"},
 	codeNotFound:                    {http.StatusNotFound, "Not found"},
 	codeMethodNotAllowed:            {http.StatusMethodNotAllowed, "Method not allowed"},
 	subagent.EUnsupportedCapability: {http.StatusUnprocessableEntity, "Unsupported capability"},

@@ -49,6 +49,12 @@ func (s *Server) StartRun(ctx context.Context, body []byte, wait time.Duration) 
 	return answer(ctx, s, "start run", runOut(run), err)
 }
 
+// ListRuns answers GET /v1/runs with query as its query.
+func (s *Server) ListRuns(ctx context.Context, query url.Values) (json.RawMessage, error) {
+	out, err := s.runPage(ctx, queryParams(query))
+	return answer(ctx, s, "list runs", out, err)
+}
+
 // GetRun answers GET /v1/runs/{runId}, waiting up to wait (at most
 // MaxWait) for a running run to settle, as ?wait=N does.
 func (s *Server) GetRun(ctx context.Context, runID string, wait time.Duration) (json.RawMessage, error) {

@@ -146,7 +146,17 @@ func preferences(header string) iter.Seq2[string, string] {
 
 // listRuns pages through runs, oldest first.
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
-	p := newParams(r)
+	out, err := s.runPage(r.Context(), newParams(r))
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
+	return nil
+}
+
+// runPage reads the filter of GET /v1/runs from p's query and answers
+// that page.
+func (s *Server) runPage(ctx context.Context, p *params) (runListJSON, error) {
 	f := store.RunFilter{
 		ParentID: p.str("parentSessionId", maxIDLength),
 		ChildID:  p.str("childSessionId", maxIDLength),
@@ -160,21 +170,20 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 		p.fail("state", "must be one of: running, settled, disposed")
 	}
 	if err := p.err(); err != nil {
-		return err
+		return runListJSON{}, err
 	}
-	rows, next, err := page(r.Context(), limit, func(ctx context.Context, after string, n int) ([]store.Run, error) {
+	rows, next, err := page(ctx, limit, func(ctx context.Context, after string, n int) ([]store.Run, error) {
 		f.AfterID, f.Limit = after, n
 		return s.store.ListRuns(ctx, f)
 	}, after, func(x store.Run) string { return x.ID })
 	if err != nil {
-		return fmt.Errorf("list runs: %w", err)
+		return runListJSON{}, fmt.Errorf("list runs: %w", err)
 	}
 	out := runListJSON{Runs: make([]runJSON, 0, len(rows)), NextCursor: next}
 	for _, row := range rows {
 		out.Runs = append(out.Runs, runOut(row))
 	}
-	s.writeJSON(w, r, http.StatusOK, out)
-	return nil
+	return out, nil
 }
 
 // getRun answers one run; ?wait=N long-polls up to N seconds for a running

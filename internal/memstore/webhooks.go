@@ -33,6 +33,13 @@ func (s *Store) CreateWebhook(ctx context.Context, w store.Webhook) (store.Webho
 	if _, ok := s.hooks.byID[w.ID]; ok {
 		return store.Webhook{}, fmt.Errorf("memstore: create webhook %q: %w", w.ID, store.ErrConflict)
 	}
+	if w.Push != nil {
+		for _, h := range s.hooks.byID {
+			if p := h.w.Push; p != nil && h.w.Tenant == store.Tenant(ctx) && p.TaskID == w.Push.TaskID && p.ConfigID == w.Push.ConfigID {
+				return store.Webhook{}, fmt.Errorf("memstore: create webhook %q: task %q has config %q: %w", w.ID, p.TaskID, p.ConfigID, store.ErrConflict)
+			}
+		}
+	}
 	if s.hooks.byID == nil {
 		s.hooks.byID = map[string]*hook{}
 	}
@@ -42,7 +49,7 @@ func (s *Store) CreateWebhook(ctx context.Context, w store.Webhook) (store.Webho
 	w.NextAttemptAt = norm(w.NextAttemptAt)
 	w.Cursor = s.lifeBase + int64(len(s.lifecycle))
 	w.RetryEvent, w.Attempts, w.Owner, w.LeaseUntil = 0, 0, "", time.Time{}
-	w.Events = slices.Clone(w.Events)
+	w = cloneWebhook(w)
 	s.hooks.byID[w.ID] = &hook{w: w}
 	defer s.hub.Wake(store.WebhooksTopic)
 	return cloneWebhook(w), nil
@@ -68,14 +75,34 @@ func (s *Store) GetWebhook(ctx context.Context, id string) (store.Webhook, error
 	return cloneWebhook(h.w), nil
 }
 
-// ListWebhooks returns the tenant's endpoints by (CreatedAt, ID).
+// ListWebhooks returns the tenant's endpoints not scoped to a task by
+// (CreatedAt, ID).
 func (s *Store) ListWebhooks(ctx context.Context) ([]store.Webhook, error) {
+	return s.listWebhooks(ctx, "")
+}
+
+// TaskWebhooks returns the tenant's endpoints scoped to task taskID by
+// (CreatedAt, ID).
+func (s *Store) TaskWebhooks(ctx context.Context, taskID string) ([]store.Webhook, error) {
+	if taskID == "" {
+		return []store.Webhook{}, nil
+	}
+	return s.listWebhooks(ctx, taskID)
+}
+
+// listWebhooks returns the tenant's endpoints scoped to task taskID, or to
+// none when taskID is "", by (CreatedAt, ID).
+func (s *Store) listWebhooks(ctx context.Context, taskID string) ([]store.Webhook, error) {
 	tenant := store.Tenant(ctx)
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := []store.Webhook{}
 	for _, h := range s.hooks.byID {
-		if h.w.Tenant == tenant {
+		task := ""
+		if h.w.Push != nil {
+			task = h.w.Push.TaskID
+		}
+		if h.w.Tenant == tenant && task == taskID {
 			out = append(out, cloneWebhook(h.w))
 		}
 	}
@@ -293,6 +320,10 @@ func (s *Store) SweepWebhookDeliveries(_ context.Context, before time.Time) (int
 
 func cloneWebhook(w store.Webhook) store.Webhook {
 	w.Events = slices.Clone(w.Events)
+	if w.Push != nil {
+		p := *w.Push
+		w.Push = &p
+	}
 	return w
 }
 

@@ -14,7 +14,8 @@ import (
 )
 
 const webhookCols = `tenant, id, url, events, description, enabled, disabled_reason, secret, prev_secret,
-	prev_secret_until, created_at, cursor, retry_event, attempts, next_attempt_at, owner, lease_until`
+	prev_secret_until, created_at, cursor, retry_event, attempts, next_attempt_at, owner, lease_until,
+	push_task, push_config, push_authorization, push_token`
 
 type webhookRow struct {
 	Tenant          string     `db:"tenant"`
@@ -34,10 +35,18 @@ type webhookRow struct {
 	NextAttemptAt   *time.Time `db:"next_attempt_at"`
 	Owner           string     `db:"owner"`
 	LeaseUntil      *time.Time `db:"lease_until"`
+	PushTask        string     `db:"push_task"`
+	PushConfig      string     `db:"push_config"`
+	PushAuth        string     `db:"push_authorization"`
+	PushToken       string     `db:"push_token"`
 }
 
 func (r webhookRow) webhook() store.Webhook {
-	return store.Webhook{
+	var push *store.WebhookPush
+	if r.PushTask != "" {
+		push = &store.WebhookPush{TaskID: r.PushTask, ConfigID: r.PushConfig, Authorization: r.PushAuth, Token: r.PushToken}
+	}
+	return store.Webhook{Push: push,
 		ID: r.ID, Tenant: r.Tenant, URL: r.URL, Events: r.Events, Description: r.Description,
 		Enabled: r.Enabled, DisabledReason: r.DisabledReason, Secret: r.Secret, PrevSecret: r.PrevSecret,
 		PrevSecretUntil: fromDB(r.PrevSecretUntil), CreatedAt: r.CreatedAt.UTC(), Cursor: r.Cursor,
@@ -74,14 +83,19 @@ func (s *Store) CreateWebhook(ctx context.Context, w store.Webhook) (_ store.Web
 	if events == nil {
 		events = []string{}
 	}
+	var push store.WebhookPush
+	if w.Push != nil {
+		push = *w.Push
+	}
 	rows, _ := s.pool.Query(ctx, `WITH ins AS (
 		INSERT INTO webhook_endpoints (tenant, id, url, events, description, enabled, disabled_reason, secret,
-			prev_secret, prev_secret_until, created_at, cursor)
-		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, last_id FROM lifecycle_counter
+			prev_secret, prev_secret_until, created_at, cursor, push_task, push_config, push_authorization, push_token)
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, last_id, $14, $15, $16, $17 FROM lifecycle_counter
 		RETURNING `+webhookCols+`), wake AS (SELECT pg_notify($12, $13))
 		SELECT ins.* FROM ins, wake`,
 		store.Tenant(ctx), w.ID, w.URL, events, w.Description, w.Enabled, w.DisabledReason, w.Secret,
-		w.PrevSecret, nullTime(w.PrevSecretUntil), now(w.CreatedAt), notifyChannel, store.WebhooksTopic)
+		w.PrevSecret, nullTime(w.PrevSecretUntil), now(w.CreatedAt), notifyChannel, store.WebhooksTopic,
+		push.TaskID, push.ConfigID, push.Authorization, push.Token)
 	return oneWebhook(rows)
 }
 
@@ -93,11 +107,25 @@ func (s *Store) GetWebhook(ctx context.Context, id string) (_ store.Webhook, err
 	return oneWebhook(rows)
 }
 
-// ListWebhooks returns the tenant's endpoints by (CreatedAt, ID).
+// ListWebhooks returns the tenant's endpoints not scoped to a task by
+// (CreatedAt, ID).
 func (s *Store) ListWebhooks(ctx context.Context) (_ []store.Webhook, err error) {
 	defer wrap(&err, "list webhooks")
-	rows, _ := s.pool.Query(ctx, `SELECT `+webhookCols+` FROM webhook_endpoints WHERE tenant = $1
+	rows, _ := s.pool.Query(ctx, `SELECT `+webhookCols+` FROM webhook_endpoints WHERE tenant = $1 AND push_task = ''
 		ORDER BY created_at, id LIMIT $2`, store.Tenant(ctx), maxLimit)
+	return collectWebhooks(rows)
+}
+
+// TaskWebhooks returns the tenant's endpoints scoped to task taskID by
+// (CreatedAt, ID); the term that push_task is not empty lets a generic plan use the
+// partial index webhook_endpoints_push_idx.
+func (s *Store) TaskWebhooks(ctx context.Context, taskID string) (_ []store.Webhook, err error) {
+	defer wrap(&err, "list the webhooks of task %q", taskID)
+	if taskID == "" {
+		return []store.Webhook{}, nil
+	}
+	rows, _ := s.pool.Query(ctx, `SELECT `+webhookCols+` FROM webhook_endpoints WHERE tenant = $1 AND push_task = $2 AND push_task <> ''
+		ORDER BY created_at, id LIMIT $3`, store.Tenant(ctx), taskID, maxLimit)
 	return collectWebhooks(rows)
 }
 

@@ -300,6 +300,10 @@ func (b *bounded) ListWebhooks(ctx context.Context) ([]Webhook, error) {
 	return call(b, ctx, func(c context.Context) ([]Webhook, error) { return b.Store.ListWebhooks(c) })
 }
 
+func (b *bounded) TaskWebhooks(ctx context.Context, taskID string) ([]Webhook, error) {
+	return call(b, ctx, func(c context.Context) ([]Webhook, error) { return b.Store.TaskWebhooks(c, taskID) })
+}
+
 func (b *bounded) UpdateWebhook(ctx context.Context, id string, u WebhookUpdate) (Webhook, error) {
 	return call(b, ctx, func(c context.Context) (Webhook, error) { return b.Store.UpdateWebhook(c, id, u) })
 }

@@ -41,6 +41,22 @@ type Webhook struct {
 	// one at a time, so deliveries of one endpoint never overlap.
 	Owner      string
 	LeaseUntil time.Time
+
+	// Push, when set, scopes the endpoint to one task: it is an A2A
+	// push-notification config (internal/faces/a2a). ListWebhooks leaves
+	// such endpoints out; TaskWebhooks lists them.
+	Push *WebhookPush
+}
+
+// WebhookPush is what scopes an endpoint to one task.
+type WebhookPush struct {
+	TaskID string
+	// ConfigID is the config's id, unique among the task's configs.
+	ConfigID string
+	// Authorization is the Authorization header each delivery carries, ""
+	// for none; Token the A2A-Notification-Token header, "" for none.
+	Authorization string
+	Token         string
 }
 
 // WebhookUpdate changes the fields that are set.
@@ -137,13 +153,17 @@ type WebhookBacklog struct {
 type Webhooks interface {
 	// CreateWebhook stores w with Cursor at the newest committed lifecycle
 	// id (of any tenant; ids are global) and returns it as stored.
-	// Returns ErrConflict if the id exists.
+	// Returns ErrConflict if the id exists, or if w.Push names a task and
+	// config id the tenant has an endpoint for already.
 	CreateWebhook(ctx context.Context, w Webhook) (Webhook, error)
 	// GetWebhook returns one endpoint. Returns ErrNotFound.
 	GetWebhook(ctx context.Context, id string) (Webhook, error)
-	// ListWebhooks returns the tenant's endpoints by (CreatedAt, ID), at
-	// most 1000.
+	// ListWebhooks returns the tenant's endpoints that are not scoped to a
+	// task (Push nil) by (CreatedAt, ID), at most 1000.
 	ListWebhooks(ctx context.Context) ([]Webhook, error)
+	// TaskWebhooks returns the tenant's endpoints scoped to task taskID by
+	// (CreatedAt, ID), at most 1000.
+	TaskWebhooks(ctx context.Context, taskID string) ([]Webhook, error)
 	// UpdateWebhook applies u and returns the endpoint. Returns
 	// ErrNotFound.
 	UpdateWebhook(ctx context.Context, id string, u WebhookUpdate) (Webhook, error)

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -180,7 +179,7 @@ func (s *Service) serve(ctx context.Context, w store.Webhook) bool {
 		cursor := w.Cursor // the events before it need no delivery
 		for _, le := range evs {
 			ev, ok, err := classify(le)
-			if err != nil || !ok || !slices.Contains(w.Events, ev.typ) {
+			if err != nil || !ok || !takes(w, ev) {
 				cursor = le.ID
 				continue
 			}
@@ -213,7 +212,7 @@ func (s *Service) advance(ctx context.Context, p store.AdvanceWebhookParams) err
 // endpoint as recorded and whether to go on with the next event; an error
 // (logged) says the attempt was not recorded.
 func (s *Service) deliver(ctx context.Context, log *slog.Logger, w store.Webhook, cursor int64, le store.LifecycleEvent, ev event) (store.Webhook, bool, error) {
-	b, err := s.lifecycleBody(ctx, le, ev)
+	b, err := s.body(ctx, w, le, ev)
 	if err != nil {
 		log.WarnContext(ctx, "webhooks: build a payload", slog.Int64("event", le.ID), slog.Any("error", err))
 		return w, false, err
@@ -244,9 +243,15 @@ func (s *Service) deliver(ctx context.Context, log *slog.Logger, w store.Webhook
 	default:
 		d.Status = store.DeliveryFailed
 	}
+	if w.Push != nil && ev.typ == TaskSettled && d.Status != store.DeliveryRetrying && p.Disable == "" {
+		p.Disable = settledReason // the task's last status is told
+	}
 	if err := s.advance(ctx, p); err != nil {
 		log.WarnContext(ctx, "webhooks: record a delivery", slog.String("event", d.EventID), slog.Any("error", err))
 		return w, false, err
+	}
+	if p.Disable == settledReason {
+		return w, false, nil
 	}
 	if p.Disable != "" {
 		log.WarnContext(ctx, "webhooks: the receiver answered 410 Gone; endpoint disabled", slog.String("url", w.URL))
@@ -356,6 +361,9 @@ func (s *Service) send(ctx context.Context, w store.Webhook, o outgoing) (res re
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(start.Unix(), 10))
 	req.Header.Set("webhook-signature", sig)
 	req.Header.Set("traceparent", tp)
+	if w.Push != nil && w.Push.Authorization != "" {
+		req.Header.Set("Authorization", w.Push.Authorization)
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		res.err, res.latency = unwrapURLError(err), time.Since(start)

@@ -50,6 +50,9 @@ type event struct {
 	typ   string
 	data  bodyData
 	runID string
+	// taskID is the activation's the event is about, "" for none: a push
+	// endpoint takes only its task's (takes).
+	taskID string
 }
 
 // classify maps lifecycle event le onto the webhook that carries it:
@@ -64,7 +67,7 @@ func classify(le store.LifecycleEvent) (ev event, ok bool, err error) {
 		if err != nil {
 			return event{}, false, err
 		}
-		ev = event{runID: e.RunID, data: bodyData{SessionID: e.ID, ParentSessionID: e.ParentID, RootSessionID: e.RootID,
+		ev = event{runID: e.RunID, taskID: e.TaskID, data: bodyData{SessionID: e.ID, ParentSessionID: e.ParentID, RootSessionID: e.RootID,
 			Provider: e.Provider, StopReason: e.StopReason}}
 		started := le.Type == subagent.EventStart
 		switch {
@@ -82,12 +85,12 @@ func classify(le store.LifecycleEvent) (ev event, ok bool, err error) {
 		return ev, true, nil
 	case governance.EventApprovalRequested, governance.EventApprovalDecided:
 		var p struct {
-			ApprovalID, SessionID, ParentSessionID, RootSessionID, Provider, RunID string
+			ApprovalID, SessionID, ParentSessionID, RootSessionID, Provider, RunID, TaskID string
 		}
 		if err := json.Unmarshal(le.Payload, &p); err != nil {
 			return event{}, false, fmt.Errorf("decode lifecycle event %d (%s): %w", le.ID, le.Type, err)
 		}
-		ev = event{typ: ApprovalDecided, runID: p.RunID, data: bodyData{ApprovalID: p.ApprovalID, SessionID: p.SessionID,
+		ev = event{typ: ApprovalDecided, runID: p.RunID, taskID: p.TaskID, data: bodyData{ApprovalID: p.ApprovalID, SessionID: p.SessionID,
 			ParentSessionID: p.ParentSessionID, RootSessionID: p.RootSessionID, Provider: p.Provider}}
 		if le.Type == governance.EventApprovalRequested {
 			ev.typ = ApprovalRequested

@@ -100,6 +100,8 @@ type Store interface {
 	GetSession(ctx context.Context, id string) (store.Session, error)
 	// GetRun finds the trace a delivery continues.
 	GetRun(ctx context.Context, runID string) (store.Run, error)
+	// TaskWebhooks lists a task's push configs.
+	TaskWebhooks(ctx context.Context, taskID string) ([]store.Webhook, error)
 	// Subscribe wakes the deliverer on new events and endpoints.
 	Subscribe(topic string) (<-chan struct{}, func())
 }
@@ -122,6 +124,9 @@ type Config struct {
 	// Metrics counts attempts by outcome and, when set, gets the backlog
 	// read from the store once per poll interval; nil counts nothing.
 	Metrics *telemetry.Metrics
+	// PushBody builds the bodies of push endpoints' deliveries (see
+	// push.go); nil refuses push configs.
+	PushBody PushBody
 }
 
 // Service manages endpoints and, between Start and Stop, delivers to them.
@@ -140,6 +145,8 @@ type Service struct {
 	roots   roots
 	traces  memo[string] // run id → the traceparent its row kept
 	metrics *telemetry.Metrics
+	// pushBody builds push endpoints' bodies.
+	pushBody PushBody
 
 	// kick wakes the loop when a worker ends or schedules a retry.
 	kick chan struct{}
@@ -163,7 +170,7 @@ func New(cfg Config) *Service {
 		st: cfg.Store, log: cfg.Logger, owner: cfg.Owner, retry: retry,
 		timeout: timeout, lease: 2*timeout + 5*time.Second, poll: cmpOr(cfg.Poll, DefaultPoll),
 		client: newClient(timeout, cfg.AllowPrivate),
-		roots:  roots{st: cfg.Store}, metrics: cfg.Metrics,
+		roots:  roots{st: cfg.Store}, metrics: cfg.Metrics, pushBody: cfg.PushBody,
 		kick:   make(chan struct{}, 1),
 		active: make(map[string]bool),
 	}

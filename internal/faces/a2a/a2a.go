@@ -14,15 +14,26 @@
 //     message naming a context or a running task is a followup of that
 //     child, so it is steered into the running task or starts the next;
 //   - tasks/cancel interrupts the child; tasks/get reads the task;
+//     tasks/list pages through the tasks of a context, or of every
+//     context under the "a2a" root session, out of GET /v1/runs;
 //   - a stream (message/stream, tasks/subscribe) replays the task's turns
 //     from its start out of the child's durable log and follows them until
 //     the task settles: text deltas are one appended artifact, the task's
 //     state changes are status updates. Subscribing to a settled task is
 //     UnsupportedOperation, as A2A v1 says.
+//   - a task whose agent waits on an approval is input-required, the
+//     approvals' options in its status; a message carrying a decision
+//     takes it (approvals.go);
+//   - push-notification configs are webhook endpoints scoped to their
+//     task (internal/webhooks, push.go): each status change of the task
+//     after the config was made is POSTed as a2a-go's push sender posts
+//     it (PushBody), with the config's Authorization header, signed as
+//     every webhook is (the config's token is the signing key). Without
+//     Config.Push the card says pushNotifications false and the methods
+//     answer PushNotificationNotSupported.
 //
-// Push notifications and the extended card are not offered: the card says
-// so, and their methods answer PushNotificationNotSupported and
-// UnsupportedOperation.
+// The extended card is not offered: the card says so, and its method
+// answers UnsupportedOperation.
 package a2a
 
 import (
@@ -33,6 +44,7 @@ import (
 	"iter"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -40,7 +52,9 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 	a2alog "github.com/a2aproject/a2a-go/v2/log"
 
+	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/webhooks"
 )
 
 // API is the REST API's operations the face calls; *http.Server
@@ -55,6 +69,12 @@ type API interface {
 	Followup(ctx context.Context, childID string, body []byte) (json.RawMessage, error)
 	// Interrupt answers POST /v1/subagents/{childId}/interrupt.
 	Interrupt(ctx context.Context, childID string, body []byte) (json.RawMessage, error)
+	// ListRuns answers GET /v1/runs with query as its query.
+	ListRuns(ctx context.Context, query url.Values) (json.RawMessage, error)
+	// ListApprovals answers GET /v1/approvals with query as its query.
+	ListApprovals(ctx context.Context, query url.Values) (json.RawMessage, error)
+	// DecideApproval answers POST /v1/approvals/{approvalId}/decision.
+	DecideApproval(ctx context.Context, approvalID string, body []byte) (json.RawMessage, error)
 	// GetTask answers GET /v1/tasks/{taskId}, waiting up to wait for the
 	// activation to settle.
 	GetTask(ctx context.Context, taskID string, wait time.Duration) (json.RawMessage, error)
@@ -97,6 +117,17 @@ type Config struct {
 	// MaxWait bounds how long a blocking message/send and tasks/cancel
 	// wait for the task to settle.
 	MaxWait time.Duration
+	// Push keeps push-notification configs; nil offers none.
+	Push Push
+}
+
+// Push is the part of the webhook service (*webhooks.Service) that keeps
+// push-notification configs: webhook endpoints scoped to one task.
+type Push interface {
+	CreatePush(ctx context.Context, p webhooks.PushParams) (store.Webhook, error)
+	TaskPush(ctx context.Context, taskID string) ([]store.Webhook, error)
+	GetPush(ctx context.Context, taskID, configID string) (store.Webhook, error)
+	DeletePush(ctx context.Context, taskID, configID string) error
 }
 
 // Face serves the A2A routes; the REST API's router (internal/http)
@@ -110,7 +141,7 @@ type Face struct {
 
 // New returns the face.
 func New(cfg Config) *Face {
-	f := &face{api: cfg.API, log: cfg.Logger, version: cfg.Version, authenticated: cfg.Authenticated, maxWait: cfg.MaxWait}
+	f := &face{api: cfg.API, push: cfg.Push, log: cfg.Logger, version: cfg.Version, authenticated: cfg.Authenticated, maxWait: cfg.MaxWait}
 	var opts []a2asrv.TransportOption
 	if cfg.Heartbeat > 0 {
 		opts = append(opts, a2asrv.WithTransportKeepAlive(cfg.Heartbeat))
@@ -144,6 +175,7 @@ func (x *Face) REST(w http.ResponseWriter, r *http.Request, provider string) {
 // face holds what the handlers share.
 type face struct {
 	api           API
+	push          Push
 	log           *slog.Logger
 	version       string
 	authenticated bool
@@ -209,7 +241,7 @@ func (f *face) card(r *http.Request, name string) ([]byte, error) {
 			a2a.NewAgentInterface(base, a2a.TransportProtocolJSONRPC),
 			a2a.NewAgentInterface(base+RESTPath, a2a.TransportProtocolHTTPJSON),
 		},
-		Capabilities:       a2a.AgentCapabilities{Streaming: true},
+		Capabilities:       a2a.AgentCapabilities{Streaming: true, PushNotifications: f.push != nil},
 		DefaultInputModes:  []string{"text/plain", "application/json"},
 		DefaultOutputModes: []string{"text/plain"},
 		Skills: []a2a.AgentSkill{{
@@ -248,7 +280,8 @@ func errorOf(ctx context.Context, err error) error {
 	switch se.Code {
 	case subagent.ETaskNotFound, subagent.ERunNotFound:
 		kind = a2a.ErrTaskNotFound
-	case subagent.EInvalidRequest, subagent.ESessionNotFound, subagent.EDuplicateChild, subagent.EInvalidMaxDepth, subagent.ENoProvider:
+	case subagent.EInvalidRequest, subagent.ESessionNotFound, subagent.EDuplicateChild, subagent.EInvalidMaxDepth, subagent.ENoProvider,
+		webhooks.EPushNotFound, webhooks.ETooMany, subagent.EApprovalNotFound, subagent.EAlreadyDecided, subagent.EOptionUnavailable:
 		kind = a2a.ErrInvalidParams
 	case subagent.EUnsupportedCapability, subagent.ENotResumable, subagent.EDepthExceeded:
 		kind = a2a.ErrUnsupportedOperation
@@ -273,16 +306,24 @@ var _ a2asrv.RequestHandler = (*handler)(nil)
 
 // taskJSON is a task as GET /v1/tasks/{taskId} answers it.
 type taskJSON struct {
-	TaskID         string     `json:"taskId"`
-	ChildSessionID string     `json:"childSessionId"`
-	State          string     `json:"state"`
-	StartedAt      time.Time  `json:"startedAt"`
-	EndedAt        *time.Time `json:"endedAt"`
-	Result         *struct {
-		Output     []block `json:"output"`
-		StopReason string  `json:"stopReason"`
-		Diagnostic string  `json:"diagnostic"`
-	} `json:"result"`
+	TaskID         string      `json:"taskId"`
+	ChildSessionID string      `json:"childSessionId"`
+	State          string      `json:"state"`
+	StartedAt      time.Time   `json:"startedAt"`
+	EndedAt        *time.Time  `json:"endedAt"`
+	Result         *resultJSON `json:"result"`
+	// PendingApprovals counts the approvals the task's agent waits on.
+	PendingApprovals int `json:"pendingApprovals"`
+	// approvals are those approvals, read for an input-required task's
+	// status (handler.approvals).
+	approvals []approvalPart
+}
+
+// resultJSON is a settled task's result.
+type resultJSON struct {
+	Output     []block `json:"output"`
+	StopReason string  `json:"stopReason"`
+	Diagnostic string  `json:"diagnostic"`
 }
 
 // block is a content block as the REST API writes it.
@@ -297,6 +338,9 @@ const outputArtifact a2a.ArtifactID = "output"
 // state is the A2A state of t.
 func (t *taskJSON) state() a2a.TaskState {
 	if t.State == "running" || t.Result == nil {
+		if t.PendingApprovals > 0 {
+			return a2a.TaskStateInputRequired
+		}
 		return a2a.TaskStateWorking
 	}
 	switch t.Result.StopReason {
@@ -313,12 +357,14 @@ func (t *taskJSON) state() a2a.TaskState {
 // status is t's A2A status: a settled task that did not complete says
 // why in an agent message.
 func (t *taskJSON) status() a2a.TaskStatus {
-	st := a2a.TaskStatus{State: t.state()}
 	at := t.StartedAt
 	if t.EndedAt != nil {
 		at = *t.EndedAt
 	}
-	st.Timestamp = &at
+	st := a2a.TaskStatus{State: t.state(), Timestamp: &at}
+	if st.State == a2a.TaskStateInputRequired {
+		return inputRequired(t.info(), at, t.approvals)
+	}
 	if t.Result != nil && st.State != a2a.TaskStateCompleted {
 		why := t.Result.StopReason
 		if t.Result.Diagnostic != "" {
@@ -378,7 +424,20 @@ func (h *handler) getTask(ctx context.Context, id a2a.TaskID, wait time.Duration
 	if err != nil {
 		return nil, errorOf(ctx, err)
 	}
+	if err := h.approvals(ctx, t); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// approvals reads the pending approvals of t when it is input-required.
+func (h *handler) approvals(ctx context.Context, t *taskJSON) error {
+	if t.state() != a2a.TaskStateInputRequired {
+		return nil
+	}
+	var err error
+	t.approvals, err = h.pending(ctx, t)
+	return err
 }
 
 // GetTask implements a2asrv.RequestHandler: the task as it stands.
@@ -388,11 +447,6 @@ func (h *handler) GetTask(ctx context.Context, req *a2a.GetTaskRequest) (*a2a.Ta
 		return nil, err
 	}
 	return t.task(), nil
-}
-
-// ListTasks implements a2asrv.RequestHandler. Listing is not offered.
-func (h *handler) ListTasks(context.Context, *a2a.ListTasksRequest) (*a2a.ListTasksResponse, error) {
-	return nil, a2a.NewError(a2a.ErrUnsupportedOperation, "listing tasks is not supported; read one with GetTask")
 }
 
 // CancelTask implements a2asrv.RequestHandler: it interrupts the task's
@@ -439,6 +493,9 @@ func (h *handler) send(ctx context.Context, req *a2a.SendMessageRequest) (sent, 
 	msg := req.Message
 	if msg == nil {
 		return sent{}, a2a.NewError(a2a.ErrInvalidParams, "message: required")
+	}
+	if d, ok := decisionOf(msg); ok {
+		return h.sendDecision(ctx, msg, d)
 	}
 	content, err := contentOf(msg.Parts)
 	if err != nil {
@@ -487,6 +544,21 @@ func (h *handler) send(ctx context.Context, req *a2a.SendMessageRequest) (sent, 
 		return sent{}, errorOf(ctx, err)
 	}
 	return sent{taskID: out.TaskID, contextID: childID, message: msg}, nil
+}
+
+// sendDecision takes decision d, which msg carries into its task.
+func (h *handler) sendDecision(ctx context.Context, msg *a2a.Message, d decision) (sent, error) {
+	if msg.TaskID == "" {
+		return sent{}, a2a.NewError(a2a.ErrInvalidParams, "message.taskId: a decision names the task that waits on it")
+	}
+	t, err := h.getTask(ctx, msg.TaskID, 0)
+	if err != nil {
+		return sent{}, err
+	}
+	if err := h.decide(ctx, t, d); err != nil {
+		return sent{}, err
+	}
+	return sent{taskID: t.TaskID, contextID: t.ChildSessionID, message: msg}, nil
 }
 
 // contentOf converts message parts into content blocks: text as text,
@@ -601,6 +673,12 @@ func (h *handler) follow(ctx context.Context, id a2a.TaskID, msg *a2a.Message, y
 	streamed := false
 	errStop := errors.New("the subscriber left")
 	raw, err := h.f.api.FollowTask(ctx, string(id), func(ev json.RawMessage) error {
+		if st, ok := approvalStatus(info, ev); ok {
+			if !yield(&a2a.TaskStatusUpdateEvent{TaskID: id, ContextID: info.ContextID, Status: st}, nil) {
+				return errStop
+			}
+			return nil
+		}
 		text := deltaText(ev)
 		if text == "" {
 			return nil
@@ -654,30 +732,6 @@ func deltaText(raw json.RawMessage) string {
 		return ""
 	}
 	return ev.Data.Chunk.Text
-}
-
-// errNoPush answers the push-notification methods: the card says
-// pushNotifications false.
-var errNoPush = a2a.NewError(a2a.ErrPushNotificationNotSupported, "push notifications are not supported; follow a task with SubscribeToTask")
-
-// GetTaskPushConfig implements a2asrv.RequestHandler.
-func (h *handler) GetTaskPushConfig(context.Context, *a2a.GetTaskPushConfigRequest) (*a2a.PushConfig, error) {
-	return nil, errNoPush
-}
-
-// ListTaskPushConfigs implements a2asrv.RequestHandler.
-func (h *handler) ListTaskPushConfigs(context.Context, *a2a.ListTaskPushConfigRequest) (*a2a.ListTaskPushConfigResponse, error) {
-	return nil, errNoPush
-}
-
-// CreateTaskPushConfig implements a2asrv.RequestHandler.
-func (h *handler) CreateTaskPushConfig(context.Context, *a2a.PushConfig) (*a2a.PushConfig, error) {
-	return nil, errNoPush
-}
-
-// DeleteTaskPushConfig implements a2asrv.RequestHandler.
-func (h *handler) DeleteTaskPushConfig(context.Context, *a2a.DeleteTaskPushConfigRequest) error {
-	return errNoPush
 }
 
 // GetExtendedAgentCard implements a2asrv.RequestHandler: the card says

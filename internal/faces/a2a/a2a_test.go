@@ -8,6 +8,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 
 	"github.com/subagentd/subagentd/internal/subagent"
+	"github.com/subagentd/subagentd/internal/webhooks"
 )
 
 // TestErrorOf: problem codes become the A2A errors clients test for, with
@@ -22,6 +23,7 @@ func TestErrorOf(t *testing.T) {
 		subagent.EUnsupportedCapability: a2a.ErrUnsupportedOperation,
 		subagent.EForbidden:             a2a.ErrUnauthorized,
 		subagent.EDraining:              a2a.ErrServerError,
+		webhooks.EPushNotFound:          a2a.ErrInvalidParams,
 		"SOMETHING_NEW":                 a2a.ErrInternalError,
 	} {
 		err := errorOf(ctx, subagent.Errorf(code, "the detail"))

@@ -19,7 +19,66 @@ func newWebhook(id string) store.Webhook {
 	}
 }
 
+// newPush returns an enabled endpoint with id scoped to config config of
+// task task.
+func newPush(id, task, config string) store.Webhook {
+	w := newWebhook(id)
+	w.Events = []string{"task.started", "task.settled"}
+	w.Push = &store.WebhookPush{TaskID: task, ConfigID: config, Authorization: "Bearer tok-" + config, Token: "nt-" + config}
+	return w
+}
+
 var webhookTests = []test{
+	{"TaskScoped", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		ok(t, errOf(s.CreateWebhook(ctx, newWebhook("wh-plain"))))
+		a := must(s.CreateWebhook(ctx, newPush("wh-a", "task-1", "cfg-a")))(t)
+		if a.Push == nil || *a.Push != (store.WebhookPush{TaskID: "task-1", ConfigID: "cfg-a", Authorization: "Bearer tok-cfg-a", Token: "nt-cfg-a"}) {
+			t.Fatalf("created push = %+v", a.Push)
+		}
+		b := newPush("wh-b", "task-1", "cfg-b")
+		b.CreatedAt = sec(1)
+		ok(t, errOf(s.CreateWebhook(ctx, b)))
+		ok(t, errOf(s.CreateWebhook(ctx, newPush("wh-c", "task-2", "cfg-a"))))
+		if _, err := s.CreateWebhook(ctx, newPush("wh-d", "task-1", "cfg-a")); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("a second config cfg-a of task-1 = %v, want ErrConflict", err)
+		}
+		ok(t, errOf(s.CreateWebhook(other(ctx), newPush("wh-e", "task-1", "cfg-a"))))
+
+		if list := must(s.ListWebhooks(ctx))(t); len(list) != 1 || list[0].ID != "wh-plain" || list[0].Push != nil {
+			t.Fatalf("ListWebhooks = %+v, want only the endpoint no task scopes", list)
+		}
+		list := must(s.TaskWebhooks(ctx, "task-1"))(t)
+		if len(list) != 2 || list[0].ID != "wh-a" || list[1].ID != "wh-b" || list[1].Push.ConfigID != "cfg-b" || list[1].Push.Authorization != "Bearer tok-cfg-b" {
+			t.Fatalf("TaskWebhooks(task-1) = %s, want wh-a then wh-b", show(list))
+		}
+		if l := must(s.TaskWebhooks(other(ctx), "task-1"))(t); len(l) != 1 || l[0].ID != "wh-e" {
+			t.Fatalf("TaskWebhooks of another tenant = %s, want its own wh-e", show(l))
+		}
+		if l := must(s.TaskWebhooks(ctx, ""))(t); len(l) != 0 {
+			t.Fatalf("TaskWebhooks(\"\") = %s, want none", show(l))
+		}
+		got := must(s.GetWebhook(ctx, "wh-b"))(t)
+		if got.Push == nil || got.Push.TaskID != "task-1" || got.Push.Token != "nt-cfg-b" {
+			t.Fatalf("GetWebhook(wh-b).Push = %+v", got.Push)
+		}
+		claimed := must(s.ClaimWebhooks(ctx, store.ClaimWebhooksParams{Owner: "o", Now: sec(2), Until: sec(60), Limit: 10}))(t)
+		if len(claimed) != 0 {
+			t.Fatalf("claimed %s with no events after the cursors", show(claimed))
+		}
+		ok(t, errOf(s.AppendLifecycle(ctx, store.LifecycleEvent{Type: "subagent/end", Payload: []byte(`{}`)})))
+		claimed = must(s.ClaimWebhooks(ctx, store.ClaimWebhooksParams{Owner: "o", Now: sec(2), Until: sec(60), Limit: 10}))(t)
+		for _, w := range claimed {
+			if w.ID == "wh-a" && (w.Push == nil || w.Push.ConfigID != "cfg-a") {
+				t.Fatalf("claimed wh-a without its scope: %+v", w)
+			}
+		}
+		if len(claimed) != 4 {
+			t.Fatalf("claimed %s, want the tenant's 4 endpoints", show(claimed))
+		}
+		ok(t, s.DeleteWebhook(ctx, "wh-a"))
+		ok(t, errOf(s.CreateWebhook(ctx, newPush("wh-a2", "task-1", "cfg-a"))))
+	}},
 	{"CreateGetListUpdateDelete", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		before := must(s.AppendLifecycle(ctx, store.LifecycleEvent{Type: "subagent/start", Payload: []byte(`{}`)}))(t)
