@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -108,10 +109,15 @@ func (s *Service) next(now time.Time) time.Duration {
 }
 
 // claim leases the endpoints with due work, up to the free workers, and
-// starts a worker on each that no worker of this process serves yet.
+// starts a worker on each that no worker of this process served while the
+// claim read it: such a worker may have moved the endpoint's cursor past
+// what the claim read (this process may claim its own lease again), and a
+// worker started from that would send those events a second time. The
+// endpoint is claimed afresh once its worker is done.
 func (s *Service) claim(ctx context.Context, now time.Time, workers *sync.WaitGroup) {
 	s.mu.Lock()
 	free := maxWorkers - len(s.active)
+	serving := maps.Clone(s.active)
 	s.mu.Unlock()
 	if free <= 0 {
 		return
@@ -124,6 +130,9 @@ func (s *Service) claim(ctx context.Context, now time.Time, workers *sync.WaitGr
 		return
 	}
 	for _, w := range list {
+		if serving[w.ID] {
+			continue
+		}
 		s.mu.Lock()
 		busy := s.active[w.ID]
 		s.active[w.ID] = true
