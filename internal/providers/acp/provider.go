@@ -29,7 +29,6 @@ import (
 	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/providers/turnlog"
-	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -242,20 +241,8 @@ func (p *Provider) childSession(id, cwd string, req subagent.ResolvedRequest) st
 // openLog creates the child session and opens its first turn. It runs after
 // the handshake, so a start that fails earlier leaves nothing in the store.
 func (r *run) openLog(sess store.Session, prompt []model.Block, descriptor json.RawMessage) error {
-	if err := r.p.store.CreateSession(r.logCtx, sess); err != nil {
-		return fmt.Errorf("create child session: %w", err)
-	}
-	batch, _, err := turnlog.Encode(
-		turnlog.Event{Type: sessionlog.EventTurnStart, Data: sessionlog.TurnData{Turn: turn}},
-		turnlog.Event{Type: sessionlog.EventUserMessage, Data: sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: sessionlog.Source{Kind: "user"}}},
-		turnlog.Event{Type: sessionlog.EventDescriptor, Data: descriptor},
-		turnlog.Event{Type: sessionlog.EventStepStart, Data: sessionlog.StepData{Turn: turn, Step: step}},
-	)
-	if err != nil {
+	if err := turnlog.Open(r.logCtx, r.p.store, sess, prompt, descriptor); err != nil {
 		return err
-	}
-	if _, err := r.p.store.AppendEvents(r.logCtx, r.childID, batch...); err != nil {
-		return fmt.Errorf("open child log: %w", err)
 	}
 	r.mu.Lock()
 	r.logging = true

@@ -8,16 +8,47 @@ package turnlog
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
+
+// Writer is what Open writes a child's session and log through.
+type Writer interface {
+	CreateSession(ctx context.Context, s store.Session) error
+	AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error)
+}
+
+// Open creates a one-shot external child's session sess and opens its
+// only turn: turn/start, the prompt, the descriptor and step/start of turn
+// 1, step 1.
+func Open(ctx context.Context, w Writer, sess store.Session, prompt []model.Block, descriptor json.RawMessage) error {
+	if err := w.CreateSession(ctx, sess); err != nil {
+		return fmt.Errorf("create child session: %w", err)
+	}
+	batch, _, err := Encode(
+		Event{Type: sessionlog.EventTurnStart, Data: sessionlog.TurnData{Turn: 1}},
+		Event{Type: sessionlog.EventUserMessage, Data: sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: sessionlog.Source{Kind: "user"}}},
+		Event{Type: sessionlog.EventDescriptor, Data: descriptor},
+		Event{Type: sessionlog.EventStepStart, Data: sessionlog.StepData{Turn: 1, Step: 1}},
+	)
+	if err != nil {
+		return err
+	}
+	if _, err := w.AppendEvents(ctx, sess.ID, batch...); err != nil {
+		return fmt.Errorf("open child log: %w", err)
+	}
+	return nil
+}
 
 // Event is one child-log event before encoding.
 type Event struct {
