@@ -448,6 +448,18 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	if err != nil {
 		return nil, fmt.Errorf("SUBAGENTD_A2A_ALLOW_PRIVATE: want true or false, got %q", cfg.get("SUBAGENTD_A2A_ALLOW_PRIVATE"))
 	}
+	// probe learns in the background what a configured agent is (an ACP
+	// agent's capabilities, an A2A agent's card): /readyz waits for it and
+	// lists an agent that cannot be reached, with the reason.
+	probe := func(provider, failure string, learn func(context.Context) error) {
+		loops.Go(func() {
+			pctx, cancel := context.WithTimeout(bg, time.Minute)
+			defer cancel()
+			if err := learn(pctx); err != nil {
+				log.WarnContext(pctx, failure, slog.String("provider", provider), slog.Any("error", err))
+			}
+		})
+	}
 	for _, pc := range file.Providers {
 		if pc.Type == cfgfile.TypeA2A {
 			p, err := a2aprov.New(pc, a2aprov.Deps{Store: st, Logger: log, AllowPrivate: allowA2APrivate})
@@ -455,15 +467,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 				return nil, err
 			}
 			providers = append(providers, p)
-			// Fetch its card now: /readyz lists an agent that cannot be
-			// reached, with the reason.
-			loops.Go(func() {
-				pctx, cancel := context.WithTimeout(bg, time.Minute)
-				defer cancel()
-				if err := p.WaitProbe(pctx); err != nil {
-					log.WarnContext(pctx, "A2A agent's card could not be fetched", slog.String("provider", pc.Name), slog.Any("error", err))
-				}
-			})
+			probe(pc.Name, "A2A agent's card could not be fetched", p.WaitProbe)
 			continue
 		}
 		p, err := acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots, SecretEnv: secretEnv, Approver: approvals})
@@ -471,16 +475,9 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 			return nil, err
 		}
 		providers = append(providers, p)
-		// Learn whether the agent can resume sessions: /readyz waits for
-		// this, and GET /v1/providers while it runs; a continuable start
-		// probes again if it failed.
-		loops.Go(func() {
-			pctx, cancel := context.WithTimeout(bg, time.Minute)
-			defer cancel()
-			if err := p.Probe(pctx); err != nil {
-				log.WarnContext(pctx, "ACP agent did not start for its capability probe", slog.String("provider", pc.Name), slog.Any("error", err))
-			}
-		})
+		// Whether the agent can resume sessions: GET /v1/providers waits
+		// while it is learnt; a continuable start probes again if it failed.
+		probe(pc.Name, "ACP agent did not start for its capability probe", p.Probe)
 		stopACP := stop
 		stop = func() {
 			if err := p.Close(); err != nil {
