@@ -70,6 +70,24 @@ func nextHook(t *testing.T, got chan hookRequest) hookRequest {
 	}
 }
 
+// nextSigned returns the next delivery, checked as nextHook does and
+// verified with wh, with its type and data.
+func nextSigned(t *testing.T, got chan hookRequest, wh *standardwebhooks.Webhook) (req hookRequest, typ string, data map[string]string) {
+	t.Helper()
+	req = nextHook(t, got)
+	if err := wh.Verify(req.body, req.header); err != nil {
+		t.Fatalf("%s does not verify: %v", req.body, err)
+	}
+	var body struct {
+		Type string            `json:"type"`
+		Data map[string]string `json:"data"`
+	}
+	if err := json.Unmarshal(req.body, &body); err != nil {
+		t.Fatal(err)
+	}
+	return req, body.Type, body.Data
+}
+
 // checkHookBody fails t unless body is the payload the spec describes for
 // its type.
 func checkHookBody(t *testing.T, body []byte) {
@@ -112,21 +130,11 @@ func TestWebhooks_ApprovalAndTreeEvents(t *testing.T) {
 	}
 	next := func(want string) map[string]string {
 		t.Helper()
-		req := nextHook(t, got)
-		if err := wh.Verify(req.body, req.header); err != nil {
-			t.Fatalf("%s does not verify: %v", req.body, err)
-		}
-		var body struct {
-			Type string            `json:"type"`
-			Data map[string]string `json:"data"`
-		}
-		if err := json.Unmarshal(req.body, &body); err != nil {
-			t.Fatal(err)
-		}
-		if body.Type != want {
+		req, typ, data := nextSigned(t, got, wh)
+		if typ != want {
 			t.Fatalf("delivery %s, want %s", req.body, want)
 		}
-		return body.Data
+		return data
 	}
 
 	run, root, events := w.startAsking(t)
@@ -170,22 +178,12 @@ func TestWebhooks_RunEventsSignedAndManaged(t *testing.T) {
 	run := b.startRun(t, "spawn", parent, nil)
 	p.run(run.ChildSessionID).complete(t, "done")
 	for _, want := range []string{"run.started", "run.settled"} {
-		req := nextHook(t, got)
-		if err := wh.Verify(req.body, req.header); err != nil {
-			t.Fatalf("%s does not verify: %v", req.body, err)
-		}
-		var body struct {
-			Type string            `json:"type"`
-			Data map[string]string `json:"data"`
-		}
-		if err := json.Unmarshal(req.body, &body); err != nil {
-			t.Fatal(err)
-		}
-		if body.Type != want || body.Data["runId"] != run.RunID || body.Data["sessionId"] != run.ChildSessionID ||
-			body.Data["parentSessionId"] != parent || body.Data["rootSessionId"] != parent || body.Data["provider"] != "spawn" {
+		req, typ, data := nextSigned(t, got, wh)
+		if typ != want || data["runId"] != run.RunID || data["sessionId"] != run.ChildSessionID ||
+			data["parentSessionId"] != parent || data["rootSessionId"] != parent || data["provider"] != "spawn" {
 			t.Fatalf("payload %s, want %s of run %+v", req.body, want, run)
 		}
-		if want == "run.settled" && body.Data["stopReason"] != subagent.StopCompleted {
+		if want == "run.settled" && data["stopReason"] != subagent.StopCompleted {
 			t.Fatalf("settled payload %s", req.body)
 		}
 	}
