@@ -147,7 +147,7 @@ func TestDashboard_R102_InterruptStopsTheRunningChild(t *testing.T) {
 	child := startChildFromForm(b, "investigator", "Investigate the outage")
 	b.waitFor("the child runs and streams", nodeIn(child, "running")+` && `+assistantSays("working on Investigate the outage", "streaming"))
 	b.waitFor("interrupt is offered", actionsAre("interrupt"))
-	b.do("pressing interrupt", chromedp.Click(chromedp.CSS(`[data-testid="action-interrupt"]`)))
+	b.click("pressing interrupt", `[data-testid="action-interrupt"]`)
 	b.waitFor("the page says the interrupt was accepted", actionStatus+`.textContent.startsWith('Interrupt accepted')`)
 	b.waitFor("the child is inactive, its task stopped aborted", nodeIn(child, "inactive")+`?.dataset.stopReason === 'aborted'`)
 	b.waitFor("the turn ended aborted in the transcript",
@@ -173,14 +173,14 @@ func TestDashboard_R23_R28_CancelThenDisposeOneShotRun(t *testing.T) {
 	b.waitFor("cancel and dispose are offered", actionsAre("cancel", "dispose"))
 	b.screenshot("running")
 
-	b.do("pressing cancel", chromedp.Click(chromedp.CSS(`[data-testid="action-cancel"]`)))
+	b.click("pressing cancel", `[data-testid="action-cancel"]`)
 	b.waitFor("the run settled aborted", nodeIn(child, "aborted")+`?.dataset.stopReason === 'aborted'`)
 	b.waitFor("only dispose is left and the composer is read-only", actionsAre("dispose")+
 		` && document.querySelector('#message-form').hidden && document.querySelector('#readonly-note').textContent.includes('aborted')`)
 	b.screenshot("cancelled")
 
 	runID := eval[string](b, "reading the run id", `document.querySelector('[data-testid="head-run"]').textContent`)
-	b.do("pressing dispose", chromedp.Click(chromedp.CSS(`[data-testid="action-dispose"]`)))
+	b.click("pressing dispose", `[data-testid="action-dispose"]`)
 	b.waitFor("the page says the run is disposed", actionStatus+`.textContent.startsWith('Run disposed')`)
 	b.waitFor("the node says disposed and no action is left", selectedNode+`?.querySelector('[data-testid="node-disposed"]') && `+actionsAre())
 	b.waitFor("the transcript is still there", assistantSays("working on Count to a million", "interrupted")+

@@ -78,7 +78,7 @@ func TestDashboard_Approvals(t *testing.T) {
 	a.screenshot("badge")
 
 	for _, b := range []*browser{a, other} {
-		b.do("opening Approvals", chromedp.Click(chromedp.CSS(`[data-testid="nav-approvals"]`)))
+		b.click("opening Approvals", `[data-testid="nav-approvals"]`)
 		b.waitFor("the inbox shows the card with the tool call and options", `!document.querySelector('#approvals-page').hidden && location.hash.startsWith('#v=approvals') && `+
 			apCard+`?.dataset.id === `+jsString(first)+` && `+
 			apCard+`.querySelector('[data-testid="ap-title"]').textContent === 'Write src/main.go' && `+

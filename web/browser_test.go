@@ -142,6 +142,24 @@ func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// click clicks, with the pointer, the element sel matches. The page
+// redraws parts of itself as data arrives, so the node found may be
+// replaced before the click reaches it; the click is then aimed again at
+// the node in its place, as a person's next click would be (three tries).
+func (b *browser) click(what, sel string) {
+	b.t.Helper()
+	var err error
+	for range 3 {
+		err = chromedp.Do(b.ctx, chromedp.Click(chromedp.CSS(sel)))
+		if err == nil || !strings.Contains(err.Error(), "Could not find node with given id") {
+			break
+		}
+	}
+	if err != nil {
+		b.fail(what, err)
+	}
+}
+
 // waitFor polls a JavaScript condition until it is truthy.
 func (b *browser) waitFor(what, expr string) {
 	b.t.Helper()

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
-
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -31,7 +29,7 @@ func TestDashboard_BudgetBarRaisesASpentBudget(t *testing.T) {
 	b.waitFor("the spent budget says the tree is paused",
 		`document.querySelector('[data-testid="head-budget"]')?.textContent === ' 10 of 5 tokens — paused'`)
 	b.screenshot("paused")
-	b.do("raising the budget", chromedp.Click(chromedp.CSS(`[data-testid="budget-raise"]`)))
+	b.click("raising the budget", `[data-testid="budget-raise"]`)
 	b.waitFor("the raised budget is on show",
 		`document.querySelector('[data-testid="head-budget"]')?.textContent === ' 10 of 20 tokens' && !document.querySelector('[data-testid="budget-raise"]')`)
 	b.screenshot("raised")

@@ -167,7 +167,7 @@ func TestDashboard_RecoversFromDroppedStreams(t *testing.T) {
 	b.waitFor("the page is connected again", connConnected)
 
 	openTab(b, "log")
-	b.do("showing the chunk rows the event log folds by default", chromedp.Click(chromedp.CSS("#log-chunks")))
+	b.click("showing the chunk rows the event log folds by default", "#log-chunks")
 	want := srv.eventSeqs(t, child)
 	got := eval[[]int64](b, "reading the event log rows",
 		`[...document.querySelectorAll('[data-testid="log-row"]')].map(r => Number(r.dataset.seq))`)
@@ -207,7 +207,7 @@ func TestDashboard_ShowsErrorsInWords(t *testing.T) {
 	b.waitFor("the parse error is shown next to the field before submit",
 		`document.querySelector('[data-testid="schema-error"]').textContent.startsWith('Not valid JSON') &&
 		document.querySelector('#start-schema').getAttribute('aria-invalid') === 'true'`)
-	b.do("submitting anyway", chromedp.Click(chromedp.CSS("#start-submit")))
+	b.click("submitting anyway", "#start-submit")
 	b.waitFor("the schema field has focus and nothing was started",
 		`document.activeElement.id === 'start-schema' && document.querySelectorAll('[data-testid="node"]').length === 0`)
 
@@ -216,7 +216,7 @@ func TestDashboard_ShowsErrorsInWords(t *testing.T) {
 		// A key press after the programmatic value fires the input event.
 		chromedp.SendKeys(chromedp.CSS("#start-schema"), " "))
 	b.waitFor("the parse error is gone", `document.querySelector('[data-testid="schema-error"]').textContent === ''`)
-	b.do("submitting", chromedp.Click(chromedp.CSS("#start-submit")))
+	b.click("submitting", "#start-submit")
 	b.waitFor("the form says UNSUPPORTED_SCHEMA in words",
 		`document.querySelector('[data-testid="start-error"]').textContent.startsWith('UNSUPPORTED_SCHEMA — unsupported JSON schema')`)
 	b.waitFor("the schema field names the offending keyword",

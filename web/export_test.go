@@ -6,8 +6,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/chromedp/chromedp"
 )
 
 // TestDashboard_CopyRunAsCurlAndExportTree: a run's "Copy as curl" gives a
@@ -21,7 +19,7 @@ func TestDashboard_CopyRunAsCurlAndExportTree(t *testing.T) {
 	b := newBrowser(t)
 	openDashboard(b, srv.URL+"/#s="+child)
 	b.waitFor("the run card is shown", fmt.Sprintf(`document.querySelector('[data-testid="run-card"][data-run=%s]')`, jsString(childRun)))
-	b.do("copying the run as curl", chromedp.Click(chromedp.CSS(`[data-testid="run-copy-curl"]`)))
+	b.click("copying the run as curl", `[data-testid="run-copy-curl"]`)
 	b.waitFor("the command is shown", `document.querySelector('[data-testid="run-curl"]')?.textContent.startsWith('curl -X POST')`)
 	cmd := eval[string](b, "reading the command", `document.querySelector('[data-testid="run-curl"]').textContent`)
 	m := regexp.MustCompile(`(?s)^curl -X POST '([^']+)' \\\n  -H 'Content-Type: application/json' \\\n  -d '(.*)'$`).FindStringSubmatch(cmd)
@@ -46,7 +44,7 @@ func TestDashboard_CopyRunAsCurlAndExportTree(t *testing.T) {
 		t.Fatal("the API did not start the copied run")
 	}
 
-	b.do("exporting the tree", chromedp.Click(chromedp.CSS(`[data-testid="action-export"]`)))
+	b.click("exporting the tree", `[data-testid="action-export"]`)
 	b.waitFor("the export is ready", `document.querySelector('[data-testid="export-link"]')`)
 	got := eval[string](b, "reading the exported file", `fetch(document.querySelector('[data-testid="export-link"]').href).then(r => r.text())`)
 	var file struct {

@@ -79,7 +79,7 @@ func TestDashboard_FindFilterNamesAndDeepLinks(t *testing.T) {
 
 	b.do("searching for summarise", chromedp.SendKeys(chromedp.CSS("#filter-q"), "summarise"))
 	b.waitFor("only the match and its root are shown", nodesAre(f.research, f.summarise))
-	b.do("clearing the filter", chromedp.Click(chromedp.CSS("#filter-clear")))
+	b.click("clearing the filter", "#filter-clear")
 	b.waitFor("all six are back", nodesAre(f.research, f.researchTwin, f.ops, f.summarise, f.broken, f.watcher))
 
 	b.do("filtering failed sessions", chromedp.SetValue(chromedp.CSS("#filter-state"), "failed"),
@@ -90,7 +90,7 @@ func TestDashboard_FindFilterNamesAndDeepLinks(t *testing.T) {
 
 	b.do("reloading", chromedp.Reload())
 	b.waitFor("the filter survived the reload", `document.querySelector('#filter-state').value === 'failed' && `+nodesAre(f.research, f.broken))
-	b.do("clearing the filter", chromedp.Click(chromedp.CSS("#filter-clear")))
+	b.click("clearing the filter", "#filter-clear")
 
 	b.do("filtering the fork provider", chromedp.SetValue(chromedp.CSS("#filter-provider"), "fork"),
 		chromedp.Evaluate[chromedp.Void](`document.querySelector('#filter-provider').dispatchEvent(new Event('change', {bubbles: true}))`))
@@ -99,7 +99,7 @@ func TestDashboard_FindFilterNamesAndDeepLinks(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#filter-provider"), ""), chromedp.SetValue(chromedp.CSS("#filter-since"), "24h"),
 		chromedp.Evaluate[chromedp.Void](`document.querySelector('#filter-since').dispatchEvent(new Event('change', {bubbles: true}))`))
 	b.waitFor("the three-day-old tree is gone", nodesAre(f.research, f.researchTwin, f.summarise, f.broken))
-	b.do("clearing the filter", chromedp.Click(chromedp.CSS("#filter-clear")))
+	b.click("clearing the filter", "#filter-clear")
 
 	b.do("opening a link to the summarise run", chromedp.Navigate(srv.URL+"/#r="+f.summariseRun))
 	b.waitFor("its session is selected and the run card is highlighted", fmt.Sprintf(

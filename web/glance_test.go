@@ -108,7 +108,7 @@ func TestDashboard_OverviewFirst(t *testing.T) {
 	b.waitFor("the live run is probe and the failure says error", `document.querySelector('[data-testid="overview-live"] a').textContent === 'probe' &&
 		document.querySelector('[data-testid="overview-failed"] li').textContent.includes('error')`)
 	b.screenshot("overview")
-	b.do("following the failure", chromedp.Click(chromedp.CSS(`[data-testid="overview-failed"] a`)))
+	b.click("following the failure", `[data-testid="overview-failed"] a`)
 	b.waitFor("the failed run is selected and the overview gone", fmt.Sprintf(`%s?.dataset.id === %s && document.querySelector('[data-testid="overview"]').hidden &&
 		document.querySelector('[data-testid="run-card"][aria-current="true"]')?.dataset.run === %s`, selectedNode, jsString(g.broken), jsString(g.brokenRun)))
 }

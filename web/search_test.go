@@ -37,7 +37,7 @@ func TestDashboard_SearchInsideConversations(t *testing.T) {
 			hits[0].parentElement.querySelector('mark')?.textContent.toLowerCase() === 'kestrel migration';
 	})()`, jsString(long)))
 	b.waitFor("the tree keeps the session the conversation search found", nodeIn(long, "inactive")+` || document.querySelector('[data-testid="node"][data-id=`+jsString(long)+`]')`)
-	b.do("opening the hit", chromedp.Click(chromedp.CSS(`[data-testid="search-hit"]`)))
+	b.click("opening the hit", `[data-testid="search-hit"]`)
 	b.waitFor("the transcript shows the message, marked and in view", fmt.Sprintf(`(() => {
 		const m = document.querySelector('#conversation [data-hit]');
 		if (!m || %s?.dataset.id !== %s) return false;

@@ -71,14 +71,14 @@ func TestDashboard_TreeControl(t *testing.T) {
 	child := startChildFromForm(b, "researcher", "Research the topic")
 	b.waitFor("the child runs", nodeIn(child, "running"))
 	b.waitFor("the child offers Dispose child only", treeActionsAre("dispose-child"))
-	b.do("opening the child's root", chromedp.Click(chromedp.CSS(`[data-testid="head-parent"]`)))
+	b.click("opening the child's root", `[data-testid="head-parent"]`)
 	b.waitFor("the root is selected and offers Cancel tree and Dispose", selectedNode+`?.dataset.mode === 'root' && `+treeActionsAre("cancel-tree", "dispose-tree"))
 	root := eval[string](b, "reading the root id", selectedNode+`.dataset.id`)
 
 	// Keep it takes the question back and does nothing.
-	b.do("pressing Cancel tree", chromedp.Click(chromedp.CSS(`[data-testid="action-cancel-tree"]`)))
+	b.click("pressing Cancel tree", `[data-testid="action-cancel-tree"]`)
 	b.waitFor("it asks, naming the one session below", `document.querySelector('[data-testid="action-cancel-tree-confirm"]').textContent.includes('1 session below')`)
-	b.do("answering Keep it", chromedp.Click(chromedp.CSS(`[data-testid="action-cancel-tree-no"]`)))
+	b.click("answering Keep it", `[data-testid="action-cancel-tree-no"]`)
 	b.waitFor("the question is gone and the child still runs", `document.querySelector('[data-testid="action-cancel-tree-confirm"]').hidden && `+
 		`!document.querySelector('[data-testid="action-cancel-tree"]').hidden && `+nodeIn(child, "running")+` !== null`)
 

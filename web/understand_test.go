@@ -106,7 +106,7 @@ func TestDashboard_UsageTraceAndLinks(t *testing.T) {
 
 	pickSpan(b, "picking the notes span", fmt.Sprintf(`[data-testid="span"][data-run=%s]`, jsString(u.notesRun)))
 	b.waitFor("the side panel shows the run's output", `document.querySelector('[data-testid="span-panel"]').textContent.includes('Here are the notes')`)
-	b.do("following the panel's link", chromedp.Click(chromedp.CSS(`[data-testid="span-open"]`)))
+	b.click("following the panel's link", `[data-testid="span-open"]`)
 	openTab(b, "conv")
 	b.waitFor("the notes run is open with its result, structured output and stop reason", fmt.Sprintf(`(() => {
 		const c = document.querySelector('[data-testid="run-card"][aria-current="true"]');
@@ -135,6 +135,6 @@ func TestDashboard_UsageTraceAndLinks(t *testing.T) {
 	b.waitFor("the notice links to the child it is about", fmt.Sprintf(
 		`document.querySelector('[data-testid="msg-notice"] [data-testid="child-link"]')?.dataset.id === %s`, jsString(u.notes)))
 	b.screenshot("links")
-	b.do("following the notice's link", chromedp.Click(chromedp.CSS(`[data-testid="msg-notice"] [data-testid="child-link"]`)))
+	b.click("following the notice's link", `[data-testid="msg-notice"] [data-testid="child-link"]`)
 	b.waitFor("the child is selected", fmt.Sprintf(`%s?.dataset.id === %s && location.hash === %s`, selectedNode, jsString(u.notes), jsString("#s="+u.notes)))
 }

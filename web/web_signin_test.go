@@ -56,7 +56,7 @@ func TestDashboard_SignInWithTokenThenSignOut(t *testing.T) {
 	b.waitFor("the run completes", nodeIn(child, "completed"))
 	b.screenshot("signed-in")
 
-	b.do("signing out", chromedp.Click(chromedp.CSS("#signout")))
+	b.click("signing out", "#signout")
 	// Sign-out reloads the page: a poll that the reload interrupts is tried
 	// again in the new document.
 	for i := 0; ; i++ {

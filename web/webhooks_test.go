@@ -92,7 +92,7 @@ func TestDashboard_Webhooks(t *testing.T) {
 	b.do("narrowing the window to 800 px", chromedp.EmulateViewport(800, 900))
 	openDashboard(b, srv.URL+"/")
 
-	b.do("opening Webhooks from the top bar", chromedp.Click(chromedp.CSS(`[data-testid="nav-webhooks"]`)))
+	b.click("opening Webhooks from the top bar", `[data-testid="nav-webhooks"]`)
 	b.waitFor("the page is shown, empty, and the sessions are not", `!document.querySelector('#webhooks-page').hidden && document.querySelector('#sessions-page').hidden &&
 		!document.querySelector('[data-testid="wh-empty"]').hidden && document.querySelector('[data-testid="wh-count"]').textContent === '(0)' &&
 		document.querySelector('[data-testid="nav-webhooks"]').getAttribute('aria-current') === 'page' && location.hash === '#v=webhooks'`)
@@ -130,7 +130,7 @@ func TestDashboard_Webhooks(t *testing.T) {
 		document.querySelector('[data-testid="wh-secret-warning"]').textContent.includes('You will not see this secret again') &&
 		document.querySelector('[data-testid="wh-form-error"]').textContent === '' && document.querySelector('#wh-url-input').value === ''`)
 	secret := eval[string](b, "reading the secret", secretValue)
-	b.do("copying the secret", chromedp.Click(chromedp.CSS(`[data-testid="wh-secret-copy"]`)))
+	b.click("copying the secret", `[data-testid="wh-secret-copy"]`)
 	b.waitFor("the copy is said in words", `document.querySelector('[data-testid="wh-secret-copied"]').textContent === '✓ Copied to the clipboard'`)
 	b.waitFor("the endpoint is listed enabled, with its events, description and time", card+` &&
 		document.querySelector('[data-testid="wh-state"]').textContent.trim() === '✓ Enabled' &&
@@ -139,11 +139,11 @@ func TestDashboard_Webhooks(t *testing.T) {
 		`+card+`.textContent.includes('CI receiver') && `+card+`.textContent.includes('Created ') && `+fitsWindow)
 	b.screenshot("created")
 	id := eval[string](b, "reading the endpoint id", card+`.dataset.id`)
-	b.do("saying the secret is stored", chromedp.Click(chromedp.CSS(`[data-testid="wh-secret-done"]`)))
+	b.click("saying the secret is stored", `[data-testid="wh-secret-done"]`)
 	b.waitFor("the secret is gone from the page", `document.querySelector('[data-testid="wh-secret"]').hidden && !document.body.innerHTML.includes(`+jsString(secret)+`)`)
 
 	// Send test: a succeeded row.
-	b.do("sending a test", chromedp.Click(chromedp.CSS(`[data-testid="wh-test"]`)))
+	b.click("sending a test", `[data-testid="wh-test"]`)
 	testID := rc.next(t)
 	b.waitFor("the log opens with a succeeded webhook.test row", deliveriesAre(1)+` && (() => {
 		const r = `+deliveryRows+`[0];
@@ -154,7 +154,7 @@ func TestDashboard_Webhooks(t *testing.T) {
 
 	// A receiver answering 500: a failed attempt.
 	rc.status.Store(http.StatusInternalServerError)
-	b.do("sending a test to the failing receiver", chromedp.Click(chromedp.CSS(`[data-testid="wh-test"]`)))
+	b.click("sending a test to the failing receiver", `[data-testid="wh-test"]`)
 	failedID := rc.next(t)
 	if failedID == testID {
 		t.Fatalf("two tests share webhook-id %s", failedID)
@@ -169,7 +169,7 @@ func TestDashboard_Webhooks(t *testing.T) {
 
 	// Redeliver the failed one once the receiver is back: same webhook-id.
 	rc.status.Store(http.StatusNoContent)
-	b.do("redelivering the failed attempt", chromedp.Click(chromedp.CSS(`[data-testid="wh-delivery"][data-status="failed"] [data-testid="wh-redeliver"]`)))
+	b.click("redelivering the failed attempt", `[data-testid="wh-delivery"][data-status="failed"] [data-testid="wh-redeliver"]`)
 	if got := rc.next(t); got != failedID {
 		t.Fatalf("the redelivery carried webhook-id %s, want %s", got, failedID)
 	}
@@ -188,7 +188,7 @@ func TestDashboard_Webhooks(t *testing.T) {
 
 	// Paging: with the log closed, 20 more tests make 25 deliveries; the
 	// log opened again shows the newest 20 and pages to the rest.
-	b.do("closing the delivery log", chromedp.Click(chromedp.CSS(`[data-testid="wh-log"] > summary`)))
+	b.click("closing the delivery log", `[data-testid="wh-log"] > summary`)
 	b.waitFor("the closed log holds no rows", deliveriesAre(0))
 	for range 20 {
 		var d struct {
@@ -200,14 +200,14 @@ func TestDashboard_Webhooks(t *testing.T) {
 			t.Fatalf("a test through the API: %s", d.Status)
 		}
 	}
-	b.do("opening the delivery log", chromedp.Click(chromedp.CSS(`[data-testid="wh-log"] > summary`)))
+	b.click("opening the delivery log", `[data-testid="wh-log"] > summary`)
 	b.waitFor("the first page of 20 is shown with a way to older ones", deliveriesAre(20)+` && !document.querySelector('[data-testid="wh-more"]').hidden`)
-	b.do("showing older deliveries", chromedp.Click(chromedp.CSS(`[data-testid="wh-more"]`)))
+	b.click("showing older deliveries", `[data-testid="wh-more"]`)
 	b.waitFor("all 25 are listed, newest first, and nothing more is offered", deliveriesAre(25)+` && document.querySelector('[data-testid="wh-more"]').hidden &&
 		`+deliveryRows+`.at(-1).dataset.type === 'webhook.test' && `+deliveryRows+`.at(-1).dataset.status === 'succeeded' && `+fitsWindow)
 
 	// Disable and enable.
-	b.do("disabling", chromedp.Click(chromedp.CSS(`[data-testid="wh-disable"]`)))
+	b.click("disabling", `[data-testid="wh-disable"]`)
 	b.waitFor("the endpoint says it is disabled by request", `document.querySelector('[data-testid="wh-state"]').textContent.trim() === '‖ Disabled by request' &&
 		document.querySelector('[data-testid="wh-enable"]')?.textContent === 'Enable' && `+card+`.dataset.enabled === 'false'`)
 	var hook struct {
@@ -219,7 +219,7 @@ func TestDashboard_Webhooks(t *testing.T) {
 		t.Fatalf("after Disable the API says enabled=%v reason=%q", hook.Enabled, hook.DisabledReason)
 	}
 	b.screenshot("disabled")
-	b.do("enabling", chromedp.Click(chromedp.CSS(`[data-testid="wh-enable"]`)))
+	b.click("enabling", `[data-testid="wh-enable"]`)
 	b.waitFor("the endpoint is enabled again", `document.querySelector('[data-testid="wh-state"]').textContent.trim() === '✓ Enabled' && `+card+`.dataset.enabled === 'true'`)
 	srv.getJSON(t, "/v1/webhooks/"+id, &hook)
 	if !hook.Enabled {
@@ -227,7 +227,7 @@ func TestDashboard_Webhooks(t *testing.T) {
 	}
 
 	// Edit: the form takes the endpoint; Save changes it.
-	b.do("editing the endpoint", chromedp.Click(chromedp.CSS(`[data-testid="wh-edit"]`)))
+	b.click("editing the endpoint", `[data-testid="wh-edit"]`)
 	b.waitFor("the form holds the endpoint", `document.querySelector('#wh-form-h').textContent === `+jsString("Edit endpoint "+id)+` &&
 		document.querySelector('#wh-url-input').value === `+jsString(url)+` && document.querySelector('#wh-description').value === 'CI receiver' &&
 		[...document.querySelectorAll('#wh-events-list input:checked')].map(c => c.value).join() === 'run.started,run.settled' &&
@@ -250,13 +250,13 @@ func TestDashboard_Webhooks(t *testing.T) {
 	}
 
 	// Rotate: a new secret, shown once.
-	b.do("rotating the secret", chromedp.Click(chromedp.CSS(`[data-testid="wh-rotate"]`)))
+	b.click("rotating the secret", `[data-testid="wh-rotate"]`)
 	b.waitFor("a new secret is shown with the overlap said", secretValue+`?.startsWith('whsec_') && `+secretValue+` !== `+jsString(secret)+` &&
 		document.querySelector('[data-testid="wh-secret"]').textContent.includes('Secret rotated') &&
 		document.querySelector('[data-testid="wh-secret-warning"]').textContent.includes('24 hours')`)
 	rotated := eval[string](b, "reading the new secret", secretValue)
 	b.screenshot("rotated")
-	b.do("saying the new secret is stored", chromedp.Click(chromedp.CSS(`[data-testid="wh-secret-done"]`)))
+	b.click("saying the new secret is stored", `[data-testid="wh-secret-done"]`)
 	b.waitFor("the new secret is gone from the page", `!document.body.innerHTML.includes(`+jsString(rotated)+`)`)
 
 	// A receiver answering 410 to a run's event: disabled, and why.
@@ -273,10 +273,10 @@ func TestDashboard_Webhooks(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`[data-testid="wh-delete"]`)),
 		chromedp.Click(chromedp.CSS(`[data-testid="wh-delete-no"]`)))
 	b.waitFor("the endpoint is still listed", card+` && !document.querySelector('[data-testid="wh-delete"]').hidden && document.querySelector('[data-testid="wh-confirm"]').hidden`)
-	b.do("asking to delete", chromedp.Click(chromedp.CSS(`[data-testid="wh-delete"]`)))
+	b.click("asking to delete", `[data-testid="wh-delete"]`)
 	b.waitFor("the confirmation is shown", `!document.querySelector('[data-testid="wh-confirm"]').hidden`)
 	b.screenshot("confirm-delete")
-	b.do("confirming the delete", chromedp.Click(chromedp.CSS(`[data-testid="wh-delete-yes"]`)))
+	b.click("confirming the delete", `[data-testid="wh-delete-yes"]`)
 	b.waitFor("the page is empty again, the focus on its heading", `!`+card+` && !document.querySelector('[data-testid="wh-empty"]').hidden &&
 		document.activeElement.id === 'webhooks-h' &&
 		document.querySelector('[data-testid="wh-load-status"]').textContent === `+jsString("✓ Deleted "+url))
@@ -288,7 +288,7 @@ func TestDashboard_Webhooks(t *testing.T) {
 		t.Fatalf("after the delete the API lists %d endpoints", len(list.Webhooks))
 	}
 
-	b.do("going back to the sessions", chromedp.Click(chromedp.CSS(`[data-testid="nav-sessions"]`)))
+	b.click("going back to the sessions", `[data-testid="nav-sessions"]`)
 	b.waitFor("the sessions are shown again", `!document.querySelector('#sessions-page').hidden && document.querySelector('#webhooks-page').hidden &&
 		!location.hash.includes('webhooks')`)
 	if strings.Contains(eval[string](b, "reading the page", `document.body.innerText`), secret) {
