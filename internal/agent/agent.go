@@ -291,6 +291,23 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 // ID returns the session id.
 func (a *Agent) ID() string { return a.id }
 
+// Note appends a tool's own event to the log of the turn it runs in — a
+// delegation's approval, say — numbered as that turn: data builds the
+// payload from the turn's number. It fails when no turn runs or the log
+// cannot be written.
+func (a *Agent) Note(typ string, data func(turn int) any) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cur == nil {
+		return fmt.Errorf("agent %s: note %s: no turn runs", a.id, typ)
+	}
+	e, err := sessionlog.Encode(typ, data(a.cur.n))
+	if err != nil {
+		return fmt.Errorf("agent %s: note %s: %w", a.id, typ, err)
+	}
+	return a.appendLocked(e)
+}
+
 // Events returns a copy of the session log as this agent has written and
 // loaded it.
 func (a *Agent) Events() []store.Event {

@@ -34,7 +34,11 @@ func delegationTitle(provider, prompt string) string {
 // within the calling turn — when the turn ends first (interrupt, cancel),
 // the approval is cancelled. The tool call's arguments are the approval's
 // raw input. Returns nil to go ahead, else the error the model reads.
-func (t *Tools) approve(ctx context.Context, caller, callID, provider, prompt string, args json.RawMessage) error {
+//
+// The approval's question and its close are noted in the calling agent's
+// log (note), so its transcript shows them as a child's shows an ACP
+// agent's; a note that cannot be written is logged and changes nothing.
+func (t *Tools) approve(ctx context.Context, caller, callID, provider, prompt string, args json.RawMessage, note notifier) error {
 	if t.approvals == nil {
 		return nil
 	}
@@ -62,11 +66,13 @@ func (t *Tools) approve(ctx context.Context, caller, callID, provider, prompt st
 		}
 		return fmt.Errorf("nothing was delegated to %s: no approval could be asked for", provider)
 	}
+	t.note(ctx, note, governance.EventApprovalRequested, func(turn int) any { return governance.Requested(turn, ap) })
 	closed, err := t.approvals.Await(ctx, ap, v.OnTimeout)
 	if err != nil {
 		t.log.ErrorContext(ctx, "delegation: close an approval", slog.String("approval_id", ap.ID), slog.Any("error", err))
 		return fmt.Errorf("nothing was delegated to %s: its approval could not be closed", provider)
 	}
+	t.note(ctx, note, governance.EventApprovalDecided, func(turn int) any { return governance.Decided(turn, closed) })
 	d := closed.Decision
 	switch {
 	case d != nil && (d.Kind == governance.KindAllowOnce || d.Kind == governance.KindAllowAlways):
@@ -81,4 +87,17 @@ func (t *Tools) approve(ctx context.Context, caller, callID, provider, prompt st
 		return errors.New(msg)
 	}
 	return fmt.Errorf("nothing was delegated to %s: its approval was cancelled", provider)
+}
+
+// notifier is what approve notes an approval's events through: the
+// calling agent's (agent.Agent.Note).
+type notifier interface {
+	Note(typ string, data func(turn int) any) error
+}
+
+// note writes one of an approval's events through n, logging a failure.
+func (t *Tools) note(ctx context.Context, n notifier, typ string, data func(turn int) any) {
+	if err := n.Note(typ, data); err != nil {
+		t.log.WarnContext(ctx, "delegation: note an approval in the calling agent's log", slog.String("event", typ), slog.Any("error", err))
+	}
 }

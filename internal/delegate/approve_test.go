@@ -2,6 +2,8 @@ package delegate
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -228,5 +231,31 @@ func TestApprove_RootTurnStoppedWhilePending(t *testing.T) {
 	}
 	if runs := w.RunEvents(t); len(runs) != 0 {
 		t.Fatalf("lifecycle %+v, want no child", runs)
+	}
+	// The root's log shows the question and its close, numbered as the
+	// turn that asked, before the tool's result.
+	evs, err := w.Store.Events(ctx, root, -1, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, e := range evs {
+		switch e.Type {
+		case governance.EventApprovalRequested, governance.EventApprovalDecided:
+			var d struct {
+				Turn       int
+				ApprovalID string
+				State      string
+			}
+			if err := json.Unmarshal(e.Data, &d); err != nil || d.Turn != 1 || d.ApprovalID != ap.ID {
+				t.Fatalf("%s %s, want turn 1 of approval %s (%v)", e.Type, e.Data, ap.ID, err)
+			}
+			seen = append(seen, e.Type+" "+d.State)
+		case sessionlog.EventToolResult:
+			seen = append(seen, e.Type)
+		}
+	}
+	if want := []string{"approval/requested ", "approval/decided cancelled", "tool/result"}; !slices.Equal(seen, want) {
+		t.Fatalf("the root's log holds %q, want %q", seen, want)
 	}
 }

@@ -368,7 +368,7 @@ func (t *Tools) delegate(ctx context.Context, d delegation, call agent.Call) ([]
 	if err != nil {
 		return nil, err
 	}
-	if err := t.approve(ctx, parent.Session.ID, call.CallID, provider, args.Prompt, call.Arguments); err != nil {
+	if err := t.approve(ctx, parent.Session.ID, call.CallID, provider, args.Prompt, call.Arguments, call.Agent); err != nil {
 		return nil, err
 	}
 	prompt := []model.Block{model.TextBlock(args.Prompt)}

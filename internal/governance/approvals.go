@@ -532,6 +532,49 @@ func event(typ string, ap store.Approval) (store.LifecycleEvent, error) {
 	return store.LifecycleEvent{Type: typ, ParentID: ap.ParentID, RootID: ap.RootSessionID, RunID: ap.RunID, Time: time.Now(), Payload: p}, nil
 }
 
+// RequestedLog is the payload of approval/requested in the log of the
+// session whose agent asked, so its transcript shows the question.
+type RequestedLog struct {
+	Turn       int         `json:"turn"`
+	ApprovalID string      `json:"approvalId"`
+	ToolCallID string      `json:"toolCallId"`
+	Title      string      `json:"title,omitempty"`
+	Kind       string      `json:"kind"`
+	Options    []OptionLog `json:"options"`
+}
+
+// OptionLog is one answer a RequestedLog offers.
+type OptionLog struct {
+	OptionID string `json:"optionId"`
+	Name     string `json:"name"`
+	Kind     string `json:"kind"`
+}
+
+// DecidedLog is the payload of approval/decided in the log of the session
+// whose agent asked.
+type DecidedLog struct {
+	Turn       int           `json:"turn"`
+	ApprovalID string        `json:"approvalId"`
+	State      string        `json:"state"`
+	Decision   *DecisionJSON `json:"decision,omitempty"`
+}
+
+// Requested is the approval/requested entry of pending approval ap, asked
+// in turn.
+func Requested(turn int, ap store.Approval) RequestedLog {
+	opts := make([]OptionLog, len(ap.Options))
+	for i, o := range ap.Options {
+		opts[i] = OptionLog(o)
+	}
+	return RequestedLog{Turn: turn, ApprovalID: ap.ID, ToolCallID: ap.ToolCall.ID, Title: ap.ToolCall.Title, Kind: ap.ToolCall.Kind, Options: opts}
+}
+
+// Decided is the approval/decided entry of closed approval ap, asked in
+// turn.
+func Decided(turn int, ap store.Approval) DecidedLog {
+	return DecidedLog{Turn: turn, ApprovalID: ap.ID, State: ap.State, Decision: DecisionOf(ap.Decision)}
+}
+
 // SweepOrphans runs Recover every period until ctx ends: the approvals of a
 // replica that died are cancelled once its runs' leases lapse.
 func (a *Approvals) SweepOrphans(ctx context.Context, period time.Duration) {

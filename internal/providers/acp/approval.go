@@ -22,30 +22,6 @@ const (
 	eventApprovalDecided   = governance.EventApprovalDecided
 )
 
-// approvalRequestedData is the payload of approval/requested in a child log.
-type approvalRequestedData struct {
-	Turn       int                    `json:"turn"`
-	ApprovalID string                 `json:"approvalId"`
-	ToolCallID string                 `json:"toolCallId"`
-	Title      string                 `json:"title,omitempty"`
-	Kind       string                 `json:"kind"`
-	Options    []permissionOptionData `json:"options"`
-}
-
-type permissionOptionData struct {
-	OptionID string `json:"optionId"`
-	Name     string `json:"name"`
-	Kind     string `json:"kind"`
-}
-
-// approvalDecidedData is the payload of approval/decided in a child log.
-type approvalDecidedData struct {
-	Turn       int                      `json:"turn"`
-	ApprovalID string                   `json:"approvalId"`
-	State      string                   `json:"state"`
-	Decision   *governance.DecisionJSON `json:"decision,omitempty"`
-}
-
 // verdict is the policy's answer to req of child childID: the provider's
 // own policy narrowed by its tree's (governance.Approvals.Policy). A
 // policy that cannot be read rejects.
@@ -114,13 +90,7 @@ func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.Re
 		_ = record(turnlog.Event{Type: sessionlog.EventACPPermission, Data: perm})
 		return permissionCancelled()
 	}
-	opts := make([]permissionOptionData, len(ap.Options))
-	for i, o := range ap.Options {
-		opts[i] = permissionOptionData(o)
-	}
-	if err := record(turnlog.Event{Type: eventApprovalRequested, Data: approvalRequestedData{
-		Turn: turn, ApprovalID: ap.ID, ToolCallID: ap.ToolCall.ID, Title: ap.ToolCall.Title, Kind: ap.ToolCall.Kind, Options: opts,
-	}}); err != nil {
+	if err := record(turnlog.Event{Type: eventApprovalRequested, Data: governance.Requested(turn, ap)}); err != nil {
 		cancel() // the turn stops: the approval is cancelled
 	}
 	closed, err := p.approver.Await(actx, ap, v.OnTimeout)
@@ -137,7 +107,7 @@ func (p *Provider) ask(ctx context.Context, childID string, turn int, req sdk.Re
 		}
 	}
 	if err := record(
-		turnlog.Event{Type: eventApprovalDecided, Data: approvalDecidedData{Turn: turn, ApprovalID: ap.ID, State: closed.State, Decision: governance.DecisionOf(closed.Decision)}},
+		turnlog.Event{Type: eventApprovalDecided, Data: governance.Decided(turn, closed)},
 		turnlog.Event{Type: sessionlog.EventACPPermission, Data: perm},
 	); err != nil {
 		return permissionCancelled()
