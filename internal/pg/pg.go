@@ -59,6 +59,7 @@ type Store struct {
 	self    string // names this Store's writer in its wake-ups (notifyChannel)
 	w       *writer
 	headers headers
+	limits  limitsCache
 	stop    context.CancelFunc
 	done    chan struct{} // closed when the listener has stopped
 }
@@ -74,6 +75,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Store, err
 		return nil, fmt.Errorf("pg: new store: %w", err)
 	}
 	s := &Store{pool: pool, log: log, latest: latest, recent: newRecent(), done: make(chan struct{})}
+	s.limits.wake, _ = s.hub.Subscribe(limitsTopic) // for the Store's life
 	if err := s.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("pg: new store: %w", err)
 	}

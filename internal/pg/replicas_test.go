@@ -139,3 +139,46 @@ func TestReplicas_PollCatchesAnEventWithoutNotify(t *testing.T) {
 		t.Fatal("an event without NOTIFY never reached the other replica's subscriber")
 	}
 }
+
+// TestReplicas_LimitsChangedOnOneAreReadOnTheOther: replica A keeps the
+// limits it read (a tree's checks cost no round trip), and a change B makes
+// reaches A through the wake-up B's change sends: A's next read after it
+// answers the new limits.
+func TestReplicas_LimitsChangedOnOneAreReadOnTheOther(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	a := newStore(t, openPool(t, url))
+	b := newStore(t, openPool(t, url))
+	ctx := t.Context()
+	budget := func(n int64) store.Limits { return store.Limits{TokenBudget: &n} }
+	if err := a.CreateSession(ctx, store.Session{ID: "root", CreatedAt: time.Now(), Limits: budget(10)}); err != nil {
+		t.Fatal(err)
+	}
+	read := func(s *pg.Store) int64 {
+		t.Helper()
+		l, err := s.SessionLimits(ctx, "root")
+		if err != nil || l.TokenBudget == nil {
+			t.Fatalf("SessionLimits = %+v, %v", l, err)
+		}
+		return *l.TokenBudget
+	}
+	if got := read(a); got != 10 {
+		t.Fatalf("A reads budget %d, want 10", got)
+	}
+	woken, stop := a.Subscribe("limits")
+	defer stop()
+	if err := b.SetSessionLimits(ctx, "root", budget(20)); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(b); got != 20 {
+		t.Fatalf("B reads budget %d after its own change, want 20", got)
+	}
+	deadline := time.After(10 * time.Second)
+	for read(a) != 20 {
+		select {
+		case <-woken:
+		case <-deadline:
+			t.Fatal("A still reads the old budget 10 s after B changed it")
+		}
+	}
+}

@@ -198,19 +198,30 @@ func limitsJSON(l store.Limits) []byte {
 // SessionLimits returns the limits stored with session id, never from the
 // header cache, since a root's change. Returns store.ErrNotFound.
 func (s *Store) SessionLimits(ctx context.Context, id string) (_ store.Limits, err error) {
+	tenant := store.Tenant(ctx)
+	l, gen, ok := s.limits.get(tenant, id)
+	if ok {
+		return l, nil
+	}
 	defer wrap(&err, "read limits of session %q", id)
-	var l store.Limits
-	err = s.pool.QueryRow(ctx, `SELECT limits FROM sessions WHERE tenant = $1 AND id = $2`,
-		store.Tenant(ctx), id).Scan(&l)
-	return l.Stored(), err
+	err = s.pool.QueryRow(ctx, `SELECT limits FROM sessions WHERE tenant = $1 AND id = $2`, tenant, id).Scan(&l)
+	if err != nil {
+		return store.Limits{}, err
+	}
+	l = l.Stored()
+	s.limits.put(tenant, id, gen, l)
+	return l, nil
 }
 
-// SetSessionLimits replaces the limits stored with session id; the cached
-// header keeps those it was created with. Returns store.ErrNotFound.
+// SetSessionLimits replaces the limits stored with session id, and wakes
+// every replica's limits cache in the same statement; the cached header
+// keeps those it was created with. Returns store.ErrNotFound.
 func (s *Store) SetSessionLimits(ctx context.Context, id string, l store.Limits) (err error) {
 	defer wrap(&err, "set limits of session %q", id)
-	tag, err := s.pool.Exec(ctx, `UPDATE sessions SET limits = $3 WHERE tenant = $1 AND id = $2`,
-		store.Tenant(ctx), id, limitsJSON(l))
+	defer s.limits.forget()
+	tag, err := s.pool.Exec(ctx, `WITH up AS (UPDATE sessions SET limits = $3 WHERE tenant = $1 AND id = $2 RETURNING id)
+		SELECT pg_notify($4, $5) FROM up`,
+		store.Tenant(ctx), id, limitsJSON(l), notifyChannel, limitsTopic)
 	if err == nil && tag.RowsAffected() == 0 {
 		err = store.ErrNotFound
 	}
