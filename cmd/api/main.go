@@ -470,7 +470,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 			probe(pc.Name, "A2A agent's card could not be fetched", p.WaitProbe)
 			continue
 		}
-		p, err := acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots, SecretEnv: secretEnv, Approver: approvals})
+		p, err := acp.New(pc, acp.Deps{Store: st, Logger: log, WorkspaceRoots: file.WorkspaceRoots, SecretEnv: secretEnv, Approver: approvals, Deadlines: limits})
 		if err != nil {
 			return nil, err
 		}

@@ -309,6 +309,14 @@ func (l *Limits) Bounds(ctx context.Context, id string) (agent.TurnBounds, error
 	return b, nil
 }
 
+// Deadline is the deadline in force at session id, zero for none: what an
+// external agent's turn is held to (an ACP run ends deadline_exceeded at
+// it, as an in-process turn does through Bounds).
+func (l *Limits) Deadline(ctx context.Context, id string) (time.Time, error) {
+	b, err := l.Bounds(ctx, id)
+	return b.Deadline, err
+}
+
 // Paused reports whether the tree of session id spent the budget in force
 // there: its root's prompts, and followups to its idle continuable
 // children, then wait in their durable inboxes. Without a budget nothing

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -62,7 +63,8 @@ func setupACP(t *testing.T, command string, env map[string]string) *acpWorld {
 	w.testBundle = start(t, func(b *testBundle, cfg *Config) {
 		p, err := acp.New(config.ProviderConfig{Name: "fake", Type: config.TypeACP, Command: command, Env: env,
 			Permission: config.PermissionReject, DisposeEOFGrace: 10 * time.Second, DisposeGrace: 10 * time.Second,
-			IdleTimeout: 10 * time.Second}, acp.Deps{Store: b.st, Logger: b.log, WorkspaceRoots: []string{w.root}})
+			IdleTimeout: 10 * time.Second}, acp.Deps{Store: b.st, Logger: b.log, WorkspaceRoots: []string{w.root},
+			Deadlines: cfg.Limits.(*governance.Limits)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,6 +181,30 @@ func TestACP_TreeCancelStopsTheAgent(t *testing.T) {
 	}
 	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
 		t.Fatalf("the agent's process %d after the tree cancel: kill 0 = %v, want ESRCH", pid, err)
+	}
+}
+
+// TestACP_DeadlineEndsTheRun: an ACP child that hangs in its prompt past
+// its tree's deadline settles deadline_exceeded (its agent told
+// session/cancel), as an in-process turn ends at the deadline.
+func TestACP_DeadlineEndsTheRun(t *testing.T) {
+	t.Parallel()
+	ready := filepath.Join(t.TempDir(), "ready")
+	if err := syscall.Mkfifo(ready, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := setupACP(t, fakeAgent(t), map[string]string{"FAKE_MODE": "hang", "FAKE_READY": ready})
+	var root sessionJSON
+	w.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/sessions",
+		body: map[string]any{"label": "root", "cwd": w.root, "limits": map[string]any{"deadline": "3s"}}}).decode(t, &root)
+	var run runJSON
+	w.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/runs",
+		body: map[string]any{"provider": "fake", "parentSessionId": root.ID, "prompt": textPrompt("hold")}}).decode(t, &run)
+	readPid(t, ready) // the agent is inside its prompt
+	var settled runJSON
+	w.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/runs/" + run.RunID + "?wait=30"}).decode(t, &settled)
+	if settled.Result == nil || settled.Result.StopReason != subagent.StopDeadlineExceeded || !strings.Contains(settled.Result.Diagnostic, "deadline") {
+		t.Fatalf("ACP run past its tree's deadline: %+v", settled)
 	}
 }
 

@@ -50,6 +50,14 @@ type Deps struct {
 	// about; required when the provider's policy can ask
 	// (config.ProviderConfig.MayAsk).
 	Approver governance.Approver
+	// Deadlines tell the deadline a one-shot run's tree holds it to
+	// (*governance.Limits); nil holds it to none.
+	Deadlines Deadlines
+}
+
+// Deadlines tell the deadline in force at a session, zero for none.
+type Deadlines interface {
+	Deadline(ctx context.Context, sessionID string) (time.Time, error)
 }
 
 // Log is the part of the store the provider writes child sessions and
@@ -69,6 +77,7 @@ type Provider struct {
 	// secretEnv is Deps.SecretEnv.
 	secretEnv []string
 	approver  governance.Approver
+	deadlines Deadlines
 
 	// caps is what the agent's initialize said (caps.go).
 	caps caps
@@ -106,6 +115,7 @@ func New(cfg config.ProviderConfig, deps Deps) (*Provider, error) {
 
 		secretEnv: deps.SecretEnv,
 		approver:  deps.Approver,
+		deadlines: deps.Deadlines,
 		idle:      map[idleKey]*idleAgent{},
 	}, nil
 }
@@ -189,6 +199,7 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 		return nil, err
 	}
 	go r.drive(prompt)
+	r.holdTo(p.deadlines)
 	if ctx.Err() != nil {
 		// The child exists now: an abort from here on is a post-publication
 		// cancel (R24), and the run settles aborted.

@@ -94,6 +94,8 @@ func TurnReason(o Outcome) sessionlog.TurnReason {
 		return tr
 	case subagent.StopRefusal:
 		return sessionlog.TurnReason{Kind: subagent.StopRefusal}
+	case subagent.StopDeadlineExceeded:
+		return sessionlog.TurnReason{Kind: sessionlog.ReasonDeadlineExceeded, Message: o.Diagnostic}
 	default:
 		return sessionlog.TurnReason{Kind: sessionlog.ReasonError, Message: o.Diagnostic}
 	}
