@@ -184,27 +184,46 @@ func TestACP_TreeCancelStopsTheAgent(t *testing.T) {
 	}
 }
 
-// TestACP_DeadlineEndsTheRun: an ACP child that hangs in its prompt past
-// its tree's deadline settles deadline_exceeded (its agent told
-// session/cancel), as an in-process turn ends at the deadline.
-func TestACP_DeadlineEndsTheRun(t *testing.T) {
+// TestACP_DeadlineEndsTheTurn: an ACP child that hangs in its prompt past
+// its tree's deadline — a one-shot run, and a continuable child's task —
+// settles deadline_exceeded (its agent told session/cancel), as an
+// in-process turn ends at the deadline.
+func TestACP_DeadlineEndsTheTurn(t *testing.T) {
 	t.Parallel()
-	ready := filepath.Join(t.TempDir(), "ready")
-	if err := syscall.Mkfifo(ready, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	w := setupACP(t, fakeAgent(t), map[string]string{"FAKE_MODE": "hang", "FAKE_READY": ready})
-	var root sessionJSON
-	w.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/sessions",
-		body: map[string]any{"label": "root", "cwd": w.root, "limits": map[string]any{"deadline": "3s"}}}).decode(t, &root)
-	var run runJSON
-	w.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/runs",
-		body: map[string]any{"provider": "fake", "parentSessionId": root.ID, "prompt": textPrompt("hold")}}).decode(t, &run)
-	readPid(t, ready) // the agent is inside its prompt
-	var settled runJSON
-	w.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/runs/" + run.RunID + "?wait=30"}).decode(t, &settled)
-	if settled.Result == nil || settled.Result.StopReason != subagent.StopDeadlineExceeded || !strings.Contains(settled.Result.Diagnostic, "deadline") {
-		t.Fatalf("ACP run past its tree's deadline: %+v", settled)
+	for _, kind := range []string{"one-shot", "continuable"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ready := filepath.Join(t.TempDir(), "ready")
+			if err := syscall.Mkfifo(ready, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			w := setupACP(t, fakeAgent(t), map[string]string{"FAKE_MODE": "hang", "FAKE_CAPS": "resume", "FAKE_READY": ready})
+			if err := w.p.Probe(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			var root sessionJSON
+			w.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/sessions",
+				body: map[string]any{"label": "root", "cwd": w.root, "limits": map[string]any{"deadline": "3s"}}}).decode(t, &root)
+			body := map[string]any{"provider": "fake", "parentSessionId": root.ID, "prompt": textPrompt("hold")}
+			path := "/v1/runs/"
+			var id string
+			if kind == "one-shot" {
+				var run runJSON
+				w.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/runs", body: body}).decode(t, &run)
+				id = run.RunID
+			} else {
+				body["label"] = "coder"
+				var created createSubagentResponse
+				w.want(t, http.StatusCreated, call{method: http.MethodPost, path: "/v1/subagents", body: body}).decode(t, &created)
+				path, id = "/v1/tasks/", created.TaskID
+			}
+			readPid(t, ready) // the agent is inside its prompt
+			var settled runJSON
+			w.want(t, http.StatusOK, call{method: http.MethodGet, path: path + id + "?wait=30"}).decode(t, &settled)
+			if settled.Result == nil || settled.Result.StopReason != subagent.StopDeadlineExceeded || !strings.Contains(settled.Result.Diagnostic, "deadline") {
+				t.Fatalf("ACP %s past its tree's deadline: %+v", kind, settled)
+			}
+		})
 	}
 }
 

@@ -136,6 +136,9 @@ type acpTurn struct {
 	// failed: a write to the child log failed, so the turn was stopped and
 	// fails.
 	failed bool
+	// late says why the turn was stopped at its tree's deadline ("" when
+	// it was not).
+	late string
 	// prompting: the prompt was sent, so updates are this turn's (a
 	// session/load replays history before any turn).
 	prompting bool
@@ -147,6 +150,9 @@ type acpTurn struct {
 func (t *acpTurn) stopped() turnlog.Outcome {
 	if t.failed {
 		return turnlog.Outcome{Reason: subagent.StopError, Diagnostic: turnlog.LogFailed}
+	}
+	if t.late != "" {
+		return turnlog.Outcome{Reason: subagent.StopDeadlineExceeded, Diagnostic: t.late}
 	}
 	return turnlog.Outcome{Reason: subagent.StopAborted, Cause: t.cause}
 }
@@ -325,7 +331,9 @@ func (r *resident) runTurn() bool {
 	t, l, session := r.cur, r.live, r.session
 	t.prompting = true
 	r.mu.Unlock()
+	held := r.holdTo(t)
 	o := r.prompt(l, session, t, t.content)
+	held()
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -547,6 +555,38 @@ func (r *resident) Cancel(cause string, _ bool) {
 	}
 	t.cause = cause
 	r.stopLocked(t)
+}
+
+// holdTo stops turn t at the deadline in force at the child
+// (Deps.Deadlines), to end deadline_exceeded as an in-process turn past it
+// does; the func it returns stops the timer.
+func (r *resident) holdTo(t *acpTurn) (release func()) {
+	if r.p.deadlines == nil {
+		return func() {}
+	}
+	at, err := r.p.deadlines.Deadline(r.logCtx, r.key.id)
+	if err != nil {
+		r.log.WarnContext(r.logCtx, "the tree's deadline is unread; the ACP child's turn is not held to it", slog.Any("error", err))
+		return func() {}
+	}
+	if at.IsZero() {
+		return func() {}
+	}
+	timer := time.AfterFunc(time.Until(at), func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		select {
+		case <-t.stop:
+			return
+		default:
+		}
+		if r.cur != t {
+			return
+		}
+		t.late = "the tree's deadline " + at.Format(time.RFC3339) + " has passed"
+		r.stopLocked(t)
+	})
+	return func() { timer.Stop() }
 }
 
 // Running reports whether a turn runs or is about to.
