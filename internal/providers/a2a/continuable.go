@@ -101,6 +101,9 @@ type a2aTurn struct {
 	// failed: a write to the child log failed, so the turn was stopped and
 	// fails.
 	failed bool
+	// late says why the turn was stopped at its tree's deadline ("" when
+	// it was not).
+	late string
 }
 
 func closedChan() chan struct{} {
@@ -219,7 +222,9 @@ func (r *resident) runTurn() bool {
 	r.mu.Lock()
 	t, contextID := r.cur, r.contextID
 	r.mu.Unlock()
+	held := turnlog.HoldTo(r.logCtx, r.p.deadlines, r.id, r.log, func(o turnlog.Outcome) { r.stopLate(t, o) })
 	o := t.f.follow(t.content, contextID)
+	held()
 	// A stopped turn ends once its tasks/cancel was answered (bounded by
 	// cancelGrace): the next turn's message must not race it.
 	t.f.wait()
@@ -232,6 +237,8 @@ func (r *resident) runTurn() bool {
 	switch {
 	case t.failed:
 		o = turnlog.Outcome{Reason: subagent.StopError, Diagnostic: turnlog.LogFailed}
+	case t.late != "":
+		o = turnlog.Outcome{Reason: subagent.StopDeadlineExceeded, Diagnostic: t.late}
 	case t.f.isStopped():
 		o = turnlog.Outcome{Reason: subagent.StopAborted, Cause: t.cause}
 	}
@@ -302,6 +309,18 @@ func (r *resident) Cancel(cause string, _ bool) {
 		return
 	}
 	t.cause = cause
+	t.f.stop()
+}
+
+// stopLate stops turn t, if it still runs, to end as o: its tree's
+// deadline passed (turnlog.HoldTo).
+func (r *resident) stopLate(t *a2aTurn, o turnlog.Outcome) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur != t || t.f.isStopped() {
+		return
+	}
+	t.late = o.Diagnostic
 	t.f.stop()
 }
 

@@ -207,3 +207,27 @@ func (f *fencedLog) AppendEvents(ctx context.Context, sessionID string, evs ...s
 	}
 	return f.Log.AppendEvents(ctx, sessionID, evs...)
 }
+
+// A turn whose tree's deadline passes while its remote task hangs ends
+// deadline_exceeded and sends tasks/cancel.
+func TestContinuable_DeadlineEndsTheTurn(t *testing.T) {
+	t.Parallel()
+	rm := newRemote(t, true)
+	p, b := setup(t, rm)
+	p.deadlines = deadlineAt(time.Now().Add(time.Second))
+	id := uuid.NewString()
+	r := materialize(t, p, b, true, id)
+	msg := sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: []model.Block{model.TextBlock("hang")}, Source: sessionlog.Source{Kind: "user"}}
+	if _, err := r.FollowupMessage(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rm.cancelled:
+	case <-time.After(wait):
+		t.Fatal("the remote received no tasks/cancel")
+	}
+	idle(t, r)
+	if got := turnEnds(t, b, id); !slices.Equal(got, []string{sessionlog.ReasonDeadlineExceeded}) {
+		t.Fatalf("turn ends %v, want deadline_exceeded", got)
+	}
+}

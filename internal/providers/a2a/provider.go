@@ -48,6 +48,9 @@ type Deps struct {
 	// PollInterval is how often a task of an agent that cannot stream is
 	// read with tasks/get; 0 means DefaultPollInterval.
 	PollInterval time.Duration
+	// Deadlines tell the deadline a child's turn is held to
+	// (*governance.Limits); nil holds it to none.
+	Deadlines turnlog.Deadlines
 }
 
 // DefaultPollInterval is the tasks/get period for agents that cannot
@@ -70,6 +73,8 @@ type Provider struct {
 	hc    *http.Client
 	poll  time.Duration
 	host  string
+	// deadlines is Deps.Deadlines.
+	deadlines turnlog.Deadlines
 
 	// mu guards conn, the client made from the agent's card once it was
 	// fetched, the last failure to fetch it, and the fetch under way
@@ -116,7 +121,7 @@ func New(cfg config.ProviderConfig, deps Deps) (*Provider, error) {
 	}
 	return &Provider{
 		cfg: cfg, store: deps.Store, log: deps.Logger.With(slog.String("provider", cfg.Name)),
-		hc: newHTTPClient(deps.AllowPrivate, token), poll: poll, host: u.Host,
+		hc: newHTTPClient(deps.AllowPrivate, token), poll: poll, host: u.Host, deadlines: deps.Deadlines,
 	}, nil
 }
 
@@ -250,6 +255,11 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 		return nil, err
 	}
 	go r.drive(prompt)
+	release := turnlog.HoldTo(r.logCtx, p.deadlines, childID, r.log, r.stop)
+	go func() {
+		<-r.done
+		release()
+	}()
 	if ctx.Err() != nil {
 		// The child exists now: an abort from here on is a post-publication
 		// cancel (R24), and the run settles aborted.

@@ -403,3 +403,32 @@ func TestWaitProbe_WaitsForTheFetchUnderWayOnlyAsLongAsItsContext(t *testing.T) 
 	default:
 	}
 }
+
+// deadlineAt tells every session the deadline at.
+type deadlineAt time.Time
+
+func (d deadlineAt) Deadline(context.Context, string) (time.Time, error) { return time.Time(d), nil }
+
+// A run whose tree's deadline passes while its remote task hangs settles
+// deadline_exceeded, as an in-process turn does, and sends tasks/cancel.
+func TestRun_DeadlineEndsTheTask(t *testing.T) {
+	t.Parallel()
+	rm := newRemote(t, true)
+	p, b := setup(t, rm)
+	p.deadlines = deadlineAt(time.Now().Add(time.Second))
+	r := start(t, p, "hang")
+	res := result(t, r)
+	if res.StopReason != subagent.StopDeadlineExceeded || !strings.Contains(res.Diagnostic, "deadline") {
+		t.Fatalf("result = %+v, want deadline_exceeded", res)
+	}
+	select {
+	case <-rm.cancelled:
+	case <-time.After(wait):
+		t.Fatal("the remote received no tasks/cancel")
+	}
+	dispose(t, r)
+	out := sessionlog.OutcomeOf(events(t, b.store, r.ChildID()))
+	if out.End == nil || out.End.Reason.Kind != sessionlog.ReasonDeadlineExceeded {
+		t.Fatalf("log outcome %+v, want deadline_exceeded", out)
+	}
+}

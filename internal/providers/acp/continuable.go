@@ -331,7 +331,7 @@ func (r *resident) runTurn() bool {
 	t, l, session := r.cur, r.live, r.session
 	t.prompting = true
 	r.mu.Unlock()
-	held := r.holdTo(t)
+	held := turnlog.HoldTo(r.logCtx, r.p.deadlines, r.key.id, r.log, func(o turnlog.Outcome) { r.stopLate(t, o) })
 	o := r.prompt(l, session, t, t.content)
 	held()
 
@@ -557,36 +557,21 @@ func (r *resident) Cancel(cause string, _ bool) {
 	r.stopLocked(t)
 }
 
-// holdTo stops turn t at the deadline in force at the child
-// (Deps.Deadlines), to end deadline_exceeded as an in-process turn past it
-// does; the func it returns stops the timer.
-func (r *resident) holdTo(t *acpTurn) (release func()) {
-	if r.p.deadlines == nil {
-		return func() {}
+// stopLate stops turn t, if it still runs, to end as o: its tree's deadline
+// passed (turnlog.HoldTo).
+func (r *resident) stopLate(t *acpTurn, o turnlog.Outcome) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-t.stop:
+		return
+	default:
 	}
-	at, err := r.p.deadlines.Deadline(r.logCtx, r.key.id)
-	if err != nil {
-		r.log.WarnContext(r.logCtx, "the tree's deadline is unread; the ACP child's turn is not held to it", slog.Any("error", err))
-		return func() {}
+	if r.cur != t {
+		return
 	}
-	if at.IsZero() {
-		return func() {}
-	}
-	timer := time.AfterFunc(time.Until(at), func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		select {
-		case <-t.stop:
-			return
-		default:
-		}
-		if r.cur != t {
-			return
-		}
-		t.late = "the tree's deadline " + at.Format(time.RFC3339) + " has passed"
-		r.stopLocked(t)
-	})
-	return func() { timer.Stop() }
+	t.late = o.Diagnostic
+	r.stopLocked(t)
 }
 
 // Running reports whether a turn runs or is about to.

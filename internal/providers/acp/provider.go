@@ -50,14 +50,9 @@ type Deps struct {
 	// about; required when the provider's policy can ask
 	// (config.ProviderConfig.MayAsk).
 	Approver governance.Approver
-	// Deadlines tell the deadline a one-shot run's tree holds it to
+	// Deadlines tell the deadline a child's turn is held to
 	// (*governance.Limits); nil holds it to none.
-	Deadlines Deadlines
-}
-
-// Deadlines tell the deadline in force at a session, zero for none.
-type Deadlines interface {
-	Deadline(ctx context.Context, sessionID string) (time.Time, error)
+	Deadlines turnlog.Deadlines
 }
 
 // Log is the part of the store the provider writes child sessions and
@@ -77,7 +72,7 @@ type Provider struct {
 	// secretEnv is Deps.SecretEnv.
 	secretEnv []string
 	approver  governance.Approver
-	deadlines Deadlines
+	deadlines turnlog.Deadlines
 
 	// caps is what the agent's initialize said (caps.go).
 	caps caps
@@ -199,7 +194,11 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 		return nil, err
 	}
 	go r.drive(prompt)
-	r.holdTo(p.deadlines)
+	release := turnlog.HoldTo(r.logCtx, p.deadlines, childID, log, r.stop)
+	go func() {
+		<-r.done
+		release()
+	}()
 	if ctx.Err() != nil {
 		// The child exists now: an abort from here on is a post-publication
 		// cancel (R24), and the run settles aborted.

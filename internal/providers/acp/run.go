@@ -163,30 +163,6 @@ func (r *run) release() error {
 	return r.live.release(idle, r.sessionID)
 }
 
-// holdTo ends the run deadline_exceeded at the deadline d tells for its
-// tree, as an in-process turn ends at its next step past it; a run that
-// settles first stops the timer.
-func (r *run) holdTo(d Deadlines) {
-	if d == nil {
-		return
-	}
-	at, err := d.Deadline(r.logCtx, r.childID)
-	if err != nil {
-		r.log.WarnContext(r.logCtx, "the tree's deadline is unread; the ACP run is not held to it", slog.Any("error", err))
-		return
-	}
-	if at.IsZero() {
-		return
-	}
-	timer := time.AfterFunc(time.Until(at), func() {
-		r.stop(turnlog.Outcome{Reason: subagent.StopDeadlineExceeded, Diagnostic: "the tree's deadline " + at.Format(time.RFC3339) + " has passed"})
-	})
-	go func() {
-		<-r.done
-		timer.Stop()
-	}()
-}
-
 // drive sends the prompt and settles with its answer; a local cancel
 // settles without it. Once the agent answered, its process is stopped.
 func (r *run) drive(prompt []model.Block) {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -48,6 +49,35 @@ func Open(ctx context.Context, w Writer, sess store.Session, prompt []model.Bloc
 		return fmt.Errorf("open child log: %w", err)
 	}
 	return nil
+}
+
+// Deadlines tell the deadline in force at a session, zero for none
+// (governance.Limits).
+type Deadlines interface {
+	Deadline(ctx context.Context, sessionID string) (time.Time, error)
+}
+
+// HoldTo calls stop with the deadline_exceeded outcome at the deadline d
+// tells for session id — an external agent's turn ends there as an
+// in-process turn does — unless the func it returns is called first.
+// Without d or a deadline it does nothing; a deadline it cannot read is
+// logged and holds nothing.
+func HoldTo(ctx context.Context, d Deadlines, id string, log *slog.Logger, stop func(Outcome)) (release func()) {
+	if d == nil {
+		return func() {}
+	}
+	at, err := d.Deadline(ctx, id)
+	if err != nil {
+		log.WarnContext(ctx, "the tree's deadline is unread; the turn is not held to it", slog.Any("error", err))
+		return func() {}
+	}
+	if at.IsZero() {
+		return func() {}
+	}
+	timer := time.AfterFunc(time.Until(at), func() {
+		stop(Outcome{Reason: subagent.StopDeadlineExceeded, Diagnostic: "the tree's deadline " + at.Format(time.RFC3339) + " has passed"})
+	})
+	return func() { timer.Stop() }
 }
 
 // Event is one child-log event before encoding.
