@@ -9,7 +9,6 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/providers/turnlog"
 	"github.com/subagentd/subagentd/internal/sessionlog"
-	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -165,12 +164,10 @@ func (r *run) settle(o turnlog.Outcome) {
 	}
 	o.Diagnostic = subagent.TruncateDiagnostic(clean(o.Diagnostic))
 	output := r.text.Blocks()
-	var usage store.Usage
 	if r.logging {
 		o, _ = turnlog.CloseTurn(r.appendLocked, r.log, turn, output, o)
-		// The agent's model calls are its own: the prompt counts as one.
-		usage.ModelCalls = 1
 	}
-	r.result = subagent.Result{Output: output, StopReason: o.Reason, Diagnostic: o.Diagnostic, Usage: usage}
+	r.result = subagent.Result{Output: output, StopReason: o.Reason, Diagnostic: o.Diagnostic,
+		Usage: turnlog.PromptUsage(r.logging, o.Usage), UsageKnown: o.Usage != nil}
 	close(r.done)
 }

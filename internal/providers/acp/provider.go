@@ -194,11 +194,7 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 		return nil, err
 	}
 	go r.drive(prompt)
-	release := turnlog.HoldTo(r.logCtx, p.deadlines, childID, log, r.stop)
-	go func() {
-		<-r.done
-		release()
-	}()
+	turnlog.HoldRun(r.logCtx, p.deadlines, childID, log, r.stop, r.done)
 	if ctx.Err() != nil {
 		// The child exists now: an abort from here on is a post-publication
 		// cancel (R24), and the run settles aborted.

@@ -15,7 +15,6 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/providers/turnlog"
 	"github.com/subagentd/subagentd/internal/sessionlog"
-	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/internal/telemetry"
 )
@@ -250,23 +249,8 @@ func (r *run) settle(o turnlog.Outcome) {
 		o, _ = turnlog.CloseTurn(r.appendLocked, r.log, turn, output, o)
 	}
 	r.result = subagent.Result{Output: output, StopReason: o.Reason, Diagnostic: o.Diagnostic,
-		Usage: promptUsage(r.logging, o.Usage), UsageKnown: o.Usage != nil}
+		Usage: turnlog.PromptUsage(r.logging, o.Usage), UsageKnown: o.Usage != nil}
 	close(r.done)
-}
-
-// promptUsage is the usage of a run's one prompt as its child log records
-// it (the prompt's step opened with the log, the answer's usage when the
-// agent reported one): the agent's model calls are its own, so the prompt
-// counts as one call, and its usage is known only when reported.
-func promptUsage(logged bool, u *sessionlog.UsageData) store.Usage {
-	var out store.Usage
-	if logged {
-		out.ModelCalls = 1
-	}
-	if u != nil {
-		out.InputTokens, out.OutputTokens, out.Reported = int64(u.InputTokens), int64(u.OutputTokens), 1
-	}
-	return out
 }
 
 // appendLocked writes evs to the child log, which must exist, in one

@@ -51,6 +51,32 @@ func Open(ctx context.Context, w Writer, sess store.Session, prompt []model.Bloc
 	return nil
 }
 
+// PromptUsage is the usage of a one-shot run's one prompt as its child
+// log records it (the prompt's step opened with the log, the answer's
+// usage when the agent reported one): the agent's model calls are its
+// own, so the prompt counts as one call, and its usage is known only when
+// reported.
+func PromptUsage(logged bool, u *sessionlog.UsageData) store.Usage {
+	var out store.Usage
+	if logged {
+		out.ModelCalls = 1
+	}
+	if u != nil {
+		out.InputTokens, out.OutputTokens, out.Reported = int64(u.InputTokens), int64(u.OutputTokens), 1
+	}
+	return out
+}
+
+// HoldRun is HoldTo for a one-shot run, released once done is closed (the
+// run settled).
+func HoldRun(ctx context.Context, d Deadlines, id string, log *slog.Logger, stop func(Outcome), done <-chan struct{}) {
+	release := HoldTo(ctx, d, id, log, stop)
+	go func() {
+		<-done
+		release()
+	}()
+}
+
 // Deadlines tell the deadline in force at a session, zero for none
 // (governance.Limits).
 type Deadlines interface {
