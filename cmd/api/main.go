@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/children"
 	cfgfile "github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/delegate"
 	a2aface "github.com/subagentd/subagentd/internal/faces/a2a"
@@ -328,7 +329,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 // app is the wired process.
 type app struct {
 	svc   *subagent.Service
-	mgr   *subagent.Manager
+	mgr   *children.Manager
 	roots *delegate.Roots
 	api   *httpapi.Server
 	// authenticated: tokens are configured, so the server may listen
@@ -423,7 +424,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	deps := inprocess.Deps{Store: st, Routes: routes, Tools: tools, Logger: log, Metrics: metrics, Gate: limits}
 	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: log, Control: svc.Control(),
 		Metrics: metrics, Budget: limits})
-	mgr := subagent.NewManager(svc, subagent.ManagerConfig{
+	mgr := children.NewManager(svc, children.ManagerConfig{
 		Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: log,
 	})
 	limits.DeliverTo(roots, mgr)

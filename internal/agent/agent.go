@@ -33,7 +33,7 @@ import (
 // matching subagent.ErrSteerRejected.
 var ErrClosed = errors.New("agent closed")
 
-// The subagent.Manager drives an Agent as a continuable child's agent.
+// The children.Manager drives an Agent as a continuable child's agent.
 var _ subagent.ChildAgent = (*Agent)(nil)
 
 // Config configures an Agent.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/fork"
@@ -122,14 +123,14 @@ func TestEndToEnd_RootDelegatesToSpawnAndForkInOneStep(t *testing.T) {
 		t.Errorf("runs by provider = %v, want fork and spawn", providers)
 	}
 	// The children catalog (GET /v1/sessions/{id}/children) lists both.
-	mgr := subagent.NewManager(w.Service, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(w.Deps), Logger: w.Logger})
+	mgr := children.NewManager(w.Service, children.ManagerConfig{Materializer: inprocess.NewMaterializer(w.Deps), Logger: w.Logger})
 	entries, err := mgr.Children(inprocesstest.Ctx(t), root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	kids := []string{}
 	for _, e := range entries {
-		if e.Kind != subagent.EntryChild || e.Mode != subagent.ModeOneShot || e.Activity != subagent.ActivityInactive {
+		if e.Kind != children.EntryChild || e.Mode != subagent.ModeOneShot || e.Activity != subagent.ActivityInactive {
 			t.Errorf("child entry %+v", e)
 		}
 		kids = append(kids, e.Provider+":"+e.Label)

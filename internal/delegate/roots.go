@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -41,7 +42,7 @@ type RootsConfig struct {
 	// (subagent.Service.Control): a root is driven only under its resident
 	// lease, and prompts and notices for a root another replica drives go
 	// there. Nil means a single process: no leases.
-	Control *subagent.Control
+	Control *resident.Control
 	// Metrics counts the tokens of the root agents' model calls; nil
 	// counts nothing.
 	Metrics *telemetry.Metrics
@@ -69,7 +70,7 @@ const RootAgent = "root"
 // delivers settlement notices and child reports to root parents (Notify).
 //
 // Every message Roots accepts — a prompt, a notice, a report — is first a
-// row of the durable inbox (see subagent.InboxRow), acknowledged once the
+// row of the durable inbox (see children.InboxRow), acknowledged once the
 // root's log holds it as a user/message; loading an agent delivers the rows
 // its log lacks (Recover at start-up, or the next prompt), so a crash or a
 // shutdown loses none. It is safe for concurrent use.
@@ -78,7 +79,7 @@ const RootAgent = "root"
 // step's admission — is owned by one loop of the resident engine
 // (internal/resident), which takes commands from a channel; nothing else
 // touches its state, and nothing waits for idleness. Across replicas (see
-// subagent.Control), a loop holds the root's resident lease while it has
+// resident.Control), a loop holds the root's resident lease while it has
 // anything live, taken before its first command runs and released once it
 // holds nothing; a root another replica drives gets its prompts and
 // notices there.
@@ -153,7 +154,7 @@ type delivery struct {
 	steered <-chan error
 }
 
-var _ subagent.NoticeSink = (*Roots)(nil)
+var _ children.NoticeSink = (*Roots)(nil)
 
 // NewRoots returns Roots for cfg.
 func NewRoots(cfg RootsConfig) *Roots {
@@ -216,7 +217,7 @@ func NewRoots(cfg RootsConfig) *Roots {
 // after Close, and store errors; an error means nothing was accepted.
 func (r *Roots) Prompt(ctx context.Context, sessionID string, content []model.Block) (string, error) {
 	msg := sessionlog.UserMessage{Content: content, Source: sessionlog.Source{Kind: subagent.SourceUser}}
-	row, err := subagent.InboxRow(sessionID, msg)
+	row, err := children.InboxRow(sessionID, msg)
 	if err != nil {
 		return "", &subagent.Error{Code: subagent.EInvalidRequest, Message: "content is not valid JSON",
 			Fields: map[string]string{"content": "not valid JSON"}, Err: err}
@@ -232,7 +233,7 @@ func (r *Roots) Prompt(ctx context.Context, sessionID string, content []model.Bl
 // lost) is taken as accepted.
 func (r *Roots) prompt(ctx context.Context, row store.InboxMessage) error {
 	sessionID := row.ChildID
-	msg, err := subagent.RowMessage(row)
+	msg, err := children.RowMessage(row)
 	if err != nil {
 		return fmt.Errorf("prompt %s: %w", sessionID, err)
 	}
@@ -265,7 +266,7 @@ func (r *Roots) prompt(ctx context.Context, row store.InboxMessage) error {
 // quiet ones at the head go to the log without waking the session (R108,
 // R118), and when anything else is pending its agent is loaded, which
 // delivers the rest (see load). Continuable children are left to
-// subagent.Manager.Recover. Failures are logged per session and returned
+// children.Manager.Recover. Failures are logged per session and returned
 // joined; the other sessions are still recovered.
 func (r *Roots) Recover(ctx context.Context) error {
 	return r.roots.Recover(ctx, r.cfg.Store, r.log)
@@ -415,7 +416,7 @@ func (r *Roots) foldQuiet(ctx context.Context, id string) ([]store.InboxMessage,
 		if logged[row.ID] {
 			continue
 		}
-		msg, err := subagent.RowMessage(row)
+		msg, err := children.RowMessage(row)
 		if err != nil {
 			r.log.ErrorContext(ctx, "dropping an undecodable inbox message", slog.String("session_id", id), slog.Any("error", err))
 			continue
@@ -517,7 +518,7 @@ func (r *Roots) resume(ctx context.Context, id string, s *root, rows []store.Inb
 			done = append(done, row.ID)
 			continue
 		}
-		msg, err := subagent.RowMessage(row)
+		msg, err := children.RowMessage(row)
 		if err != nil {
 			r.log.ErrorContext(ctx, "dropping an undecodable inbox message", slog.String("session_id", id), slog.Any("error", err))
 			done = append(done, row.ID)
@@ -590,7 +591,7 @@ func (r *Roots) closeAgent(ctx context.Context, id string, s *root) error {
 //     after Close or for a disposed root — is appended to the log as a
 //     user/message, which the next turn sees.
 //
-// Whether a message wakes is the sender's rule (subagent.Manager's notify
+// Whether a message wakes is the sender's rule (children.Manager's notify
 // for settlement notices, the report delivery for reports): Notify only
 // carries it out.
 //
@@ -607,7 +608,7 @@ func (r *Roots) closeAgent(ctx context.Context, id string, s *root) error {
 // — only for a message delivered at once, which is then withdrawn; a later
 // failure is logged and leaves the row for the next load.
 func (r *Roots) Notify(ctx context.Context, parentID string, msg sessionlog.UserMessage, quiet bool) error {
-	row, err := subagent.InboxRow(parentID, msg)
+	row, err := children.InboxRow(parentID, msg)
 	if err != nil {
 		return fmt.Errorf("notify %s: %w", parentID, err)
 	}

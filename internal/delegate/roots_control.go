@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/subagentd/subagentd/internal/children"
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// Roots across replicas (see subagent.Control and RootsConfig.Control).
+// Roots across replicas (see resident.Control and RootsConfig.Control).
 
 // Control request ops of Roots.
 const (
@@ -27,7 +29,7 @@ func (r *Roots) route(ctx context.Context, id, op string, payload any, local fun
 	if r.cfg.Control == nil {
 		return local()
 	}
-	_, err := subagent.Forward(ctx, r.cfg.Control, id, op, payload, func() (struct{}, error) { return struct{}{}, local() })
+	_, err := resident.Forward(ctx, r.cfg.Control, id, op, payload, func() (struct{}, error) { return struct{}{}, local() })
 	return err
 }
 
@@ -98,7 +100,7 @@ func (r *Roots) DeliverWaiting(ctx context.Context, id string) error {
 				if row.Quiet || s.unacked[row.ID] || logged[row.ID] {
 					continue
 				}
-				msg, err := subagent.RowMessage(row)
+				msg, err := children.RowMessage(row)
 				if err != nil || msg.Source.Kind != subagent.SourceUser {
 					// Notices have their own delivery; an undecodable row
 					// is dropped when the agent next loads.

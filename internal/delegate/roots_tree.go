@@ -23,7 +23,7 @@ const (
 )
 
 // handleTree registers the control handlers of StopTurn and Dispose.
-func (r *Roots) handleTree(ctl *subagent.Control) {
+func (r *Roots) handleTree(ctl *resident.Control) {
 	ctl.Handle(opStopTurn, func(ctx context.Context, id string, _ json.RawMessage) (any, error) {
 		return r.StopTurn(ctx, id)
 	})
@@ -59,7 +59,7 @@ func (r *Roots) StopTurn(ctx context.Context, id string) (bool, error) {
 	if r.cfg.Control == nil {
 		return local()
 	}
-	return subagent.Forward(ctx, r.cfg.Control, id, opStopTurn, struct{}{}, local)
+	return resident.Forward(ctx, r.cfg.Control, id, opStopTurn, struct{}{}, local)
 }
 
 // Dispose disposes root session id (the last step of DELETE

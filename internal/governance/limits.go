@@ -38,7 +38,7 @@ const (
 // Waiting delivers what a session of a paused tree held back: the
 // prompts a root's durable inbox kept (*delegate.Roots, on the replica
 // that drives the root), the followups of a continuable child that was not
-// live (*subagent.Manager).
+// live (*children.Manager).
 type Waiting interface {
 	DeliverWaiting(ctx context.Context, id string) error
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/delegate"
 	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
@@ -89,7 +90,7 @@ func newReplica(t *testing.T, url, owner string, lease time.Duration, mdl model.
 	r := &replica{mgrProcess: p, kept: make(chan struct{}), limits: governance.NewLimits(st, h.Logger)}
 	r.roots = delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: rs, Tools: agent.NewRegistry(), Logger: h.Logger,
 		Control: h.Service.Control(), Budget: r.limits})
-	p.m = subagent.NewManager(h.Service, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(h.Deps),
+	p.m = children.NewManager(h.Service, children.ManagerConfig{Materializer: inprocess.NewMaterializer(h.Deps),
 		Notices: r.roots, Logger: h.Logger})
 	r.limits.DeliverTo(r.roots, p.m)
 	var ctx context.Context
@@ -196,7 +197,7 @@ func TestControl_FollowupThroughBIsSteeredIntoAsRunningChild(t *testing.T) {
 	<-g.reached
 
 	type outcome struct {
-		res subagent.FollowupResult
+		res children.FollowupResult
 		err error
 	}
 	out := make(chan outcome, 1)
@@ -384,7 +385,7 @@ func TestControl_ALostLeaseIsTakenOverByBAndAIsFenced(t *testing.T) {
 	}
 	// A accepted a message and stops renewing before delivering it (a
 	// long pause, or a crash).
-	row, err := subagent.InboxRow(res.ChildID, sessionlog.UserMessage{Content: inprocesstest.Text("two"), Source: sessionlog.Source{Kind: subagent.SourceUser}})
+	row, err := children.InboxRow(res.ChildID, sessionlog.UserMessage{Content: inprocesstest.Text("two"), Source: sessionlog.Source{Kind: subagent.SourceUser}})
 	if err != nil {
 		t.Fatal(err)
 	}

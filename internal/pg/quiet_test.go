@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/delegate"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
@@ -26,7 +27,7 @@ import (
 // recipient, as a crash leaves it: accepted, not yet in the log.
 func quietReport(t *testing.T, recipient string) store.InboxMessage {
 	t.Helper()
-	row, err := subagent.InboxRow(recipient, sessionlog.UserMessage{Content: inprocesstest.Text("Background subagent k reported: found it"),
+	row, err := children.InboxRow(recipient, sessionlog.UserMessage{Content: inprocesstest.Text("Background subagent k reported: found it"),
 		Source: sessionlog.Source{Kind: subagent.SourceSubagentReport, Form: "relay", SenderSessionID: "k"}})
 	if err != nil {
 		t.Fatal(err)

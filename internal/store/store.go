@@ -76,7 +76,7 @@ type Session struct {
 	CreatedAt time.Time
 	// WakeParent says whether a continuable child's settlement notices open
 	// its parent's turn, or are recorded quietly for the parent's next turn
-	// (subagent.ContinuableRequest.WakeParent). False for roots.
+	// (children.ContinuableRequest.WakeParent). False for roots.
 	WakeParent bool
 }
 

@@ -245,7 +245,7 @@ func (h *RunHandle) watch() {
 		h.finish(res, resErr, rr, false)
 		return
 	}
-	end, dispatch := h.svc.recordEnd(h.ctx, h.logger(), h.endEvent(res), rr, nil)
+	end, dispatch := h.svc.RecordEnd(h.ctx, h.logger(), h.endEvent(res), rr, nil)
 	if dispatch {
 		h.svc.bus.dispatch(h.ctx, end)
 	}
@@ -289,7 +289,7 @@ func (h *RunHandle) settleWith(ctx context.Context, res Result, evs []store.NewE
 	if err != nil {
 		return nil, err
 	}
-	row, err := lifecycleRow(end, rr.EndedAt)
+	row, err := LifecycleRow(end, rr.EndedAt)
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ import (
 // Continuable ACP children. An agent that advertises session persistence
 // (loadSession or sessionCapabilities.resume) keeps the child's
 // conversation in one ACP session, whose id the child log records
-// (acp/session). Each activation the subagent.Manager starts gets a
+// (acp/session). Each activation the children.Manager starts gets a
 // resident: the agent process the last activation left idle, or a new one
 // that resumes the session (session/resume where offered, else
 // session/load, whose replayed history is not logged again). Every turn is
@@ -641,7 +641,7 @@ func (r *resident) Close(ctx context.Context) error {
 	return nil
 }
 
-// Discard is Close for a disposed child (subagent.Discarder): nothing is
+// Discard is Close for a disposed child (children.Discarder): nothing is
 // kept for a next activation, so the agent's process is stopped before
 // it returns.
 func (r *resident) Discard(ctx context.Context) error {
@@ -663,7 +663,7 @@ func (r *resident) Discard(ctx context.Context) error {
 }
 
 // ForgetChild stops the agent an earlier activation of child childID of
-// ctx's tenant left idle, if one still runs (subagent.ChildForgetter: the
+// ctx's tenant left idle, if one still runs (children.ChildForgetter: the
 // child was disposed), and returns once it is gone.
 func (p *Provider) ForgetChild(ctx context.Context, childID string) {
 	key := idleKey{store.Tenant(ctx), childID}

@@ -16,7 +16,7 @@ import (
 )
 
 // Materializer builds the live agents of continuable in-process children
-// for the subagent.Manager (docs/seam.md §11–§14): the same composition as
+// for the children.Manager (docs/seam.md §11–§14): the same composition as
 // a one-shot child — model route, delegation statement (R50), persona and
 // tool filter over the global tools — but no structured output and no
 // descriptor hook, since the manager writes the continuable descriptor

@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
@@ -44,7 +45,7 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 	if err := m.admitting(); err != nil {
 		return ContinuableStarted{}, err
 	}
-	if err := checkMaxDepth(req.MaxDepth); err != nil {
+	if err := subagent.CheckMaxDepth(req.MaxDepth); err != nil {
 		return ContinuableStarted{}, err
 	}
 	childID := req.ChildID
@@ -55,11 +56,11 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 	if m.liveActivation(key) != nil {
 		return ContinuableStarted{}, duplicateChild(childID)
 	}
-	depth, err := ChildDepth(req.Parent, req.MaxDepth)
+	depth, err := subagent.ChildDepth(req.Parent, req.MaxDepth)
 	if err != nil {
 		return ContinuableStarted{}, err
 	}
-	limits, admitted, err := m.svc.admitTree(ctx, req.Parent, req.Limits)
+	limits, admitted, err := m.svc.AdmitTree(ctx, req.Parent, req.Limits)
 	if err != nil {
 		return ContinuableStarted{}, err
 	}
@@ -68,24 +69,24 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 	if err != nil {
 		return ContinuableStarted{}, err
 	}
-	desc := Descriptor{Mode: ModeContinuable, Provider: req.Provider, Label: req.Label,
-		AgentProvider: opts.Provider, AgentModel: opts.Model, Persona: clonePtr(req.Persona)}
+	desc := subagent.Descriptor{Mode: subagent.ModeContinuable, Provider: req.Provider, Label: req.Label,
+		AgentProvider: opts.Provider, AgentModel: opts.Model, Persona: subagent.ClonePtr(req.Persona)}
 	if f := req.ToolFilter; f != nil {
-		desc.ToolFilter = &ToolFilter{Allow: slices.Clone(f.Allow), Deny: slices.Clone(f.Deny)}
+		desc.ToolFilter = &subagent.ToolFilter{Allow: slices.Clone(f.Allow), Deny: slices.Clone(f.Deny)}
 	}
-	raw, err := SnapshotDescriptor(desc)
+	raw, err := subagent.SnapshotDescriptor(desc)
 	if err != nil {
 		return ContinuableStarted{}, err
 	}
 	p, ok := m.svc.Provider(req.Provider)
 	if !ok {
-		return ContinuableStarted{}, Errorf(ENoProvider, "no subagent provider named %q", req.Provider)
+		return ContinuableStarted{}, subagent.Errorf(subagent.ENoProvider, "no subagent provider named %q", req.Provider)
 	}
-	cp, ok := p.(ContinuableProvider)
+	cp, ok := p.(subagent.ContinuableProvider)
 	if !ok {
-		return ContinuableStarted{}, Errorf(EUnsupportedCapability, "provider %q does not support continuable children", req.Provider)
+		return ContinuableStarted{}, subagent.Errorf(subagent.EUnsupportedCapability, "provider %q does not support continuable children", req.Provider)
 	}
-	spec, err := cp.PrepareContinuable(ctx, ContinuableCreateRequest{SessionID: childID, Parent: req.Parent})
+	spec, err := cp.PrepareContinuable(ctx, subagent.ContinuableCreateRequest{SessionID: childID, Parent: req.Parent})
 	if err != nil {
 		if ctx.Err() != nil {
 			return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
@@ -111,11 +112,11 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 // the descriptor and its snapshot, the provider's spec, the child's depth,
 // route and stored limits.
 type startPlan struct {
-	desc   Descriptor
+	desc   subagent.Descriptor
 	raw    json.RawMessage
-	spec   ContinuableSpec
+	spec   subagent.ContinuableSpec
 	depth  int
-	opts   AgentOptions
+	opts   subagent.AgentOptions
 	limits store.Limits
 }
 
@@ -138,7 +139,7 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 	}
 	// The live-run slot is taken before anything is written; the activation
 	// holds it from begin on, and rollback or settle gives it back.
-	release, err := m.svc.reserveLive(key.Tenant, false)
+	release, err := m.svc.ReserveLive(key.Tenant, false)
 	if err != nil {
 		return ContinuableStarted{}, err
 	}
@@ -152,8 +153,8 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 	header := store.Session{
 		ID: childID, ParentID: parent.ID, RootID: store.RootOf(parent), Origin: OriginSubagent, DelegationDepth: depth,
 		SeedLength: len(spec.Seed), Cwd: parent.Cwd, Label: req.Label, Provider: req.Provider,
-		Mode: ModeContinuable, AgentProvider: opts.Provider, AgentModel: opts.Model,
-		MaxTokens: opts.MaxTokens, Persona: clonePtr(req.Persona), Limits: plan.limits, CreatedAt: time.Now(), WakeParent: req.WakeParent,
+		Mode: subagent.ModeContinuable, AgentProvider: opts.Provider, AgentModel: opts.Model,
+		MaxTokens: opts.MaxTokens, Persona: subagent.ClonePtr(req.Persona), Limits: plan.limits, CreatedAt: time.Now(), WakeParent: req.WakeParent,
 	}
 	// This replica drives the child from here: its lease first.
 	if err := m.children.Hold(ctx, c.key); err != nil {
@@ -162,16 +163,16 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 	// Store writes must not be cut half-way by the caller's cancellation;
 	// ctx is checked between the steps instead. The child's writes are
 	// fenced by its lease.
-	base := m.svc.ctl.Fenced(context.WithoutCancel(ctx))
-	tr := runTrace{parent: telemetry.Traceparent(ctx)}
-	base, tr.inv = telemetry.StartInvoke(base, m.svc.invokeParams(req.Provider, childID))
+	base := m.ctl.Fenced(context.WithoutCancel(ctx))
+	tr := subagent.RunTrace{Parent: telemetry.Traceparent(ctx)}
+	base, tr.Inv = telemetry.StartInvoke(base, m.svc.InvokeParams(req.Provider, childID))
 	defer func() {
 		if act == nil {
-			tr.inv.End(StopAborted, err)
+			tr.Inv.End(subagent.StopAborted, err)
 		}
 	}()
 	inc := &incarnation{}
-	ag, err := m.materializer(req.Provider).Materialize(base, MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
+	ag, err := m.materializer(req.Provider).Materialize(base, subagent.MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
 		Create: func(ctx context.Context) error { return m.create(ctx, header, spec.Seed, raw) },
 		Report: m.reporter(key, inc)})
 	if errors.Is(err, store.ErrConflict) {
@@ -194,7 +195,7 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 		m.rollback(act)
 		return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
 	}
-	row, err := newRow(childID, req.Prompt, sessionlog.Source{Kind: SourceUser})
+	row, err := newRow(childID, req.Prompt, sessionlog.Source{Kind: subagent.SourceUser})
 	if err == nil {
 		err = m.store.Enqueue(base, row)
 	}
@@ -220,20 +221,20 @@ const OriginSubagent = "subagent"
 // parent's provider, model and maxTokens, overridden field-wise by the
 // request's (R45, R56). Returns EInvalidRequest for an empty label or
 // prompt, content that is not JSON, or a negative maxTokens.
-func continuableRoute(req ContinuableRequest) (AgentOptions, error) {
+func continuableRoute(req ContinuableRequest) (subagent.AgentOptions, error) {
 	switch {
 	case req.Label == "":
-		return AgentOptions{}, &Error{Code: EInvalidRequest, Message: "a continuable child needs a label",
+		return subagent.AgentOptions{}, &subagent.Error{Code: subagent.EInvalidRequest, Message: "a continuable child needs a label",
 			Fields: map[string]string{"label": "required"}}
 	case len(req.Prompt) == 0:
-		return AgentOptions{}, &Error{Code: EInvalidRequest, Message: "a continuable child needs a prompt",
+		return subagent.AgentOptions{}, &subagent.Error{Code: subagent.EInvalidRequest, Message: "a continuable child needs a prompt",
 			Fields: map[string]string{"prompt": "required"}}
 	}
 	if _, err := json.Marshal(req.Prompt); err != nil {
-		return AgentOptions{}, &Error{Code: EInvalidRequest, Message: "prompt content is not valid JSON",
+		return subagent.AgentOptions{}, &subagent.Error{Code: subagent.EInvalidRequest, Message: "prompt content is not valid JSON",
 			Fields: map[string]string{"prompt": "not valid JSON"}, Err: err}
 	}
-	return ChildOptions(req.Parent.Options, req.AgentOptions)
+	return subagent.ChildOptions(req.Parent.Options, req.AgentOptions)
 }
 
 // create writes a continuable child's header and creation log
@@ -261,9 +262,9 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 }
 
 func duplicateChild(id string) error {
-	return Errorf(EDuplicateChild, "subagent %q already exists", id)
+	return subagent.Errorf(subagent.EDuplicateChild, "subagent %q already exists", id)
 }
 
 func abortedBeforeAcceptance(ctx context.Context) error {
-	return &Error{Code: EAborted, Message: "subagent request was aborted before its prompt was accepted", Err: context.Cause(ctx)}
+	return &subagent.Error{Code: subagent.EAborted, Message: "subagent request was aborted before its prompt was accepted", Err: context.Cause(ctx)}
 }
