@@ -72,7 +72,7 @@ func startServer(t *testing.T, mdl model.Model, opts ...func(*apihttp.Config)) *
 			t.Fatalf("registering %s: %v", p.Name(), err)
 		}
 	}
-	agents := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: logger})
+	agents := roots.NewManager(roots.ManagerConfig{Store: st, Routes: routes, Tools: tools, Logger: logger})
 	mgr := children.NewManager(svc, children.ManagerConfig{Materializer: inprocess.NewMaterializer(deps), Notices: agents, Logger: logger})
 	dtools := delegate.NewTools(delegate.ToolsConfig{Seam: svc, Continuations: mgr, Store: st, Registry: tools, Logger: logger})
 	if err := dtools.Start(t.Context()); err != nil {

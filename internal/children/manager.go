@@ -26,7 +26,7 @@ func (m *Manager) materializer(provider string) subagent.Materializer {
 
 // NoticeSink delivers settlement notices (docs/seam.md §13) and child
 // reports (docs/seam.md §17) to parents the Manager does not drive: root sessions
-// (*delegate.Roots implements it). Notices and reports to continuable
+// (*roots.Manager implements it). Notices and reports to continuable
 // parents go through the Manager's own inbox.
 type NoticeSink interface {
 	// Notify accepts msg, whose id the Manager issued, for root parentID.

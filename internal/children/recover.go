@@ -13,7 +13,7 @@ import (
 // already logged is acknowledged, not delivered twice. A child whose
 // pending messages are all quiet is not resumed: they wait for the next
 // activation something else starts (see coldResume). Root sessions are
-// left to Roots. Failures are logged per child and returned joined; the
+// left to internal/roots. Failures are logged per child and returned joined; the
 // other children are still recovered.
 func (m *Manager) Recover(ctx context.Context) error {
 	return m.children.Recover(ctx, m.store, m.log)

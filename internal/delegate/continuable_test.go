@@ -11,6 +11,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -65,7 +66,7 @@ func TestContinuable_5_1_5_2_BackgroundDelegationAndControlTools(t *testing.T) {
 		return scripted.Step{Text: "noted"}
 	})
 	var mgr *children.Manager
-	w := newWorld(t, root, func(c *ToolsConfig, roots *Roots, deps inprocess.Deps) {
+	w := newWorld(t, root, func(c *ToolsConfig, roots *roots.Manager, deps inprocess.Deps) {
 		mgr = children.NewManager(c.Seam.(*subagent.Service), children.ManagerConfig{
 			Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: c.Logger})
 		c.Continuations = mgr

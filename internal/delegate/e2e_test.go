@@ -13,6 +13,7 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -170,7 +171,7 @@ func TestEndToEnd_R34_GrandchildrenWhileDepthAllows(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			w := newWorld(t, chain(), func(c *ToolsConfig, _ *Roots, _ inprocess.Deps) { c.MaxDepth = tt.maxDepth })
+			w := newWorld(t, chain(), func(c *ToolsConfig, _ *roots.Manager, _ inprocess.Deps) { c.MaxDepth = tt.maxDepth })
 			w.prompt(t, "go", 1)
 			evs := w.Log(t, w.Parent.Session.ID)
 			msgs := inprocesstest.OfType(evs, sessionlog.EventAssistantMessage)

@@ -15,6 +15,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -63,7 +64,7 @@ func (m *recordingMat) reporters(id string) []func(context.Context, []model.Bloc
 func newReportWorld(t *testing.T, m model.Model, opts ...func(*children.ManagerConfig)) *reportWorld {
 	t.Helper()
 	w := &reportWorld{}
-	w.world = newWorld(t, m, func(c *ToolsConfig, roots *Roots, deps inprocess.Deps) {
+	w.world = newWorld(t, m, func(c *ToolsConfig, roots *roots.Manager, deps inprocess.Deps) {
 		w.mat = &recordingMat{Materializer: inprocess.NewMaterializer(deps)}
 		cfg := children.ManagerConfig{Materializer: w.mat, Notices: roots, Logger: c.Logger}
 		for _, o := range opts {

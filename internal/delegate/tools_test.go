@@ -18,6 +18,7 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -161,7 +162,7 @@ func TestDelegate_5_1_RequestFromCallingAgent(t *testing.T) {
 func TestDelegate_5_1_Rejections(t *testing.T) {
 	t.Parallel()
 	zero := 0
-	w := newWorld(t, scripted.New(), func(c *ToolsConfig, _ *Roots, _ inprocess.Deps) { c.MaxDepth = &zero })
+	w := newWorld(t, scripted.New(), func(c *ToolsConfig, _ *roots.Manager, _ inprocess.Deps) { c.MaxDepth = &zero })
 	ctx := inprocesstest.Ctx(t)
 	sp, _ := w.Service.Provider(spawn.Name)
 	tests := []struct {
@@ -275,7 +276,7 @@ func TestTools_BackgroundWaitsForTheCapabilityProbe(t *testing.T) {
 	t.Parallel()
 	conts := &startingConts{started: make(chan children.ContinuableRequest, 1)}
 	m := scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "ok"} })
-	w := newWorld(t, m, func(c *ToolsConfig, _ *Roots, _ inprocess.Deps) { c.Continuations = conts })
+	w := newWorld(t, m, func(c *ToolsConfig, _ *roots.Manager, _ inprocess.Deps) { c.Continuations = conts })
 	ctx := inprocesstest.Ctx(t)
 	p := &probingProvider{fakeProvider: &fakeProvider{name: "probe"}, waits: make(chan struct{}, 4), known: make(chan struct{})}
 	if err := w.Service.Register(ctx, p); err != nil {

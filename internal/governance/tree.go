@@ -41,7 +41,7 @@ type Runs interface {
 	Dispose(ctx context.Context, parentSessionID, childID string) error
 }
 
-// Roots stops and disposes root sessions' own agents; *delegate.Roots
+// Roots stops and disposes root sessions' own agents; *roots.Manager
 // implements it.
 type Roots interface {
 	// StopTurn stops a root's running turn and reports whether one ran.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/children"
-	"github.com/subagentd/subagentd/internal/delegate"
 	a2aface "github.com/subagentd/subagentd/internal/faces/a2a"
 	mcpface "github.com/subagentd/subagentd/internal/faces/mcp"
 	"github.com/subagentd/subagentd/internal/governance"
@@ -32,7 +31,7 @@ import (
 type world struct {
 	*testBundle
 	mgr   *children.Manager
-	roots *delegate.Roots
+	roots *roots.Manager
 }
 
 // setupWorld starts a world whose model routes are routes, the first being
@@ -69,7 +68,7 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 				t.Fatal(err)
 			}
 		}
-		w.roots = delegate.NewRoots(delegate.RootsConfig{Store: b.st, Routes: table, Tools: tools, Logger: b.log, Control: b.svc.Control(),
+		w.roots = roots.NewManager(roots.ManagerConfig{Store: b.st, Routes: table, Tools: tools, Logger: b.log, Control: b.svc.Control(),
 			Budget: limits})
 		w.mgr = children.NewManager(b.svc, children.ManagerConfig{
 			Materializer: inprocess.NewMaterializer(deps), Notices: w.roots, Logger: b.log})

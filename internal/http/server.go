@@ -98,7 +98,7 @@ type Continuations interface {
 var _ Continuations = (*children.Manager)(nil)
 
 // Roots runs the agents of root sessions (POST /v1/sessions/{id}/messages);
-// *delegate.Roots implements it.
+// *roots.Manager implements it.
 type Roots interface {
 	// Prompt queues content as the next turn of a root session's agent and
 	// returns the message id once it is durably accepted.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/children"
-	"github.com/subagentd/subagentd/internal/delegate"
 	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
@@ -20,20 +19,21 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // Control across replicas (docs/architecture.md §5): two replicas, each a Service, a
-// Manager and Roots over a pool of its own on one database, with owners
+// children.Manager and roots.Manager over a pool of its own on one database, with owners
 // of their own. Requests taken by B for what A drives are carried out by
 // A; a lease A stops renewing is taken over by B.
 
 // replica is one replica of a control test.
 type replica struct {
 	*mgrProcess
-	roots *delegate.Roots
+	roots *roots.Manager
 	// limits are the replica's tree limits: its roots' budget, which
 	// delivers what a paused tree held back once raised.
 	limits *governance.Limits
@@ -88,7 +88,7 @@ func newReplica(t *testing.T, url, owner string, lease time.Duration, mdl model.
 		t.Fatal(err)
 	}
 	r := &replica{mgrProcess: p, kept: make(chan struct{}), limits: governance.NewLimits(st, h.Logger)}
-	r.roots = delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: rs, Tools: agent.NewRegistry(), Logger: h.Logger,
+	r.roots = roots.NewManager(roots.ManagerConfig{Store: st, Routes: rs, Tools: agent.NewRegistry(), Logger: h.Logger,
 		Control: h.Service.Control(), Budget: r.limits})
 	p.m = children.NewManager(h.Service, children.ManagerConfig{Materializer: inprocess.NewMaterializer(h.Deps),
 		Notices: r.roots, Logger: h.Logger})

@@ -24,7 +24,7 @@ import (
 // it out through the same code path as a local call, and writes the answer
 // back; the requester answers its client with exactly that. When the
 // owner's lease lapses while a request waits, the requester claims the
-// agent and acts itself. The Manager and Roots keep their seam API and call
+// agent and acts itself. The kinds (internal/children, internal/roots) keep their API and call
 // Forward; this file is all the cross-replica plumbing there is.
 //
 // A process has one Control (internal/subagent's Service.Control). Safe

@@ -24,7 +24,7 @@ const OwnerLostDiagnostic = "owner lost: replica %q stopped renewing the run's l
 // RecoverOwned closes the runs that an earlier incarnation of this replica
 // (same Config.Owner) left running, and drops its resident leases: they
 // died with it. Call it at start-up, before the first Start and before a
-// Manager or Roots is built; each such run gets its subagent/end (stop reason
+// children.Manager or roots.Manager is built; each such run gets its subagent/end (stop reason
 // error) exactly once, also when several replicas recover at the same time.
 func (s *Service) RecoverOwned(ctx context.Context) error {
 	// A lease in the past marks every running run of this owner expired;
@@ -37,7 +37,7 @@ func (s *Service) RecoverOwned(ctx context.Context) error {
 		return err
 	}
 	// The resident leases it left are released (no kind of resident agent
-	// is registered yet); Manager.Recover and Roots.Recover deliver what
+	// is registered yet); children.Manager.Recover and roots.Manager.Recover deliver what
 	// their agents had not.
 	return s.ctl.TakeOverLapsed(ctx, now)
 }
