@@ -77,6 +77,22 @@ type incarnation struct{ act *activation }
 // caller still holds it. It runs in c's loop.
 func (m *Manager) begin(ctx context.Context, c *child, ag subagent.ChildAgent, sess store.Session, desc subagent.Descriptor, inc *incarnation,
 	release func(), tr subagent.RunTrace) (*activation, error) {
+	act, run, start, err := m.activation(ctx, c, ag, sess, desc, release, tr)
+	if err == nil {
+		start, err = m.store.StartRun(ctx, run, start)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("record start of activation of %s: %w", c.key.ID, err)
+	}
+	m.published(act, inc, start)
+	return act, nil
+}
+
+// activation returns a new activation over ag with a fresh run id and
+// task id, and the run row and subagent/start that record it; nothing is
+// written. The agent folds the activation's facts from here (Track).
+func (m *Manager) activation(ctx context.Context, c *child, ag subagent.ChildAgent, sess store.Session, desc subagent.Descriptor,
+	release func(), tr subagent.RunTrace) (*activation, store.Run, store.LifecycleEvent, error) {
 	act := &activation{
 		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(), release: release,
 		provider: desc.Provider, local: true, parentID: sess.ParentID, rootID: store.RootOf(sess), inv: tr.Inv,
@@ -90,25 +106,25 @@ func (m *Manager) begin(ctx context.Context, c *child, ag subagent.ChildAgent, s
 		act.local = p.Capabilities().Local
 	}
 	now := time.Now()
+	row, err := subagent.LifecycleRow(act.event(subagent.EventStart), now)
+	run := store.Run{
+		ID: act.runID, Kind: store.KindActivation, Provider: act.provider, ChildID: c.key.ID,
+		ParentID: act.parentID, RootID: act.rootID, TaskID: act.taskID, Local: act.local, State: store.StateRunning,
+		StartedAt: now, Owner: m.svc.Owner(), LeaseUntil: now.Add(m.svc.LeaseDuration()), Traceparent: tr.Parent,
+	}
+	return act, run, row, err
+}
+
+// published makes act, whose start was stored as row, the activation of
+// inc and puts the dispatch of its subagent/start in the child's outbox.
+func (m *Manager) published(act *activation, inc *incarnation, row store.LifecycleEvent) {
 	start := act.event(subagent.EventStart)
-	row, err := subagent.LifecycleRow(start, now)
-	if err == nil {
-		row, err = m.store.StartRun(ctx, store.Run{
-			ID: act.runID, Kind: store.KindActivation, Provider: act.provider, ChildID: c.key.ID,
-			ParentID: act.parentID, RootID: act.rootID, TaskID: act.taskID, Local: act.local, State: store.StateRunning,
-			StartedAt: now, Owner: m.svc.Owner(), LeaseUntil: now.Add(m.svc.LeaseDuration()), Traceparent: tr.Parent,
-		}, row)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("record start of activation of %s: %w", c.key.ID, err)
-	}
 	start.Seq = row.ID
 	inc.act = act
-	c.outbox = append(c.outbox, func() {
-		m.svc.Dispatch(ctx, start)
+	act.c.outbox = append(act.c.outbox, func() {
+		m.svc.Dispatch(act.base, start)
 		close(act.started)
 	})
-	return act, nil
 }
 
 // open delivers row as the message that opens act's turn: on the idle

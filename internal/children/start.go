@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
@@ -172,7 +173,18 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 		}
 	}()
 	inc := &incarnation{}
-	ag, err := m.materializer(req.Provider).Materialize(base, subagent.MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
+	mat := m.materializer(req.Provider)
+	if prep, ok := mat.(subagent.ChildPreparer); ok {
+		var msgID string
+		act, msgID, err = m.startPrepared(ctx, base, c, prep, startArgs{header: header, desc: desc, opts: opts, prompt: req.Prompt,
+			log: creationLog(spec.Seed, raw), inc: inc, release: release, tr: tr})
+		if err != nil {
+			act = nil
+			return ContinuableStarted{}, err
+		}
+		return ContinuableStarted{ChildID: childID, TaskID: act.taskID, MessageID: msgID}, nil
+	}
+	ag, err := mat.Materialize(base, subagent.MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
 		Create: func(ctx context.Context) error { return m.create(ctx, header, spec.Seed, raw) },
 		Report: m.reporter(key, inc)})
 	if errors.Is(err, store.ErrConflict) {
@@ -243,6 +255,16 @@ func continuableRoute(req ContinuableRequest) (subagent.AgentOptions, error) {
 // all before the first turn, so the descriptor is in the own suffix (seq
 // >= seedLength) and never reaches the model.
 func (m *Manager) create(ctx context.Context, header store.Session, seed []store.Event, descriptor json.RawMessage) error {
+	if _, err := m.store.CreateSessionWithEvents(ctx, header, creationLog(seed, descriptor)...); err != nil {
+		return fmt.Errorf("create child session: %w", err)
+	}
+	return nil
+}
+
+// creationLog is a new child's log before its first turn: seed (a fork
+// child's, closed by session/end-seed), the continuable descriptor, and
+// the delegation pin.
+func creationLog(seed []store.Event, descriptor json.RawMessage) []store.NewEvent {
 	endSeed := store.NewEvent{Type: sessionlog.EventEndSeed, Data: json.RawMessage(`{}`)}
 	var evs []store.NewEvent
 	for _, e := range seed {
@@ -251,14 +273,69 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 	if n := len(seed); n > 0 && seed[n-1].Type != sessionlog.EventEndSeed {
 		evs = append(evs, endSeed)
 	}
-	evs = append(evs,
+	return append(evs,
 		store.NewEvent{Type: sessionlog.EventDescriptor, Data: descriptor},
 		endSeed,
 		sessionlog.DelegationPin())
-	if _, err := m.store.CreateSessionWithEvents(ctx, header, evs...); err != nil {
-		return fmt.Errorf("create child session: %w", err)
+}
+
+// startArgs is a new child's start as startPrepared takes it.
+type startArgs struct {
+	header  store.Session
+	desc    subagent.Descriptor
+	opts    subagent.AgentOptions
+	prompt  []model.Block
+	log     []store.NewEvent // the creation log
+	inc     *incarnation
+	release func() // the live-run slot
+	tr      subagent.RunTrace
+}
+
+// startPrepared starts a new child whose agent prep builds before anything
+// is stored: the child's header and creation log, its prompt and the
+// opening of its first turn, and the activation's run row and
+// subagent/start are one commit (store.StartRunWithSession); then the
+// first turn runs. The prompt is logged in that commit, so it needs no
+// inbox row: accepted and delivered are one. On error nothing is stored
+// and the caller still holds the live-run slot. It returns the activation
+// and the prompt's message id. It runs in c's loop.
+func (m *Manager) startPrepared(ctx, base context.Context, c *child, prep subagent.ChildPreparer, a startArgs) (*activation, string, error) {
+	childID := c.key.ID
+	row, err := newRow(childID, a.prompt, sessionlog.Source{Kind: subagent.SourceUser})
+	if err != nil {
+		return nil, "", fmt.Errorf("accept prompt of continuable child %s: %w", childID, err)
 	}
-	return nil
+	msg, err := RowMessage(row)
+	if err != nil {
+		return nil, "", fmt.Errorf("accept prompt of continuable child %s: %w", childID, err)
+	}
+	p, err := prep.PrepareChild(base, subagent.MaterializeRequest{Session: a.header, Descriptor: a.desc, Options: a.opts,
+		Log: a.log, Report: m.reporter(c.key, a.inc)}, msg)
+	if err != nil {
+		return nil, "", fmt.Errorf("start continuable child %s: %w", childID, err)
+	}
+	if ctx.Err() != nil {
+		m.closeAgent(base, childID, p.Agent)
+		return nil, "", abortedBeforeAcceptance(ctx)
+	}
+	act, run, start, err := m.activation(base, c, p.Agent, a.header, a.desc, a.release, a.tr)
+	var log []store.Event
+	if err == nil {
+		log, start, err = m.store.StartRunWithSession(base, a.header, append(a.log, p.Opening...), run, start)
+	}
+	if err != nil {
+		m.closeAgent(base, childID, p.Agent)
+		if errors.Is(err, store.ErrConflict) {
+			return nil, "", duplicateChild(childID)
+		}
+		return nil, "", fmt.Errorf("start continuable child %s: %w", childID, err)
+	}
+	// Accepted: from here the caller's cancellation changes nothing (R61).
+	m.published(act, a.inc, start)
+	p.Launch(log)
+	c.sess, c.desc = &a.header, &a.desc
+	c.activate(act, actSteering)
+	return act, row.ID, nil
 }
 
 func duplicateChild(id string) error {

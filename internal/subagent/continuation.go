@@ -158,7 +158,12 @@ type MaterializeRequest struct {
 	// Create is set on creation only. The materializer calls it after every
 	// check of its own passed and before it builds the agent; it writes the
 	// child's header and creation log. Resume writes nothing (R88).
+	// PrepareChild gets Log instead.
 	Create func(ctx context.Context) error
+	// Log, for PrepareChild only, is the child's creation log as it will
+	// be stored with its header: the seed, the continuable descriptor and
+	// the delegation pin.
+	Log []store.NewEvent
 	// Report sends content to the child's durable parent as this
 	// activation (ReportFrom with the manager's delivery policy) and
 	// returns the message id; the materializer offers it to the child's
@@ -178,6 +183,33 @@ type MaterializeRequest struct {
 // tenant scopes the agent for its whole life.
 type Materializer interface {
 	Materialize(ctx context.Context, req MaterializeRequest) (ChildAgent, error)
+}
+
+// ChildPreparer is a Materializer that can build a new child's agent
+// before anything of the child is stored, so that the child's header and
+// creation log, the opening of its first turn, and its first activation's
+// run row and subagent/start are one commit (store.StartRunWithSession),
+// as a one-shot run's start is. The in-process materializer is one; an
+// external agent's is not (its process starts before the child is
+// created).
+type ChildPreparer interface {
+	Materializer
+	// PrepareChild checks req as Materialize does, builds the agent over
+	// req.Session and req.Log without reading or writing the store, and
+	// prepares prompt, whose id the manager issued, as its first turn.
+	PrepareChild(ctx context.Context, req MaterializeRequest, prompt sessionlog.UserMessage) (PreparedChildAgent, error)
+}
+
+// PreparedChildAgent is a new child's agent that writes nothing until
+// Launch.
+type PreparedChildAgent struct {
+	Agent ChildAgent
+	// Opening is what follows the creation log: the events that insert
+	// the prompt, open its turn and enter its first step.
+	Opening []store.NewEvent
+	// Launch runs the first turn over log, the child's whole log as
+	// stored (the creation log, then Opening).
+	Launch func(log []store.Event)
 }
 
 // Queuer marks a ChildAgent whose running turn takes no steering (ACP has
