@@ -321,7 +321,7 @@ func (m *Manager) startPrepared(ctx, base context.Context, c *child, prep subage
 	act, run, start, err := m.activation(base, c, p.Agent, a.header, a.desc, a.release, a.tr)
 	var log []store.Event
 	if err == nil {
-		log, start, err = m.store.StartRunWithSession(base, a.header, append(a.log, p.Opening...), run, start)
+		log, start, err = m.store.StartRunWithSession(base, store.StartRunParams{Session: a.header, Events: append(a.log, p.Opening...), Run: run, Start: start})
 	}
 	if err != nil {
 		m.closeAgent(base, childID, p.Agent)

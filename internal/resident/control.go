@@ -145,7 +145,7 @@ type claimer struct{ c *Control }
 // replica holds its lease live: then it returns ErrHeldElsewhere.
 func (c claimer) Claim(ctx context.Context, id string) error {
 	now := time.Now()
-	r, claimed, err := c.c.st.ClaimResident(ctx, id, c.c.owner, now, now.Add(c.c.lease))
+	r, claimed, err := c.c.st.ClaimResident(ctx, store.ClaimParams{SessionID: id, Owner: c.c.owner, Now: now, Until: now.Add(c.c.lease)})
 	if err != nil {
 		return fmt.Errorf("claim %s: %w", id, err)
 	}

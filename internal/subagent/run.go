@@ -293,7 +293,7 @@ func (h *RunHandle) settleWith(ctx context.Context, res Result, evs []store.NewE
 	if err != nil {
 		return nil, err
 	}
-	stored, log, err := h.svc.store.EndRunWithEvents(ctx, h.id, rr, row, evs...)
+	stored, log, err := h.svc.store.EndRunWithEvents(ctx, store.EndRunParams{RunID: h.id, Result: rr, End: row, Events: evs})
 	if err != nil {
 		return nil, fmt.Errorf("record end of run %s: %w", h.id, err)
 	}

@@ -447,7 +447,7 @@ func (s *Service) startPrepared(ctx context.Context, p Preparer, req ResolvedReq
 			if err := ctx.Err(); err != nil {
 				return start, &Error{Code: EAborted, Message: "subagent request was aborted during child setup", Err: context.Cause(ctx)}
 			}
-			log, start, err := s.store.StartRunWithSession(h.ctx, hdr, evs, r, start)
+			log, start, err := s.store.StartRunWithSession(h.ctx, store.StartRunParams{Session: hdr, Events: evs, Run: r, Start: start})
 			if err == nil {
 				child.Launch(log, h.settleWith)
 			}
