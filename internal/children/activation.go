@@ -17,7 +17,7 @@ import (
 	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
-// activation is one residency epoch of a continuable child (R64, R71): a
+// activation is one residency of a continuable child (R64, R71): a
 // live agent, a run row of kind activation with its task id, and one
 // subagent/start … subagent/end pair.
 type activation struct {
@@ -64,18 +64,18 @@ func (a *activation) event(typ string) subagent.Event {
 		ParentID: a.parentID, RootID: a.rootID, TaskID: a.taskID}
 }
 
-// incarnation identifies the activation a materialization became, so that
+// materialized identifies the activation a materialization became, so that
 // the report tool of an agent is honoured only while that activation is
 // resident (R106: never for a stale same-id object). act is set in the
 // child's loop once the activation is published.
-type incarnation struct{ act *activation }
+type materialized struct{ act *activation }
 
 // begin publishes an activation over ag, the agent materialized with inc:
 // it records the run row of kind activation with a fresh run id and task
 // id, and puts the dispatch of subagent/start (R71) in c's outbox. The
 // activation holds the live-run slot release gives back; on error the
 // caller still holds it. It runs in c's loop.
-func (m *Manager) begin(ctx context.Context, c *child, ag subagent.ChildAgent, sess store.Session, desc subagent.Descriptor, inc *incarnation,
+func (m *Manager) begin(ctx context.Context, c *child, ag subagent.ChildAgent, sess store.Session, desc subagent.Descriptor, inc *materialized,
 	release func(), tr subagent.RunTrace) (*activation, error) {
 	act, run, start, err := m.activation(ctx, c, ag, sess, desc, release, tr)
 	if err == nil {
@@ -99,7 +99,7 @@ func (m *Manager) activation(ctx context.Context, c *child, ag subagent.ChildAge
 		label: sess.Label, wakeParent: sess.WakeParent, done: make(chan struct{}), started: make(chan struct{}),
 	}
 	tr.Inv.SetRun(act.runID, c.key.ID)
-	// The epoch's facts come only from the events after the start edge
+	// The activation's facts come only from the events after the start edge
 	// (R69, docs/seam.md §12): the agent folds them as it appends them.
 	ag.Track()
 	if p, ok := m.svc.Provider(desc.Provider); ok {
@@ -117,7 +117,7 @@ func (m *Manager) activation(ctx context.Context, c *child, ag subagent.ChildAge
 
 // published makes act, whose start was stored as row, the activation of
 // inc and puts the dispatch of its subagent/start in the child's outbox.
-func (m *Manager) published(act *activation, inc *incarnation, row store.LifecycleEvent) {
+func (m *Manager) published(act *activation, inc *materialized, row store.LifecycleEvent) {
 	start := act.event(subagent.EventStart)
 	start.Seq = row.ID
 	inc.act = act
@@ -236,7 +236,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) (err error) {
 	}()
 	// Only the descriptor's route: never the original budget, never the
 	// parent's current route (docs/seam.md §10, R88).
-	inc := &incarnation{}
+	inc := &materialized{}
 	ag, err := m.materializer(desc.Provider).Materialize(ctx, subagent.MaterializeRequest{Session: sess, Descriptor: desc,
 		Options: subagent.AgentOptions{Provider: desc.AgentProvider, Model: desc.AgentModel}, Report: m.reporter(c.key, inc)})
 	if err != nil {

@@ -46,5 +46,5 @@
 //     the next model step starts (Agent.enterStep); both through
 //     store.AppendEvents. Then the inbox row is acknowledged (Manager.ack,
 //     store.Ack): on opening, on admission, or at settlement for messages
-//     the epoch logged.
+//     the activation logged.
 package children

@@ -44,7 +44,7 @@ func (m *Manager) ReportFrom(ctx context.Context, childID string, content []mode
 // reporter is MaterializeRequest.Report for the materialization inc
 // identifies: ReportFrom with the manager's delivery, honoured only while
 // that very activation is resident.
-func (m *Manager) reporter(key resident.Key, inc *incarnation) func(context.Context, []model.Block) (string, error) {
+func (m *Manager) reporter(key resident.Key, inc *materialized) func(context.Context, []model.Block) (string, error) {
 	return func(ctx context.Context, content []model.Block) (string, error) {
 		return m.report(ctx, key, inc, content, m.delivery)
 	}
@@ -52,7 +52,7 @@ func (m *Manager) reporter(key resident.Key, inc *incarnation) func(context.Cont
 
 // report is ReportFrom; a non-nil inc also requires the resident activation
 // to be the one inc became.
-func (m *Manager) report(ctx context.Context, key resident.Key, inc *incarnation, content []model.Block, delivery string) (string, error) {
+func (m *Manager) report(ctx context.Context, key resident.Key, inc *materialized, content []model.Block, delivery string) (string, error) {
 	quiet, err := quietDelivery(delivery)
 	if err != nil {
 		return "", err
@@ -87,7 +87,7 @@ func (m *Manager) report(ctx context.Context, key resident.Key, inc *incarnation
 // accepted, and counts it as inflight work of the resident activation,
 // which the caller releases. Returns EAborted, EDraining, EForbidden or
 // EActivationClosing.
-func (m *Manager) admitReport(ctx context.Context, key resident.Key, inc *incarnation) (*activation, error) {
+func (m *Manager) admitReport(ctx context.Context, key resident.Key, inc *materialized) (*activation, error) {
 	if ctx.Err() != nil {
 		return nil, &subagent.Error{Code: subagent.EAborted, Message: "the report was aborted before it was accepted", Err: context.Cause(ctx)}
 	}

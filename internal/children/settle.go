@@ -46,7 +46,7 @@ func (m *Manager) settleIfDone(c *child, act *activation) {
 	}()
 }
 
-// settle ends act (R67–R71): the epoch's facts are the outcome of its own
+// settle ends act (R67–R71): the activation's facts are the outcome of its own
 // events, read before the agent is closed; a failed close makes it error without output
 // (R70); the parent gets its notice (R74), then subagent/end is recorded and
 // dispatched; finally the activation is removed and, when a delivery is
@@ -64,7 +64,7 @@ func (m *Manager) settle(act *activation) {
 		m.log.ErrorContext(ctx, "close continuable child agent", slog.String("child_id", c.key.ID), slog.Any("error", err))
 		reason, output = subagent.StopError, []model.Block{}
 	}
-	// Every message the epoch logged is delivered; most were acknowledged
+	// Every message the activation logged is delivered; most were acknowledged
 	// on admission already.
 	if len(outcome.Messages) > 0 {
 		m.ack(ctx, c.key.ID, outcome.Messages...)

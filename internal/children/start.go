@@ -172,7 +172,7 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 			tr.Inv.End(subagent.StopAborted, err)
 		}
 	}()
-	inc := &incarnation{}
+	inc := &materialized{}
 	mat := m.materializer(req.Provider)
 	if prep, ok := mat.(subagent.ChildPreparer); ok {
 		var msgID string
@@ -286,7 +286,7 @@ type startArgs struct {
 	opts    subagent.AgentOptions
 	prompt  []model.Block
 	log     []store.NewEvent // the creation log
-	inc     *incarnation
+	inc     *materialized
 	release func() // the live-run slot
 	tr      subagent.RunTrace
 }

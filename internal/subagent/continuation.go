@@ -12,7 +12,7 @@ import (
 //
 // A continuable child is a durable child session whose log carries a
 // continuable descriptor before its first turn. The Manager drives it in
-// residency epochs called activations: each is one live agent, one run row
+// residencies called activations: each is one live agent, one run row
 // of kind activation with a fresh task id, and one subagent/start …
 // subagent/end pair. Two deliberate choices shape it (docs/seam.md §22):
 //
