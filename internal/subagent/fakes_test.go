@@ -50,10 +50,6 @@ func (p *fakeProvider) startCount() int {
 
 var allCaps = Capabilities{OutputSchema: true, DepthLimit: true, ToolFilter: true, Persona: true}
 
-// contCaps are the runtime capabilities of the in-process continuable
-// providers the manager tests stand in for.
-var contCaps = Capabilities{Steer: true, Resume: true, Local: true}
-
 // fakeRun is a Run settled by the test (settle) or by Cancel, which settles
 // "aborted" keeping the partial output.
 type fakeRun struct {
