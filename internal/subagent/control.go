@@ -48,6 +48,8 @@ type Control struct {
 	// and fence stops driving them.
 	residents []ResidentKind
 	serving   map[string]bool // ids of requests being carried out here
+	// reattaches is Service.reattaches.
+	reattaches func(provider string) bool
 }
 
 // ControlHandler carries out op for target (ctx has the request's tenant)
@@ -58,7 +60,8 @@ type ControlHandler func(ctx context.Context, target string, payload json.RawMes
 // (resident.Group implements it).
 type ResidentKind interface {
 	// TakeOver resumes sess, a resident agent whose owner's lease lapsed
-	// and which has undelivered messages, if it is of this kind; it
+	// and which has undelivered messages or a turn to reattach
+	// (reattach.go), if it is of this kind; it
 	// reports whether it was. The lease, held by from, passes to the kind.
 	TakeOver(ctx context.Context, sess store.Session, from string) (bool, error)
 	// Fence stops driving every resident agent of this kind at once: this
@@ -389,17 +392,17 @@ func (c *Control) takeOver(ctx context.Context, now time.Time) error {
 	return errors.Join(errs...)
 }
 
-// resumeLapsed hands a claimed lapsed agent with undelivered messages to
-// its kind, which drives it under the claim (and releases it when done);
-// one with nothing to deliver, or of no kind here, stays with takeOver,
-// which releases it.
+// resumeLapsed hands a claimed lapsed agent with undelivered messages, or
+// a child of a provider whose turns it may reattach (reattach.go), to its
+// kind, which drives it under the claim (and releases it when done); any
+// other, or one of no kind here, stays with takeOver, which releases it.
 func (c *Control) resumeLapsed(ctx context.Context, id string, kinds []ResidentKind) error {
 	pending, err := c.st.Pending(ctx, id)
-	if err != nil || len(pending) == 0 {
+	if err != nil {
 		return err
 	}
 	sess, err := c.st.GetSession(ctx, id)
-	if err != nil {
+	if err != nil || len(pending) == 0 && !c.reattaches(sess.Provider) {
 		return err
 	}
 	for _, k := range kinds {

@@ -111,6 +111,7 @@ func NewService(cfg Config) *Service {
 		runs:    map[string]*RunHandle{},
 		live:    map[string]int{},
 	}
+	s.ctl.reattaches = s.reattaches
 	if cfg.Metrics != nil {
 		s.bus.subscribe("", countRuns(cfg.Metrics))
 	}
