@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -129,5 +130,46 @@ func (rm *a2aRemote) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) it
 func (rm *a2aRemote) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
 		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, nil), nil)
+	}
+}
+
+// A remote agent's input-required is an approval of the asking child:
+// approval/requested names the child and the agent's question, a decision
+// through POST /v1/approvals/{id}/decision goes to the agent as the next
+// message in that task, and the task — the child's turn — completes with
+// the agent's answer to it. The child's next followup is a new task in the
+// same context.
+func TestA2AProvider_InputRequiredIsAnApproval(t *testing.T) {
+	t.Parallel()
+	rm := newA2ARemote(t)
+	s := &server{base: wiredServer(t, map[string]string{"SUBAGENTD_CONFIG": rm.config(t), "SUBAGENTD_A2A_ALLOW_PRIVATE": "true"})}
+	events := s.follow(t, "/v1/events?after=0&types=approval/requested,approval/decided")
+	var parent struct{ ID string }
+	s.call(t, http.MethodPost, "/v1/sessions", `{"label":"parent"}`, http.StatusCreated, &parent)
+	var child struct{ ChildID, TaskID string }
+	s.call(t, http.MethodPost, "/v1/subagents", fmt.Sprintf(`{"provider":"remote","parentSessionId":%q,"label":"asker","prompt":%s}`,
+		parent.ID, prompt("ask which file?")), http.StatusCreated, &child)
+	req := events.wait(t, "approval/requested", func(fr frame) bool {
+		return fr.event == "approval/requested" && fr.data["sessionId"] == child.ChildID
+	})
+	tool, _ := req.data["toolCall"].(map[string]any)
+	if tool["title"] != "which file?" || req.data["taskId"] != child.TaskID {
+		t.Fatalf("approval/requested %s, want the agent's question for the child's task", req.raw)
+	}
+	s.call(t, http.MethodPost, "/v1/approvals/"+req.data["approvalId"].(string)+"/decision", `{"outcome":"allow","reason":"main.go"}`, http.StatusOK, nil)
+	if got := taskText(t, s, child.TaskID); got != "answered: main.go" {
+		t.Fatalf("the child's task %q, want the agent's answer to the decision", got)
+	}
+	types, _ := s.childLog(t, child.ChildID)
+	if !slices.Contains(types, "approval/requested") || !slices.Contains(types, "approval/decided") {
+		t.Fatalf("child log %v, want the approval's request and decision", types)
+	}
+	fu := s.followup(t, parent.ID, child.ChildID, "echo next")
+	if got := taskText(t, s, fu.TaskID); got != "echo: next" {
+		t.Fatalf("followup %q", got)
+	}
+	contexts, tasks := rm.seen()
+	if len(tasks) != 3 || tasks[1] != tasks[0] || tasks[2] == tasks[0] || contexts[2][0] != contexts[0][1] {
+		t.Fatalf("remote tasks %v in contexts %v, want the decision in the asking task and the followup a new task of its context", tasks, contexts)
 	}
 }

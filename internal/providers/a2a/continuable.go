@@ -208,7 +208,7 @@ func (r *resident) openLocked(msg sessionlog.UserMessage) error {
 	}
 	r.turn = n
 	t := &a2aTurn{n: n, content: turnlog.TextOnly(msg.Content)}
-	t.f = newFollower(r.logCtx, r.p, r.c, r.log, n, r.recorder(t))
+	t.f = newFollower(r.logCtx, r.p, r.c, r.log, r.id, n, r.recorder(t))
 	r.cur = t
 	r.queue = slices.DeleteFunc(r.queue, func(m sessionlog.UserMessage) bool { return m.ID == msg.ID })
 	return nil

@@ -31,6 +31,7 @@ type follower struct {
 	p       *Provider
 	c       *conn
 	log     *slog.Logger
+	childID string
 	turn    int
 	journal journal
 	// logCtx carries the child's tenant and the caller's trace, without
@@ -68,12 +69,15 @@ type follower struct {
 	// chunk), which the replayed task's status repeats.
 	replay       string
 	replayStatus string
+	// question is the message of the task's last input-required status
+	// (input.go).
+	question string
 }
 
-func newFollower(logCtx context.Context, p *Provider, c *conn, log *slog.Logger, turn int, j journal) *follower {
+func newFollower(logCtx context.Context, p *Provider, c *conn, log *slog.Logger, childID string, turn int, j journal) *follower {
 	callCtx, stop := context.WithCancel(logCtx)
 	return &follower{
-		p: p, c: c, log: log, turn: turn, journal: j, logCtx: logCtx, callCtx: callCtx, stopCalls: stop,
+		p: p, c: c, log: log, childID: childID, turn: turn, journal: j, logCtx: logCtx, callCtx: callCtx, stopCalls: stop,
 		stopped: make(chan struct{}), artifacts: map[sdk.ArtifactID]*artifactText{},
 	}
 }
@@ -156,7 +160,8 @@ func (f *follower) rejoin() turnlog.Outcome {
 }
 
 // run runs body, the following of the task, unless the follower was
-// stopped before it began, and marks the follower finished.
+// stopped before it began, and the answers to the questions the task asks
+// on the way (input.go); it marks the follower finished.
 func (f *follower) run(body func() turnlog.Outcome) turnlog.Outcome {
 	defer func() {
 		f.stopCalls()
@@ -173,6 +178,9 @@ func (f *follower) run(body func() turnlog.Outcome) turnlog.Outcome {
 		return aborted()
 	}
 	o := body()
+	for o.Reason == needsInput && !f.isStopped() {
+		o = f.answer()
+	}
 	if f.isStopped() {
 		return aborted()
 	}
@@ -385,9 +393,8 @@ func (f *follower) observe(ev sdk.Event) *turnlog.Outcome {
 
 // status journals a task status and maps a final one (docs/seam.md §6):
 // completed is completed, canceled aborted, failed and rejected an error
-// with the agent's message, and input-required or auth-required an error
-// saying what the agent waits for — this service does not relay a remote
-// agent's questions.
+// with the agent's message; input-required is a question for a person
+// (input.go), and auth-required an error saying what the agent waits for.
 func (f *follower) status(s sdk.TaskStatus) *turnlog.Outcome {
 	var text string
 	if s.Message != nil {
@@ -408,8 +415,7 @@ func (f *follower) status(s sdk.TaskStatus) *turnlog.Outcome {
 	case sdk.TaskStateFailed, sdk.TaskStateRejected:
 		return &turnlog.Outcome{Reason: subagent.StopError, Diagnostic: withText("the remote A2A agent's task "+stateName(s.State), text)}
 	case sdk.TaskStateInputRequired, sdk.TaskStateAuthRequired:
-		return &turnlog.Outcome{Reason: subagent.StopError, Diagnostic: withText(
-			"the remote A2A agent needs input ("+stateName(s.State)+"), which subagentd does not relay to it yet", text)}
+		return f.inputStatus(s.State, text)
 	}
 	text = bound(clean(text), maxChunk)
 	f.mu.Lock()

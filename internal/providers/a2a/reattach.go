@@ -89,7 +89,7 @@ func (r *resident) reattachLocked() bool {
 	t := &a2aTurn{n: d.n, rejoin: true}
 	logged := d.text.String()
 	t.text.Add(logged)
-	t.f = newFollower(r.logCtx, r.p, r.c, r.log, d.n, r.recorder(t))
+	t.f = newFollower(r.logCtx, r.p, r.c, r.log, r.id, d.n, r.recorder(t))
 	t.f.taskID, t.f.contextID = d.task, d.contextID
 	t.f.replay, t.f.replayStatus, t.f.wrote = logged, d.status, logged != ""
 	r.cur = t

@@ -48,7 +48,8 @@ func TestMain(m *testing.M) {
 //	echo TEXT   streams "echo: " and TEXT as two artifact chunks, completes
 //	hang        streams "working", then waits until the task is cancelled
 //	fail TEXT   fails with TEXT as the status message
-//	input TEXT  asks for input with TEXT
+//	input TEXT  asks for input with TEXT; the message that answers it in
+//	            the same task completes it with "answered: " and its text
 //	drop        streams "part1", then waits for a resubscription (the test
 //	            server drops the first stream after that chunk), then
 //	            streams "part2" and completes
@@ -193,6 +194,9 @@ func (rm *remote) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.
 		send := func(s string) bool {
 			ev := sdk.NewArtifactUpdateEvent(ec, artifact.Artifact.ID, sdk.NewTextPart(s))
 			return yield(ev, nil)
+		}
+		if ec.StoredTask != nil && ec.StoredTask.Status.State == sdk.TaskStateInputRequired {
+			word, rest = "echo", "answered: "+text
 		}
 		switch word {
 		case "echo":
