@@ -20,8 +20,8 @@ import (
 // task runs: child id's first turn, opened with prompt, the task's a2a/task
 // and — from an agent that streams — the text "before" that the task
 // streamed first. The stream is then dropped; the task waits at the
-// remote's gate.
-func leftOpen(t *testing.T, p *Provider, b *bundle, id, prompt string) {
+// remote's gate. It returns the task.
+func leftOpen(t *testing.T, p *Provider, b *bundle, id, prompt string) sdk.TaskID {
 	t.Helper()
 	ctx := context.Background()
 	if err := b.store.CreateSession(ctx, store.Session{ID: id, ParentID: parentID, RootID: parentID, Origin: "subagent",
@@ -58,31 +58,56 @@ func leftOpen(t *testing.T, p *Provider, b *bundle, id, prompt string) {
 			t.Fatalf("message/send: %T, %v", res, err)
 		}
 		noted(task.ID, task.ContextID)
-		return
+		return task.ID
 	}
 	sctx, drop := context.WithCancel(ctx)
 	defer drop()
-	named := false
+	var task sdk.TaskID
 	for ev, err := range c.client.SendStreamingMessage(sctx, req) {
 		if err != nil {
 			t.Fatalf("message/stream: %v", err)
 		}
-		if !named {
-			named = true
-			noted(ev.TaskInfo().TaskID, ev.TaskInfo().ContextID)
+		if task == "" {
+			task = ev.TaskInfo().TaskID
+			noted(task, ev.TaskInfo().ContextID)
 		}
 		if a, ok := ev.(*sdk.TaskArtifactUpdateEvent); ok && partsText(a.Artifact.Parts) == "before" {
 			write(chunk(1, model.ChunkText, "before"))
-			return
+			return task
 		}
 	}
 	t.Fatal("the stream ended before the task streamed its text")
+	return ""
+}
+
+// awaitEnd follows task over p's agent until it reached a final state.
+func awaitEnd(t *testing.T, p *Provider, task sdk.TaskID) {
+	t.Helper()
+	c, err := p.connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for ev, err := range c.client.SubscribeToTask(ctx, &sdk.SubscribeToTaskRequest{ID: task}) {
+		if err != nil {
+			break // it ended before the subscription
+		}
+		if st, ok := ev.(*sdk.TaskStatusUpdateEvent); ok && st.Status.State.Terminal() {
+			break
+		}
+	}
+	got, err := c.client.GetTask(ctx, &sdk.GetTaskRequest{ID: task})
+	if err != nil || !got.Status.State.Terminal() {
+		t.Fatalf("task %s = %+v, %v; want it ended", task, got, err)
+	}
 }
 
 // A turn whose replica died while its task ran is not cut off: the child's
 // next agent rejoins the task — over SubscribeToTask, or tasks/get for an
-// agent that cannot stream — once reattached by the manager or at its
-// next followup, which queues behind it. The log gets what it lacked of
+// agent that cannot stream or a task that ended meanwhile — once
+// reattached by the manager or at its next followup, which queues behind
+// it. The log gets what it lacked of
 // the task's text, once, and the task's real end; the followup is a
 // message in the same context.
 func TestContinuable_ResumeRejoinsTheTaskOfATurnLeftOpen(t *testing.T) {
@@ -91,16 +116,24 @@ func TestContinuable_ResumeRejoinsTheTaskOfATurnLeftOpen(t *testing.T) {
 		name       string
 		streaming  bool
 		byFollowup bool
+		// endedFirst: the task ends before the agent rejoins it.
+		endedFirst bool
 	}{
-		{"streaming, reattached", true, false},
-		{"polled, by the followup", false, true},
+		{"streaming, reattached", true, false, false},
+		{"streaming, ended before the rejoin", true, false, true},
+		{"polled, by the followup", false, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rm := newRemote(t, tc.streaming)
 			p, b := setup(t, rm)
 			id := uuid.NewString()
-			leftOpen(t, p, b, id, "gate after")
+			task := leftOpen(t, p, b, id, "gate after")
+			if tc.endedFirst {
+				close(rm.gate)
+				awaitEnd(t, p, task)
+			}
+			earlier, _, _ := rm.received()
 
 			r := materialize(t, p, b, false, id)
 			if !r.Detached() {
@@ -118,7 +151,9 @@ func TestContinuable_ResumeRejoinsTheTaskOfATurnLeftOpen(t *testing.T) {
 			if !r.Running() || r.Detached() {
 				t.Fatal("the rejoined turn does not run")
 			}
-			close(rm.gate)
+			if !tc.endedFirst {
+				close(rm.gate)
+			}
 			idle(t, r)
 			if !tc.byFollowup {
 				if out := r.Outcome(); model.Text(out.Output) != "beforeafter" || out.End == nil || out.End.Reason.Kind != sessionlog.ReasonCompleted {
@@ -149,8 +184,9 @@ func TestContinuable_ResumeRejoinsTheTaskOfATurnLeftOpen(t *testing.T) {
 				t.Fatalf("remote contexts %v, want the followup in the rejoined task's context", contexts)
 			}
 			calls, _, _ := rm.received()
+			calls = calls[len(earlier):]
 			want := "GetTask"
-			if tc.streaming {
+			if tc.streaming && !tc.endedFirst {
 				want = "SubscribeToTask"
 			}
 			if !slices.Contains(calls, want) {
