@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/subagentd/subagentd/internal/pg/pgtest"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -40,6 +41,7 @@ func TestReplicas_A2AChildReattachesAfterSIGKILL(t *testing.T) {
 	first := events.start(t, "taskId", child.TaskID)
 	b.waitChildEvent(t, child.ChildID, func(typ, data string) bool { return typ == "assistant/chunk" && strings.Contains(data, `"before"`) })
 
+	killed := time.Now()
 	if err := a.stop(t, syscall.SIGKILL); err == nil {
 		t.Fatal("the SIGKILLed replica exited cleanly")
 	}
@@ -56,6 +58,11 @@ func TestReplicas_A2AChildReattachesAfterSIGKILL(t *testing.T) {
 	again := events.wait(t, "B's activation of the child", func(fr frame) bool {
 		return fr.event == subagent.EventStart && fr.data["id"] == child.ChildID && fr.data["taskId"] != child.TaskID
 	})
+	took := again.at.Sub(killed)
+	if took > takeoverBound {
+		t.Fatalf("B rejoined the task %v after the SIGKILL, want within %v", took, takeoverBound)
+	}
+	t.Logf("B rejoined the remote task %v after the SIGKILL (lease %v)", took, replicaTTL)
 	close(rm.gate)
 	end := events.end(t, "taskId", again.data["taskId"].(string))
 	if end.data["stopReason"] != subagent.StopCompleted {
