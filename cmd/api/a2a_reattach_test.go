@@ -103,3 +103,55 @@ func TestReplicas_A2AChildReattachesAfterSIGKILL(t *testing.T) {
 		t.Fatalf("replica B: %v", err)
 	}
 }
+
+// A remote task waiting for a person's answer outlives its replica too:
+// after a SIGKILL of A, whose child's task was input-required, A's
+// approval is cancelled as its owner's, and B, rejoining the task, asks
+// again; B's approval decided, the decision goes into the task and the
+// child's turn completes with the agent's answer.
+func TestReplicas_A2AInputRequiredIsAskedAgainAfterSIGKILL(t *testing.T) {
+	t.Parallel()
+	rm := newA2ARemote(t)
+	db := pgtest.URL(t)
+	env := func(name string) map[string]string {
+		e := replicaEnv(db, name)
+		e["SUBAGENTD_CONFIG"], e["SUBAGENTD_A2A_ALLOW_PRIVATE"] = rm.config(t), "true"
+		return e
+	}
+	a := startServer(t, env("replica-a"))
+	b := startServer(t, env("replica-b"))
+	events := b.follow(t, "/v1/events?after=0")
+
+	var parent struct{ ID string }
+	a.call(t, http.MethodPost, "/v1/sessions", `{"label":"parent"}`, http.StatusCreated, &parent)
+	var child struct{ ChildID, TaskID string }
+	a.call(t, http.MethodPost, "/v1/subagents", fmt.Sprintf(`{"provider":"remote","parentSessionId":%q,"label":"asker","prompt":%s}`,
+		parent.ID, prompt("ask which file?")), http.StatusCreated, &child)
+	asked := func(other string) received {
+		return events.wait(t, "approval/requested", func(fr frame) bool {
+			return fr.event == "approval/requested" && fr.data["sessionId"] == child.ChildID && fr.data["approvalId"] != other
+		})
+	}
+	firstID := asked("").data["approvalId"].(string)
+	if err := a.stop(t, syscall.SIGKILL); err == nil {
+		t.Fatal("the SIGKILLed replica exited cleanly")
+	}
+	events.wait(t, "A's approval cancelled", func(fr frame) bool {
+		return fr.event == "approval/decided" && fr.data["approvalId"] == firstID && fr.data["state"] == "cancelled"
+	})
+	again := asked(firstID)
+	b.call(t, http.MethodPost, "/v1/approvals/"+again.data["approvalId"].(string)+"/decision", `{"outcome":"allow","reason":"main.go"}`, http.StatusOK, nil)
+	end := events.wait(t, "B's activation's end", func(fr frame) bool {
+		return fr.event == subagent.EventEnd && fr.data["id"] == child.ChildID && fr.data["taskId"] != child.TaskID
+	})
+	if end.data["stopReason"] != subagent.StopCompleted || !strings.Contains(end.raw, "answered: main.go") {
+		t.Fatalf("B's activation ended %s, want completed with the agent's answer", end.raw)
+	}
+	_, tasks := rm.seen()
+	if len(tasks) != 2 || tasks[1] != tasks[0] {
+		t.Fatalf("remote tasks %v, want the decision in the asking task", tasks)
+	}
+	if err := b.stop(t, syscall.SIGTERM); err != nil {
+		t.Fatalf("replica B: %v", err)
+	}
+}
