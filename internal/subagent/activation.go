@@ -189,9 +189,10 @@ func wakes(ds []delivery) bool {
 // holds as user/messages (a crash between delivery and acknowledgement) are
 // acknowledged instead. An agent whose log ends in a turn its last owner
 // left open starts the activation with that turn, rejoined (reattach.go).
-// Otherwise, with nothing to deliver that wakes no activation starts: quiet rows (a quiet report, a notice during shutdown — R108,
-// R118), also those a crash left, wait for an activation something else
-// starts, and run in it in their place. It runs in c's loop; c.act is nil
+// Otherwise, with nothing to deliver that wakes no activation starts:
+// quiet rows (a quiet report, a notice during shutdown — R108, R118), also
+// those a crash left, wait for an activation something else starts, and
+// run in it in their place. It runs in c's loop; c.act is nil
 // and c.sess, c.desc are verified.
 func (m *Manager) coldResume(ctx context.Context, c *child) (err error) {
 	id := c.key.ID

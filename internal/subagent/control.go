@@ -61,8 +61,8 @@ type ControlHandler func(ctx context.Context, target string, payload json.RawMes
 type ResidentKind interface {
 	// TakeOver resumes sess, a resident agent whose owner's lease lapsed
 	// and which has undelivered messages or a turn to reattach
-	// (reattach.go), if it is of this kind; it
-	// reports whether it was. The lease, held by from, passes to the kind.
+	// (reattach.go), if it is of this kind; it reports whether it was.
+	// The lease, held by from, passes to the kind.
 	TakeOver(ctx context.Context, sess store.Session, from string) (bool, error)
 	// Fence stops driving every resident agent of this kind at once: this
 	// replica could not renew its leases, which are about to lapse.

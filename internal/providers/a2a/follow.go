@@ -148,8 +148,9 @@ func (f *follower) follow(prompt []model.Block, contextID string) turnlog.Outcom
 }
 
 // rejoin follows, to its end, the task of a turn that the replica which
-// followed it left open (reattach.go): over SubscribeToTask, or tasks/get
-// for an agent that cannot stream. The follower was made by rejoining.
+// followed it left open: over SubscribeToTask, or tasks/get for an agent
+// that cannot stream. The follower's task, context and replay are the
+// log's (reattach.go).
 func (f *follower) rejoin() turnlog.Outcome {
 	return f.run(func() turnlog.Outcome {
 		if f.c.streaming {
