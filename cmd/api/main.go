@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/children"
 	cfgfile "github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/delegate"
 	a2aface "github.com/subagentd/subagentd/internal/faces/a2a"
@@ -43,6 +44,7 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/fork"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/roots"
 	rootrules "github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -328,8 +330,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 // app is the wired process.
 type app struct {
 	svc   *subagent.Service
-	mgr   *subagent.Manager
-	roots *delegate.Roots
+	mgr   *children.Manager
+	roots *roots.Manager
 	api   *httpapi.Server
 	// authenticated: tokens are configured, so the server may listen
 	// beyond loopback.
@@ -421,9 +423,9 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 
 	tools := agent.NewRegistry()
 	deps := inprocess.Deps{Store: st, Routes: routes, Tools: tools, Logger: log, Metrics: metrics, Gate: limits}
-	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: log, Control: svc.Control(),
+	roots := roots.NewManager(roots.ManagerConfig{Store: st, Routes: routes, Tools: tools, Logger: log, Control: svc.Control(),
 		Metrics: metrics, Budget: limits})
-	mgr := subagent.NewManager(svc, subagent.ManagerConfig{
+	mgr := children.NewManager(svc, children.ManagerConfig{
 		Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: log,
 	})
 	limits.DeliverTo(roots, mgr)
@@ -601,7 +603,7 @@ func security(cfg config, file *cfgfile.File) (securityConfig, error) {
 
 // closeIdleRoots closes root agents idle for rootIdle, every minute, until
 // ctx ends.
-func closeIdleRoots(ctx context.Context, roots *delegate.Roots, log *slog.Logger) {
+func closeIdleRoots(ctx context.Context, roots *roots.Manager, log *slog.Logger) {
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	for {

@@ -1,13 +1,15 @@
 package subagent
 
+import "github.com/subagentd/subagentd/internal/store"
+
 // Reattaching a turn that outlived its replica. A remote agent's turn (an
 // A2A task) runs on the remote agent, not in the replica that follows it:
 // when that replica dies its activation is closed as owner lost (R130),
 // but the remote work goes on, and the child's log ends in a turn still
-// open. The replica that takes the child over (Control.takeOver) resumes
-// such a child even with nothing undelivered, and its cold resume starts
-// an activation whose running turn is that one, followed again
-// (DetachedAgent); a child nobody took over is reattached at its next
+// open. The replica that takes the child over (resident.Control's
+// TakeOverLapsed) resumes such a child even with nothing undelivered, and
+// its cold resume (internal/children) starts an activation whose running
+// turn is that one, followed again (DetachedAgent); a child nobody took over is reattached at its next
 // activation, before its followup runs (docs/architecture.md §5).
 
 // Reattacher is a ContinuableProvider whose children's turns may outlive
@@ -31,9 +33,9 @@ type DetachedAgent interface {
 	Reattach()
 }
 
-// reattaches reports whether provider's children may hold a detached
+// Reattaches reports whether provider's children may hold a detached
 // turn.
-func (s *Service) reattaches(provider string) bool {
+func (s *Service) Reattaches(provider string) bool {
 	p, ok := s.Provider(provider)
 	if !ok {
 		return false
@@ -42,11 +44,6 @@ func (s *Service) reattaches(provider string) bool {
 	return ok
 }
 
-// detached returns ag as a DetachedAgent when its log ends in a detached
-// turn, else nil.
-func detached(ag ChildAgent) DetachedAgent {
-	if d, ok := ag.(DetachedAgent); ok && d.Detached() {
-		return d
-	}
-	return nil
-}
+// resumesLapsed is the Control's ControlConfig.Resumes: a lapsed child of
+// a Reattacher is taken over although its inbox is empty.
+func (s *Service) resumesLapsed(sess store.Session) bool { return s.Reattaches(sess.Provider) }

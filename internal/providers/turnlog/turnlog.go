@@ -252,7 +252,7 @@ func TextOnly(blocks []model.Block) []model.Block {
 	return out
 }
 
-// Kept is what the resident agent of a continuable external child keeps
+// Kept is what the live agent of a continuable external child keeps
 // of its log, however long it lives and however much it streams: the
 // user/messages (which the manager reads) and the outcome fold of the
 // events written since Track. The log itself is the record. Not safe for

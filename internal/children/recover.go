@@ -1,7 +1,10 @@
-package subagent
+package children
 
 import (
 	"context"
+
+	"github.com/subagentd/subagentd/internal/resident"
+	"github.com/subagentd/subagentd/internal/store"
 )
 
 // Recover cold-resumes, at start-up, every child that has undelivered
@@ -10,7 +13,7 @@ import (
 // already logged is acknowledged, not delivered twice. A child whose
 // pending messages are all quiet is not resumed: they wait for the next
 // activation something else starts (see coldResume). Root sessions are
-// left to Roots. Failures are logged per child and returned joined; the
+// left to internal/roots. Failures are logged per child and returned joined; the
 // other children are still recovered.
 func (m *Manager) Recover(ctx context.Context) error {
 	return m.children.Recover(ctx, m.store, m.log)
@@ -30,4 +33,15 @@ func (m *Manager) recoverIn(ctx context.Context, c *child) error {
 		return err
 	}
 	return m.resume(ctx, c)
+}
+
+// DeliverWaiting cold-resumes continuable child childID with the
+// followups its inbox held while its tree was paused, unless it is live
+// (a live activation takes its followups itself). The activation outlives
+// the call: ctx's cancellation does not reach it.
+func (m *Manager) DeliverWaiting(ctx context.Context, childID string) error {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	m.do(resident.Key{Tenant: store.Tenant(ctx), ID: childID}, func(c *child) { err = m.recoverIn(ctx, c) })
+	return err
 }

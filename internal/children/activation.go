@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -13,16 +13,17 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
-// activation is one residency epoch of a continuable child (R64, R71): a
+// activation is one residency of a continuable child (R64, R71): a
 // live agent, a run row of kind activation with its task id, and one
 // subagent/start … subagent/end pair.
 type activation struct {
 	c        *child
 	base     context.Context // the child's tenant, without cancellation
-	agent    ChildAgent
+	agent    subagent.ChildAgent
 	runID    string
 	taskID   string
 	provider string // the descriptor's, registered or not (R7, R71)
@@ -58,56 +59,72 @@ type activation struct {
 }
 
 // event returns the lifecycle event of type typ for act.
-func (a *activation) event(typ string) Event {
-	return Event{Type: typ, RunID: a.runID, Provider: a.provider, ID: a.c.key.ID, Local: a.local,
+func (a *activation) event(typ string) subagent.Event {
+	return subagent.Event{Type: typ, RunID: a.runID, Provider: a.provider, ID: a.c.key.ID, Local: a.local,
 		ParentID: a.parentID, RootID: a.rootID, TaskID: a.taskID}
 }
 
-// incarnation identifies the activation a materialization became, so that
+// materialized identifies the activation a materialization became, so that
 // the report tool of an agent is honoured only while that activation is
 // resident (R106: never for a stale same-id object). act is set in the
 // child's loop once the activation is published.
-type incarnation struct{ act *activation }
+type materialized struct{ act *activation }
 
 // begin publishes an activation over ag, the agent materialized with inc:
 // it records the run row of kind activation with a fresh run id and task
 // id, and puts the dispatch of subagent/start (R71) in c's outbox. The
 // activation holds the live-run slot release gives back; on error the
 // caller still holds it. It runs in c's loop.
-func (m *Manager) begin(ctx context.Context, c *child, ag ChildAgent, sess store.Session, desc Descriptor, inc *incarnation,
-	release func(), tr runTrace) (*activation, error) {
+func (m *Manager) begin(ctx context.Context, c *child, ag subagent.ChildAgent, sess store.Session, desc subagent.Descriptor, inc *materialized,
+	release func(), tr subagent.RunTrace) (*activation, error) {
+	act, run, start, err := m.activation(ctx, c, ag, sess, desc, release, tr)
+	if err == nil {
+		start, err = m.store.StartRun(ctx, run, start)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("record start of activation of %s: %w", c.key.ID, err)
+	}
+	m.published(act, inc, start)
+	return act, nil
+}
+
+// activation returns a new activation over ag with a fresh run id and
+// task id, and the run row and subagent/start that record it; nothing is
+// written. The agent folds the activation's facts from here (Track).
+func (m *Manager) activation(ctx context.Context, c *child, ag subagent.ChildAgent, sess store.Session, desc subagent.Descriptor,
+	release func(), tr subagent.RunTrace) (*activation, store.Run, store.LifecycleEvent, error) {
 	act := &activation{
 		c: c, base: ctx, agent: ag, runID: uuid.NewString(), taskID: uuid.NewString(), release: release,
-		provider: desc.Provider, local: true, parentID: sess.ParentID, rootID: store.RootOf(sess), inv: tr.inv,
+		provider: desc.Provider, local: true, parentID: sess.ParentID, rootID: store.RootOf(sess), inv: tr.Inv,
 		label: sess.Label, wakeParent: sess.WakeParent, done: make(chan struct{}), started: make(chan struct{}),
 	}
-	tr.inv.SetRun(act.runID, c.key.ID)
-	// The epoch's facts come only from the events after the start edge
+	tr.Inv.SetRun(act.runID, c.key.ID)
+	// The activation's facts come only from the events after the start edge
 	// (R69, docs/seam.md §12): the agent folds them as it appends them.
 	ag.Track()
 	if p, ok := m.svc.Provider(desc.Provider); ok {
 		act.local = p.Capabilities().Local
 	}
 	now := time.Now()
-	start := act.event(EventStart)
-	row, err := lifecycleRow(start, now)
-	if err == nil {
-		row, err = m.store.StartRun(ctx, store.Run{
-			ID: act.runID, Kind: store.KindActivation, Provider: act.provider, ChildID: c.key.ID,
-			ParentID: act.parentID, RootID: act.rootID, TaskID: act.taskID, Local: act.local, State: store.StateRunning,
-			StartedAt: now, Owner: m.svc.owner, LeaseUntil: now.Add(m.svc.lease), Traceparent: tr.parent,
-		}, row)
+	row, err := subagent.LifecycleRow(act.event(subagent.EventStart), now)
+	run := store.Run{
+		ID: act.runID, Kind: store.KindActivation, Provider: act.provider, ChildID: c.key.ID,
+		ParentID: act.parentID, RootID: act.rootID, TaskID: act.taskID, Local: act.local, State: store.StateRunning,
+		StartedAt: now, Owner: m.svc.Owner(), LeaseUntil: now.Add(m.svc.LeaseDuration()), Traceparent: tr.Parent,
 	}
-	if err != nil {
-		return nil, fmt.Errorf("record start of activation of %s: %w", c.key.ID, err)
-	}
+	return act, run, row, err
+}
+
+// published makes act, whose start was stored as row, the activation of
+// inc and puts the dispatch of its subagent/start in the child's outbox.
+func (m *Manager) published(act *activation, inc *materialized, row store.LifecycleEvent) {
+	start := act.event(subagent.EventStart)
 	start.Seq = row.ID
 	inc.act = act
-	c.outbox = append(c.outbox, func() {
-		m.svc.bus.dispatch(ctx, start)
+	act.c.outbox = append(act.c.outbox, func() {
+		m.svc.Dispatch(act.base, start)
 		close(act.started)
 	})
-	return act, nil
 }
 
 // open delivers row as the message that opens act's turn: on the idle
@@ -130,7 +147,7 @@ func (m *Manager) open(act *activation, row store.InboxMessage) error {
 func (m *Manager) rollback(act *activation) {
 	act.mustTo(actSettled)
 	m.closeAgent(act.base, act.c.key.ID, act.agent)
-	act.c.outbox = append(act.c.outbox, m.end(act, StopAborted, []model.Block{}, sessionlog.Outcome{})) // no model call ran
+	act.c.outbox = append(act.c.outbox, m.end(act, subagent.StopAborted, []model.Block{}, sessionlog.Outcome{})) // no model call ran
 	act.release()
 	close(act.done)
 }
@@ -201,7 +218,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) (err error) {
 		return fmt.Errorf("resume %s: read inbox: %w", id, err)
 	}
 	todo := m.decode(ctx, c, pending)
-	if !wakes(todo) && !m.svc.reattaches(c.desc.Provider) {
+	if !wakes(todo) && !m.svc.Reattaches(c.desc.Provider) {
 		return nil
 	}
 	sess, desc := *c.sess, *c.desc
@@ -210,26 +227,26 @@ func (m *Manager) coldResume(ctx context.Context, c *child) (err error) {
 	if err := m.children.Hold(ctx, c.key); err != nil {
 		return err
 	}
-	ctx = m.svc.ctl.Fenced(ctx)
+	ctx = m.ctl.Fenced(ctx)
 	tr := m.activationTrace(ctx, id)
-	ctx, tr.inv = telemetry.StartInvoke(telemetry.WithTraceparent(ctx, tr.parent), m.svc.invokeParams(desc.Provider, id))
+	ctx, tr.Inv = telemetry.StartInvoke(telemetry.WithTraceparent(ctx, tr.Parent), m.svc.InvokeParams(desc.Provider, id))
 	begun := false
 	defer func() {
 		if !begun {
-			tr.inv.End(StopAborted, err)
+			tr.Inv.End(subagent.StopAborted, err)
 		}
 	}()
 	// Only the descriptor's route: never the original budget, never the
 	// parent's current route (docs/seam.md §10, R88).
-	inc := &incarnation{}
-	ag, err := m.materializer(desc.Provider).Materialize(ctx, MaterializeRequest{Session: sess, Descriptor: desc,
-		Options: AgentOptions{Provider: desc.AgentProvider, Model: desc.AgentModel}, Report: m.reporter(c.key, inc)})
+	inc := &materialized{}
+	ag, err := m.materializer(desc.Provider).Materialize(ctx, subagent.MaterializeRequest{Session: sess, Descriptor: desc,
+		Options: subagent.AgentOptions{Provider: desc.AgentProvider, Model: desc.AgentModel}, Report: m.reporter(c.key, inc)})
 	if err != nil {
-		var e *Error
+		var e *subagent.Error
 		if errors.As(err, &e) {
 			return err // R89
 		}
-		return &Error{Code: ENotResumable, Message: fmt.Sprintf("subagent %q could not be resumed", id), Err: err}
+		return &subagent.Error{Code: subagent.ENotResumable, Message: fmt.Sprintf("subagent %q could not be resumed", id), Err: err}
 	}
 	// The durable inbox is the authority for undelivered messages: what a
 	// crash left queued in the agent's own log-sourced inbox is dropped, so
@@ -259,7 +276,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) (err error) {
 	release := c.slot
 	c.slot = nil
 	if release == nil {
-		release, _ = m.svc.reserveLive(c.key.Tenant, true)
+		release, _ = m.svc.ReserveLive(c.key.Tenant, true)
 	}
 	act, err := m.begin(ctx, c, ag, sess, desc, inc, release, tr)
 	if err != nil {
@@ -286,7 +303,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) (err error) {
 		if i == 0 && rejoin == nil {
 			m.ack(ctx, id, d.id) // logged at once: it opened the turn
 		}
-		m.answer(c, d.id, answer{res: FollowupResult{Route: RouteStarted, TaskID: act.taskID, MessageID: d.id}})
+		m.answer(c, d.id, answer{res: FollowupResult{Route: subagent.RouteStarted, TaskID: act.taskID, MessageID: d.id}})
 	}
 	// Queued turns run first: a later delivery waits for the next
 	// activation rather than overtaking them as a steer.
@@ -317,4 +334,28 @@ func (m *Manager) decode(ctx context.Context, c *child, rows []store.InboxMessag
 		out = append(out, delivery{id: r.ID, msg: msg, quiet: r.Quiet})
 	}
 	return out
+}
+
+// activationTrace is the trace of a new activation of child id: a child
+// of ctx's span (the followup's request or tool call), else — resumed with
+// no caller in reach, after a restart or on another replica — of the span
+// its first run row kept, read only when traces are recorded.
+func (m *Manager) activationTrace(ctx context.Context, id string) subagent.RunTrace {
+	if tp := telemetry.Traceparent(ctx); tp != "" || !telemetry.Recording() {
+		return subagent.RunTrace{Parent: tp}
+	}
+	runs, err := m.store.ListRuns(ctx, store.RunFilter{ChildID: id, Limit: 1})
+	if err != nil || len(runs) == 0 {
+		return subagent.RunTrace{}
+	}
+	return subagent.RunTrace{Parent: runs[0].Traceparent}
+}
+
+// detached returns ag as a DetachedAgent when its log ends in a detached
+// turn, else nil.
+func detached(ag subagent.ChildAgent) subagent.DetachedAgent {
+	if d, ok := ag.(subagent.DetachedAgent); ok && d.Detached() {
+		return d
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // ReportFrom sends content from continuable child childID to its durable
@@ -43,7 +44,7 @@ func (m *Manager) ReportFrom(ctx context.Context, childID string, content []mode
 // reporter is MaterializeRequest.Report for the materialization inc
 // identifies: ReportFrom with the manager's delivery, honoured only while
 // that very activation is resident.
-func (m *Manager) reporter(key resident.Key, inc *incarnation) func(context.Context, []model.Block) (string, error) {
+func (m *Manager) reporter(key resident.Key, inc *materialized) func(context.Context, []model.Block) (string, error) {
 	return func(ctx context.Context, content []model.Block) (string, error) {
 		return m.report(ctx, key, inc, content, m.delivery)
 	}
@@ -51,21 +52,21 @@ func (m *Manager) reporter(key resident.Key, inc *incarnation) func(context.Cont
 
 // report is ReportFrom; a non-nil inc also requires the resident activation
 // to be the one inc became.
-func (m *Manager) report(ctx context.Context, key resident.Key, inc *incarnation, content []model.Block, delivery string) (string, error) {
+func (m *Manager) report(ctx context.Context, key resident.Key, inc *materialized, content []model.Block, delivery string) (string, error) {
 	quiet, err := quietDelivery(delivery)
 	if err != nil {
 		return "", err
 	}
 	if len(content) == 0 {
-		return "", &Error{Code: EInvalidRequest, Message: "a report needs content",
+		return "", &subagent.Error{Code: subagent.EInvalidRequest, Message: "a report needs content",
 			Fields: map[string]string{"content": "required"}}
 	}
 	if _, err := json.Marshal(content); err != nil {
-		return "", &Error{Code: EInvalidRequest, Message: "report content is not valid JSON",
+		return "", &subagent.Error{Code: subagent.EInvalidRequest, Message: "report content is not valid JSON",
 			Fields: map[string]string{"content": "not valid JSON"}, Err: err}
 	}
 	msg := append([]model.Block{model.TextBlock(fmt.Sprintf("Background subagent %s reported:", key.ID))}, content...)
-	src := sessionlog.Source{Kind: SourceSubagentReport, Form: "relay", SenderSessionID: key.ID}
+	src := sessionlog.Source{Kind: subagent.SourceSubagentReport, Form: "relay", SenderSessionID: key.ID}
 
 	act, err := m.admitReport(ctx, key, inc)
 	if err != nil {
@@ -76,7 +77,7 @@ func (m *Manager) report(ctx context.Context, key resident.Key, inc *incarnation
 	defer m.do(key, func(c *child) { m.release(c, act) })
 	id, err := m.send(context.WithoutCancel(ctx), act.parentID, msg, src, quiet)
 	if err != nil {
-		return "", &Error{Code: EParentUnavailable, Message: "direct parent is not live; report was not delivered",
+		return "", &subagent.Error{Code: subagent.EParentUnavailable, Message: "direct parent is not live; report was not delivered",
 			Err: fmt.Errorf("report from %s to %s: %w", key.ID, act.parentID, err)}
 	}
 	return id, nil
@@ -86,9 +87,9 @@ func (m *Manager) report(ctx context.Context, key resident.Key, inc *incarnation
 // accepted, and counts it as inflight work of the resident activation,
 // which the caller releases. Returns EAborted, EDraining, EForbidden or
 // EActivationClosing.
-func (m *Manager) admitReport(ctx context.Context, key resident.Key, inc *incarnation) (*activation, error) {
+func (m *Manager) admitReport(ctx context.Context, key resident.Key, inc *materialized) (*activation, error) {
 	if ctx.Err() != nil {
-		return nil, &Error{Code: EAborted, Message: "the report was aborted before it was accepted", Err: context.Cause(ctx)}
+		return nil, &subagent.Error{Code: subagent.EAborted, Message: "the report was aborted before it was accepted", Err: context.Cause(ctx)}
 	}
 	if err := m.admitting(); err != nil {
 		return nil, err
@@ -99,7 +100,7 @@ func (m *Manager) admitReport(ctx context.Context, key resident.Key, inc *incarn
 		switch a := c.act; {
 		case a == nil || (inc != nil && inc.act != a):
 		case a.state == actSettling:
-			err = Errorf(EActivationClosing, "subagent %q is settling; its report was not accepted", key.ID)
+			err = subagent.Errorf(subagent.EActivationClosing, "subagent %q is settling; its report was not accepted", key.ID)
 		default:
 			a.inflight++
 			act, err = a, nil
@@ -109,20 +110,20 @@ func (m *Manager) admitReport(ctx context.Context, key resident.Key, inc *incarn
 }
 
 func notResident(id string) error {
-	return Errorf(EForbidden, "%q is not a live continuable subagent of this service; only one can report to its parent", id)
+	return subagent.Errorf(subagent.EForbidden, "%q is not a live continuable subagent of this service; only one can report to its parent", id)
 }
 
 // quietDelivery reports whether delivery is DeliveryQuiet. Returns
 // EInvalidRequest for anything but the two deliveries or "".
 func quietDelivery(delivery string) (bool, error) {
 	switch delivery {
-	case "", DeliveryNextStep:
+	case "", subagent.DeliveryNextStep:
 		return false, nil
-	case DeliveryQuiet:
+	case subagent.DeliveryQuiet:
 		return true, nil
 	}
-	return false, &Error{Code: EInvalidRequest, Fields: map[string]string{"delivery": "must be next-step or quiet"},
-		Message: fmt.Sprintf("report delivery %q is not supported: use %q or %q", delivery, DeliveryNextStep, DeliveryQuiet)}
+	return false, &subagent.Error{Code: subagent.EInvalidRequest, Fields: map[string]string{"delivery": "must be next-step or quiet"},
+		Message: fmt.Sprintf("report delivery %q is not supported: use %q or %q", delivery, subagent.DeliveryNextStep, subagent.DeliveryQuiet)}
 }
 
 // errNoSink: a message for a root parent, and no NoticeSink.
@@ -144,7 +145,7 @@ func (m *Manager) send(ctx context.Context, parentID string, content []model.Blo
 	if err != nil {
 		return "", fmt.Errorf("read parent %s: %w", parentID, err)
 	}
-	if parent.ParentID != "" && parent.Mode == ModeContinuable {
+	if parent.ParentID != "" && parent.Mode == subagent.ModeContinuable {
 		return m.deliverInbox(ctx, parentID, content, src, !quiet)
 	}
 	if m.notices == nil {

@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // Interrupt stops the current turn of continuable child childID on behalf
@@ -26,11 +27,11 @@ import (
 // durable parent — checked for live and settled children alike. A child
 // another replica drives is interrupted there (see Control).
 func (m *Manager) Interrupt(ctx context.Context, parentSessionID, childID string) error {
-	_, err := Forward(ctx, m.svc.ctl, childID, opInterrupt, parentSessionID, func() (struct{}, error) {
+	_, err := resident.Forward(ctx, m.ctl, childID, opInterrupt, parentSessionID, func() (struct{}, error) {
 		var err error
 		key := resident.Key{Tenant: store.Tenant(ctx), ID: childID}
 		if derr := m.children.DoContext(ctx, key, func(c *child) { err = m.interrupt(ctx, c, parentSessionID) }); derr != nil {
-			return struct{}{}, &Error{Code: EAborted, Message: "the interrupt was aborted before the child took it", Err: derr}
+			return struct{}{}, &subagent.Error{Code: subagent.EAborted, Message: "the interrupt was aborted before the child took it", Err: derr}
 		}
 		return struct{}{}, err
 	})
@@ -45,7 +46,7 @@ func (m *Manager) interrupt(ctx context.Context, c *child, parentSessionID strin
 		return err
 	}
 	if sess.ParentID != parentSessionID {
-		return Errorf(EForbidden, "subagent %q belongs to another parent session", childID)
+		return subagent.Errorf(subagent.EForbidden, "subagent %q belongs to another parent session", childID)
 	}
 	act := c.act
 	if act == nil {
@@ -85,7 +86,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	// that will not start now) are released; their messages stay accepted.
 	m.children.Each(func(c *child) {
 		for id, w := range c.waiters {
-			w <- answer{err: &Error{Code: EAborted,
+			w <- answer{err: &subagent.Error{Code: subagent.EAborted,
 				Message: "the service is shutting down; the followup was accepted and will be delivered when the child next runs"}}
 			delete(c.waiters, id)
 		}

@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // EventMessageRouted is the lifecycle type that announces where an
@@ -63,14 +64,14 @@ func (m *Manager) announce(ctx context.Context, msg routedMessage, w <-chan answ
 			return
 		}
 		res, err := m.routed(a)
-		if ErrorCode(err) == EAborted {
+		if subagent.ErrorCode(err) == subagent.EAborted {
 			return
 		}
 		data := messageRouted{MessageID: msg.row.ID, ChildSessionID: msg.row.ChildID, ParentSessionID: msg.parentID,
 			RootSessionID: msg.rootID, Outcome: string(res.Route), TaskID: res.TaskID}
 		if err != nil {
 			log.WarnContext(ctx, "an asynchronous followup was not delivered", slog.Any("error", err))
-			data.Outcome, data.Code, data.Message = OutcomeFailed, ErrorCode(err), ErrorMessage(err)
+			data.Outcome, data.Code, data.Message = OutcomeFailed, subagent.ErrorCode(err), subagent.ErrorMessage(err)
 		}
 		payload, err := json.Marshal(data)
 		if err == nil {

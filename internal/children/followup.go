@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // Followup delivers content to continuable child childID on behalf of its
@@ -78,19 +79,19 @@ func (m *Manager) followupMessage(ctx context.Context, parentSessionID, childID 
 		return store.InboxMessage{}, err
 	}
 	if parentSessionID == "" {
-		return store.InboxMessage{}, &Error{Code: EInvalidRequest, Message: "parentSessionId is required",
+		return store.InboxMessage{}, &subagent.Error{Code: subagent.EInvalidRequest, Message: "parentSessionId is required",
 			Fields: map[string]string{"parentSessionId": "required"}}
 	}
 	if src.Kind == "" {
-		src.Kind = SourceUser
+		src.Kind = subagent.SourceUser
 	}
 	if len(content) == 0 {
-		return store.InboxMessage{}, &Error{Code: EInvalidRequest, Message: "content is required",
+		return store.InboxMessage{}, &subagent.Error{Code: subagent.EInvalidRequest, Message: "content is required",
 			Fields: map[string]string{"content": "required"}}
 	}
 	row, err := newRow(childID, content, src)
 	if err != nil {
-		return store.InboxMessage{}, &Error{Code: EInvalidRequest, Message: "content is not valid JSON",
+		return store.InboxMessage{}, &subagent.Error{Code: subagent.EInvalidRequest, Message: "content is not valid JSON",
 			Fields: map[string]string{"content": "not valid JSON"}, Err: err}
 	}
 	if ctx.Err() != nil {
@@ -126,7 +127,7 @@ func (m *Manager) followup(ctx context.Context, parentSessionID string, row stor
 		// A followup that will start an activation needs a live-run slot,
 		// before anything is written; one for a live activation does not.
 		if c.act == nil {
-			if c.slot, err = m.svc.reserveLive(key.Tenant, false); err != nil {
+			if c.slot, err = m.svc.ReserveLive(key.Tenant, false); err != nil {
 				return
 			}
 		}
@@ -141,12 +142,12 @@ func (m *Manager) followup(ctx context.Context, parentSessionID string, row stor
 		// A child that is not live waits while its tree is paused: the
 		// row stays in its inbox until the budget is raised.
 		if c.act == nil {
-			paused, perr := m.svc.treePaused(ctx, childID)
+			paused, perr := m.svc.TreePaused(ctx, childID)
 			if perr != nil {
 				m.log.WarnContext(ctx, "read whether the tree is paused; the followup is delivered", slog.String("child_id", childID), slog.Any("error", perr))
 			}
 			if paused {
-				m.answer(c, row.ID, answer{res: FollowupResult{Route: RouteParked, MessageID: row.ID}})
+				m.answer(c, row.ID, answer{res: FollowupResult{Route: subagent.RouteParked, MessageID: row.ID}})
 				return
 			}
 		}
@@ -176,7 +177,7 @@ func (m *Manager) followup(ctx context.Context, parentSessionID string, row stor
 	case a := <-w: // answered before we unregistered
 		return m.routed(a)
 	default:
-		return FollowupResult{}, &Error{Code: EAborted, Err: context.Cause(ctx),
+		return FollowupResult{}, &subagent.Error{Code: subagent.EAborted, Err: context.Cause(ctx),
 			Message: "stopped waiting for the followup's delivery; the message was accepted and will still be delivered"}
 	}
 }
@@ -184,7 +185,7 @@ func (m *Manager) followup(ctx context.Context, parentSessionID string, row stor
 // routed returns a followup's answer, counting its route.
 func (m *Manager) routed(a answer) (FollowupResult, error) {
 	if a.err == nil {
-		m.svc.metrics.Followup(string(a.res.Route))
+		m.svc.Metrics().Followup(string(a.res.Route))
 	}
 	return a.res, a.err
 }
@@ -198,7 +199,7 @@ func (m *Manager) resumable(ctx context.Context, c *child, parentID string) erro
 		return err
 	}
 	if sess.ParentID != parentID {
-		return Errorf(EForbidden, "subagent %q belongs to another parent session", c.key.ID)
+		return subagent.Errorf(subagent.EForbidden, "subagent %q belongs to another parent session", c.key.ID)
 	}
 	if err := m.notDisposed(ctx, c); err != nil {
 		return err
@@ -207,17 +208,17 @@ func (m *Manager) resumable(ctx context.Context, c *child, parentID string) erro
 		return nil
 	}
 	notResumable := func(err error) error {
-		return &Error{Code: ENotResumable, Err: err, Message: fmt.Sprintf(
+		return &subagent.Error{Code: subagent.ENotResumable, Err: err, Message: fmt.Sprintf(
 			"subagent %q has no supported continuation state; do not retry sending it messages", c.key.ID)}
 	}
-	if sess.Mode == ModeOneShot {
+	if sess.Mode == subagent.ModeOneShot {
 		return notResumable(nil)
 	}
 	d, found, err := sessionlog.ResumeDescriptor(ctx, m.store, sess)
 	if err != nil {
 		return notResumable(err)
 	}
-	if !found || d.Mode != ModeContinuable {
+	if !found || d.Mode != subagent.ModeContinuable {
 		return notResumable(nil)
 	}
 	c.desc = &d
@@ -232,7 +233,7 @@ func (m *Manager) header(ctx context.Context, c *child) (store.Session, error) {
 	}
 	sess, err := m.store.GetSession(ctx, c.key.ID)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Session{}, Errorf(ESessionNotFound, "subagent %q not found", c.key.ID)
+		return store.Session{}, subagent.Errorf(subagent.ESessionNotFound, "subagent %q not found", c.key.ID)
 	}
 	if err != nil {
 		return store.Session{}, fmt.Errorf("read subagent %s: %w", c.key.ID, err)
@@ -242,7 +243,7 @@ func (m *Manager) header(ctx context.Context, c *child) (store.Session, error) {
 }
 
 func followupAborted(ctx context.Context) error {
-	return &Error{Code: EAborted, Message: "the followup was aborted before it was accepted", Err: context.Cause(ctx)}
+	return &subagent.Error{Code: subagent.EAborted, Message: "the followup was aborted before it was accepted", Err: context.Cause(ctx)}
 }
 
 // route hands the accepted row to child c, in its loop. A running Queuer
@@ -263,10 +264,10 @@ func (m *Manager) route(ctx context.Context, c *child, row store.InboxMessage, w
 		}
 		return nil
 	}
-	if _, ok := act.agent.(Queuer); ok && act.takesTurns() && act.agent.Running() {
+	if _, ok := act.agent.(subagent.Queuer); ok && act.takesTurns() && act.agent.Running() {
 		if msg, err := RowMessage(row); err == nil {
 			if _, err := act.agent.FollowupMessage(ctx, msg); err == nil {
-				m.answer(c, row.ID, answer{res: FollowupResult{Route: RouteQueued, TaskID: act.taskID, MessageID: row.ID}})
+				m.answer(c, row.ID, answer{res: FollowupResult{Route: subagent.RouteQueued, TaskID: act.taskID, MessageID: row.ID}})
 				return nil
 			}
 		}
@@ -304,13 +305,13 @@ func (m *Manager) track(act *activation, id string, settled <-chan error, waking
 			defer m.release(c, act)
 			if err == nil {
 				m.ack(act.base, c.key.ID, id)
-				m.answer(c, id, answer{res: FollowupResult{Route: RouteSteered, TaskID: act.taskID, MessageID: id}})
+				m.answer(c, id, answer{res: FollowupResult{Route: subagent.RouteSteered, TaskID: act.taskID, MessageID: id}})
 				return
 			}
 			// act cannot be settling: this receipt is in flight.
 			switch {
 			case act.state == actInterrupted:
-				m.answer(c, id, answer{res: FollowupResult{Route: RouteParked, MessageID: id}})
+				m.answer(c, id, answer{res: FollowupResult{Route: subagent.RouteParked, MessageID: id}})
 			case waking && !m.isDraining():
 				c.owe()
 			}
@@ -342,20 +343,20 @@ func (m *Manager) answer(c *child, id string, a answer) {
 // content withdrawn).
 func (m *Manager) SteerActivation(ctx context.Context, runID string, content []model.Block) (string, error) {
 	act, err := m.liveRun(ctx, runID)
-	if ErrorCode(err) == ERunNotFound {
+	if subagent.ErrorCode(err) == subagent.ERunNotFound {
 		return m.routeSteer(ctx, runID, content)
 	}
 	if err != nil {
 		return "", err
 	}
 	if len(content) == 0 {
-		return "", &Error{Code: EInvalidRequest, Message: "content is required", Fields: map[string]string{"content": "required"}}
+		return "", &subagent.Error{Code: subagent.EInvalidRequest, Message: "content is required", Fields: map[string]string{"content": "required"}}
 	}
 	// The agent's own checks suffice: a settling activation's agent is idle
 	// or closed, an interrupted one's turn is cancelled.
-	id, err := act.agent.Steer(ctx, content, sessionlog.Source{Kind: SourceUser})
-	if errors.Is(err, ErrSteerRejected) {
-		return "", &Error{Code: ESteerRejected, Err: err, Message: "the subagent did not admit the message: it is not running a turn, " +
+	id, err := act.agent.Steer(ctx, content, sessionlog.Source{Kind: subagent.SourceUser})
+	if errors.Is(err, subagent.ErrSteerRejected) {
+		return "", &subagent.Error{Code: subagent.ESteerRejected, Err: err, Message: "the subagent did not admit the message: it is not running a turn, " +
 			"was interrupted, is settling, or its turn ended first; send it a followup instead"}
 	}
 	if err != nil {
@@ -368,7 +369,7 @@ func (m *Manager) SteerActivation(ctx context.Context, runID string, content []m
 // runID, found through its run row, in ctx's tenant. Returns ERunNotFound,
 // or the store's error.
 func (m *Manager) liveRun(ctx context.Context, runID string) (*activation, error) {
-	notFound := Errorf(ERunNotFound, "run %s is no live activation of this server", runID)
+	notFound := subagent.Errorf(subagent.ERunNotFound, "run %s is no live activation of this server", runID)
 	run, err := m.store.GetRun(ctx, runID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):

@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -11,15 +11,16 @@ import (
 
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // replicaB builds a second replica over a's store: its own Service and
 // Manager under another owner, serving control requests until the test
 // ends. Its model answers "b".
-func replicaB(t *testing.T, a *contEnv) (*Service, *Manager) {
+func replicaB(t *testing.T, a *contEnv) (*subagent.Service, *Manager) {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svcB := NewService(Config{Store: a.st, Logger: logger, Owner: "replica-2"})
+	svcB := subagent.NewService(subagent.Config{Store: a.st, Logger: logger, Owner: "replica-2"})
 	mgrB := NewManager(svcB, ManagerConfig{Materializer: &testMat{st: a.st, model: gatedModel(nil, make(chan struct{}), "b")}, Logger: logger})
 	if err := svcB.Register(t.Context(), &contProvider{fakeProvider: &fakeProvider{name: "spawn", caps: contCaps}}); err != nil {
 		t.Fatal(err)
@@ -39,7 +40,7 @@ func replicaB(t *testing.T, a *contEnv) (*Service, *Manager) {
 
 // serve runs svc's KeepLeases (which serves its control requests) until
 // the test ends.
-func serve(t *testing.T, svc *Service) {
+func serve(t *testing.T, svc *subagent.Service) {
 	ctx, stop := context.WithCancel(context.WithoutCancel(t.Context()))
 	done := make(chan struct{})
 	go func() { defer close(done); svc.KeepLeases(ctx) }()
@@ -62,13 +63,13 @@ func TestReplicas_FollowupAndInterruptThroughAnotherReplicaReachTheOwner(t *test
 
 	out := make(chan followupOutcome, 1)
 	go func() {
-		res, err := mgrB.Followup(t.Context(), "p1", started.ChildID, txt("second"), sessionlog.Source{Kind: SourceUser})
+		res, err := mgrB.Followup(t.Context(), "p1", started.ChildID, txt("second"), sessionlog.Source{Kind: subagent.SourceUser})
 		out <- followupOutcome{res, err}
 	}()
 	a.waitLog(t, started.ChildID, "the steer B routed to A", steersSubmitted(1))
 	close(gate)
 	got := await(t, out)
-	if got.err != nil || got.res.Route != RouteSteered || got.res.TaskID != started.TaskID || got.res.MessageID == "" {
+	if got.err != nil || got.res.Route != subagent.RouteSteered || got.res.TaskID != started.TaskID || got.res.MessageID == "" {
 		t.Fatalf("followup through B: %+v, %v; want steered into A's task %s", got.res, got.err, started.TaskID)
 	}
 	a.ended(t, started.TaskID)
@@ -80,18 +81,18 @@ func TestReplicas_FollowupAndInterruptThroughAnotherReplicaReachTheOwner(t *test
 	gate2, reached2 := make(chan struct{}), make(chan struct{})
 	a.mat.model = gatedModel(gate2, reached2, "again")
 	defer close(gate2)
-	res, err := a.m.Followup(t.Context(), "p1", started.ChildID, txt("third"), sessionlog.Source{Kind: SourceUser})
-	if err != nil || res.Route != RouteStarted {
+	res, err := a.m.Followup(t.Context(), "p1", started.ChildID, txt("third"), sessionlog.Source{Kind: subagent.SourceUser})
+	if err != nil || res.Route != subagent.RouteStarted {
 		t.Fatalf("followup on A: %+v, %v; want started", res, err)
 	}
 	<-reached2
 	if err := mgrB.Interrupt(t.Context(), "p1", started.ChildID); err != nil {
 		t.Fatalf("interrupt through B: %v", err)
 	}
-	if end := a.ended(t, res.TaskID); end.StopReason != StopAborted {
+	if end := a.ended(t, res.TaskID); end.StopReason != subagent.StopAborted {
 		t.Fatalf("A's activation after an interrupt through B ended %q, want aborted", end.StopReason)
 	}
-	wantCode(t, mgrB.Interrupt(t.Context(), "p9", started.ChildID), EForbidden)
+	wantCode(t, mgrB.Interrupt(t.Context(), "p9", started.ChildID), subagent.EForbidden)
 }
 
 // countText counts the texts equal to s.
@@ -113,7 +114,7 @@ func TestReplicas_AsyncFollowupThroughAnotherReplicaIsAnnouncedByTheOwner(t *tes
 	<-reached
 	_, mgrB := replicaB(t, a)
 
-	id, err := mgrB.FollowupAsync(t.Context(), "p1", started.ChildID, txt("second"), sessionlog.Source{Kind: SourceUser})
+	id, err := mgrB.FollowupAsync(t.Context(), "p1", started.ChildID, txt("second"), sessionlog.Source{Kind: subagent.SourceUser})
 	if err != nil || id == "" {
 		t.Fatalf("async followup through B: %q, %v", id, err)
 	}
@@ -123,13 +124,13 @@ func TestReplicas_AsyncFollowupThroughAnotherReplicaIsAnnouncedByTheOwner(t *tes
 	if n := countText(userTexts(t, a.log(t, started.ChildID)), "second"); n != 0 {
 		t.Fatalf("the message was logged %d times before a step admitted it", n)
 	}
-	_, err = mgrB.FollowupAsync(t.Context(), "p9", started.ChildID, txt("not yours"), sessionlog.Source{Kind: SourceUser})
-	wantCode(t, err, EForbidden)
+	_, err = mgrB.FollowupAsync(t.Context(), "p9", started.ChildID, txt("not yours"), sessionlog.Source{Kind: subagent.SourceUser})
+	wantCode(t, err, subagent.EForbidden)
 
 	close(gate)
 	routed := waitRouted(t, a.st, id)
 	if len(routed) != 1 || routed[0] != (messageRouted{MessageID: id, ChildSessionID: started.ChildID, ParentSessionID: "p1",
-		RootSessionID: "p1", Outcome: string(RouteSteered), TaskID: started.TaskID}) {
+		RootSessionID: "p1", Outcome: string(subagent.RouteSteered), TaskID: started.TaskID}) {
 		t.Fatalf("message/routed %+v", routed)
 	}
 	a.ended(t, started.TaskID)

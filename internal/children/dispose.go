@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // Control request ops of disposal and tree cancel.
@@ -28,7 +29,7 @@ type cancelTreeArgs struct {
 
 // handleDispose registers the control handlers of Dispose and CancelRunForTree.
 func (m *Manager) handleDispose() {
-	ctl := m.svc.ctl
+	ctl := m.ctl
 	ctl.Handle(opDispose, func(ctx context.Context, child string, raw json.RawMessage) (any, error) {
 		var parent string
 		if err := json.Unmarshal(raw, &parent); err != nil {
@@ -66,15 +67,15 @@ func (m *Manager) handleDispose() {
 // A child another replica drives is disposed there (see Control).
 func (m *Manager) Dispose(ctx context.Context, parentSessionID, childID string) error {
 	if parentSessionID == "" {
-		return &Error{Code: EInvalidRequest, Message: "parentSessionId is required",
+		return &subagent.Error{Code: subagent.EInvalidRequest, Message: "parentSessionId is required",
 			Fields: map[string]string{"parentSessionId": "required"}}
 	}
-	_, err := Forward(ctx, m.svc.ctl, childID, opDispose, parentSessionID, func() (struct{}, error) {
+	_, err := resident.Forward(ctx, m.ctl, childID, opDispose, parentSessionID, func() (struct{}, error) {
 		var done <-chan struct{}
 		var err error
 		key := resident.Key{Tenant: store.Tenant(ctx), ID: childID}
 		if derr := m.children.DoContext(ctx, key, func(c *child) { done, err = m.dispose(ctx, c, parentSessionID) }); derr != nil {
-			return struct{}{}, &Error{Code: EAborted, Message: "the dispose was aborted before the child took it", Err: derr}
+			return struct{}{}, &subagent.Error{Code: subagent.EAborted, Message: "the dispose was aborted before the child took it", Err: derr}
 		}
 		if err != nil || done == nil {
 			return struct{}{}, err
@@ -86,7 +87,7 @@ func (m *Manager) Dispose(ctx context.Context, parentSessionID, childID string) 
 			}
 			return struct{}{}, nil
 		case <-ctx.Done():
-			return struct{}{}, &Error{Code: EAborted, Err: context.Cause(ctx),
+			return struct{}{}, &subagent.Error{Code: subagent.EAborted, Err: context.Cause(ctx),
 				Message: "stopped waiting for the disposed child's activation to settle; it still settles"}
 		}
 	})
@@ -102,10 +103,10 @@ func (m *Manager) dispose(ctx context.Context, c *child, parentSessionID string)
 		return nil, err
 	}
 	if sess.ParentID != parentSessionID {
-		return nil, Errorf(EForbidden, "subagent %q belongs to another parent session", c.key.ID)
+		return nil, subagent.Errorf(subagent.EForbidden, "subagent %q belongs to another parent session", c.key.ID)
 	}
-	if sess.Mode == ModeOneShot {
-		return nil, Errorf(ENotResumable, "subagent %q is a one-shot child: dispose its run (DELETE /v1/runs/{runId})", c.key.ID)
+	if sess.Mode == subagent.ModeOneShot {
+		return nil, subagent.Errorf(subagent.ENotResumable, "subagent %q is a one-shot child: dispose its run (DELETE /v1/runs/{runId})", c.key.ID)
 	}
 	act := c.act
 	if act == nil {
@@ -176,7 +177,7 @@ func (m *Manager) forget(ctx context.Context, sess store.Session) {
 
 // disposedError is the answer to input for disposed child id.
 func disposedError(id string) error {
-	return Errorf(EDisposed, "subagent %q was disposed; it takes no more messages", id)
+	return subagent.Errorf(subagent.EDisposed, "subagent %q was disposed; it takes no more messages", id)
 }
 
 // notDisposed returns EDisposed when c was disposed, known in its loop or
@@ -219,9 +220,9 @@ func (m *Manager) CancelRunForTree(ctx context.Context, runID, diagnostic string
 	args := cancelTreeArgs{RunID: runID, Diagnostic: diagnostic}
 	local := func() (bool, error) { return m.cancelTree(ctx, runID, diagnostic) }
 	if run.Kind == store.KindActivation {
-		return Forward(ctx, m.svc.ctl, run.ChildID, opCancelTreeActivity, args, local)
+		return resident.Forward(ctx, m.ctl, run.ChildID, opCancelTreeActivity, args, local)
 	}
-	return ForwardRun(ctx, m.svc.ctl, run, opCancelTreeRun, args, local)
+	return resident.ForwardRun(ctx, m.ctl, run, opCancelTreeRun, args, local)
 }
 
 // cancelTree is CancelRunForTree on this replica.
@@ -242,7 +243,7 @@ func (m *Manager) cancelTree(ctx context.Context, runID, diagnostic string) (boo
 	}
 	act, err := m.liveRun(ctx, runID)
 	if err != nil {
-		if ErrorCode(err) == ERunNotFound {
+		if subagent.ErrorCode(err) == subagent.ERunNotFound {
 			return false, nil
 		}
 		return false, err

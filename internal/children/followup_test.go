@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 func TestFollowup_R96_SteeredIntoTheNextModelRequest(t *testing.T) {
@@ -26,11 +27,11 @@ func TestFollowup_R96_SteeredIntoTheNextModelRequest(t *testing.T) {
 	e.waitLog(t, res.ChildID, "the steer", steersSubmitted(1))
 	close(gate)
 	o := await(t, out)
-	if o.err != nil || o.res.Route != RouteSteered || o.res.TaskID != res.TaskID || o.res.MessageID == "" {
+	if o.err != nil || o.res.Route != subagent.RouteSteered || o.res.TaskID != res.TaskID || o.res.MessageID == "" {
 		t.Fatalf("followup %+v, %v", o.res, o.err)
 	}
 	end := e.ended(t, res.TaskID)
-	if end.StopReason != StopCompleted || model.Text(end.LastAssistantMessage) != "done" {
+	if end.StopReason != subagent.StopCompleted || model.Text(end.LastAssistantMessage) != "done" {
 		t.Errorf("end %+v", end)
 	}
 	reqs := mdl.Requests()
@@ -61,13 +62,13 @@ func TestFollowup_R82_R88_StartedAfterSettlementKeepsTheLogAndOneDescriptor(t *t
 	tasks := []string{res.TaskID}
 	for i, text := range []string{"two", "three"} {
 		f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt(text), sessionlog.Source{Kind: "coordinator", Form: "relay", SenderSessionID: "p1"})
-		if err != nil || f.Route != RouteStarted || slices.Contains(tasks, f.TaskID) {
+		if err != nil || f.Route != subagent.RouteStarted || slices.Contains(tasks, f.TaskID) {
 			t.Fatalf("followup %q: %+v, %v", text, f, err)
 		}
 		tasks = append(tasks, f.TaskID)
 		end := e.ended(t, f.TaskID)
 		// docs/seam.md §12: the resumed epoch reports only its own output.
-		if want := []string{"second answer", "third answer"}[i]; end.StopReason != StopCompleted || model.Text(end.LastAssistantMessage) != want {
+		if want := []string{"second answer", "third answer"}[i]; end.StopReason != subagent.StopCompleted || model.Text(end.LastAssistantMessage) != want {
 			t.Errorf("epoch %d end %+v, want output %q", i+2, end, want)
 		}
 		e.settled(t, res.ChildID)
@@ -102,7 +103,7 @@ func TestFollowup_R82_R88_StartedAfterSettlementKeepsTheLogAndOneDescriptor(t *t
 		t.Fatalf("%d materializations", len(mr))
 	}
 	for _, r := range mr[1:] {
-		if r.Create != nil || r.Options != (AgentOptions{Provider: "route-a", Model: "model-a"}) ||
+		if r.Create != nil || r.Options != (subagent.AgentOptions{Provider: "route-a", Model: "model-a"}) ||
 			r.Descriptor.Persona == nil || *r.Descriptor.Persona != persona || r.Session.ID != res.ChildID {
 			t.Errorf("resume request %+v", r)
 		}
@@ -129,7 +130,7 @@ func TestFollowup_R7_ColdResumeAfterTheProviderWasRemoved(t *testing.T) {
 	e.settled(t, res.ChildID)
 	e.svc.Unregister(t.Context(), "spawn")
 	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("two"), sessionlog.Source{})
-	if err != nil || f.Route != RouteStarted {
+	if err != nil || f.Route != subagent.RouteStarted {
 		t.Fatalf("followup %+v, %v", f, err)
 	}
 	if end := e.ended(t, f.TaskID); end.Provider != "spawn" {
@@ -150,13 +151,13 @@ func TestFollowup_R90_SteerThatLosesTheRaceColdResumes(t *testing.T) {
 	e.waitLog(t, res.ChildID, "the steer", steersSubmitted(1))
 	close(gate)
 	o := await(t, out)
-	if o.err != nil || o.res.Route != RouteStarted || o.res.TaskID == res.TaskID {
+	if o.err != nil || o.res.Route != subagent.RouteStarted || o.res.TaskID == res.TaskID {
 		t.Fatalf("followup %+v, %v", o.res, o.err)
 	}
-	if end := e.ended(t, res.TaskID); end.StopReason != StopError {
+	if end := e.ended(t, res.TaskID); end.StopReason != subagent.StopError {
 		t.Errorf("first epoch %+v", end)
 	}
-	if end := e.ended(t, o.res.TaskID); end.StopReason != StopCompleted || model.Text(end.LastAssistantMessage) != "recovered" {
+	if end := e.ended(t, o.res.TaskID); end.StopReason != subagent.StopCompleted || model.Text(end.LastAssistantMessage) != "recovered" {
 		t.Errorf("second epoch %+v", end)
 	}
 	evs := e.log(t, res.ChildID)
@@ -185,7 +186,7 @@ func TestFollowup_FiftyConcurrentWhileRunning(t *testing.T) {
 	e.waitLog(t, res.ChildID, "50 steers", steersSubmitted(50))
 	close(gate)
 	for _, out := range outs {
-		if o := await(t, out); o.err != nil || o.res.Route != RouteSteered || o.res.TaskID != res.TaskID {
+		if o := await(t, out); o.err != nil || o.res.Route != subagent.RouteSteered || o.res.TaskID != res.TaskID {
 			t.Errorf("followup %+v, %v", o.res, o.err)
 		}
 	}
@@ -204,7 +205,7 @@ func TestFollowup_R65_R72_R90_FiftyConcurrentAcrossSettlements(t *testing.T) {
 	e := newContEnv(t, scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "ok"} }))
 	res := e.start(t, e.req(t, "go"))
 	var wg sync.WaitGroup
-	routes := make([]Route, 50)
+	routes := make([]subagent.Route, 50)
 	for i := range 50 {
 		wg.Go(func() {
 			f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt(fmt.Sprintf("f%02d", i)), sessionlog.Source{})
@@ -251,12 +252,12 @@ func TestFollowup_BadInputAppendsNothing(t *testing.T) {
 		seedLen  int
 		events   []string
 	}{
-		{"oneshot", ModeOneShot, 0, []string{`{"version":2,"mode":"one-shot","provider":"spawn"}`}},
+		{"oneshot", subagent.ModeOneShot, 0, []string{`{"version":2,"mode":"one-shot","provider":"spawn"}`}},
 		{"oneshot-unclassified", "", 0, []string{`{"version":2,"mode":"one-shot","provider":"spawn"}`}},
-		{"seeded", ModeContinuable, 1, []string{`{"version":2,"mode":"continuable","provider":"fork","label":"x"}`}},
-		{"corrupt", ModeContinuable, 0, []string{`{"version":2,"mode":"continuable","provider":"spawn"}`}},
-		{"future", ModeContinuable, 0, []string{`{"version":3,"mode":"continuable","provider":"spawn","label":"x"}`}},
-		{"bare", ModeContinuable, 0, nil},
+		{"seeded", subagent.ModeContinuable, 1, []string{`{"version":2,"mode":"continuable","provider":"fork","label":"x"}`}},
+		{"corrupt", subagent.ModeContinuable, 0, []string{`{"version":2,"mode":"continuable","provider":"spawn"}`}},
+		{"future", subagent.ModeContinuable, 0, []string{`{"version":3,"mode":"continuable","provider":"spawn","label":"x"}`}},
+		{"bare", subagent.ModeContinuable, 0, nil},
 	} {
 		if err := e.st.CreateSession(t.Context(), store.Session{ID: c.id, ParentID: "p1", Origin: OriginSubagent, Mode: c.mode, SeedLength: c.seedLen}); err != nil {
 			t.Fatal(err)
@@ -287,19 +288,19 @@ func TestFollowup_BadInputAppendsNothing(t *testing.T) {
 		src                 sessionlog.Source
 		code                string
 	}{
-		{"unknown child", "p1", "nobody", sessionlog.Source{}, ESessionNotFound},
-		{"wrong parent (R84)", "other-parent", res.ChildID, sessionlog.Source{}, EForbidden},
-		{"source grants nothing (R84)", "other-parent", res.ChildID, sessionlog.Source{Kind: "coordinator", SenderSessionID: "p1"}, EForbidden},
-		{"root session", "p1", "p1", sessionlog.Source{}, EForbidden},
-		{"one-shot child (R87)", "p1", "oneshot", sessionlog.Source{}, ENotResumable},
-		{"one-shot descriptor (R87)", "p1", "oneshot-unclassified", sessionlog.Source{}, ENotResumable},
-		{"ancestor descriptor only in the seed (R87)", "p1", "seeded", sessionlog.Source{}, ENotResumable},
-		{"corrupt descriptor (R87, wrapped)", "p1", "corrupt", sessionlog.Source{}, ENotResumable},
-		{"unsupported descriptor version (R87)", "p1", "future", sessionlog.Source{}, ENotResumable},
-		{"no descriptor (R87)", "p1", "bare", sessionlog.Source{}, ENotResumable},
-		{"no parent", "", res.ChildID, sessionlog.Source{}, EInvalidRequest},
-		{"no content", "p1", res.ChildID, sessionlog.Source{}, EInvalidRequest},
-		{"aborted before acceptance (R91)", "p1", res.ChildID, sessionlog.Source{}, EAborted},
+		{"unknown child", "p1", "nobody", sessionlog.Source{}, subagent.ESessionNotFound},
+		{"wrong parent (R84)", "other-parent", res.ChildID, sessionlog.Source{}, subagent.EForbidden},
+		{"source grants nothing (R84)", "other-parent", res.ChildID, sessionlog.Source{Kind: "coordinator", SenderSessionID: "p1"}, subagent.EForbidden},
+		{"root session", "p1", "p1", sessionlog.Source{}, subagent.EForbidden},
+		{"one-shot child (R87)", "p1", "oneshot", sessionlog.Source{}, subagent.ENotResumable},
+		{"one-shot descriptor (R87)", "p1", "oneshot-unclassified", sessionlog.Source{}, subagent.ENotResumable},
+		{"ancestor descriptor only in the seed (R87)", "p1", "seeded", sessionlog.Source{}, subagent.ENotResumable},
+		{"corrupt descriptor (R87, wrapped)", "p1", "corrupt", sessionlog.Source{}, subagent.ENotResumable},
+		{"unsupported descriptor version (R87)", "p1", "future", sessionlog.Source{}, subagent.ENotResumable},
+		{"no descriptor (R87)", "p1", "bare", sessionlog.Source{}, subagent.ENotResumable},
+		{"no parent", "", res.ChildID, sessionlog.Source{}, subagent.EInvalidRequest},
+		{"no content", "p1", res.ChildID, sessionlog.Source{}, subagent.EInvalidRequest},
+		{"aborted before acceptance (R91)", "p1", res.ChildID, sessionlog.Source{}, subagent.EAborted},
 	} {
 		ctx, content := t.Context(), txt("hi")
 		switch tc.name {
@@ -311,7 +312,7 @@ func TestFollowup_BadInputAppendsNothing(t *testing.T) {
 			ctx = cctx
 		}
 		_, err := e.m.Followup(ctx, tc.parent, tc.child, content, tc.src)
-		if ErrorCode(err) != tc.code {
+		if subagent.ErrorCode(err) != tc.code {
 			t.Errorf("%s: %v, want %s", tc.name, err, tc.code)
 		}
 	}
@@ -335,8 +336,8 @@ func TestFollowup_R89_ResumeFailuresWithdrawTheMessage(t *testing.T) {
 		err  error
 		code string
 	}{
-		{"a service error propagates unchanged", Errorf(EInvalidRequest, "model route gone"), EInvalidRequest},
-		{"any other error is NOT_RESUMABLE", errors.New("disk on fire"), ENotResumable},
+		{"a service error propagates unchanged", subagent.Errorf(subagent.EInvalidRequest, "model route gone"), subagent.EInvalidRequest},
+		{"any other error is NOT_RESUMABLE", errors.New("disk on fire"), subagent.ENotResumable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -368,7 +369,7 @@ func TestFollowup_R81_DrainingRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("x"), sessionlog.Source{})
-	wantCode(t, err, EDraining)
+	wantCode(t, err, subagent.EDraining)
 }
 
 func TestInterrupt_R101_R103_ParkedMessagesRunFirstThenTheNewOne(t *testing.T) {
@@ -385,13 +386,13 @@ func TestInterrupt_R101_R103_ParkedMessagesRunFirstThenTheNewOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := e.ended(t, res.TaskID)
-	if end.StopReason != StopAborted {
+	if end.StopReason != subagent.StopAborted {
 		t.Errorf("interrupted epoch %+v", end)
 	}
 	// Their callers learn at once that the messages are parked: nothing
 	// wakes the child until the next followup, and no caller waits for it.
 	for _, out := range []<-chan followupOutcome{out1, out2} {
-		if o := await(t, out); o.err != nil || o.res.Route != RouteParked || o.res.TaskID != "" || o.res.MessageID == "" {
+		if o := await(t, out); o.err != nil || o.res.Route != subagent.RouteParked || o.res.TaskID != "" || o.res.MessageID == "" {
 			t.Errorf("parked followup %+v, %v; want route parked", o.res, o.err)
 		}
 	}
@@ -404,7 +405,7 @@ func TestInterrupt_R101_R103_ParkedMessagesRunFirstThenTheNewOne(t *testing.T) {
 		t.Errorf("%d pending, want the 2 parked", len(p))
 	}
 	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("new"), sessionlog.Source{})
-	if err != nil || f.Route != RouteStarted {
+	if err != nil || f.Route != subagent.RouteStarted {
 		t.Fatalf("followup %+v, %v", f, err)
 	}
 	e.ended(t, f.TaskID)
@@ -447,7 +448,7 @@ func TestInterrupt_R91_CallerGivingUpKeepsTheParkedMessage(t *testing.T) {
 	cancel()
 	// Answered parked at the interrupt (or, had the caller given up first,
 	// EAborted): either way the message stays accepted.
-	if o := await(t, out); o.res.Route != RouteParked && ErrorCode(o.err) != EAborted {
+	if o := await(t, out); o.res.Route != subagent.RouteParked && subagent.ErrorCode(o.err) != subagent.EAborted {
 		t.Errorf("abandoned followup: %+v, %v", o.res, o.err)
 	}
 	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("new"), sessionlog.Source{})
@@ -466,12 +467,12 @@ func TestInterrupt_R98_R99_AuthorityAndNoops(t *testing.T) {
 	res := e.start(t, e.req(t, "go"))
 	e.ended(t, res.TaskID)
 	e.settled(t, res.ChildID)
-	if err := e.st.CreateSession(t.Context(), store.Session{ID: "oneshot", ParentID: "p1", Origin: OriginSubagent, Mode: ModeOneShot}); err != nil {
+	if err := e.st.CreateSession(t.Context(), store.Session{ID: "oneshot", ParentID: "p1", Origin: OriginSubagent, Mode: subagent.ModeOneShot}); err != nil {
 		t.Fatal(err)
 	}
 	n := len(e.log(t, res.ChildID))
-	wantCode(t, e.m.Interrupt(t.Context(), "p1", "nobody"), ESessionNotFound)
-	wantCode(t, e.m.Interrupt(t.Context(), "someone-else", res.ChildID), EForbidden)
+	wantCode(t, e.m.Interrupt(t.Context(), "p1", "nobody"), subagent.ESessionNotFound)
+	wantCode(t, e.m.Interrupt(t.Context(), "someone-else", res.ChildID), subagent.EForbidden)
 	for _, id := range []string{res.ChildID, "oneshot"} {
 		if err := e.m.Interrupt(t.Context(), "p1", id); err != nil {
 			t.Errorf("interrupt of settled %s: %v", id, err)
@@ -494,7 +495,7 @@ func TestInterrupt_R105_BeforeAnyOutputEndsAborted(t *testing.T) {
 	if err := e.m.Interrupt(t.Context(), "p1", res.ChildID); err != nil {
 		t.Fatal(err)
 	}
-	if end := e.ended(t, res.TaskID); end.StopReason != StopAborted || end.LastAssistantMessage != nil {
+	if end := e.ended(t, res.TaskID); end.StopReason != subagent.StopAborted || end.LastAssistantMessage != nil {
 		t.Errorf("end %+v", end)
 	}
 	ns := e.notices.waitFor(t, "the notice", func(ns []notice) bool { return len(ns) == 1 })
@@ -506,17 +507,17 @@ func TestInterrupt_R105_BeforeAnyOutputEndsAborted(t *testing.T) {
 
 // rejectingSteer is a ChildAgent whose turn always ends before a steer
 // gets in.
-type rejectingSteer struct{ ChildAgent }
+type rejectingSteer struct{ subagent.ChildAgent }
 
 func (rejectingSteer) SubmitSteer(context.Context, sessionlog.UserMessage) (<-chan error, error) {
-	return nil, fmt.Errorf("steer: %w: turn ended", ErrSteerRejected)
+	return nil, fmt.Errorf("steer: %w: turn ended", subagent.ErrSteerRejected)
 }
 
 func TestFollowup_R90_SteerRejectedAtOnceWaitsForTheSettlement(t *testing.T) {
 	t.Parallel()
 	gate, reached := make(chan struct{}), make(chan struct{})
 	e := newContEnv(t, gatedModel(gate, reached, "first"))
-	e.mat.setWrap(func(a ChildAgent) ChildAgent { return rejectingSteer{a} })
+	e.mat.setWrap(func(a subagent.ChildAgent) subagent.ChildAgent { return rejectingSteer{a} })
 	res := e.start(t, e.req(t, "go"))
 	<-reached
 	out := e.followupAsync(t.Context(), res.ChildID, "late")
@@ -524,13 +525,13 @@ func TestFollowup_R90_SteerRejectedAtOnceWaitsForTheSettlement(t *testing.T) {
 	e.st.waitAccepted(t, 2)
 	close(gate)
 	o := await(t, out)
-	if o.err != nil || o.res.Route != RouteStarted || o.res.TaskID == res.TaskID {
+	if o.err != nil || o.res.Route != subagent.RouteStarted || o.res.TaskID == res.TaskID {
 		t.Fatalf("followup %+v, %v", o.res, o.err)
 	}
 	first := e.ended(t, res.TaskID)
 	second := e.ended(t, o.res.TaskID)
-	if first.StopReason != StopCompleted || model.Text(first.LastAssistantMessage) != "first" ||
-		second.StopReason != StopCompleted || model.Text(second.LastAssistantMessage) != "ok" {
+	if first.StopReason != subagent.StopCompleted || model.Text(first.LastAssistantMessage) != "first" ||
+		second.StopReason != subagent.StopCompleted || model.Text(second.LastAssistantMessage) != "ok" {
 		t.Errorf("ends %+v, %+v", first, second)
 	}
 	if got := userTexts(t, e.log(t, res.ChildID)); !slices.Equal(got, []string{"go", "late"}) {

@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/sessionlog"
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // reattacher is a continuable provider whose children's turns outlive
@@ -22,7 +24,7 @@ func (reattacher) ReattachesTurns() {}
 // last owner left open: Reattach runs that turn (here a turn of the real
 // agent) and closes rejoined.
 type detachedAgent struct {
-	ChildAgent
+	subagent.ChildAgent
 	detached atomic.Bool
 	rejoined chan struct{}
 }
@@ -54,7 +56,7 @@ func TestReattach_TakeoverStartsAnActivationForADetachedTurn(t *testing.T) {
 	a.ended(t, local.TaskID)
 	ag := &detachedAgent{rejoined: make(chan struct{})}
 	ag.detached.Store(true)
-	a.mat.setWrap(func(c ChildAgent) ChildAgent { ag.ChildAgent = c; return ag })
+	a.mat.setWrap(func(c subagent.ChildAgent) subagent.ChildAgent { ag.ChildAgent = c; return ag })
 	before := len(a.mat.requests())
 
 	// Once their loops gave their leases back, both children are as a
@@ -66,11 +68,11 @@ func TestReattach_TakeoverStartsAnActivationForADetachedTurn(t *testing.T) {
 	}
 	now := time.Now()
 	for _, id := range []string{remote.ChildID, local.ChildID} {
-		if _, claimed, err := a.st.ClaimResident(t.Context(), id, "replica-dead", now.Add(-time.Minute), now.Add(-time.Second)); err != nil || !claimed {
+		if _, claimed, err := a.st.ClaimResident(t.Context(), store.ClaimParams{SessionID: id, Owner: "replica-dead", Now: now.Add(-time.Minute), Until: now.Add(-time.Second)}); err != nil || !claimed {
 			t.Fatalf("claim %s for the dead replica: %v, %v", id, claimed, err)
 		}
 	}
-	if err := a.svc.ctl.takeOver(t.Context(), now); err != nil {
+	if err := a.svc.Control().TakeOverLapsed(t.Context(), now); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -78,15 +80,15 @@ func TestReattach_TakeoverStartsAnActivationForADetachedTurn(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the takeover did not reattach the detached turn")
 	}
-	evs := a.life.waitFor(t, "the reattaching activation", func(evs []Event) bool {
-		return slices.ContainsFunc(evs, func(ev Event) bool {
-			return ev.Type == EventStart && ev.ID == remote.ChildID && ev.TaskID != remote.TaskID
+	evs := a.life.waitFor(t, "the reattaching activation", func(evs []subagent.Event) bool {
+		return slices.ContainsFunc(evs, func(ev subagent.Event) bool {
+			return ev.Type == subagent.EventStart && ev.ID == remote.ChildID && ev.TaskID != remote.TaskID
 		})
 	})
-	start := evs[slices.IndexFunc(evs, func(ev Event) bool {
-		return ev.Type == EventStart && ev.ID == remote.ChildID && ev.TaskID != remote.TaskID
+	start := evs[slices.IndexFunc(evs, func(ev subagent.Event) bool {
+		return ev.Type == subagent.EventStart && ev.ID == remote.ChildID && ev.TaskID != remote.TaskID
 	})]
-	if end := a.ended(t, start.TaskID); end.StopReason != StopCompleted {
+	if end := a.ended(t, start.TaskID); end.StopReason != subagent.StopCompleted {
 		t.Fatalf("the reattaching activation ended %+v, want completed", end)
 	}
 	reqs := a.mat.requests()[before:]

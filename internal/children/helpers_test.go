@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // feed is a list tests wait on: add appends and wakes waiters.
@@ -140,12 +142,6 @@ func (s *spyStore) waitAccepted(t *testing.T, n int) {
 	}
 }
 
-// NewTestAgent builds a real agent (internal/agent) for req over st and
-// mdl. internal/agent imports this package, so the package's own tests
-// cannot import it; agent_test.go, an external test file of this
-// directory, sets it.
-var NewTestAgent func(ctx context.Context, st store.Store, mdl model.Model, req MaterializeRequest) (ChildAgent, error)
-
 // testMat is a Materializer building real agents over the store with the
 // env's model; it records every request. err fails Materialize before
 // Create; wrap decorates the agent.
@@ -153,19 +149,19 @@ type testMat struct {
 	st    store.Store
 	model model.Model
 	mu    sync.Mutex
-	reqs  []MaterializeRequest
+	reqs  []subagent.MaterializeRequest
 	err   error
-	wrap  func(ChildAgent) ChildAgent
+	wrap  func(subagent.ChildAgent) subagent.ChildAgent
 }
 
 // setWrap sets the agent decorator of later materializations.
-func (m *testMat) setWrap(wrap func(ChildAgent) ChildAgent) {
+func (m *testMat) setWrap(wrap func(subagent.ChildAgent) subagent.ChildAgent) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.wrap = wrap
 }
 
-func (m *testMat) Materialize(ctx context.Context, req MaterializeRequest) (ChildAgent, error) {
+func (m *testMat) Materialize(ctx context.Context, req subagent.MaterializeRequest) (subagent.ChildAgent, error) {
 	m.mu.Lock()
 	m.reqs = append(m.reqs, req)
 	fail, wrap := m.err, m.wrap
@@ -178,7 +174,8 @@ func (m *testMat) Materialize(ctx context.Context, req MaterializeRequest) (Chil
 			return nil, err
 		}
 	}
-	a, err := NewTestAgent(ctx, m.st, m.model, req)
+	a, err := agent.New(ctx, agent.Config{ID: req.Session.ID, Store: m.st, Model: m.model,
+		ModelName: req.Options.Model, MaxTokens: req.Options.MaxTokens, Persona: req.Descriptor.Persona})
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +185,7 @@ func (m *testMat) Materialize(ctx context.Context, req MaterializeRequest) (Chil
 	return a, nil
 }
 
-func (m *testMat) requests() []MaterializeRequest {
+func (m *testMat) requests() []subagent.MaterializeRequest {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.reqs)
@@ -197,25 +194,25 @@ func (m *testMat) requests() []MaterializeRequest {
 // contProvider is a ContinuableProvider over fakeProvider.
 type contProvider struct {
 	*fakeProvider
-	prepare func(ctx context.Context, req ContinuableCreateRequest) (ContinuableSpec, error)
+	prepare func(ctx context.Context, req subagent.ContinuableCreateRequest) (subagent.ContinuableSpec, error)
 }
 
-func (p *contProvider) PrepareContinuable(ctx context.Context, req ContinuableCreateRequest) (ContinuableSpec, error) {
+func (p *contProvider) PrepareContinuable(ctx context.Context, req subagent.ContinuableCreateRequest) (subagent.ContinuableSpec, error) {
 	if p.prepare != nil {
 		return p.prepare(ctx, req)
 	}
-	return ContinuableSpec{}, nil
+	return subagent.ContinuableSpec{}, nil
 }
 
 // contEnv is a Service and Manager over a spyStore with a "spawn"
 // continuable provider, a root parent "p1" and recorders.
 type contEnv struct {
 	st      *spyStore
-	svc     *Service
+	svc     *subagent.Service
 	m       *Manager
 	mat     *testMat
 	prov    *contProvider
-	life    *feed[Event]
+	life    *feed[subagent.Event]
 	notices *noticeSink
 	logs    *syncBuffer
 }
@@ -229,17 +226,25 @@ func newContEnv(t *testing.T, mdl model.Model) *contEnv {
 // newContEnvOver builds an env over an existing store (a restarted process).
 func newContEnvOver(t *testing.T, st *spyStore, mdl model.Model) *contEnv {
 	t.Helper()
-	e := &contEnv{st: st, life: newFeed[Event](), notices: &noticeSink{feed: newFeed[notice]()}, logs: &syncBuffer{}}
+	return newContEnvWith(t, st, mdl, subagent.Config{})
+}
+
+// newContEnvWith builds an env over st whose Service has cfg (its store,
+// logger and owner are the env's).
+func newContEnvWith(t *testing.T, st *spyStore, mdl model.Model, cfg subagent.Config) *contEnv {
+	t.Helper()
+	e := &contEnv{st: st, life: newFeed[subagent.Event](), notices: &noticeSink{feed: newFeed[notice]()}, logs: &syncBuffer{}}
 	logger := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e.svc = NewService(Config{Store: st, Logger: logger, Owner: "replica-1"})
+	cfg.Store, cfg.Logger, cfg.Owner = st, logger, "replica-1"
+	e.svc = subagent.NewService(cfg)
 	e.mat = &testMat{st: st, model: mdl}
 	e.m = NewManager(e.svc, ManagerConfig{Materializer: e.mat, Notices: e.notices, Logger: logger})
 	e.prov = &contProvider{fakeProvider: &fakeProvider{name: "spawn", caps: contCaps}}
 	if err := e.svc.Register(t.Context(), e.prov); err != nil {
 		t.Fatal(err)
 	}
-	e.svc.Subscribe("", func(_ context.Context, ev Event) error {
-		if isRunEvent(ev.Type) {
+	e.svc.Subscribe("", func(_ context.Context, ev subagent.Event) error {
+		if subagent.IsRunEvent(ev.Type) {
 			e.life.add(ev)
 		}
 		return nil
@@ -265,13 +270,13 @@ func newContEnvOver(t *testing.T, st *spyStore, mdl model.Model) *contEnv {
 }
 
 // parent returns session id as a delegating parent with its header route.
-func (e *contEnv) parent(t *testing.T, id string) Parent {
+func (e *contEnv) parent(t *testing.T, id string) subagent.Parent {
 	t.Helper()
 	s, err := e.st.GetSession(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Parent{Session: s, Options: AgentOptions{Provider: s.AgentProvider, Model: s.AgentModel, MaxTokens: s.MaxTokens}}
+	return subagent.Parent{Session: s, Options: subagent.AgentOptions{Provider: s.AgentProvider, Model: s.AgentModel, MaxTokens: s.MaxTokens}}
 }
 
 // req is a continuable request of parent p1 with prompt text.
@@ -291,24 +296,24 @@ func (e *contEnv) start(t *testing.T, req ContinuableRequest) ContinuableStarted
 }
 
 // ended waits for the subagent/end of task taskID.
-func (e *contEnv) ended(t *testing.T, taskID string) Event {
+func (e *contEnv) ended(t *testing.T, taskID string) subagent.Event {
 	t.Helper()
-	evs := e.life.waitFor(t, "end of task "+taskID, func(evs []Event) bool {
-		return slices.ContainsFunc(evs, func(ev Event) bool { return ev.Type == EventEnd && ev.TaskID == taskID })
+	evs := e.life.waitFor(t, "end of task "+taskID, func(evs []subagent.Event) bool {
+		return slices.ContainsFunc(evs, func(ev subagent.Event) bool { return ev.Type == subagent.EventEnd && ev.TaskID == taskID })
 	})
-	return evs[slices.IndexFunc(evs, func(ev Event) bool { return ev.Type == EventEnd && ev.TaskID == taskID })]
+	return evs[slices.IndexFunc(evs, func(ev subagent.Event) bool { return ev.Type == subagent.EventEnd && ev.TaskID == taskID })]
 }
 
 // settled waits until childID has no live activation.
 func (e *contEnv) settled(t *testing.T, childID string) {
 	t.Helper()
-	e.life.waitFor(t, "settlement of "+childID, func(evs []Event) bool {
+	e.life.waitFor(t, "settlement of "+childID, func(evs []subagent.Event) bool {
 		open := 0
 		for _, ev := range evs {
 			if ev.ID != childID {
 				continue
 			}
-			if ev.Type == EventStart {
+			if ev.Type == subagent.EventStart {
 				open++
 			} else {
 				open--
@@ -467,7 +472,7 @@ func gatedModel(gate, reached chan struct{}, first string) *scripted.Model {
 
 func wantCode(t *testing.T, err error, code string) {
 	t.Helper()
-	if got := ErrorCode(err); got != code {
+	if got := subagent.ErrorCode(err); got != code {
 		t.Fatalf("error %v: code %s, want %s", err, got, code)
 	}
 }

@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -7,8 +7,10 @@ import (
 	"fmt"
 
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // The Manager across replicas (docs/architecture.md §5, see Control): a continuable
@@ -49,7 +51,7 @@ type deliverArgs struct {
 
 // handle registers the Manager's control handlers and resident kind.
 func (m *Manager) handle() {
-	ctl := m.svc.ctl
+	ctl := m.ctl
 	ctl.AddResidents(m.children)
 	ctl.Handle(opFollowup, func(ctx context.Context, _ string, raw json.RawMessage) (any, error) {
 		var a followupArgs
@@ -103,7 +105,7 @@ func (m *Manager) handle() {
 // The row's id is kept across replicas, so a request retried after its
 // owner was lost stores the message once.
 func (m *Manager) followupRow(ctx context.Context, parent string, row store.InboxMessage, async bool) (FollowupResult, error) {
-	return Forward(ctx, m.svc.ctl, row.ChildID, opFollowup, followupArgs{parent, row, async}, func() (FollowupResult, error) {
+	return resident.Forward(ctx, m.ctl, row.ChildID, opFollowup, followupArgs{parent, row, async}, func() (FollowupResult, error) {
 		return m.followup(ctx, parent, row, async)
 	})
 }
@@ -111,18 +113,19 @@ func (m *Manager) followupRow(ctx context.Context, parent string, row store.Inbo
 // deliverRow is deliverInbox of row (a notice or a report to a continuable
 // parent), on the replica that drives the parent.
 func (m *Manager) deliverRow(ctx context.Context, row store.InboxMessage, waking bool) error {
-	_, err := Forward(ctx, m.svc.ctl, row.ChildID, opDeliver, deliverArgs{row, waking}, func() (struct{}, error) {
+	_, err := resident.Forward(ctx, m.ctl, row.ChildID, opDeliver, deliverArgs{row, waking}, func() (struct{}, error) {
 		return struct{}{}, m.deliver(ctx, row, waking)
 	})
 	return err
 }
 
-// routeRun is Service.CancelRun (dispose false) or Service.DisposeRun of
-// a Service with a Manager, sent to the run's driver.
-func (m *Manager) routeRun(ctx context.Context, runID string, dispose bool) error {
+// StopRun is Service.CancelRun (dispose false) or Service.DisposeRun of
+// a run the Service does not drive (subagent.Activations), sent to the
+// run's driver.
+func (m *Manager) StopRun(ctx context.Context, runID string, dispose bool) error {
 	run, err := m.store.GetRun(ctx, runID)
 	if errors.Is(err, store.ErrNotFound) {
-		return &Error{Code: ERunNotFound, Message: fmt.Sprintf("no run %q", runID), Err: err}
+		return &subagent.Error{Code: subagent.ERunNotFound, Message: fmt.Sprintf("no run %q", runID), Err: err}
 	}
 	if err != nil {
 		return fmt.Errorf("read run %s: %w", runID, err)
@@ -134,11 +137,11 @@ func (m *Manager) routeRun(ctx context.Context, runID string, dispose bool) erro
 	}
 	if run.Kind == store.KindActivation {
 		op := map[bool]string{false: opCancelActivity, true: opDisposeActivity}[dispose]
-		_, err = Forward(ctx, m.svc.ctl, run.ChildID, op, runID, local)
+		_, err = resident.Forward(ctx, m.ctl, run.ChildID, op, runID, local)
 		return err
 	}
 	op := map[bool]string{false: opCancelRun, true: opDisposeRun}[dispose]
-	_, err = ForwardRun(ctx, m.svc.ctl, run, op, runID, local)
+	_, err = resident.ForwardRun(ctx, m.ctl, run, op, runID, local)
 	return err
 }
 
@@ -152,7 +155,7 @@ func (m *Manager) controlRun(ctx context.Context, runID string, dispose bool) er
 		return h.Dispose(ctx)
 	}
 	act, err := m.liveRun(ctx, runID)
-	if err != nil && ErrorCode(err) != ERunNotFound {
+	if err != nil && subagent.ErrorCode(err) != subagent.ERunNotFound {
 		return err
 	}
 	if act != nil {
@@ -175,7 +178,7 @@ func (m *Manager) controlRun(ctx context.Context, runID string, dispose bool) er
 	}
 	err = m.store.DisposeRun(ctx, runID)
 	if errors.Is(err, store.ErrConflict) {
-		return Errorf(ERunNotFound, "run %s is running but no live replica drives it; it is closed once its lease lapses", runID)
+		return subagent.Errorf(subagent.ERunNotFound, "run %s is running but no live replica drives it; it is closed once its lease lapses", runID)
 	}
 	if err != nil {
 		return fmt.Errorf("dispose run %s: %w", runID, err)
@@ -188,15 +191,15 @@ func (m *Manager) controlRun(ctx context.Context, runID string, dispose bool) er
 func (m *Manager) routeSteer(ctx context.Context, runID string, content []model.Block) (string, error) {
 	run, err := m.store.GetRun(ctx, runID)
 	if err != nil || run.State != store.StateRunning {
-		return "", Errorf(ERunNotFound, "run %s is no live run", runID)
+		return "", subagent.Errorf(subagent.ERunNotFound, "run %s is no live run", runID)
 	}
 	if run.Kind == store.KindOneShot {
-		return ForwardRun(ctx, m.svc.ctl, run, opSteerRun, steerArgs{runID, content}, func() (string, error) {
+		return resident.ForwardRun(ctx, m.ctl, run, opSteerRun, steerArgs{runID, content}, func() (string, error) {
 			return m.steerRun(ctx, runID, content)
 		})
 	}
-	return Forward(ctx, m.svc.ctl, run.ChildID, opSteer, steerArgs{runID, content}, func() (string, error) {
-		return "", Errorf(ERunNotFound, "run %s is no live activation of any replica", runID)
+	return resident.Forward(ctx, m.ctl, run.ChildID, opSteer, steerArgs{runID, content}, func() (string, error) {
+		return "", subagent.Errorf(subagent.ERunNotFound, "run %s is no live activation of any replica", runID)
 	})
 }
 
@@ -205,7 +208,7 @@ func (m *Manager) routeSteer(ctx context.Context, runID string, content []model.
 func (m *Manager) steerRun(ctx context.Context, runID string, content []model.Block) (string, error) {
 	h, ok := m.svc.Run(ctx, runID)
 	if !ok {
-		return "", Errorf(ERunNotFound, "run %s is no live run of any replica", runID)
+		return "", subagent.Errorf(subagent.ERunNotFound, "run %s is no live run of any replica", runID)
 	}
 	return h.Steer(ctx, content)
 }

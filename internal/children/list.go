@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // ChildInfo is one child session as GET /v1/subagents/{childId} shows it.
@@ -34,7 +35,7 @@ type ChildInfo struct {
 func (m *Manager) Child(ctx context.Context, childID string) (ChildInfo, error) {
 	sess, err := m.store.GetSession(ctx, childID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && sess.Origin != OriginSubagent) {
-		return ChildInfo{}, Errorf(ESessionNotFound, "subagent %q not found", childID)
+		return ChildInfo{}, subagent.Errorf(subagent.ESessionNotFound, "subagent %q not found", childID)
 	}
 	if err != nil {
 		return ChildInfo{}, fmt.Errorf("read subagent %s: %w", childID, err)
@@ -43,7 +44,7 @@ func (m *Manager) Child(ctx context.Context, childID string) (ChildInfo, error) 
 	if err != nil {
 		return ChildInfo{}, fmt.Errorf("read subagent %s: %w", childID, err)
 	}
-	info := ChildInfo{Session: sess, Identity: id, Activity: ActivityInactive}
+	info := ChildInfo{Session: sess, Identity: id, Activity: subagent.ActivityInactive}
 	now := time.Now()
 	for after := ""; ; {
 		runs, err := m.store.ListRuns(ctx, store.RunFilter{ChildID: childID, AfterID: after, Limit: 1000})
@@ -54,8 +55,8 @@ func (m *Manager) Child(ctx context.Context, childID string) (ChildInfo, error) 
 			if r.Kind == store.KindActivation {
 				info.TaskID = r.TaskID
 			}
-			if runningAt(r, now) {
-				info.Activity = ActivityRunning
+			if subagent.RunningAt(r, now) {
+				info.Activity = subagent.ActivityRunning
 			}
 		}
 		if len(runs) < 1000 {
@@ -73,7 +74,7 @@ func (m *Manager) Task(ctx context.Context, taskID string) (store.Run, error) {
 		return store.Run{}, fmt.Errorf("read task %s: %w", taskID, err)
 	}
 	if len(runs) == 0 || runs[0].Kind != store.KindActivation {
-		return store.Run{}, Errorf(ETaskNotFound, "task %q not found", taskID)
+		return store.Run{}, subagent.Errorf(subagent.ETaskNotFound, "task %q not found", taskID)
 	}
 	return runs[0], nil
 }
@@ -119,7 +120,7 @@ func (m *Manager) Children(ctx context.Context, parentID string) ([]ListEntry, e
 		return nil, err
 	}
 	kids = slices.DeleteFunc(kids, func(s store.Session) bool { return s.Origin != OriginSubagent })
-	running, err := Running(ctx, m.store, sessionIDs(kids)...)
+	running, err := subagent.Running(ctx, m.store, sessionIDs(kids)...)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +165,7 @@ func (m *Manager) Descendants(ctx context.Context, rootID string) ([]ListEntry, 
 		if err != nil {
 			return err
 		}
-		r, err := Running(ctx, m.store, sessionIDs(kids)...)
+		r, err := subagent.Running(ctx, m.store, sessionIDs(kids)...)
 		if err != nil {
 			return err
 		}
@@ -221,9 +222,9 @@ func (m *Manager) entry(ctx context.Context, s store.Session, live bool) (*ListE
 		return nil, err
 	}
 	row := &ListEntry{Kind: EntryChild, ID: s.ID, Mode: s.Mode, Label: s.Label, Provider: s.Provider,
-		Activity: ActivityInactive, HasChildren: has}
+		Activity: subagent.ActivityInactive, HasChildren: has}
 	if live {
-		row.Activity = ActivityRunning
+		row.Activity = subagent.ActivityRunning
 	}
 	return row, nil
 }

@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 func TestContinuable_R54_R57_R58_AnswersAtAcceptanceBeforeTheModelRuns(t *testing.T) {
@@ -27,22 +28,22 @@ func TestContinuable_R54_R57_R58_AnswersAtAcceptanceBeforeTheModelRuns(t *testin
 		t.Errorf("accepted prompt still pending: %+v", p)
 	}
 	msgs := userMessages(t, e.log(t, res.ChildID))
-	if len(msgs) != 1 || msgs[0].ID != res.MessageID || msgs[0].Source.Kind != SourceUser {
+	if len(msgs) != 1 || msgs[0].ID != res.MessageID || msgs[0].Source.Kind != subagent.SourceUser {
 		t.Errorf("user messages %+v, want the prompt as %s from the user (R58)", msgs, res.MessageID)
 	}
 	// R71: the start edge carrying the task id was dispatched before the answer.
 	evs := e.life.all()
-	if len(evs) != 1 || evs[0].Type != EventStart || evs[0].TaskID != res.TaskID || evs[0].ID != res.ChildID ||
+	if len(evs) != 1 || evs[0].Type != subagent.EventStart || evs[0].TaskID != res.TaskID || evs[0].ID != res.ChildID ||
 		!evs[0].Local || evs[0].Provider != "spawn" || evs[0].ParentID != "p1" {
 		t.Errorf("lifecycle %+v", evs)
 	}
 	close(gate)
 	end := e.ended(t, res.TaskID)
-	if end.StopReason != StopCompleted || model.Text(end.LastAssistantMessage) != "done" || end.RunID != evs[0].RunID {
+	if end.StopReason != subagent.StopCompleted || model.Text(end.LastAssistantMessage) != "done" || end.RunID != evs[0].RunID {
 		t.Errorf("end %+v", end)
 	}
 	run, err := e.m.Task(t.Context(), res.TaskID)
-	if err != nil || run.Kind != store.KindActivation || run.State != store.StateSettled || run.StopReason != StopCompleted {
+	if err != nil || run.Kind != store.KindActivation || run.State != store.StateSettled || run.StopReason != subagent.StopCompleted {
 		t.Errorf("Task: %+v, %v", run, err)
 	}
 	if n := e.prov.startCount(); n != 0 {
@@ -58,15 +59,15 @@ func TestContinuable_R56_CreationLogAndDescriptorBeforeFirstTurn(t *testing.T) {
 		{Seq: 1, Type: sessionlog.EventUserMessage, Data: json.RawMessage(`{"id":"u0","role":"user","content":[{"type":"text","text":"earlier"}],"source":{"kind":"user"}}`)},
 		{Seq: 2, Type: sessionlog.EventTurnEnd, Data: json.RawMessage(`{"turn":1,"reason":{"kind":"completed"}}`)},
 	}
-	e.prov.prepare = func(_ context.Context, req ContinuableCreateRequest) (ContinuableSpec, error) {
+	e.prov.prepare = func(_ context.Context, req subagent.ContinuableCreateRequest) (subagent.ContinuableSpec, error) {
 		if req.SessionID != "kid" || req.Parent.Session.ID != "p1" {
 			t.Errorf("prepare request %+v", req)
 		}
-		return ContinuableSpec{Seed: seed}, nil
+		return subagent.ContinuableSpec{Seed: seed}, nil
 	}
 	req := e.req(t, "go")
 	req.ChildID = "kid"
-	req.AgentOptions = &AgentOptions{Model: "model-b", MaxTokens: 77}
+	req.AgentOptions = &subagent.AgentOptions{Model: "model-b", MaxTokens: 77}
 	persona := "Be terse."
 	req.Persona = &persona
 	res := e.start(t, req)
@@ -98,11 +99,11 @@ func TestContinuable_R56_CreationLogAndDescriptorBeforeFirstTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	if sess.ParentID != "p1" || sess.Origin != OriginSubagent || sess.DelegationDepth != 1 || sess.SeedLength != 3 ||
-		sess.Mode != ModeContinuable || sess.Label != "task" || sess.Provider != "spawn" || sess.MaxTokens != 77 {
+		sess.Mode != subagent.ModeContinuable || sess.Label != "task" || sess.Provider != "spawn" || sess.MaxTokens != 77 {
 		t.Errorf("header %+v", sess)
 	}
 	mr := e.mat.requests()
-	if len(mr) != 1 || mr[0].Create == nil || mr[0].Options != (AgentOptions{Provider: "route-a", Model: "model-b", MaxTokens: 77}) {
+	if len(mr) != 1 || mr[0].Create == nil || mr[0].Options != (subagent.AgentOptions{Provider: "route-a", Model: "model-b", MaxTokens: 77}) {
 		t.Errorf("materialize requests %+v", mr)
 	}
 }
@@ -115,7 +116,7 @@ func TestContinuable_R56_UndeclaredFieldsOmitted(t *testing.T) {
 	}
 	req := e.req(t, "go")
 	req.Parent = e.parent(t, "bare")
-	req.ToolFilter = &ToolFilter{Deny: []string{"shell"}}
+	req.ToolFilter = &subagent.ToolFilter{Deny: []string{"shell"}}
 	res := e.start(t, req)
 	e.ended(t, res.TaskID)
 	d := e.log(t, res.ChildID)[0]
@@ -134,17 +135,17 @@ func TestContinuable_R53_ValidationOrderCreatesNothing(t *testing.T) {
 		// prepares: the check comes after PrepareContinuable.
 		prepares bool
 	}{
-		{"maxDepth domain before provider lookup", func(_ *contEnv, r *ContinuableRequest) { r.MaxDepth, r.Provider = &neg, "nope" }, EInvalidMaxDepth, false},
-		{"depth cap before provider lookup (R38)", func(_ *contEnv, r *ContinuableRequest) { r.MaxDepth, r.Provider = &zero, "nope" }, EDepthExceeded, false},
-		{"label required", func(_ *contEnv, r *ContinuableRequest) { r.Label = "" }, EInvalidRequest, false},
-		{"prompt required", func(_ *contEnv, r *ContinuableRequest) { r.Prompt = nil }, EInvalidRequest, false},
-		{"tool filter needs a list", func(_ *contEnv, r *ContinuableRequest) { r.ToolFilter = &ToolFilter{} }, EInvalidRequest, false},
-		{"descriptor must be lossless", func(_ *contEnv, r *ContinuableRequest) { r.Label = "\xff" }, EInvalidRequest, false},
-		{"unknown provider", func(_ *contEnv, r *ContinuableRequest) { r.Provider = "nope" }, ENoProvider, false},
-		{"R55 provider without PrepareContinuable", func(e *contEnv, r *ContinuableRequest) { r.Provider = "oneshot" }, EUnsupportedCapability, false},
+		{"maxDepth domain before provider lookup", func(_ *contEnv, r *ContinuableRequest) { r.MaxDepth, r.Provider = &neg, "nope" }, subagent.EInvalidMaxDepth, false},
+		{"depth cap before provider lookup (R38)", func(_ *contEnv, r *ContinuableRequest) { r.MaxDepth, r.Provider = &zero, "nope" }, subagent.EDepthExceeded, false},
+		{"label required", func(_ *contEnv, r *ContinuableRequest) { r.Label = "" }, subagent.EInvalidRequest, false},
+		{"prompt required", func(_ *contEnv, r *ContinuableRequest) { r.Prompt = nil }, subagent.EInvalidRequest, false},
+		{"tool filter needs a list", func(_ *contEnv, r *ContinuableRequest) { r.ToolFilter = &subagent.ToolFilter{} }, subagent.EInvalidRequest, false},
+		{"descriptor must be lossless", func(_ *contEnv, r *ContinuableRequest) { r.Label = "\xff" }, subagent.EInvalidRequest, false},
+		{"unknown provider", func(_ *contEnv, r *ContinuableRequest) { r.Provider = "nope" }, subagent.ENoProvider, false},
+		{"R55 provider without PrepareContinuable", func(e *contEnv, r *ContinuableRequest) { r.Provider = "oneshot" }, subagent.EUnsupportedCapability, false},
 		{"materializer rejects before Create", func(e *contEnv, r *ContinuableRequest) {
-			e.mat.err = Errorf(EInvalidRequest, "unknown model route")
-		}, EInvalidRequest, true},
+			e.mat.err = subagent.Errorf(subagent.EInvalidRequest, "unknown model route")
+		}, subagent.EInvalidRequest, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -154,9 +155,9 @@ func TestContinuable_R53_ValidationOrderCreatesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			prepared := false
-			e.prov.prepare = func(context.Context, ContinuableCreateRequest) (ContinuableSpec, error) {
+			e.prov.prepare = func(context.Context, subagent.ContinuableCreateRequest) (subagent.ContinuableSpec, error) {
 				prepared = true
-				return ContinuableSpec{}, nil
+				return subagent.ContinuableSpec{}, nil
 			}
 			req := e.req(t, "go")
 			req.ChildID = "kid"
@@ -183,21 +184,21 @@ func TestContinuable_R53_DrainingRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := e.m.StartContinuable(t.Context(), e.req(t, "go"))
-	wantCode(t, err, EDraining)
+	wantCode(t, err, subagent.EDraining)
 }
 
 func TestContinuable_R59_AbortBeforeAcceptanceLeavesNothing(t *testing.T) {
 	t.Parallel()
 	e := newContEnv(t, scripted.New())
 	ctx, cancel := context.WithCancel(t.Context())
-	e.prov.prepare = func(context.Context, ContinuableCreateRequest) (ContinuableSpec, error) {
+	e.prov.prepare = func(context.Context, subagent.ContinuableCreateRequest) (subagent.ContinuableSpec, error) {
 		cancel() // the caller gives up while the provider prepares
-		return ContinuableSpec{}, nil
+		return subagent.ContinuableSpec{}, nil
 	}
 	req := e.req(t, "go")
 	req.ChildID = "kid"
 	_, err := e.m.StartContinuable(ctx, req)
-	wantCode(t, err, EAborted)
+	wantCode(t, err, subagent.EAborted)
 	if _, err := e.st.GetSession(t.Context(), "kid"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("child session: %v", err)
 	}
@@ -219,7 +220,7 @@ func TestContinuable_R60_FailureAfterStartEdgeClosesThePair(t *testing.T) {
 		t.Fatal("start succeeded without accepting its prompt")
 	}
 	evs := e.life.all()
-	if len(evs) != 2 || evs[0].Type != EventStart || evs[1].Type != EventEnd || evs[1].StopReason != StopAborted ||
+	if len(evs) != 2 || evs[0].Type != subagent.EventStart || evs[1].Type != subagent.EventEnd || evs[1].StopReason != subagent.StopAborted ||
 		evs[0].RunID != evs[1].RunID || evs[1].LastAssistantMessage != nil {
 		t.Errorf("lifecycle %+v", evs)
 	}
@@ -246,7 +247,7 @@ func TestContinuable_R61_CallerCancelAfterAcceptanceChangesNothing(t *testing.T)
 	cancel()
 	<-reached
 	close(gate)
-	if end := e.ended(t, res.TaskID); end.StopReason != StopCompleted {
+	if end := e.ended(t, res.TaskID); end.StopReason != subagent.StopCompleted {
 		t.Errorf("end %+v", end)
 	}
 }
@@ -258,13 +259,13 @@ func TestContinuable_R62_ReservedIDDuplicateWhileLiveAndAfterSettlement(t *testi
 	req := e.req(t, "go")
 	req.ChildID = "kid"
 	res := e.start(t, req)
-	if _, err := e.m.StartContinuable(t.Context(), req); ErrorCode(err) != EDuplicateChild {
+	if _, err := e.m.StartContinuable(t.Context(), req); subagent.ErrorCode(err) != subagent.EDuplicateChild {
 		t.Errorf("live duplicate: %v", err)
 	}
 	close(gate)
 	e.ended(t, res.TaskID)
 	e.settled(t, "kid")
-	if _, err := e.m.StartContinuable(t.Context(), req); ErrorCode(err) != EDuplicateChild {
+	if _, err := e.m.StartContinuable(t.Context(), req); subagent.ErrorCode(err) != subagent.EDuplicateChild {
 		t.Errorf("persisted duplicate: %v", err)
 	}
 	if n := len(e.mat.requests()); n != 1 {
@@ -277,7 +278,7 @@ func TestContinuable_R63_CapabilityFlagsNotConsulted(t *testing.T) {
 	e := newContEnv(t, scripted.New(scripted.Step{Text: "ok"}))
 	req := e.req(t, "go")
 	persona, depth := "p", 5
-	req.Persona, req.MaxDepth, req.ToolFilter = &persona, &depth, &ToolFilter{Allow: []string{}}
+	req.Persona, req.MaxDepth, req.ToolFilter = &persona, &depth, &subagent.ToolFilter{Allow: []string{}}
 	res := e.start(t, req) // the provider advertises no capability
 	e.ended(t, res.TaskID)
 }
@@ -293,9 +294,9 @@ func TestContinuable_R38_DepthFromParentHeader(t *testing.T) {
 	cap2 := 2
 	req.MaxDepth = &cap2
 	_, err := e.m.StartContinuable(t.Context(), req)
-	wantCode(t, err, EDepthExceeded)
-	if ErrorMessage(err) != "subagent depth 3 exceeds maxDepth 2" {
-		t.Errorf("message %q", ErrorMessage(err))
+	wantCode(t, err, subagent.EDepthExceeded)
+	if subagent.ErrorMessage(err) != "subagent depth 3 exceeds maxDepth 2" {
+		t.Errorf("message %q", subagent.ErrorMessage(err))
 	}
 }
 
@@ -307,8 +308,8 @@ func TestStart_ListenerMayCallTheManagerForTheSameChild(t *testing.T) {
 	gate, reached := make(chan struct{}), make(chan struct{})
 	e := newContEnv(t, gatedModel(gate, reached, "never"))
 	interrupted := make(chan error, 1)
-	e.svc.Subscribe("", func(ctx context.Context, ev Event) error {
-		if ev.Type == EventStart {
+	e.svc.Subscribe("", func(ctx context.Context, ev subagent.Event) error {
+		if ev.Type == subagent.EventStart {
 			interrupted <- e.m.Interrupt(ctx, "p1", ev.ID)
 		}
 		return nil
@@ -317,8 +318,8 @@ func TestStart_ListenerMayCallTheManagerForTheSameChild(t *testing.T) {
 	if err := <-interrupted; err != nil {
 		t.Fatalf("interrupt from the start listener: %v", err)
 	}
-	evs := e.life.waitFor(t, "the start and end", func(evs []Event) bool { return len(evs) >= 2 })
-	if evs[0].Type != EventStart || evs[1].Type != EventEnd || evs[1].TaskID != res.TaskID || evs[1].StopReason != StopAborted {
+	evs := e.life.waitFor(t, "the start and end", func(evs []subagent.Event) bool { return len(evs) >= 2 })
+	if evs[0].Type != subagent.EventStart || evs[1].Type != subagent.EventEnd || evs[1].TaskID != res.TaskID || evs[1].StopReason != subagent.StopAborted {
 		t.Fatalf("lifecycle %+v, want the start, then the end aborted", evs)
 	}
 }
@@ -347,7 +348,7 @@ func TestStart_ProviderWithItsOwnMaterializerBuildsItsChildren(t *testing.T) {
 	e.ended(t, res.TaskID)
 	e.settled(t, res.ChildID)
 	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("again"), sessionlog.Source{})
-	if err != nil || f.Route != RouteStarted {
+	if err != nil || f.Route != subagent.RouteStarted {
 		t.Fatalf("followup %+v, %v", f, err)
 	}
 	if end := e.ended(t, f.TaskID); model.Text(end.LastAssistantMessage) != "own" {

@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -10,9 +10,11 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
@@ -44,7 +46,7 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 	if err := m.admitting(); err != nil {
 		return ContinuableStarted{}, err
 	}
-	if err := checkMaxDepth(req.MaxDepth); err != nil {
+	if err := subagent.CheckMaxDepth(req.MaxDepth); err != nil {
 		return ContinuableStarted{}, err
 	}
 	childID := req.ChildID
@@ -55,11 +57,11 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 	if m.liveActivation(key) != nil {
 		return ContinuableStarted{}, duplicateChild(childID)
 	}
-	depth, err := ChildDepth(req.Parent, req.MaxDepth)
+	depth, err := subagent.ChildDepth(req.Parent, req.MaxDepth)
 	if err != nil {
 		return ContinuableStarted{}, err
 	}
-	limits, admitted, err := m.svc.admitTree(ctx, req.Parent, req.Limits)
+	limits, admitted, err := m.svc.AdmitTree(ctx, req.Parent, req.Limits)
 	if err != nil {
 		return ContinuableStarted{}, err
 	}
@@ -68,24 +70,24 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 	if err != nil {
 		return ContinuableStarted{}, err
 	}
-	desc := Descriptor{Mode: ModeContinuable, Provider: req.Provider, Label: req.Label,
-		AgentProvider: opts.Provider, AgentModel: opts.Model, Persona: clonePtr(req.Persona)}
+	desc := subagent.Descriptor{Mode: subagent.ModeContinuable, Provider: req.Provider, Label: req.Label,
+		AgentProvider: opts.Provider, AgentModel: opts.Model, Persona: subagent.ClonePtr(req.Persona)}
 	if f := req.ToolFilter; f != nil {
-		desc.ToolFilter = &ToolFilter{Allow: slices.Clone(f.Allow), Deny: slices.Clone(f.Deny)}
+		desc.ToolFilter = &subagent.ToolFilter{Allow: slices.Clone(f.Allow), Deny: slices.Clone(f.Deny)}
 	}
-	raw, err := SnapshotDescriptor(desc)
+	raw, err := subagent.SnapshotDescriptor(desc)
 	if err != nil {
 		return ContinuableStarted{}, err
 	}
 	p, ok := m.svc.Provider(req.Provider)
 	if !ok {
-		return ContinuableStarted{}, Errorf(ENoProvider, "no subagent provider named %q", req.Provider)
+		return ContinuableStarted{}, subagent.Errorf(subagent.ENoProvider, "no subagent provider named %q", req.Provider)
 	}
-	cp, ok := p.(ContinuableProvider)
+	cp, ok := p.(subagent.ContinuableProvider)
 	if !ok {
-		return ContinuableStarted{}, Errorf(EUnsupportedCapability, "provider %q does not support continuable children", req.Provider)
+		return ContinuableStarted{}, subagent.Errorf(subagent.EUnsupportedCapability, "provider %q does not support continuable children", req.Provider)
 	}
-	spec, err := cp.PrepareContinuable(ctx, ContinuableCreateRequest{SessionID: childID, Parent: req.Parent})
+	spec, err := cp.PrepareContinuable(ctx, subagent.ContinuableCreateRequest{SessionID: childID, Parent: req.Parent})
 	if err != nil {
 		if ctx.Err() != nil {
 			return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
@@ -111,11 +113,11 @@ func (m *Manager) StartContinuable(ctx context.Context, req ContinuableRequest) 
 // the descriptor and its snapshot, the provider's spec, the child's depth,
 // route and stored limits.
 type startPlan struct {
-	desc   Descriptor
+	desc   subagent.Descriptor
 	raw    json.RawMessage
-	spec   ContinuableSpec
+	spec   subagent.ContinuableSpec
 	depth  int
-	opts   AgentOptions
+	opts   subagent.AgentOptions
 	limits store.Limits
 }
 
@@ -138,7 +140,7 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 	}
 	// The live-run slot is taken before anything is written; the activation
 	// holds it from begin on, and rollback or settle gives it back.
-	release, err := m.svc.reserveLive(key.Tenant, false)
+	release, err := m.svc.ReserveLive(key.Tenant, false)
 	if err != nil {
 		return ContinuableStarted{}, err
 	}
@@ -152,8 +154,8 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 	header := store.Session{
 		ID: childID, ParentID: parent.ID, RootID: store.RootOf(parent), Origin: OriginSubagent, DelegationDepth: depth,
 		SeedLength: len(spec.Seed), Cwd: parent.Cwd, Label: req.Label, Provider: req.Provider,
-		Mode: ModeContinuable, AgentProvider: opts.Provider, AgentModel: opts.Model,
-		MaxTokens: opts.MaxTokens, Persona: clonePtr(req.Persona), Limits: plan.limits, CreatedAt: time.Now(), WakeParent: req.WakeParent,
+		Mode: subagent.ModeContinuable, AgentProvider: opts.Provider, AgentModel: opts.Model,
+		MaxTokens: opts.MaxTokens, Persona: subagent.ClonePtr(req.Persona), Limits: plan.limits, CreatedAt: time.Now(), WakeParent: req.WakeParent,
 	}
 	// This replica drives the child from here: its lease first.
 	if err := m.children.Hold(ctx, c.key); err != nil {
@@ -162,16 +164,27 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 	// Store writes must not be cut half-way by the caller's cancellation;
 	// ctx is checked between the steps instead. The child's writes are
 	// fenced by its lease.
-	base := m.svc.ctl.Fenced(context.WithoutCancel(ctx))
-	tr := runTrace{parent: telemetry.Traceparent(ctx)}
-	base, tr.inv = telemetry.StartInvoke(base, m.svc.invokeParams(req.Provider, childID))
+	base := m.ctl.Fenced(context.WithoutCancel(ctx))
+	tr := subagent.RunTrace{Parent: telemetry.Traceparent(ctx)}
+	base, tr.Inv = telemetry.StartInvoke(base, m.svc.InvokeParams(req.Provider, childID))
 	defer func() {
 		if act == nil {
-			tr.inv.End(StopAborted, err)
+			tr.Inv.End(subagent.StopAborted, err)
 		}
 	}()
-	inc := &incarnation{}
-	ag, err := m.materializer(req.Provider).Materialize(base, MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
+	inc := &materialized{}
+	mat := m.materializer(req.Provider)
+	if prep, ok := mat.(subagent.ChildPreparer); ok {
+		var msgID string
+		act, msgID, err = m.startPrepared(ctx, base, c, prep, startArgs{header: header, desc: desc, opts: opts, prompt: req.Prompt,
+			log: creationLog(spec.Seed, raw), inc: inc, release: release, tr: tr})
+		if err != nil {
+			act = nil
+			return ContinuableStarted{}, err
+		}
+		return ContinuableStarted{ChildID: childID, TaskID: act.taskID, MessageID: msgID}, nil
+	}
+	ag, err := mat.Materialize(base, subagent.MaterializeRequest{Session: header, Descriptor: desc, Options: opts,
 		Create: func(ctx context.Context) error { return m.create(ctx, header, spec.Seed, raw) },
 		Report: m.reporter(key, inc)})
 	if errors.Is(err, store.ErrConflict) {
@@ -194,7 +207,7 @@ func (m *Manager) startIn(ctx context.Context, c *child, req ContinuableRequest,
 		m.rollback(act)
 		return ContinuableStarted{}, abortedBeforeAcceptance(ctx)
 	}
-	row, err := newRow(childID, req.Prompt, sessionlog.Source{Kind: SourceUser})
+	row, err := newRow(childID, req.Prompt, sessionlog.Source{Kind: subagent.SourceUser})
 	if err == nil {
 		err = m.store.Enqueue(base, row)
 	}
@@ -220,20 +233,20 @@ const OriginSubagent = "subagent"
 // parent's provider, model and maxTokens, overridden field-wise by the
 // request's (R45, R56). Returns EInvalidRequest for an empty label or
 // prompt, content that is not JSON, or a negative maxTokens.
-func continuableRoute(req ContinuableRequest) (AgentOptions, error) {
+func continuableRoute(req ContinuableRequest) (subagent.AgentOptions, error) {
 	switch {
 	case req.Label == "":
-		return AgentOptions{}, &Error{Code: EInvalidRequest, Message: "a continuable child needs a label",
+		return subagent.AgentOptions{}, &subagent.Error{Code: subagent.EInvalidRequest, Message: "a continuable child needs a label",
 			Fields: map[string]string{"label": "required"}}
 	case len(req.Prompt) == 0:
-		return AgentOptions{}, &Error{Code: EInvalidRequest, Message: "a continuable child needs a prompt",
+		return subagent.AgentOptions{}, &subagent.Error{Code: subagent.EInvalidRequest, Message: "a continuable child needs a prompt",
 			Fields: map[string]string{"prompt": "required"}}
 	}
 	if _, err := json.Marshal(req.Prompt); err != nil {
-		return AgentOptions{}, &Error{Code: EInvalidRequest, Message: "prompt content is not valid JSON",
+		return subagent.AgentOptions{}, &subagent.Error{Code: subagent.EInvalidRequest, Message: "prompt content is not valid JSON",
 			Fields: map[string]string{"prompt": "not valid JSON"}, Err: err}
 	}
-	return ChildOptions(req.Parent.Options, req.AgentOptions)
+	return subagent.ChildOptions(req.Parent.Options, req.AgentOptions)
 }
 
 // create writes a continuable child's header and creation log
@@ -242,6 +255,16 @@ func continuableRoute(req ContinuableRequest) (AgentOptions, error) {
 // all before the first turn, so the descriptor is in the own suffix (seq
 // >= seedLength) and never reaches the model.
 func (m *Manager) create(ctx context.Context, header store.Session, seed []store.Event, descriptor json.RawMessage) error {
+	if _, err := m.store.CreateSessionWithEvents(ctx, header, creationLog(seed, descriptor)...); err != nil {
+		return fmt.Errorf("create child session: %w", err)
+	}
+	return nil
+}
+
+// creationLog is a new child's log before its first turn: seed (a fork
+// child's, closed by session/end-seed), the continuable descriptor, and
+// the delegation pin.
+func creationLog(seed []store.Event, descriptor json.RawMessage) []store.NewEvent {
 	endSeed := store.NewEvent{Type: sessionlog.EventEndSeed, Data: json.RawMessage(`{}`)}
 	var evs []store.NewEvent
 	for _, e := range seed {
@@ -250,20 +273,75 @@ func (m *Manager) create(ctx context.Context, header store.Session, seed []store
 	if n := len(seed); n > 0 && seed[n-1].Type != sessionlog.EventEndSeed {
 		evs = append(evs, endSeed)
 	}
-	evs = append(evs,
+	return append(evs,
 		store.NewEvent{Type: sessionlog.EventDescriptor, Data: descriptor},
 		endSeed,
 		sessionlog.DelegationPin())
-	if _, err := m.store.CreateSessionWithEvents(ctx, header, evs...); err != nil {
-		return fmt.Errorf("create child session: %w", err)
+}
+
+// startArgs is a new child's start as startPrepared takes it.
+type startArgs struct {
+	header  store.Session
+	desc    subagent.Descriptor
+	opts    subagent.AgentOptions
+	prompt  []model.Block
+	log     []store.NewEvent // the creation log
+	inc     *materialized
+	release func() // the live-run slot
+	tr      subagent.RunTrace
+}
+
+// startPrepared starts a new child whose agent prep builds before anything
+// is stored: the child's header and creation log, its prompt and the
+// opening of its first turn, and the activation's run row and
+// subagent/start are one commit (store.StartRunWithSession); then the
+// first turn runs. The prompt is logged in that commit, so it needs no
+// inbox row: accepted and delivered are one. On error nothing is stored
+// and the caller still holds the live-run slot. It returns the activation
+// and the prompt's message id. It runs in c's loop.
+func (m *Manager) startPrepared(ctx, base context.Context, c *child, prep subagent.ChildPreparer, a startArgs) (*activation, string, error) {
+	childID := c.key.ID
+	row, err := newRow(childID, a.prompt, sessionlog.Source{Kind: subagent.SourceUser})
+	if err != nil {
+		return nil, "", fmt.Errorf("accept prompt of continuable child %s: %w", childID, err)
 	}
-	return nil
+	msg, err := RowMessage(row)
+	if err != nil {
+		return nil, "", fmt.Errorf("accept prompt of continuable child %s: %w", childID, err)
+	}
+	p, err := prep.PrepareChild(base, subagent.MaterializeRequest{Session: a.header, Descriptor: a.desc, Options: a.opts,
+		Log: a.log, Report: m.reporter(c.key, a.inc)}, msg)
+	if err != nil {
+		return nil, "", fmt.Errorf("start continuable child %s: %w", childID, err)
+	}
+	if ctx.Err() != nil {
+		m.closeAgent(base, childID, p.Agent)
+		return nil, "", abortedBeforeAcceptance(ctx)
+	}
+	act, run, start, err := m.activation(base, c, p.Agent, a.header, a.desc, a.release, a.tr)
+	var log []store.Event
+	if err == nil {
+		log, start, err = m.store.StartRunWithSession(base, store.StartRunParams{Session: a.header, Events: append(a.log, p.Opening...), Run: run, Start: start})
+	}
+	if err != nil {
+		m.closeAgent(base, childID, p.Agent)
+		if errors.Is(err, store.ErrConflict) {
+			return nil, "", duplicateChild(childID)
+		}
+		return nil, "", fmt.Errorf("start continuable child %s: %w", childID, err)
+	}
+	// Accepted: from here the caller's cancellation changes nothing (R61).
+	m.published(act, a.inc, start)
+	p.Launch(log)
+	c.sess, c.desc = &a.header, &a.desc
+	c.activate(act, actSteering)
+	return act, row.ID, nil
 }
 
 func duplicateChild(id string) error {
-	return Errorf(EDuplicateChild, "subagent %q already exists", id)
+	return subagent.Errorf(subagent.EDuplicateChild, "subagent %q already exists", id)
 }
 
 func abortedBeforeAcceptance(ctx context.Context) error {
-	return &Error{Code: EAborted, Message: "subagent request was aborted before its prompt was accepted", Err: context.Cause(ctx)}
+	return &subagent.Error{Code: subagent.EAborted, Message: "subagent request was aborted before its prompt was accepted", Err: context.Cause(ctx)}
 }

@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // TestReport_R110_SettlementWaitsForAReportBeingDelivered: a report
@@ -23,13 +24,13 @@ func TestReport_R110_SettlementWaitsForAReportBeingDelivered(t *testing.T) {
 	e := newContEnv(t, gatedModel(gate, reached, "answer"))
 	inReport, releaseReport := make(chan struct{}), make(chan struct{})
 	e.notices.onNotify = func(msg sessionlog.UserMessage) {
-		if msg.Source.Kind == SourceSubagentReport {
+		if msg.Source.Kind == subagent.SourceSubagentReport {
 			close(inReport)
 			<-releaseReport
 		}
 	}
-	agents := make(chan ChildAgent, 1)
-	e.mat.setWrap(func(a ChildAgent) ChildAgent {
+	agents := make(chan subagent.ChildAgent, 1)
+	e.mat.setWrap(func(a subagent.ChildAgent) subagent.ChildAgent {
 		agents <- a
 		return a
 	})
@@ -39,7 +40,7 @@ func TestReport_R110_SettlementWaitsForAReportBeingDelivered(t *testing.T) {
 	var id string
 	go func() {
 		var err error
-		id, err = e.m.ReportFrom(t.Context(), res.ChildID, txt("finding"), DeliveryQuiet)
+		id, err = e.m.ReportFrom(t.Context(), res.ChildID, txt("finding"), subagent.DeliveryQuiet)
 		reported <- err
 	}()
 	<-inReport
@@ -58,7 +59,7 @@ func TestReport_R110_SettlementWaitsForAReportBeingDelivered(t *testing.T) {
 	}
 	e.ended(t, res.TaskID)
 	ns := e.notices.all()
-	if len(ns) != 2 || ns[0].src.Kind != SourceSubagentReport || ns[1].src.Kind != SourceSubagentSettled {
+	if len(ns) != 2 || ns[0].src.Kind != subagent.SourceSubagentReport || ns[1].src.Kind != subagent.SourceSubagentSettled {
 		t.Fatalf("the parent received %+v, want the report then the notice", ns)
 	}
 	if r := ns[0]; r.id != id || !r.quiet || r.parentID != "p1" || r.src.SenderSessionID != res.ChildID ||
@@ -91,7 +92,7 @@ func TestReport_R108_QuietReportParksInAContinuableParent(t *testing.T) {
 	kidReq := e.req(t, "be a child")
 	kidReq.Parent = e.parent(t, parent.ChildID)
 	kid := e.start(t, kidReq)
-	if _, err := e.m.ReportFrom(t.Context(), kid.ChildID, txt("parked"), DeliveryQuiet); err != nil {
+	if _, err := e.m.ReportFrom(t.Context(), kid.ChildID, txt("parked"), subagent.DeliveryQuiet); err != nil {
 		t.Fatalf("quiet report: %v", err)
 	}
 	if e.m.liveActivation(resident.Key{Tenant: store.DefaultTenant, ID: parent.ChildID}) != nil {
@@ -103,7 +104,7 @@ func TestReport_R108_QuietReportParksInAContinuableParent(t *testing.T) {
 	}
 	close(hold)
 	evs := e.waitLog(t, parent.ChildID, "the kid's notice", func(evs []store.Event) bool {
-		return slices.ContainsFunc(userMessages(t, evs), func(m sessionlog.UserMessage) bool { return m.Source.Kind == SourceSubagentSettled })
+		return slices.ContainsFunc(userMessages(t, evs), func(m sessionlog.UserMessage) bool { return m.Source.Kind == subagent.SourceSubagentSettled })
 	})
 	got := userTexts(t, evs)
 	if len(got) != 3 || got[1] != "Background subagent "+kid.ChildID+" reported:parked" {
@@ -114,7 +115,7 @@ func TestReport_R108_QuietReportParksInAContinuableParent(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := e.m.ReportFrom(t.Context(), kid.ChildID, txt("late"), "")
-	wantCode(t, err, EDraining)
+	wantCode(t, err, subagent.EDraining)
 }
 
 // TestSteerActivation_R96_StrictAndScopedToItsTenant: SteerActivation
@@ -132,9 +133,9 @@ func TestSteerActivation_R96_StrictAndScopedToItsTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = e.m.SteerActivation(store.WithTenant(t.Context(), "other"), run.ID, txt("x"))
-	wantCode(t, err, ERunNotFound)
+	wantCode(t, err, subagent.ERunNotFound)
 	_, err = e.m.SteerActivation(t.Context(), run.ID, nil)
-	wantCode(t, err, EInvalidRequest)
+	wantCode(t, err, subagent.EInvalidRequest)
 
 	steered := make(chan error, 1)
 	var id string
@@ -155,8 +156,8 @@ func TestSteerActivation_R96_StrictAndScopedToItsTenant(t *testing.T) {
 	}
 	e.settled(t, res.ChildID)
 	_, err = e.m.SteerActivation(t.Context(), run.ID, txt("late"))
-	wantCode(t, err, ERunNotFound)
-	if errors.Is(err, ErrSteerRejected) {
+	wantCode(t, err, subagent.ERunNotFound)
+	if errors.Is(err, subagent.ErrSteerRejected) {
 		t.Error("a settled run reached the agent")
 	}
 }

@@ -1,4 +1,4 @@
-package delegate
+package roots
 
 import (
 	"context"
@@ -23,7 +23,7 @@ const (
 )
 
 // handleTree registers the control handlers of StopTurn and Dispose.
-func (r *Roots) handleTree(ctl *subagent.Control) {
+func (r *Manager) handleTree(ctl *resident.Control) {
 	ctl.Handle(opStopTurn, func(ctx context.Context, id string, _ json.RawMessage) (any, error) {
 		return r.StopTurn(ctx, id)
 	})
@@ -39,7 +39,7 @@ func (r *Roots) handleTree(ctl *subagent.Control) {
 // arrive meanwhile go to the log without waking it. A root without a
 // running turn is left alone. Returns ESessionNotFound, EInvalidRequest
 // for a child session.
-func (r *Roots) StopTurn(ctx context.Context, id string) (bool, error) {
+func (r *Manager) StopTurn(ctx context.Context, id string) (bool, error) {
 	if err := r.isRoot(ctx, id); err != nil {
 		return false, err
 	}
@@ -59,7 +59,7 @@ func (r *Roots) StopTurn(ctx context.Context, id string) (bool, error) {
 	if r.cfg.Control == nil {
 		return local()
 	}
-	return subagent.Forward(ctx, r.cfg.Control, id, opStopTurn, struct{}{}, local)
+	return resident.Forward(ctx, r.cfg.Control, id, opStopTurn, struct{}{}, local)
 }
 
 // Dispose disposes root session id (the last step of DELETE
@@ -68,7 +68,7 @@ func (r *Roots) StopTurn(ctx context.Context, id string) (bool, error) {
 // closed, a running turn ending aborted, and the messages accepted and not
 // delivered are withdrawn. Idempotent. Returns ESessionNotFound,
 // EInvalidRequest for a child session.
-func (r *Roots) Dispose(ctx context.Context, id string) error {
+func (r *Manager) Dispose(ctx context.Context, id string) error {
 	if err := r.isRoot(ctx, id); err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func (r *Roots) Dispose(ctx context.Context, id string) error {
 
 // notDisposed returns EDisposed when root s was disposed, remembered once
 // known. It runs in s's loop.
-func (r *Roots) notDisposed(ctx context.Context, s *root) error {
+func (r *Manager) notDisposed(ctx context.Context, s *root) error {
 	if !s.disposed {
 		at, err := r.cfg.Store.Disposed(ctx, s.key.ID)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {

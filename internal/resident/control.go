@@ -1,4 +1,4 @@
-package subagent
+package resident
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/telemetry"
 )
@@ -19,16 +18,17 @@ import (
 // Control is where requests cross replicas (docs/architecture.md §5). Every resident
 // agent — a root session or a continuable child — is driven by the one
 // replica that holds its resident lease (store.ClaimResident), renewed
-// with the run leases (KeepLeases). A request for an agent, or a run,
+// with the run leases (internal/subagent's Service.KeepLeases). A request for an agent, or a run,
 // another replica drives live is not refused: it is written as a control
 // request for the owner, which is woken through the store (NOTIFY), carries
 // it out through the same code path as a local call, and writes the answer
 // back; the requester answers its client with exactly that. When the
 // owner's lease lapses while a request waits, the requester claims the
-// agent and acts itself. The Manager and Roots keep their seam API and call
+// agent and acts itself. The kinds (internal/children, internal/roots) keep their API and call
 // Forward; this file is all the cross-replica plumbing there is.
 //
-// A Service has one Control (Service.Control). Safe for concurrent use.
+// A process has one Control (internal/subagent's Service.Control). Safe
+// for concurrent use.
 type Control struct {
 	st    store.Store
 	owner string
@@ -39,17 +39,17 @@ type Control struct {
 
 	// leases is the process's one registry of resident leases; its
 	// durable side is this Control's claim and release.
-	leases *resident.Leases
+	leases *Leases
+	codec  Codec
 
 	mu       sync.Mutex
 	handlers map[string]ControlHandler
 	// residents are the kinds of resident agents of this process (the
-	// Manager's children, Roots): KeepLeases takes over the lapsed ones
-	// and fence stops driving them.
+	// continuable children, root sessions): Service.KeepLeases takes over
+	// the lapsed ones and Fence stops driving them.
 	residents []ResidentKind
 	serving   map[string]bool // ids of requests being carried out here
-	// reattaches is Service.reattaches.
-	reattaches func(provider string) bool
+	resumes   func(sess store.Session) bool // ControlConfig.Resumes
 }
 
 // ControlHandler carries out op for target (ctx has the request's tenant)
@@ -57,11 +57,11 @@ type Control struct {
 type ControlHandler func(ctx context.Context, target string, payload json.RawMessage) (any, error)
 
 // ResidentKind is one kind of resident agent, as Control sees it
-// (resident.Group implements it).
+// (Group implements it).
 type ResidentKind interface {
 	// TakeOver resumes sess, a resident agent whose owner's lease lapsed
-	// and which has undelivered messages or a turn to reattach
-	// (reattach.go), if it is of this kind; it reports whether it was.
+	// and which has undelivered messages or work that outlived its owner
+	// (ControlConfig.Resumes), if it is of this kind; it reports whether it was.
 	// The lease, held by from, passes to the kind.
 	TakeOver(ctx context.Context, sess store.Session, from string) (bool, error)
 	// Fence stops driving every resident agent of this kind at once: this
@@ -77,18 +77,54 @@ var errOwnerLapsed = errors.New("owner's lease lapsed before it answered")
 // lost wake-up) and of an owner waiting for requests.
 const controlPoll = time.Second
 
-func newControl(st store.Store, owner string, lease time.Duration, log *slog.Logger, metrics *telemetry.Metrics) *Control {
-	c := &Control{st: st, owner: owner, lease: lease, log: log, metrics: metrics,
+// ControlConfig configures a Control.
+type ControlConfig struct {
+	Store store.Store
+	// Owner is this replica's id; Lease how long a claim lasts between
+	// renewals.
+	Owner string
+	Lease time.Duration
+	// Codec carries errors across replicas as their clients see them.
+	Codec Codec
+	// Resumes, when set, reports whether lapsed agent sess is to be taken
+	// over although nothing waits in its inbox: its work outlived its
+	// owner (a remote agent's turn, internal/subagent's Reattacher).
+	Resumes func(sess store.Session) bool
+	Logger  *slog.Logger
+	Metrics *telemetry.Metrics
+}
+
+// Codec carries the error of a control request from the replica that
+// carried it out to the one that asked, as the client sees it.
+type Codec struct {
+	// Encode returns err's wire form, ok false for an internal error
+	// (sent as its text, with code WireInternal).
+	Encode func(err error) (w WireError, ok bool)
+	// Decode returns the error w stands for (never WireInternal).
+	Decode func(w WireError) error
+	// Abort is the error of a requester that stopped waiting because ctx
+	// ended with cause.
+	Abort func(cause error, message string) error
+}
+
+// WireInternal is the code of an internal error on the wire: its message
+// is the error's text, and the requester returns it as a plain error.
+const WireInternal = "INTERNAL"
+
+// NewControl returns the Control of this process; Serve carries out the
+// requests sent to it.
+func NewControl(cfg ControlConfig) *Control {
+	c := &Control{st: cfg.Store, owner: cfg.Owner, lease: cfg.Lease, log: cfg.Logger, metrics: cfg.Metrics, codec: cfg.Codec, resumes: cfg.Resumes,
 		handlers: map[string]ControlHandler{}, serving: map[string]bool{}}
-	c.leases = resident.NewLeases(claimer{c})
+	c.leases = NewLeases(claimer{c})
 	return c
 }
 
 // Leases returns the registry of the resident leases this process holds:
 // every kind of resident agent holds and releases its leases there.
-func (c *Control) Leases() *resident.Leases { return c.leases }
+func (c *Control) Leases() *Leases { return c.leases }
 
-// Handle registers h for requests of op. Call it before KeepLeases.
+// Handle registers h for requests of op. Call it before Serve.
 func (c *Control) Handle(op string, h ControlHandler) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -108,19 +144,19 @@ func (c *Control) Fenced(ctx context.Context) context.Context {
 	return store.WithOwner(ctx, c.owner)
 }
 
-// claimer is the durable side of Control.leases (resident.Claimer).
+// claimer is the durable side of Control.leases (Claimer).
 type claimer struct{ c *Control }
 
 // Claim makes this replica the driver of resident agent id, unless another
-// replica holds its lease live: then it returns resident.ErrHeldElsewhere.
+// replica holds its lease live: then it returns ErrHeldElsewhere.
 func (c claimer) Claim(ctx context.Context, id string) error {
 	now := time.Now()
-	r, claimed, err := c.c.st.ClaimResident(ctx, id, c.c.owner, now, now.Add(c.c.lease))
+	r, claimed, err := c.c.st.ClaimResident(ctx, store.ClaimParams{SessionID: id, Owner: c.c.owner, Now: now, Until: now.Add(c.c.lease)})
 	if err != nil {
 		return fmt.Errorf("claim %s: %w", id, err)
 	}
 	if !claimed {
-		return fmt.Errorf("%w: %s holds %s until %v", resident.ErrHeldElsewhere, r.Owner, id, r.LeaseUntil)
+		return fmt.Errorf("%w: %s holds %s until %v", ErrHeldElsewhere, r.Owner, id, r.LeaseUntil)
 	}
 	return nil
 }
@@ -151,11 +187,12 @@ func (c *Control) holder(ctx context.Context, id string) (string, error) {
 // answerJSON is a control request's answer: the result, or the error as a
 // client would see it.
 type answerJSON struct {
-	Result json.RawMessage   `json:"result,omitempty"`
-	Error  *controlErrorJSON `json:"error,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *WireError      `json:"error,omitempty"`
 }
 
-type controlErrorJSON struct {
+// WireError is an error as a control answer carries it.
+type WireError struct {
 	Code    string            `json:"code"`
 	Message string            `json:"message"`
 	Fields  map[string]string `json:"fields,omitempty"`
@@ -163,8 +200,8 @@ type controlErrorJSON struct {
 
 // Forward runs op on resident agent target: local when no other replica
 // holds target's lease live (local claims it as it starts driving, and may
-// return resident.ErrHeldElsewhere when it lost that race), else as a control
-// request to the holder, whose answer — result or *Error — it returns as
+// return ErrHeldElsewhere when it lost that race), else as a control
+// request to the holder, whose answer — result or error (Codec) — it returns as
 // local would have. When the holder's lease lapses before it answers, the
 // agent is free: Forward runs local.
 func Forward[R any](ctx context.Context, c *Control, target, op string, payload any, local func() (R, error)) (R, error) {
@@ -176,7 +213,7 @@ func Forward[R any](ctx context.Context, c *Control, target, op string, payload 
 		}
 		if owner == "" {
 			r, err := local()
-			if errors.Is(err, resident.ErrHeldElsewhere) {
+			if errors.Is(err, ErrHeldElsewhere) {
 				continue
 			}
 			return r, err
@@ -240,7 +277,7 @@ func send[R any](ctx context.Context, c *Control, owner, target, op string, payl
 			return zero, fmt.Errorf("read the answer to %s request for %s: %w", op, target, err)
 		}
 		if !ctl.AnsweredAt.IsZero() {
-			return decodeAnswer[R](ctl.Answer, owner)
+			return decodeAnswer[R](c.codec, ctl.Answer, owner)
 		}
 		select {
 		case <-wake:
@@ -259,24 +296,23 @@ func send[R any](ctx context.Context, c *Control, owner, target, op string, payl
 			}
 			gone = !ok
 		case <-ctx.Done():
-			return zero, &Error{Code: EAborted, Err: context.Cause(ctx),
-				Message: fmt.Sprintf("stopped waiting for replica %s to carry out the request", owner)}
+			return zero, c.codec.Abort(context.Cause(ctx), fmt.Sprintf("stopped waiting for replica %s to carry out the request", owner))
 		}
 	}
 }
 
 // decodeAnswer returns the result or the error an answer carries.
-func decodeAnswer[R any](raw json.RawMessage, owner string) (R, error) {
+func decodeAnswer[R any](codec Codec, raw json.RawMessage, owner string) (R, error) {
 	var zero R
 	var a answerJSON
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return zero, fmt.Errorf("answer of replica %s: %w", owner, err)
 	}
 	if e := a.Error; e != nil {
-		if e.Code == EInternal {
+		if e.Code == WireInternal {
 			return zero, fmt.Errorf("replica %s: %s", owner, e.Message)
 		}
-		return zero, &Error{Code: e.Code, Message: e.Message, Fields: e.Fields}
+		return zero, codec.Decode(*e)
 	}
 	var r R
 	if len(a.Result) > 0 {
@@ -287,10 +323,10 @@ func decodeAnswer[R any](raw json.RawMessage, owner string) (R, error) {
 	return r, nil
 }
 
-// serve carries out the control requests sent to this replica until ctx
+// Serve carries out the control requests sent to this replica until ctx
 // ends: on every wake-up of its topic, and every controlPoll, it reads the
 // unanswered ones and runs each not yet running, concurrently.
-func (c *Control) serve(ctx context.Context) {
+func (c *Control) Serve(ctx context.Context) {
 	wake, stop := c.st.Subscribe(store.ControlTopic(c.owner))
 	defer stop()
 	tick := time.NewTicker(controlPoll)
@@ -344,12 +380,11 @@ func (c *Control) carryOut(ctx context.Context, ctl store.Control) {
 		}
 	}
 	if err != nil {
-		var e *Error
-		if errors.As(err, &e) {
-			a.Error = &controlErrorJSON{Code: e.Code, Message: e.Message, Fields: e.Fields}
+		if w, ok := c.codec.Encode(err); ok {
+			a.Error = &w
 		} else {
 			c.log.ErrorContext(ctx, "control request failed", slog.String("op", ctl.Op), slog.String("target", ctl.Target), slog.Any("error", err))
-			a.Error = &controlErrorJSON{Code: EInternal, Message: err.Error()}
+			a.Error = &WireError{Code: WireInternal, Message: err.Error()}
 		}
 	}
 	raw, err := json.Marshal(a)
@@ -361,12 +396,12 @@ func (c *Control) carryOut(ctx context.Context, ctl store.Control) {
 	}
 }
 
-// takeOver claims the resident agents whose owner's lease lapsed before
+// TakeOverLapsed claims the resident agents whose owner's lease lapsed before
 // now and delivers their undelivered messages (their kinds resume them);
 // one with nothing undelivered is only released. The claim makes this
 // exactly one replica's job. A lease a loop of this process holds is its
 // own, lapsed because renewals failed: it is left to that loop.
-func (c *Control) takeOver(ctx context.Context, now time.Time) error {
+func (c *Control) TakeOverLapsed(ctx context.Context, now time.Time) error {
 	lapsed, err := c.st.ExpiredResidents(ctx, now)
 	if err != nil {
 		return fmt.Errorf("list lapsed resident leases: %w", err)
@@ -377,14 +412,14 @@ func (c *Control) takeOver(ctx context.Context, now time.Time) error {
 	var errs []error
 	for _, r := range lapsed {
 		rctx := store.WithTenant(ctx, r.Tenant)
-		key := resident.Key{Tenant: r.Tenant, ID: r.SessionID}
-		if err := c.leases.Hold(rctx, key, resident.HolderTakeover); err != nil {
+		key := Key{Tenant: r.Tenant, ID: r.SessionID}
+		if err := c.leases.Hold(rctx, key, HolderTakeover); err != nil {
 			continue // another replica got there first, or a loop here holds it
 		}
 		c.metrics.Takeover()
 		c.log.WarnContext(rctx, "took over a resident agent of a lost owner", slog.String("session_id", r.SessionID), slog.String("owner", r.Owner))
 		err := c.resumeLapsed(rctx, r.SessionID, kinds)
-		c.leases.Release(rctx, key, resident.HolderTakeover) // unless a kind took it
+		c.leases.Release(rctx, key, HolderTakeover) // unless a kind took it
 		if err != nil {
 			errs = append(errs, fmt.Errorf("take over %s of %q: %w", r.SessionID, r.Owner, err))
 		}
@@ -393,28 +428,28 @@ func (c *Control) takeOver(ctx context.Context, now time.Time) error {
 }
 
 // resumeLapsed hands a claimed lapsed agent with undelivered messages, or
-// a child of a provider whose turns it may reattach (reattach.go), to its
-// kind, which drives it under the claim (and releases it when done); any
-// other, or one of no kind here, stays with takeOver, which releases it.
+// one whose work outlived its owner (ControlConfig.Resumes), to its kind,
+// which drives it under the claim (and releases it when done); any other,
+// or one of no kind here, stays with TakeOverLapsed, which releases it.
 func (c *Control) resumeLapsed(ctx context.Context, id string, kinds []ResidentKind) error {
 	pending, err := c.st.Pending(ctx, id)
 	if err != nil {
 		return err
 	}
 	sess, err := c.st.GetSession(ctx, id)
-	if err != nil || len(pending) == 0 && !c.reattaches(sess.Provider) {
+	if err != nil || len(pending) == 0 && (c.resumes == nil || !c.resumes(sess)) {
 		return err
 	}
 	for _, k := range kinds {
-		if ok, err := k.TakeOver(ctx, sess, resident.HolderTakeover); ok || err != nil {
+		if ok, err := k.TakeOver(ctx, sess, HolderTakeover); ok || err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// fence stops driving every resident agent of this replica.
-func (c *Control) fence(ctx context.Context) {
+// Fence stops driving every resident agent of this replica.
+func (c *Control) Fence(ctx context.Context) {
 	c.mu.Lock()
 	kinds := append([]ResidentKind(nil), c.residents...)
 	c.mu.Unlock()

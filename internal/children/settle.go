@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // turnEnd is the child loop's watch (resident.Policy.Watch): while c's
@@ -45,7 +46,7 @@ func (m *Manager) settleIfDone(c *child, act *activation) {
 	}()
 }
 
-// settle ends act (R67–R71): the epoch's facts are the outcome of its own
+// settle ends act (R67–R71): the activation's facts are the outcome of its own
 // events, read before the agent is closed; a failed close makes it error without output
 // (R70); the parent gets its notice (R74), then subagent/end is recorded and
 // dispatched; finally the activation is removed and, when a delivery is
@@ -61,9 +62,9 @@ func (m *Manager) settle(act *activation) {
 	}
 	if err := closeAgent(ctx); err != nil {
 		m.log.ErrorContext(ctx, "close continuable child agent", slog.String("child_id", c.key.ID), slog.Any("error", err))
-		reason, output = StopError, []model.Block{}
+		reason, output = subagent.StopError, []model.Block{}
 	}
-	// Every message the epoch logged is delivered; most were acknowledged
+	// Every message the activation logged is delivered; most were acknowledged
 	// on admission already.
 	if len(outcome.Messages) > 0 {
 		m.ack(ctx, c.key.ID, outcome.Messages...)
@@ -97,7 +98,7 @@ func (m *Manager) settle(act *activation) {
 // budget's raise (DeliverWaiting), and their callers are answered
 // RouteParked. It runs in c's loop.
 func (m *Manager) parkOwed(ctx context.Context, c *child) bool {
-	paused, err := m.svc.treePaused(ctx, c.key.ID)
+	paused, err := m.svc.TreePaused(ctx, c.key.ID)
 	if err != nil {
 		m.log.WarnContext(ctx, "read whether the tree is paused; the owed followups are delivered", slog.String("child_id", c.key.ID), slog.Any("error", err))
 	}
@@ -105,7 +106,7 @@ func (m *Manager) parkOwed(ctx context.Context, c *child) bool {
 		return false
 	}
 	for id := range c.waiters {
-		m.answer(c, id, answer{res: FollowupResult{Route: RouteParked, MessageID: id}})
+		m.answer(c, id, answer{res: FollowupResult{Route: subagent.RouteParked, MessageID: id}})
 	}
 	return true
 }
@@ -115,7 +116,7 @@ func (m *Manager) parkOwed(ctx context.Context, c *child) bool {
 // Service.recordEnd), and returns the func that dispatches it (R71).
 func (m *Manager) end(act *activation, reason string, output []model.Block, outcome sessionlog.Outcome) (dispatch func()) {
 	usage := outcome.Usage
-	e := act.event(EventEnd)
+	e := act.event(subagent.EventEnd)
 	e.StopReason = reason
 	if len(output) > 0 {
 		e.LastAssistantMessage = output
@@ -127,18 +128,18 @@ func (m *Manager) end(act *activation, reason string, output []model.Block, outc
 	}
 	res := store.RunResult{StopReason: reason, Output: out, Usage: usage, UsageKnown: usage.Known()}
 	switch {
-	case reason == StopAborted:
+	case reason == subagent.StopAborted:
 		res.Diagnostic = act.diagnostic
-	case !IsSuccess(reason) && outcome.End != nil:
+	case !subagent.IsSuccess(reason) && outcome.End != nil:
 		// A failed turn's message: a tree's deadline or idle bound, say.
-		res.Diagnostic = TruncateDiagnostic(outcome.End.Reason.Message)
+		res.Diagnostic = subagent.TruncateDiagnostic(outcome.End.Reason.Message)
 	}
-	e, recorded := m.svc.recordEnd(act.base, log, e, res,
+	e, recorded := m.svc.RecordEnd(act.base, log, e, res,
 		func(ctx context.Context) error { return m.children.Reclaim(ctx, act.c.key) })
 	act.inv.End(reason, nil)
 	return func() {
 		if recorded {
-			m.svc.bus.dispatch(act.base, e)
+			m.svc.Dispatch(act.base, e)
 		}
 	}
 }
@@ -178,21 +179,21 @@ func EpochStopReason(o sessionlog.Outcome) string {
 	switch kind {
 	case sessionlog.ReasonCompleted:
 		if o.DroppedUnrun {
-			return StopAborted
+			return subagent.StopAborted
 		}
-		return StopCompleted
+		return subagent.StopCompleted
 	case sessionlog.ReasonMaxTokens:
-		return StopMaxTokens
+		return subagent.StopMaxTokens
 	case sessionlog.ReasonAborted, sessionlog.ReasonInterrupted:
-		return StopAborted
+		return subagent.StopAborted
 	case sessionlog.ReasonBlocked:
-		return StopRefusal
+		return subagent.StopRefusal
 	case sessionlog.ReasonBudgetExhausted:
-		return StopBudgetExhausted
+		return subagent.StopBudgetExhausted
 	case sessionlog.ReasonDeadlineExceeded:
-		return StopDeadlineExceeded
+		return subagent.StopDeadlineExceeded
 	}
-	return StopError
+	return subagent.StopError
 }
 
 // maxSummary bounds a notice's summary (R77, docs/seam.md §13).
@@ -205,15 +206,15 @@ const maxSummary = 120
 func settlementNotice(child, label, reason string, output []model.Block) ([]model.Block, sessionlog.Source) {
 	var summary string
 	switch reason {
-	case StopCompleted:
+	case subagent.StopCompleted:
 		summary = fmt.Sprintf("Background subagent %s finished and will do no further work unless you send it more.", child)
-	case StopAborted:
+	case subagent.StopAborted:
 		summary = fmt.Sprintf("Background subagent %s was stopped before it finished.", child)
-	case StopMaxTokens:
+	case subagent.StopMaxTokens:
 		summary = fmt.Sprintf("Background subagent %s ran out of room before it finished.", child)
-	case StopRefusal:
+	case subagent.StopRefusal:
 		summary = fmt.Sprintf("Background subagent %s declined the task.", child)
-	case StopError:
+	case subagent.StopError:
 		summary = fmt.Sprintf("Background subagent %s failed before it finished.", child)
 	default:
 		summary = fmt.Sprintf("Background subagent %s ended abnormally (%s) before it finished.", child, reason)
@@ -224,7 +225,7 @@ func settlementNotice(child, label, reason string, output []model.Block) ([]mode
 	} else {
 		content = append(append(content, model.TextBlock("Its closing message:")), output...)
 	}
-	return content, sessionlog.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: boundSummary(summary), SenderSessionID: child, Label: label}
+	return content, sessionlog.Source{Kind: subagent.SourceSubagentSettled, Form: "notice", Summary: boundSummary(summary), SenderSessionID: child, Label: label}
 }
 
 // boundSummary cuts s to maxSummary characters, ending a cut one with "…".

@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 func TestActivation_R69_EpochStopReason(t *testing.T) {
@@ -34,17 +35,17 @@ func TestActivation_R69_EpochStopReason(t *testing.T) {
 		events []store.Event
 		want   string
 	}{
-		{"completed", turn("completed"), StopCompleted},
-		{"max-tokens", turn("max-tokens"), StopMaxTokens},
-		{"aborted", turn("aborted"), StopAborted},
-		{"interrupted (crash repair, R133)", turn("interrupted"), StopAborted},
-		{"error", turn("error"), StopError},
-		{"blocked is refusal", turn("blocked"), StopRefusal},
-		{"unknown is error (R32)", turn("sideways"), StopError},
-		{"no accounting turn", nil, StopCompleted},
-		{"work dropped unrun after a clean turn", append(turn("completed"), dropped), StopAborted},
-		{"work dropped unrun, no turn", []store.Event{dropped}, StopAborted},
-		{"a failure outranks a later cancellation", append(turn("error"), dropped), StopError},
+		{"completed", turn("completed"), subagent.StopCompleted},
+		{"max-tokens", turn("max-tokens"), subagent.StopMaxTokens},
+		{"aborted", turn("aborted"), subagent.StopAborted},
+		{"interrupted (crash repair, R133)", turn("interrupted"), subagent.StopAborted},
+		{"error", turn("error"), subagent.StopError},
+		{"blocked is refusal", turn("blocked"), subagent.StopRefusal},
+		{"unknown is error (R32)", turn("sideways"), subagent.StopError},
+		{"no accounting turn", nil, subagent.StopCompleted},
+		{"work dropped unrun after a clean turn", append(turn("completed"), dropped), subagent.StopAborted},
+		{"work dropped unrun, no turn", []store.Event{dropped}, subagent.StopAborted},
+		{"a failure outranks a later cancellation", append(turn("error"), dropped), subagent.StopError},
 	} {
 		if got := EpochStopReason(sessionlog.OutcomeOf(tc.events)); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
@@ -53,7 +54,7 @@ func TestActivation_R69_EpochStopReason(t *testing.T) {
 }
 
 // failingClose is a ChildAgent whose Close fails.
-type failingClose struct{ ChildAgent }
+type failingClose struct{ subagent.ChildAgent }
 
 func (f failingClose) Close(ctx context.Context) error {
 	_ = f.ChildAgent.Close(ctx)
@@ -63,10 +64,10 @@ func (f failingClose) Close(ctx context.Context) error {
 func TestActivation_R70_TeardownFailureIsErrorWithoutOutput(t *testing.T) {
 	t.Parallel()
 	e := newContEnv(t, scripted.New(scripted.Step{Text: "fine answer"}))
-	e.mat.wrap = func(a ChildAgent) ChildAgent { return failingClose{a} }
+	e.mat.wrap = func(a subagent.ChildAgent) subagent.ChildAgent { return failingClose{a} }
 	res := e.start(t, e.req(t, "go"))
 	end := e.ended(t, res.TaskID)
-	if end.StopReason != StopError || end.LastAssistantMessage != nil {
+	if end.StopReason != subagent.StopError || end.LastAssistantMessage != nil {
 		t.Errorf("end %+v", end)
 	}
 	ns := e.notices.waitFor(t, "the notice", func(ns []notice) bool { return len(ns) == 1 })
@@ -91,16 +92,16 @@ func TestNotice_R67_R74_R77_RootParentGetsTheOutcomeThroughTheSink(t *testing.T)
 		n.content[2].Text != "the result" {
 		t.Errorf("notice %+v", n)
 	}
-	if n.quiet || n.src != (sessionlog.Source{Kind: SourceSubagentSettled, Form: "notice", Summary: summary, SenderSessionID: res.ChildID, Label: "task"}) {
+	if n.quiet || n.src != (sessionlog.Source{Kind: subagent.SourceSubagentSettled, Form: "notice", Summary: summary, SenderSessionID: res.ChildID, Label: "task"}) {
 		t.Errorf("source %+v", n.src)
 	}
 	e.ended(t, res.TaskID)
 }
 
-func countEnds(evs []Event) int {
+func countEnds(evs []subagent.Event) int {
 	n := 0
 	for _, ev := range evs {
-		if ev.Type == EventEnd {
+		if ev.Type == subagent.EventEnd {
 			n++
 		}
 	}
@@ -109,7 +110,7 @@ func countEnds(evs []Event) int {
 
 func TestNotice_R77_SummaryBoundedTo120Characters(t *testing.T) {
 	t.Parallel()
-	_, src := settlementNotice("018f2b6c-6f1d-4d7e-9a63-3d2b1c0e9f4a", "researcher", StopCompleted, nil)
+	_, src := settlementNotice("018f2b6c-6f1d-4d7e-9a63-3d2b1c0e9f4a", "researcher", subagent.StopCompleted, nil)
 	if n := utf8.RuneCountInString(src.Summary); n > 120 || strings.HasSuffix(src.Summary, "…") {
 		t.Errorf("a UUID's summary (%d characters) was cut: %q", n, src.Summary)
 	}
@@ -125,10 +126,10 @@ func TestNotice_R77_SummaryBoundedTo120Characters(t *testing.T) {
 		t.Errorf("unknown reason sentence %q", content[0].Text)
 	}
 	for reason, want := range map[string]string{
-		StopAborted:   "was stopped before it finished.",
-		StopMaxTokens: "ran out of room before it finished.",
-		StopRefusal:   "declined the task.",
-		StopError:     "failed before it finished.",
+		subagent.StopAborted:   "was stopped before it finished.",
+		subagent.StopMaxTokens: "ran out of room before it finished.",
+		subagent.StopRefusal:   "declined the task.",
+		subagent.StopError:     "failed before it finished.",
 	} {
 		if content, _ := settlementNotice("c", "", reason, nil); content[0].Text != "Background subagent c "+want {
 			t.Errorf("%s: %q", reason, content[0].Text)
@@ -141,7 +142,7 @@ func TestNotice_R79_FailedDeliveryDoesNotBlockSettlement(t *testing.T) {
 	e := newContEnv(t, scripted.New(scripted.Step{Text: "ok"}))
 	e.notices.fail = errors.New("parent gone")
 	res := e.start(t, e.req(t, "go"))
-	if end := e.ended(t, res.TaskID); end.StopReason != StopCompleted {
+	if end := e.ended(t, res.TaskID); end.StopReason != subagent.StopCompleted {
 		t.Errorf("end %+v", end)
 	}
 	e.settled(t, res.ChildID)
@@ -165,7 +166,7 @@ func TestNotice_R78_ContinuableParentIsWokenByItsChildsNotice(t *testing.T) {
 		return slices.Equal(turnEndKinds(t, evs), []string{sessionlog.ReasonCompleted, sessionlog.ReasonCompleted})
 	})
 	msgs := userMessages(t, evs)
-	if len(msgs) != 2 || msgs[1].Source.Kind != SourceSubagentSettled || msgs[1].Source.SenderSessionID != kid.ChildID {
+	if len(msgs) != 2 || msgs[1].Source.Kind != subagent.SourceSubagentSettled || msgs[1].Source.SenderSessionID != kid.ChildID {
 		t.Fatalf("parent messages %+v", msgs)
 	}
 	e.settled(t, parent.ChildID)
@@ -192,7 +193,7 @@ func TestRecover_R130_AcceptedMessageIsDeliveredAfterARestart(t *testing.T) {
 	first.ended(t, res.TaskID)
 	first.settled(t, res.ChildID)
 	// The process accepted a followup and died before delivering it.
-	row, err := newRow(res.ChildID, txt("accepted before the crash"), sessionlog.Source{Kind: SourceUser})
+	row, err := newRow(res.ChildID, txt("accepted before the crash"), sessionlog.Source{Kind: subagent.SourceUser})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,14 +205,14 @@ func TestRecover_R130_AcceptedMessageIsDeliveredAfterARestart(t *testing.T) {
 	if err := second.m.Recover(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	starts := second.life.waitFor(t, "the recovery activation", func(evs []Event) bool { return len(evs) >= 1 })
+	starts := second.life.waitFor(t, "the recovery activation", func(evs []subagent.Event) bool { return len(evs) >= 1 })
 	end := second.ended(t, starts[0].TaskID)
-	if end.StopReason != StopCompleted || model.Text(end.LastAssistantMessage) != "after" {
+	if end.StopReason != subagent.StopCompleted || model.Text(end.LastAssistantMessage) != "after" {
 		t.Errorf("recovered epoch %+v", end)
 	}
 	second.settled(t, res.ChildID)
 	f, err := second.m.Followup(t.Context(), "p1", res.ChildID, txt("three"), sessionlog.Source{})
-	if err != nil || f.Route != RouteStarted {
+	if err != nil || f.Route != subagent.RouteStarted {
 		t.Fatalf("followup after recovery: %+v, %v", f, err)
 	}
 	second.ended(t, f.TaskID)
@@ -232,7 +233,7 @@ func TestRecover_R133_ClaimedButUnacknowledgedIsNotRedelivered(t *testing.T) {
 	first.settled(t, res.ChildID)
 	// Crash after the child logged the message (its turn still open) and
 	// before the inbox row was acknowledged.
-	row, _ := newRow(res.ChildID, txt("claimed"), sessionlog.Source{Kind: SourceUser})
+	row, _ := newRow(res.ChildID, txt("claimed"), sessionlog.Source{Kind: subagent.SourceUser})
 	msg, _ := RowMessage(row)
 	data, _ := json.Marshal(msg)
 	if err := first.st.Enqueue(t.Context(), row); err != nil {
@@ -266,7 +267,7 @@ func TestRecover_R132_MessageLeftInTheAgentsOwnInboxRunsOnce(t *testing.T) {
 	first.settled(t, res.ChildID)
 	// Crash after the message reached the agent's log-sourced inbox, behind
 	// an open turn, before it ran.
-	row, _ := newRow(res.ChildID, txt("queued"), sessionlog.Source{Kind: SourceUser})
+	row, _ := newRow(res.ChildID, txt("queued"), sessionlog.Source{Kind: subagent.SourceUser})
 	msg, _ := RowMessage(row)
 	splice, _ := json.Marshal(sessionlog.InboxSplicedData{Target: sessionlog.TargetNextTurn, Inserted: []sessionlog.UserMessage{msg}})
 	if err := first.st.Enqueue(t.Context(), row); err != nil {
@@ -280,7 +281,7 @@ func TestRecover_R132_MessageLeftInTheAgentsOwnInboxRunsOnce(t *testing.T) {
 	if err := second.m.Recover(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	starts := second.life.waitFor(t, "the recovery activation", func(evs []Event) bool { return len(evs) >= 1 })
+	starts := second.life.waitFor(t, "the recovery activation", func(evs []subagent.Event) bool { return len(evs) >= 1 })
 	second.ended(t, starts[0].TaskID)
 	second.settled(t, res.ChildID)
 	if got := userTexts(t, second.log(t, res.ChildID)); !slices.Equal(got, []string{"one", "queued"}) {
@@ -299,14 +300,14 @@ func TestShutdown_R113_StopsAdmissionAndKeepsAcceptedMessages(t *testing.T) {
 	if err := e.m.Shutdown(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if end := e.ended(t, res.TaskID); end.StopReason != StopAborted {
+	if end := e.ended(t, res.TaskID); end.StopReason != subagent.StopAborted {
 		t.Errorf("end %+v", end)
 	}
 	_, err := e.m.StartContinuable(t.Context(), e.req(t, "more"))
-	wantCode(t, err, EDraining)
+	wantCode(t, err, subagent.EDraining)
 	_, err = e.m.Followup(t.Context(), "p1", res.ChildID, txt("more"), sessionlog.Source{})
-	wantCode(t, err, EDraining)
-	if o := await(t, out); ErrorCode(o.err) != EAborted {
+	wantCode(t, err, subagent.EDraining)
+	if o := await(t, out); subagent.ErrorCode(o.err) != subagent.EAborted {
 		t.Errorf("waiting followup: %+v, %v", o.res, o.err)
 	}
 
@@ -314,7 +315,7 @@ func TestShutdown_R113_StopsAdmissionAndKeepsAcceptedMessages(t *testing.T) {
 	if err := next.m.Recover(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	starts := next.life.waitFor(t, "the recovery activation", func(evs []Event) bool { return len(evs) >= 1 })
+	starts := next.life.waitFor(t, "the recovery activation", func(evs []subagent.Event) bool { return len(evs) >= 1 })
 	next.ended(t, starts[0].TaskID)
 	if got := userTexts(t, next.log(t, res.ChildID)); !slices.Equal(got, []string{"go", "in flight"}) {
 		t.Errorf("user messages %v", got)
@@ -322,7 +323,7 @@ func TestShutdown_R113_StopsAdmissionAndKeepsAcceptedMessages(t *testing.T) {
 }
 
 // failingFollowup is a ChildAgent whose inbox refuses messages.
-type failingFollowup struct{ ChildAgent }
+type failingFollowup struct{ subagent.ChildAgent }
 
 func (f failingFollowup) FollowupMessage(context.Context, sessionlog.UserMessage) (string, error) {
 	return "", errors.New("inbox write failed")
@@ -331,7 +332,7 @@ func (f failingFollowup) FollowupMessage(context.Context, sessionlog.UserMessage
 func TestActivation_R73_DeliveryFailureWithdrawsTheMessage(t *testing.T) {
 	t.Parallel()
 	e := newContEnv(t, scripted.New(scripted.Step{Text: "ok"}))
-	e.mat.setWrap(func(a ChildAgent) ChildAgent { return failingFollowup{a} })
+	e.mat.setWrap(func(a subagent.ChildAgent) subagent.ChildAgent { return failingFollowup{a} })
 	req := e.req(t, "go")
 	req.ChildID = "kid"
 	if _, err := e.m.StartContinuable(t.Context(), req); err == nil {
@@ -340,7 +341,7 @@ func TestActivation_R73_DeliveryFailureWithdrawsTheMessage(t *testing.T) {
 	if p, _ := e.st.Pending(t.Context(), "kid"); len(p) != 0 {
 		t.Errorf("undelivered prompt still pending: %+v", p)
 	}
-	if evs := e.life.all(); len(evs) != 2 || evs[1].StopReason != StopAborted {
+	if evs := e.life.all(); len(evs) != 2 || evs[1].StopReason != subagent.StopAborted {
 		t.Errorf("lifecycle %+v", evs)
 	}
 	if n := len(e.notices.all()); n != 0 {
@@ -352,7 +353,7 @@ func TestActivation_R73_DeliveryFailureWithdrawsTheMessage(t *testing.T) {
 	res := e.start(t, req)
 	e.ended(t, res.TaskID)
 	e.settled(t, res.ChildID)
-	e.mat.setWrap(func(a ChildAgent) ChildAgent { return failingFollowup{a} })
+	e.mat.setWrap(func(a subagent.ChildAgent) subagent.ChildAgent { return failingFollowup{a} })
 	if _, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("again"), sessionlog.Source{}); err == nil {
 		t.Fatal("followup succeeded though it was not delivered")
 	}
@@ -363,7 +364,7 @@ func TestActivation_R73_DeliveryFailureWithdrawsTheMessage(t *testing.T) {
 
 // countingCancel counts Cancel calls.
 type countingCancel struct {
-	ChildAgent
+	subagent.ChildAgent
 	mu      *sync.Mutex
 	cancels *int
 }
@@ -381,7 +382,7 @@ func TestInterrupt_R101_R104_OneCancelPerActivation(t *testing.T) {
 	e := newContEnv(t, gatedModel(gate, reached, "never"))
 	var mu sync.Mutex
 	cancels := 0
-	e.mat.setWrap(func(a ChildAgent) ChildAgent { return countingCancel{a, &mu, &cancels} })
+	e.mat.setWrap(func(a subagent.ChildAgent) subagent.ChildAgent { return countingCancel{a, &mu, &cancels} })
 	res := e.start(t, e.req(t, "go"))
 	<-reached
 	for range 3 {
@@ -411,12 +412,12 @@ func TestNotice_R78_QuietUnlessStartedToWake(t *testing.T) {
 	kid := e.start(t, req)
 	e.ended(t, kid.TaskID)
 	e.settled(t, kid.ChildID)
-	if f, err := e.m.Followup(t.Context(), "p1", kid.ChildID, txt("again"), sessionlog.Source{}); err != nil || f.Route != RouteStarted {
+	if f, err := e.m.Followup(t.Context(), "p1", kid.ChildID, txt("again"), sessionlog.Source{}); err != nil || f.Route != subagent.RouteStarted {
 		t.Fatalf("followup: %+v, %v", f, err)
 	}
 	ns := e.notices.waitFor(t, "two notices", func(ns []notice) bool { return len(ns) == 2 })
 	for _, n := range ns {
-		if !n.quiet || n.src.Kind != SourceSubagentSettled || n.src.Label != "task" {
+		if !n.quiet || n.src.Kind != subagent.SourceSubagentSettled || n.src.Label != "task" {
 			t.Errorf("notice %+v, want a quiet settlement notice naming the label", n)
 		}
 	}
@@ -435,12 +436,12 @@ func TestNotice_R78_QuietUnlessStartedToWake(t *testing.T) {
 	if rows, err := e.st.Pending(t.Context(), parent.ChildID); err != nil || len(rows) != 1 || !rows[0].Quiet {
 		t.Fatalf("parent inbox %+v, %v: want the notice as one quiet row", rows, err)
 	}
-	if f, err := e.m.Followup(t.Context(), "p1", parent.ChildID, txt("next"), sessionlog.Source{}); err != nil || f.Route != RouteStarted {
+	if f, err := e.m.Followup(t.Context(), "p1", parent.ChildID, txt("next"), sessionlog.Source{}); err != nil || f.Route != subagent.RouteStarted {
 		t.Fatalf("followup to the parent: %+v, %v", f, err)
 	}
 	// The parked notice runs first, as a turn of its own, then the followup.
 	evs := e.waitLog(t, parent.ChildID, "the parent's next turns", func(evs []store.Event) bool { return len(turnEndKinds(t, evs)) == 3 })
-	if got := userMessages(t, evs); len(got) != 3 || got[1].Source.Kind != SourceSubagentSettled || got[1].Source.SenderSessionID != grandchild.ChildID {
+	if got := userMessages(t, evs); len(got) != 3 || got[1].Source.Kind != subagent.SourceSubagentSettled || got[1].Source.SenderSessionID != grandchild.ChildID {
 		t.Errorf("parent messages %+v, want the parked notice before the followup", got)
 	}
 }

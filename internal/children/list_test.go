@@ -1,4 +1,4 @@
-package subagent
+package children
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // addChild stores a child session of parent created at minute min, with
@@ -35,8 +36,8 @@ const (
 )
 
 var (
-	oneShotHdr = store.Session{Mode: ModeOneShot, Provider: "spawn", Label: "quick"}
-	contHdr    = store.Session{Mode: ModeContinuable, Provider: "acp", Label: "long"}
+	oneShotHdr = store.Session{Mode: subagent.ModeOneShot, Provider: "spawn", Label: "quick"}
+	contHdr    = store.Session{Mode: subagent.ModeContinuable, Provider: "acp", Label: "long"}
 	noHdr      = store.Session{}
 )
 
@@ -71,12 +72,12 @@ func TestChildren_R121_R125_FromDurableHeadersAndDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []ListEntry{
-		{Kind: EntryChild, ID: "a-cont", Mode: ModeContinuable, Label: "long", Provider: "acp", Activity: ActivityInactive, HasChildren: true},
-		{Kind: EntryChild, ID: "b-oneshot", Mode: ModeOneShot, Label: "quick", Provider: "spawn", Activity: ActivityInactive},
+		{Kind: EntryChild, ID: "a-cont", Mode: subagent.ModeContinuable, Label: "long", Provider: "acp", Activity: subagent.ActivityInactive, HasChildren: true},
+		{Kind: EntryChild, ID: "b-oneshot", Mode: subagent.ModeOneShot, Label: "quick", Provider: "spawn", Activity: subagent.ActivityInactive},
 		{Kind: EntryDiagnostic, ID: "c-corrupt", Reason: DiagnosticCorrupt},
-		{Kind: EntryChild, ID: "e-header-wins", Mode: ModeContinuable, Label: "long", Provider: "acp", Activity: ActivityInactive},
+		{Kind: EntryChild, ID: "e-header-wins", Mode: subagent.ModeContinuable, Label: "long", Provider: "acp", Activity: subagent.ActivityInactive},
 		{Kind: EntryDiagnostic, ID: "f-no-header-identity", Reason: DiagnosticCorrupt},
-		{Kind: EntryChild, ID: "z-live", Mode: ModeContinuable, Label: "task", Provider: "spawn", Activity: ActivityRunning},
+		{Kind: EntryChild, ID: "z-live", Mode: subagent.ModeContinuable, Label: "task", Provider: "spawn", Activity: subagent.ActivityRunning},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("children\n got %+v\nwant %+v", got, want)
@@ -89,7 +90,7 @@ func TestChildren_R121_R125_FromDurableHeadersAndDescriptors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if last := got[len(got)-1]; last.ID != "z-live" || last.Activity != ActivityInactive {
+	if last := got[len(got)-1]; last.ID != "z-live" || last.Activity != subagent.ActivityInactive {
 		t.Errorf("settled child %+v", last)
 	}
 	if got, err := e.m.Children(t.Context(), "nobody"); err != nil || len(got) != 0 {
@@ -102,7 +103,7 @@ func TestChildren_R123_LiveChildWithoutIdentityIsOmitted(t *testing.T) {
 	e := newContEnv(t, scripted.New())
 	addChild(t, e, "running-oneshot", "p1", OriginSubagent, 1, noHdr)
 	run := newFakeRun("running-oneshot", true)
-	e.prov.StartFn = func(context.Context, ResolvedRequest) (Run, error) { return run, nil }
+	e.prov.StartFn = func(context.Context, subagent.ResolvedRequest) (subagent.Run, error) { return run, nil }
 	h, err := e.svc.Start(t.Context(), "spawn", request())
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +111,7 @@ func TestChildren_R123_LiveChildWithoutIdentityIsOmitted(t *testing.T) {
 	if got, err := e.m.Children(t.Context(), "p1"); err != nil || len(got) != 0 {
 		t.Errorf("a live child before its descriptor: %+v, %v", got, err)
 	}
-	run.settle(Result{StopReason: StopCompleted}, nil)
+	run.settle(subagent.Result{StopReason: subagent.StopCompleted}, nil)
 	waitDone(t, h)
 	got, err := e.m.Children(t.Context(), "p1")
 	if err != nil || len(got) != 1 || got[0].Kind != EntryDiagnostic || got[0].Reason != DiagnosticCorrupt {
@@ -152,8 +153,8 @@ func TestChild_InfoAndTask(t *testing.T) {
 	res := e.start(t, e.req(t, "go"))
 	<-reached
 	info, err := e.m.Child(t.Context(), res.ChildID)
-	if err != nil || info.Activity != ActivityRunning || info.TaskID != res.TaskID || info.Identity == nil ||
-		info.Identity.Mode != ModeContinuable || info.Session.ParentID != "p1" {
+	if err != nil || info.Activity != subagent.ActivityRunning || info.TaskID != res.TaskID || info.Identity == nil ||
+		info.Identity.Mode != subagent.ModeContinuable || info.Session.ParentID != "p1" {
 		t.Fatalf("live child %+v, %v", info, err)
 	}
 	if run, err := e.m.Task(t.Context(), res.TaskID); err != nil || run.State != store.StateRunning {
@@ -163,13 +164,13 @@ func TestChild_InfoAndTask(t *testing.T) {
 	e.ended(t, res.TaskID)
 	e.settled(t, res.ChildID)
 	info, err = e.m.Child(t.Context(), res.ChildID)
-	if err != nil || info.Activity != ActivityInactive || info.TaskID != res.TaskID {
+	if err != nil || info.Activity != subagent.ActivityInactive || info.TaskID != res.TaskID {
 		t.Errorf("settled child %+v, %v", info, err)
 	}
 	_, err = e.m.Child(t.Context(), "p1")
-	wantCode(t, err, ESessionNotFound)
+	wantCode(t, err, subagent.ESessionNotFound)
 	_, err = e.m.Task(t.Context(), "no-task")
-	wantCode(t, err, ETaskNotFound)
+	wantCode(t, err, subagent.ETaskNotFound)
 	// A followup makes the new task the child's current one.
 	f, err := e.m.Followup(t.Context(), "p1", res.ChildID, txt("more"), sessionlog.Source{})
 	if err != nil {

@@ -1,4 +1,4 @@
-package delegate
+package roots
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -20,8 +21,8 @@ import (
 	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
-// RootsConfig configures Roots.
-type RootsConfig struct {
+// ManagerConfig configures a Manager.
+type ManagerConfig struct {
 	// Store holds the root sessions and their logs. Required.
 	Store store.Store
 	// Routes resolves a root session's agentOptions; nil means no model is
@@ -41,7 +42,7 @@ type RootsConfig struct {
 	// (subagent.Service.Control): a root is driven only under its resident
 	// lease, and prompts and notices for a root another replica drives go
 	// there. Nil means a single process: no leases.
-	Control *subagent.Control
+	Control *resident.Control
 	// Metrics counts the tokens of the root agents' model calls; nil
 	// counts nothing.
 	Metrics *telemetry.Metrics
@@ -51,7 +52,7 @@ type RootsConfig struct {
 	Budget Budget
 }
 
-// Budget is what Roots asks of a tree's limits; *governance.Limits
+// Budget is what the Manager asks of a tree's limits; *governance.Limits
 // implements it.
 type Budget interface {
 	agent.Gate
@@ -63,13 +64,13 @@ type Budget interface {
 // an invoke_agent span of its own.
 const RootAgent = "root"
 
-// Roots runs the agents of root sessions: one live *agent.Agent per root
+// Manager runs the agents of root sessions: one live *agent.Agent per root
 // session, created on demand from the session header and its log, so that an
 // agent closed while idle (CloseIdle) continues where its log ends. It also
 // delivers settlement notices and child reports to root parents (Notify).
 //
-// Every message Roots accepts — a prompt, a notice, a report — is first a
-// row of the durable inbox (see subagent.InboxRow), acknowledged once the
+// Every message the Manager accepts — a prompt, a notice, a report — is first a
+// row of the durable inbox (see children.InboxRow), acknowledged once the
 // root's log holds it as a user/message; loading an agent delivers the rows
 // its log lacks (Recover at start-up, or the next prompt), so a crash or a
 // shutdown loses none. It is safe for concurrent use.
@@ -78,12 +79,12 @@ const RootAgent = "root"
 // step's admission — is owned by one loop of the resident engine
 // (internal/resident), which takes commands from a channel; nothing else
 // touches its state, and nothing waits for idleness. Across replicas (see
-// subagent.Control), a loop holds the root's resident lease while it has
+// resident.Control), a loop holds the root's resident lease while it has
 // anything live, taken before its first command runs and released once it
 // holds nothing; a root another replica drives gets its prompts and
 // notices there.
-type Roots struct {
-	cfg   RootsConfig
+type Manager struct {
+	cfg   ManagerConfig
 	log   *slog.Logger
 	roots *resident.Group[root, error]
 
@@ -91,13 +92,13 @@ type Roots struct {
 	closed bool
 }
 
-// root is the state of one root session, owned by its loop in Roots.roots.
+// root is the state of one root session, owned by its loop in Manager.roots.
 type root struct {
 	key resident.Key
 
 	agent    *agent.Agent
 	lastUsed time.Time
-	// closed: Roots.Close reached this loop; no agent loads any more.
+	// closed: Manager.Close reached this loop; no agent loads any more.
 	closed bool
 	// disposed: the root was disposed (Dispose); it takes no more prompts.
 	disposed bool
@@ -107,9 +108,9 @@ type root struct {
 	// settle; run awaits the head's admission.
 	notices []*delivery
 	// mayTurn: a message may be runnable in the agent's next-turn inbox,
-	// so a turn other than the running one may start without Roots giving
+	// so a turn other than the running one may start without the Manager giving
 	// the agent a message; see followup. Cleared whenever the agent is seen
-	// idle: its inbox then holds nothing runnable, and only Roots adds to
+	// idle: its inbox then holds nothing runnable, and only the Manager adds to
 	// it.
 	mayTurn bool
 	// unacked are the inbox rows handed to agent whose user/message its log
@@ -136,7 +137,7 @@ func (s *root) followup(ctx context.Context, msg sessionlog.UserMessage) error {
 }
 
 // handed records that the agent got inbox row id, to be acknowledged once
-// its log holds it (Roots.sweep).
+// its log holds it (Manager.sweep).
 func (s *root) handed(id string) {
 	if s.unacked == nil {
 		s.unacked = map[string]bool{}
@@ -153,11 +154,11 @@ type delivery struct {
 	steered <-chan error
 }
 
-var _ subagent.NoticeSink = (*Roots)(nil)
+var _ children.NoticeSink = (*Manager)(nil)
 
-// NewRoots returns Roots for cfg.
-func NewRoots(cfg RootsConfig) *Roots {
-	r := &Roots{cfg: cfg, log: cfg.Logger}
+// NewManager returns the Manager of root sessions for cfg.
+func NewManager(cfg ManagerConfig) *Manager {
+	r := &Manager{cfg: cfg, log: cfg.Logger}
 	var leases *resident.Leases
 	if cfg.Control != nil {
 		leases = cfg.Control.Leases()
@@ -214,9 +215,9 @@ func NewRoots(cfg RootsConfig) *Roots {
 // child session (children are driven through their provider), for content
 // that is not JSON and for an unknown model route in the header, EDraining
 // after Close, and store errors; an error means nothing was accepted.
-func (r *Roots) Prompt(ctx context.Context, sessionID string, content []model.Block) (string, error) {
+func (r *Manager) Prompt(ctx context.Context, sessionID string, content []model.Block) (string, error) {
 	msg := sessionlog.UserMessage{Content: content, Source: sessionlog.Source{Kind: subagent.SourceUser}}
-	row, err := subagent.InboxRow(sessionID, msg)
+	row, err := children.InboxRow(sessionID, msg)
 	if err != nil {
 		return "", &subagent.Error{Code: subagent.EInvalidRequest, Message: "content is not valid JSON",
 			Fields: map[string]string{"content": "not valid JSON"}, Err: err}
@@ -230,9 +231,9 @@ func (r *Roots) Prompt(ctx context.Context, sessionID string, content []model.Bl
 // prompt is Prompt of row, on the replica that drives the root. A row
 // stored already (a request retried after the replica it was sent to was
 // lost) is taken as accepted.
-func (r *Roots) prompt(ctx context.Context, row store.InboxMessage) error {
+func (r *Manager) prompt(ctx context.Context, row store.InboxMessage) error {
 	sessionID := row.ChildID
-	msg, err := subagent.RowMessage(row)
+	msg, err := children.RowMessage(row)
 	if err != nil {
 		return fmt.Errorf("prompt %s: %w", sessionID, err)
 	}
@@ -265,9 +266,9 @@ func (r *Roots) prompt(ctx context.Context, row store.InboxMessage) error {
 // quiet ones at the head go to the log without waking the session (R108,
 // R118), and when anything else is pending its agent is loaded, which
 // delivers the rest (see load). Continuable children are left to
-// subagent.Manager.Recover. Failures are logged per session and returned
+// children.Manager.Recover. Failures are logged per session and returned
 // joined; the other sessions are still recovered.
-func (r *Roots) Recover(ctx context.Context) error {
+func (r *Manager) Recover(ctx context.Context) error {
 	return r.roots.Recover(ctx, r.cfg.Store, r.log)
 }
 
@@ -275,7 +276,7 @@ func (r *Roots) Recover(ctx context.Context) error {
 // unless its agent is loaded already (resident.Policy.Resume): start-up
 // recovery, and the takeover of a root whose owner was lost. It runs in
 // s's loop.
-func (r *Roots) recoverIn(ctx context.Context, s *root) error {
+func (r *Manager) recoverIn(ctx context.Context, s *root) error {
 	if err := r.roots.Hold(ctx, s.key); err != nil {
 		return err
 	}
@@ -287,13 +288,26 @@ func (r *Roots) recoverIn(ctx context.Context, s *root) error {
 
 // Live reports whether sessionID has a live agent in this process and
 // whether a turn of it is running (activity of listings).
-func (r *Roots) Live(ctx context.Context, sessionID string) (live, running bool) {
+func (r *Manager) Live(ctx context.Context, sessionID string) (live, running bool) {
 	r.roots.Peek(resident.Key{Tenant: store.Tenant(ctx), ID: sessionID}, func(s *root) {
 		if s.agent != nil {
 			live, running = true, s.agent.Running()
 		}
 	})
 	return live, running
+}
+
+// Idle returns a channel closed once sessionID's live agent runs no turn
+// and has nothing runnable queued (agent.Agent.Idle), and false when no
+// agent of it is live here.
+func (r *Manager) Idle(ctx context.Context, sessionID string) (<-chan struct{}, bool) {
+	var idle <-chan struct{}
+	r.roots.Peek(resident.Key{Tenant: store.Tenant(ctx), ID: sessionID}, func(s *root) {
+		if s.agent != nil {
+			idle = s.agent.Idle()
+		}
+	})
+	return idle, idle != nil
 }
 
 // do runs f in the loop of sessionID, starting the loop when there is
@@ -303,7 +317,7 @@ func (r *Roots) Live(ctx context.Context, sessionID string) (live, running bool)
 // (resume) — or fails with EDraining after Close; with create false,
 // s.agent may be nil. After Close the agents are closed and only the log
 // still takes input.
-func (r *Roots) do(ctx context.Context, sessionID string, create bool, f func(s *root) error) error {
+func (r *Manager) do(ctx context.Context, sessionID string, create bool, f func(s *root) error) error {
 	var err error
 	derr := r.roots.DoContext(ctx, resident.Key{Tenant: store.Tenant(ctx), ID: sessionID}, func(s *root) {
 		if err = r.roots.Hold(ctx, s.key); err == nil {
@@ -320,7 +334,7 @@ func (r *Roots) do(ctx context.Context, sessionID string, create bool, f func(s 
 // notices was steered, its loop takes that steer's settlement — an
 // admitted notice is done, a rejected one is handed over again (pump),
 // ahead of every later notice.
-func (r *Roots) watch(s *root) (<-chan error, func(context.Context, *root, error)) {
+func (r *Manager) watch(s *root) (<-chan error, func(context.Context, *root, error)) {
 	if len(s.notices) == 0 || s.notices[0].steered == nil {
 		return nil, nil
 	}
@@ -338,7 +352,7 @@ func (r *Roots) watch(s *root) (<-chan error, func(context.Context, *root, error
 }
 
 // load runs f for do in s's loop, loading the agent first as do says.
-func (r *Roots) load(ctx context.Context, s *root, create bool, f func(s *root) error) error {
+func (r *Manager) load(ctx context.Context, s *root, create bool, f func(s *root) error) error {
 	if create && s.closed {
 		return subagent.Errorf(subagent.EDraining, "the service is shutting down")
 	}
@@ -361,7 +375,7 @@ func (r *Roots) load(ctx context.Context, s *root, create bool, f func(s *root) 
 // that the agent loads with them and the next turn reads them (foldQuiet);
 // when nothing else is pending and always is unset, no agent is loaded
 // and nothing wakes. It runs in s's loop and s has no agent.
-func (r *Roots) open(ctx context.Context, s *root, always bool) error {
+func (r *Manager) open(ctx context.Context, s *root, always bool) error {
 	id := s.key.ID
 	rows, err := r.foldQuiet(ctx, id)
 	if err != nil {
@@ -389,7 +403,7 @@ func (r *Roots) open(ctx context.Context, s *root, always bool) error {
 // does, acknowledges them, and returns the rows after them. A row the log
 // holds already (a crash between append and acknowledgement) is only
 // acknowledged. The log is read only when such a row is pending.
-func (r *Roots) foldQuiet(ctx context.Context, id string) ([]store.InboxMessage, error) {
+func (r *Manager) foldQuiet(ctx context.Context, id string) ([]store.InboxMessage, error) {
 	rows, err := r.cfg.Store.Pending(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("root agent %s: read inbox: %w", id, err)
@@ -415,7 +429,7 @@ func (r *Roots) foldQuiet(ctx context.Context, id string) ([]store.InboxMessage,
 		if logged[row.ID] {
 			continue
 		}
-		msg, err := subagent.RowMessage(row)
+		msg, err := children.RowMessage(row)
 		if err != nil {
 			r.log.ErrorContext(ctx, "dropping an undecodable inbox message", slog.String("session_id", id), slog.Any("error", err))
 			continue
@@ -430,7 +444,7 @@ func (r *Roots) foldQuiet(ctx context.Context, id string) ([]store.InboxMessage,
 }
 
 // logged returns the ids of the user/messages root session id's log holds.
-func (r *Roots) logged(ctx context.Context, id string) (map[string]bool, error) {
+func (r *Manager) logged(ctx context.Context, id string) (map[string]bool, error) {
 	ids := map[string]bool{}
 	for after := int64(-1); ; {
 		page, err := r.cfg.Store.Events(ctx, id, after, 1000)
@@ -446,7 +460,7 @@ func (r *Roots) logged(ctx context.Context, id string) (map[string]bool, error) 
 }
 
 // build builds the agent of root session id from its header and log.
-func (r *Roots) build(ctx context.Context, id string) (*agent.Agent, error) {
+func (r *Manager) build(ctx context.Context, id string) (*agent.Agent, error) {
 	hdr, err := r.cfg.Store.GetSession(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, subagent.Errorf(subagent.ESessionNotFound, "session %q not found", id)
@@ -500,7 +514,7 @@ func (r *Roots) build(ctx context.Context, id string) (*agent.Agent, error) {
 // undelivered. The inbox is the authority: what the log left queued in the
 // agent's own inbox is discarded first, and rows the log already holds are
 // acknowledged, so that nothing runs twice.
-func (r *Roots) resume(ctx context.Context, id string, s *root, rows []store.InboxMessage) error {
+func (r *Manager) resume(ctx context.Context, id string, s *root, rows []store.InboxMessage) error {
 	a := s.agent
 	a.Cancel(sessionlog.CauseDisposed, false)
 	if len(rows) == 0 {
@@ -517,7 +531,7 @@ func (r *Roots) resume(ctx context.Context, id string, s *root, rows []store.Inb
 			done = append(done, row.ID)
 			continue
 		}
-		msg, err := subagent.RowMessage(row)
+		msg, err := children.RowMessage(row)
 		if err != nil {
 			r.log.ErrorContext(ctx, "dropping an undecodable inbox message", slog.String("session_id", id), slog.Any("error", err))
 			done = append(done, row.ID)
@@ -532,7 +546,7 @@ func (r *Roots) resume(ctx context.Context, id string, s *root, rows []store.Inb
 
 // sweep acknowledges the inbox rows handed to s's agent whose user/message
 // its log now holds, reading only the events it has not read yet.
-func (r *Roots) sweep(ctx context.Context, id string, s *root) {
+func (r *Manager) sweep(ctx context.Context, id string, s *root) {
 	if s.agent == nil || len(s.unacked) == 0 {
 		return
 	}
@@ -551,7 +565,7 @@ func (r *Roots) sweep(ctx context.Context, id string, s *root) {
 // ack removes delivered (or withdrawn) rows of session id from the durable
 // inbox. A failure is logged: a delivered row left behind is recognised
 // from the log when the agent is next loaded.
-func (r *Roots) ack(ctx context.Context, id string, ids ...string) {
+func (r *Manager) ack(ctx context.Context, id string, ids ...string) {
 	if len(ids) == 0 {
 		return
 	}
@@ -563,7 +577,7 @@ func (r *Roots) ack(ctx context.Context, id string, ids ...string) {
 // closeAgent closes s's agent and acknowledges what its log holds; rows it
 // discarded unrun stay in the inbox for the next load. On a close error
 // the agent stays in s.
-func (r *Roots) closeAgent(ctx context.Context, id string, s *root) error {
+func (r *Manager) closeAgent(ctx context.Context, id string, s *root) error {
 	err := s.agent.Close(ctx)
 	r.sweep(ctx, id, s)
 	if err != nil {
@@ -590,7 +604,7 @@ func (r *Roots) closeAgent(ctx context.Context, id string, s *root) error {
 //     after Close or for a disposed root — is appended to the log as a
 //     user/message, which the next turn sees.
 //
-// Whether a message wakes is the sender's rule (subagent.Manager's notify
+// Whether a message wakes is the sender's rule (children.Manager's notify
 // for settlement notices, the report delivery for reports): Notify only
 // carries it out.
 //
@@ -606,8 +620,8 @@ func (r *Roots) closeAgent(ctx context.Context, id string, s *root) error {
 // is not a root session (its own driver delivers to it), and store errors
 // — only for a message delivered at once, which is then withdrawn; a later
 // failure is logged and leaves the row for the next load.
-func (r *Roots) Notify(ctx context.Context, parentID string, msg sessionlog.UserMessage, quiet bool) error {
-	row, err := subagent.InboxRow(parentID, msg)
+func (r *Manager) Notify(ctx context.Context, parentID string, msg sessionlog.UserMessage, quiet bool) error {
+	row, err := children.InboxRow(parentID, msg)
 	if err != nil {
 		return fmt.Errorf("notify %s: %w", parentID, err)
 	}
@@ -639,7 +653,7 @@ func (r *Roots) Notify(ctx context.Context, parentID string, msg sessionlog.User
 // cannot be steered. It returns the delivery error of own when own was
 // handed over here; other failures are logged. A steered head is awaited
 // by s's loop (watch).
-func (r *Roots) pump(ctx context.Context, parentID string, s *root, own *delivery) error {
+func (r *Manager) pump(ctx context.Context, parentID string, s *root, own *delivery) error {
 	var ownErr error
 	for len(s.notices) > 0 {
 		i := slices.IndexFunc(s.notices, func(n *delivery) bool { return n.steered == nil })
@@ -683,7 +697,7 @@ func (r *Roots) pump(ctx context.Context, parentID string, s *root, own *deliver
 
 // deliver hands n, the head of s's notices, over without steering (see
 // Notify).
-func (r *Roots) deliver(ctx context.Context, parentID string, s *root, n *delivery) error {
+func (r *Manager) deliver(ctx context.Context, parentID string, s *root, n *delivery) error {
 	a := s.agent
 	if a != nil && (!n.quiet || a.Running()) {
 		return s.followup(ctx, n.msg)
@@ -717,7 +731,7 @@ func (r *Roots) deliver(ctx context.Context, parentID string, s *root, n *delive
 // agent. Callers run in its loop, so no agent loads meanwhile. Returns
 // ESessionNotFound, EInvalidRequest for a session that is not a root, and
 // store errors.
-func (r *Roots) appendNotice(ctx context.Context, parentID string, msg sessionlog.UserMessage) error {
+func (r *Manager) appendNotice(ctx context.Context, parentID string, msg sessionlog.UserMessage) error {
 	if err := r.isRoot(ctx, parentID); err != nil {
 		return err
 	}
@@ -726,7 +740,7 @@ func (r *Roots) appendNotice(ctx context.Context, parentID string, msg sessionlo
 
 // isRoot returns ESessionNotFound unless id is a session, EInvalidRequest
 // unless it is a root session, or the store's error.
-func (r *Roots) isRoot(ctx context.Context, id string) error {
+func (r *Manager) isRoot(ctx context.Context, id string) error {
 	hdr, err := r.cfg.Store.GetSession(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return subagent.Errorf(subagent.ESessionNotFound, "session %q not found", id)
@@ -742,7 +756,7 @@ func (r *Roots) isRoot(ctx context.Context, id string) error {
 
 // appendMessages appends msgs, in order, to root session parentID's log as
 // user/messages; none is a no-op.
-func (r *Roots) appendMessages(ctx context.Context, parentID string, msgs ...sessionlog.UserMessage) error {
+func (r *Manager) appendMessages(ctx context.Context, parentID string, msgs ...sessionlog.UserMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -768,7 +782,7 @@ func (r *Roots) appendMessages(ctx context.Context, parentID string, msgs ...ses
 // be prompted again later (it is re-created from its log). It returns how
 // many were closed and the joined close errors. cmd/api calls it
 // periodically.
-func (r *Roots) CloseIdle(ctx context.Context, cutoff time.Time) (int, error) {
+func (r *Manager) CloseIdle(ctx context.Context, cutoff time.Time) (int, error) {
 	n := 0
 	var errs []error
 	r.roots.Each(func(s *root) {
@@ -790,7 +804,7 @@ func (r *Roots) CloseIdle(ctx context.Context, cutoff time.Time) (int, error) {
 // ended, its pending notices delivered to the log; later notices go to the
 // log too. Returns ctx's error when it ends first and the joined close
 // errors.
-func (r *Roots) Close(ctx context.Context) error {
+func (r *Manager) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()

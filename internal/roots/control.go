@@ -1,17 +1,19 @@
-package delegate
+package roots
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
 
+	"github.com/subagentd/subagentd/internal/children"
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// Roots across replicas (see subagent.Control and RootsConfig.Control).
+// The Manager across replicas (see resident.Control and ManagerConfig.Control).
 
-// Control request ops of Roots.
+// Control request ops of the Manager.
 const (
 	opPrompt = "root.prompt"
 	opNotify = "root.notify"
@@ -23,17 +25,17 @@ type notifyArgs struct {
 }
 
 // route runs local here, or sends op to the replica that drives root id.
-func (r *Roots) route(ctx context.Context, id, op string, payload any, local func() error) error {
+func (r *Manager) route(ctx context.Context, id, op string, payload any, local func() error) error {
 	if r.cfg.Control == nil {
 		return local()
 	}
-	_, err := subagent.Forward(ctx, r.cfg.Control, id, op, payload, func() (struct{}, error) { return struct{}{}, local() })
+	_, err := resident.Forward(ctx, r.cfg.Control, id, op, payload, func() (struct{}, error) { return struct{}{}, local() })
 	return err
 }
 
 // fenced returns ctx whose writes are conditional on this replica holding
 // the lease of the root they write to.
-func (r *Roots) fenced(ctx context.Context) context.Context {
+func (r *Manager) fenced(ctx context.Context) context.Context {
 	if r.cfg.Control == nil {
 		return ctx
 	}
@@ -43,7 +45,7 @@ func (r *Roots) fenced(ctx context.Context) context.Context {
 // stop is the fence of s's loop (resident.Policy.Stop): a live root agent
 // is closed — a running turn ends aborted and what it had not run stays in
 // the durable inbox — since this replica is about to lose its leases.
-func (r *Roots) stop(ctx context.Context, s *root) {
+func (r *Manager) stop(ctx context.Context, s *root) {
 	if s.agent == nil {
 		return
 	}
@@ -56,8 +58,8 @@ func (r *Roots) stop(ctx context.Context, s *root) {
 const opDeliverWaiting = "root.deliver-waiting"
 
 // paused reports whether root id's tree holds its prompts back
-// (RootsConfig.Budget); without a Budget nothing is held.
-func (r *Roots) paused(ctx context.Context, id string) (bool, error) {
+// (ManagerConfig.Budget); without a Budget nothing is held.
+func (r *Manager) paused(ctx context.Context, id string) (bool, error) {
 	if r.cfg.Budget == nil {
 		return false, nil
 	}
@@ -75,7 +77,7 @@ func (r *Roots) paused(ctx context.Context, id string) (bool, error) {
 // handed as its next turn, in acceptance order. Notices and reports are
 // not held back, so they are left to their own delivery. Returns
 // ESessionNotFound, EInvalidRequest for a child session.
-func (r *Roots) DeliverWaiting(ctx context.Context, id string) error {
+func (r *Manager) DeliverWaiting(ctx context.Context, id string) error {
 	if err := r.isRoot(ctx, id); err != nil {
 		return err
 	}
@@ -98,7 +100,7 @@ func (r *Roots) DeliverWaiting(ctx context.Context, id string) error {
 				if row.Quiet || s.unacked[row.ID] || logged[row.ID] {
 					continue
 				}
-				msg, err := subagent.RowMessage(row)
+				msg, err := children.RowMessage(row)
 				if err != nil || msg.Source.Kind != subagent.SourceUser {
 					// Notices have their own delivery; an undecodable row
 					// is dropped when the agent next loads.
