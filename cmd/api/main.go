@@ -463,7 +463,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	}
 	for _, pc := range file.Providers {
 		if pc.Type == cfgfile.TypeA2A {
-			p, err := a2aprov.New(pc, a2aprov.Deps{Store: st, Logger: log, AllowPrivate: allowA2APrivate, Deadlines: limits})
+			p, err := a2aprov.New(pc, a2aprov.Deps{Store: st, Logger: log, AllowPrivate: allowA2APrivate, Deadlines: limits, Approver: approvals})
 			if err != nil {
 				return nil, err
 			}

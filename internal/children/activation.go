@@ -204,10 +204,12 @@ func wakes(ds []delivery) bool {
 // and delivers its pending rows in acceptance order, each as its own turn
 // (R83, R103), answering their callers RouteStarted. Rows the log already
 // holds as user/messages (a crash between delivery and acknowledgement) are
-// acknowledged instead. With nothing to deliver that wakes no activation
-// starts: quiet rows (a quiet report, a notice during shutdown — R108,
-// R118), also those a crash left, wait for an activation something else
-// starts, and run in it in their place. It runs in c's loop; c.act is nil
+// acknowledged instead. An agent whose log ends in a turn its last owner
+// left open starts the activation with that turn, rejoined (reattach.go).
+// Otherwise, with nothing to deliver that wakes no activation starts:
+// quiet rows (a quiet report, a notice during shutdown — R108, R118), also
+// those a crash left, wait for an activation something else starts, and
+// run in it in their place. It runs in c's loop; c.act is nil
 // and c.sess, c.desc are verified.
 func (m *Manager) coldResume(ctx context.Context, c *child) (err error) {
 	id := c.key.ID
@@ -216,7 +218,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) (err error) {
 		return fmt.Errorf("resume %s: read inbox: %w", id, err)
 	}
 	todo := m.decode(ctx, c, pending)
-	if !wakes(todo) {
+	if !wakes(todo) && !m.svc.Reattaches(c.desc.Provider) {
 		return nil
 	}
 	sess, desc := *c.sess, *c.desc
@@ -262,7 +264,10 @@ func (m *Manager) coldResume(ctx context.Context, c *child) (err error) {
 	if len(seen) > 0 {
 		m.ack(ctx, id, seen...)
 	}
-	if !wakes(todo) {
+	// A turn the child's last owner left open is the activation's first
+	// (reattach.go); the deliveries queue behind it.
+	rejoin := detached(ag)
+	if !wakes(todo) && rejoin == nil {
 		m.closeAgent(ctx, id, ag)
 		return nil
 	}
@@ -280,10 +285,13 @@ func (m *Manager) coldResume(ctx context.Context, c *child) (err error) {
 		return err
 	}
 	begun = true
+	if rejoin != nil {
+		rejoin.Reattach()
+	}
 	owed := false
 	for i, d := range todo {
 		if _, err := ag.FollowupMessage(ctx, d.msg); err != nil {
-			if i == 0 {
+			if i == 0 && rejoin == nil {
 				m.rollback(act)
 				return fmt.Errorf("resume %s: deliver message %s: %w", id, d.id, err)
 			}
@@ -292,7 +300,7 @@ func (m *Manager) coldResume(ctx context.Context, c *child) (err error) {
 			owed = true
 			break
 		}
-		if i == 0 {
+		if i == 0 && rejoin == nil {
 			m.ack(ctx, id, d.id) // logged at once: it opened the turn
 		}
 		m.answer(c, d.id, answer{res: FollowupResult{Route: subagent.RouteStarted, TaskID: act.taskID, MessageID: d.id}})
@@ -341,4 +349,13 @@ func (m *Manager) activationTrace(ctx context.Context, id string) subagent.RunTr
 		return subagent.RunTrace{}
 	}
 	return subagent.RunTrace{Parent: runs[0].Traceparent}
+}
+
+// detached returns ag as a DetachedAgent when its log ends in a detached
+// turn, else nil.
+func detached(ag subagent.ChildAgent) subagent.DetachedAgent {
+	if d, ok := ag.(subagent.DetachedAgent); ok && d.Detached() {
+		return d
+	}
+	return nil
 }

@@ -45,10 +45,11 @@ type Control struct {
 	mu       sync.Mutex
 	handlers map[string]ControlHandler
 	// residents are the kinds of resident agents of this process (the
-	// continuable children, root sessions): Service.KeepLeases takes over the lapsed ones
-	// and Fence stops driving them.
+	// continuable children, root sessions): Service.KeepLeases takes over
+	// the lapsed ones and Fence stops driving them.
 	residents []ResidentKind
 	serving   map[string]bool // ids of requests being carried out here
+	resumes   func(sess store.Session) bool // ControlConfig.Resumes
 }
 
 // ControlHandler carries out op for target (ctx has the request's tenant)
@@ -59,8 +60,9 @@ type ControlHandler func(ctx context.Context, target string, payload json.RawMes
 // (Group implements it).
 type ResidentKind interface {
 	// TakeOver resumes sess, a resident agent whose owner's lease lapsed
-	// and which has undelivered messages, if it is of this kind; it
-	// reports whether it was. The lease, held by from, passes to the kind.
+	// and which has undelivered messages or work that outlived its owner
+	// (ControlConfig.Resumes), if it is of this kind; it reports whether it was.
+	// The lease, held by from, passes to the kind.
 	TakeOver(ctx context.Context, sess store.Session, from string) (bool, error)
 	// Fence stops driving every resident agent of this kind at once: this
 	// replica could not renew its leases, which are about to lapse.
@@ -83,7 +85,11 @@ type ControlConfig struct {
 	Owner string
 	Lease time.Duration
 	// Codec carries errors across replicas as their clients see them.
-	Codec   Codec
+	Codec Codec
+	// Resumes, when set, reports whether lapsed agent sess is to be taken
+	// over although nothing waits in its inbox: its work outlived its
+	// owner (a remote agent's turn, internal/subagent's Reattacher).
+	Resumes func(sess store.Session) bool
 	Logger  *slog.Logger
 	Metrics *telemetry.Metrics
 }
@@ -108,7 +114,7 @@ const WireInternal = "INTERNAL"
 // NewControl returns the Control of this process; Serve carries out the
 // requests sent to it.
 func NewControl(cfg ControlConfig) *Control {
-	c := &Control{st: cfg.Store, owner: cfg.Owner, lease: cfg.Lease, log: cfg.Logger, metrics: cfg.Metrics, codec: cfg.Codec,
+	c := &Control{st: cfg.Store, owner: cfg.Owner, lease: cfg.Lease, log: cfg.Logger, metrics: cfg.Metrics, codec: cfg.Codec, resumes: cfg.Resumes,
 		handlers: map[string]ControlHandler{}, serving: map[string]bool{}}
 	c.leases = NewLeases(claimer{c})
 	return c
@@ -421,17 +427,17 @@ func (c *Control) TakeOverLapsed(ctx context.Context, now time.Time) error {
 	return errors.Join(errs...)
 }
 
-// resumeLapsed hands a claimed lapsed agent with undelivered messages to
-// its kind, which drives it under the claim (and releases it when done);
-// one with nothing to deliver, or of no kind here, stays with TakeOverLapsed,
-// which releases it.
+// resumeLapsed hands a claimed lapsed agent with undelivered messages, or
+// one whose work outlived its owner (ControlConfig.Resumes), to its kind,
+// which drives it under the claim (and releases it when done); any other,
+// or one of no kind here, stays with TakeOverLapsed, which releases it.
 func (c *Control) resumeLapsed(ctx context.Context, id string, kinds []ResidentKind) error {
 	pending, err := c.st.Pending(ctx, id)
-	if err != nil || len(pending) == 0 {
+	if err != nil {
 		return err
 	}
 	sess, err := c.st.GetSession(ctx, id)
-	if err != nil {
+	if err != nil || len(pending) == 0 && (c.resumes == nil || !c.resumes(sess)) {
 		return err
 	}
 	for _, k := range kinds {

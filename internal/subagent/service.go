@@ -104,8 +104,6 @@ func NewService(cfg Config) *Service {
 		log:   cfg.Logger,
 		owner: cfg.Owner,
 		lease: lease,
-		ctl: resident.NewControl(resident.ControlConfig{Store: cfg.Store, Owner: cfg.Owner, Lease: lease,
-			Codec: controlCodec, Logger: cfg.Logger, Metrics: cfg.Metrics}),
 		retain:  retain,
 		maxLive: cfg.MaxLiveRuns,
 		bus:     bus{log: cfg.Logger},
@@ -114,6 +112,8 @@ func NewService(cfg Config) *Service {
 		runs:    map[string]*RunHandle{},
 		live:    map[string]int{},
 	}
+	s.ctl = resident.NewControl(resident.ControlConfig{Store: cfg.Store, Owner: cfg.Owner, Lease: lease,
+		Codec: controlCodec, Resumes: s.resumesLapsed, Logger: cfg.Logger, Metrics: cfg.Metrics})
 	if cfg.Metrics != nil {
 		s.bus.subscribe("", countRuns(cfg.Metrics))
 	}

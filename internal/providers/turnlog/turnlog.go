@@ -297,6 +297,15 @@ func (k *Kept) Track() { k.fold = &sessionlog.OutcomeFold{} }
 // Outcome returns the outcome of the events written since Track.
 func (k *Kept) Outcome() sessionlog.Outcome { return k.fold.Outcome() }
 
+// Rejoined folds the opening of turn n's one step, which the log held
+// before Track: n is a turn left open that this agent follows again, and
+// its end is the tracked epoch's.
+func (k *Kept) Rejoined(n int) {
+	if k.fold != nil {
+		k.fold.Fold(store.Event{Type: sessionlog.EventStepStart}, sessionlog.StepData{Turn: n, Step: 1})
+	}
+}
+
 // Scan reads a child log through read, a page at a time, keeping its
 // user/messages in k and calling each, if not nil, with every event. It
 // returns the last turn number and the turn a crash left open (0 when
