@@ -48,7 +48,7 @@ type Control struct {
 	// continuable children, root sessions): Service.KeepLeases takes over
 	// the lapsed ones and Fence stops driving them.
 	residents []ResidentKind
-	serving   map[string]bool // ids of requests being carried out here
+	serving   map[string]bool               // ids of requests being carried out here
 	resumes   func(sess store.Session) bool // ControlConfig.Resumes
 }
 
