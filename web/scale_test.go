@@ -72,7 +72,7 @@ func TestDashboard_ReconnectResumesWithoutReloadingHistory(t *testing.T) {
 	srv.postJSON(t, "/v1/sessions", map[string]any{"label": "live"}, &root)
 	b := newBrowser(t)
 	openDashboard(b, srv.URL)
-	b.waitFor("the history is listed", `document.querySelectorAll('[data-testid="node"]').length === 21`)
+	b.waitFor("the history is listed and the baseline read", `document.querySelectorAll('[data-testid="node"]').length === 21 && document.querySelector('#tree').getAttribute('aria-busy') === 'false'`)
 	first := srv.runToEnd(t, root.ID, "first")
 	b.waitFor("the first run is shown settled", nodeIn(first, "completed"))
 	lists := srv.lists.Load()

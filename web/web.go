@@ -18,10 +18,14 @@
 // approval/decided on the lifecycle stream) and auth.js (sign-in); app.js
 // wires them and routes deep links (#s=<session>&r=<run> plus the filter,
 // #v=webhooks and #v=approvals for the pages).
-// index.html preloads every module (a new one is added to its list).
+// index.html preloads every module (a new one is added to its list) and
+// runs boot.js on its own first: it sends the page's first reads (the
+// sign-in check, the tree's first page, a linked session's newest events)
+// while the rest loads.
 //
 // It loads the history once (its first page drawn before the rest is
-// read), then follows GET /v1/events; a reconnect
+// read, and the one read at load drawn before that), then follows
+// GET /v1/events; a reconnect
 // resumes after the stream's cursor (Last-Event-ID, or ?after= when the
 // stream is recreated) and reloads nothing. A session's log is read in
 // pages from GET /v1/sessions/{id}/events and then followed on its stream
