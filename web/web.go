@@ -18,10 +18,10 @@
 // approval/decided on the lifecycle stream) and auth.js (sign-in); app.js
 // wires them and routes deep links (#s=<session>&r=<run> plus the filter,
 // #v=webhooks and #v=approvals for the pages).
-// index.html preloads every module (a new one is added to its list) and
-// runs boot.js on its own first: it sends the page's first reads (the
+// index.html loads them as one script, dashboard.js (bundle.go); boot.js,
+// app.js's first import, runs first and sends the page's first reads (the
 // sign-in check, the tree's first page, a linked session's newest events)
-// while the rest loads.
+// while the other modules are evaluated.
 //
 // It loads the history once (its first page drawn before the rest is
 // read, and the one read at load drawn before that), then follows
@@ -41,8 +41,10 @@ import (
 //go:embed static
 var static embed.FS
 
-// FS is the dashboard rooted at its static files: index.html is at its root.
-var FS fs.FS = mustSub(static, "static")
+// FS is the dashboard rooted at its static files: index.html is at its
+// root, and with them dashboard.js, app.js with every module it imports in
+// one script (bundle.go), which is what index.html loads.
+var FS fs.FS = mustBundle(mustSub(static, "static"))
 
 func mustSub(fsys fs.FS, dir string) fs.FS {
 	sub, err := fs.Sub(fsys, dir)
@@ -51,4 +53,15 @@ func mustSub(fsys fs.FS, dir string) fs.FS {
 		panic(err)
 	}
 	return sub
+}
+
+// mustBundle adds dashboard.js to fsys. The modules are embedded, so a
+// module bundle cannot read fails every test of this package, not a
+// running server.
+func mustBundle(fsys fs.FS) fs.FS {
+	b, err := bundle(fsys, "app.js")
+	if err != nil {
+		panic(err)
+	}
+	return withFile{FS: fsys, name: "dashboard.js", data: b}
 }

@@ -5,10 +5,11 @@
 // overview. The only module-level binding is the App instance; all state
 // lives in its store or in the views it owns.
 
+// First: boot.js sends the page's first reads before the other modules run.
+import { early, readFirstPage, readTail } from './boot.js';
 import { api, describeError, listAll } from './api.js';
 import { ApprovalsInbox } from './approvals.js';
 import { showAccount, signedIn } from './auth.js';
-import { early, readFirstPage, readTail } from './boot.js';
 import { DelegateForm } from './delegate.js';
 import { h } from './format.js';
 import { paths } from './paths.js';

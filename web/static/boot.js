@@ -1,8 +1,7 @@
-// The page's first reads, sent as soon as this module runs: index.html
-// loads it on its own (async, ahead of the other modules), so the answers
-// are on their way while the rest of the page loads and is evaluated, and
-// app.js takes them from here. A read that fails (not signed in yet) is
-// made again once the page knows more.
+// The page's first reads, sent as soon as this module runs: app.js imports
+// it first, so the answers are on their way while the other modules are
+// evaluated, and app.js takes them from here. A read that fails (not signed
+// in yet) is made again once the page knows more.
 
 import { api } from './api.js';
 import { paths } from './paths.js';
