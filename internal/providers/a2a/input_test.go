@@ -81,16 +81,14 @@ func TestRun_InputRequiredIsAnApproval(t *testing.T) {
 			}
 			ap.decide <- store.ApprovalDecision{OptionID: "allow", Kind: governance.KindAllowOnce, By: "t", Reason: "main.go", At: time.Now()}
 			res := result(t, r)
-			if res.StopReason != subagent.StopCompleted || model.Text(res.Output) != "echo: answered: main.go" {
+			if res.StopReason != subagent.StopCompleted || model.Text(res.Output) != "answered: main.go" {
 				t.Fatalf("result %+v, want completed with the agent's answer to the decision", res)
 			}
 			_, types := logText(t, b.store, r.ChildID())
 			if !slices.Contains(types, governance.EventApprovalRequested) || !slices.Contains(types, governance.EventApprovalDecided) {
 				t.Fatalf("child log %v, want the approval's request and decision", types)
 			}
-			rm.mu.Lock()
-			contexts := slices.Clone(rm.contexts)
-			rm.mu.Unlock()
+			contexts, _ := rm.Seen()
 			if len(contexts) != 2 || contexts[1][0] != contexts[0][1] {
 				t.Fatalf("remote contexts %v, want the decision in the task's context", contexts)
 			}
