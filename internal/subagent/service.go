@@ -100,10 +100,10 @@ func NewService(cfg Config) *Service {
 		retain = DefaultRetainSettled
 	}
 	s := &Service{
-		store: cfg.Store,
-		log:   cfg.Logger,
-		owner: cfg.Owner,
-		lease: lease,
+		store:   cfg.Store,
+		log:     cfg.Logger,
+		owner:   cfg.Owner,
+		lease:   lease,
 		retain:  retain,
 		maxLive: cfg.MaxLiveRuns,
 		bus:     bus{log: cfg.Logger},
