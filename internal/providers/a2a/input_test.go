@@ -61,6 +61,17 @@ func (a *approver) asked(t *testing.T) governance.Ask {
 	}
 }
 
+// asking starts a run whose remote task asks "which file, then?", its
+// approvals decided by the approver it returns.
+func asking(t *testing.T, streaming bool) (*remote, *bundle, *approver, subagent.Run) {
+	t.Helper()
+	rm := newRemote(t, streaming)
+	p, b := setup(t, rm)
+	ap := newApprover()
+	p.approver = ap
+	return rm, b, ap, start(t, p, "input which file, then?")
+}
+
 // A remote task's input-required is an approval of the asking child, with
 // the agent's question as its title; the decision goes to the agent as the
 // next message in that task, whose completion ends the turn. The child's
@@ -70,11 +81,7 @@ func TestRun_InputRequiredIsAnApproval(t *testing.T) {
 	for _, streaming := range []bool{true, false} {
 		t.Run(map[bool]string{true: "streaming", false: "polled"}[streaming], func(t *testing.T) {
 			t.Parallel()
-			rm := newRemote(t, streaming)
-			p, b := setup(t, rm)
-			ap := newApprover()
-			p.approver = ap
-			r := start(t, p, "input which file, then?")
+			rm, b, ap, r := asking(t, streaming)
 			ask := ap.asked(t)
 			if ask.SessionID != r.ChildID() || ask.ToolCall.Title != "which file, then?" || len(ask.Options) != 2 {
 				t.Fatalf("approval asked %+v", ask)
@@ -100,11 +107,7 @@ func TestRun_InputRequiredIsAnApproval(t *testing.T) {
 // cancels the approval.
 func TestRun_CancelWhileInputRequiredCancelsTheApproval(t *testing.T) {
 	t.Parallel()
-	rm := newRemote(t, true)
-	p, _ := setup(t, rm)
-	ap := newApprover()
-	p.approver = ap
-	r := start(t, p, "input which file, then?")
+	_, _, ap, r := asking(t, true)
 	ap.asked(t)
 	r.Cancel()
 	if res := result(t, r); res.StopReason != subagent.StopAborted {
