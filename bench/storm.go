@@ -38,8 +38,9 @@ type stormPhase struct {
 	runs       int
 	dur        time.Duration
 	reconnects int64
-	bytes      int64 // data bytes of the events delivered
-	rssKiB     int64 // at the phase's end
+	bytes      int64         // data bytes of the events delivered
+	rssKiB     int64         // at the phase's end
+	cpu        time.Duration // the server's user+system CPU time in the phase
 }
 
 // stormResult is one server's storm.
@@ -66,7 +67,7 @@ func (b *bench) storm(ctx context.Context) (*table, error) {
 	t := &table{
 		title: fmt.Sprintf("8. Reconnect storm: %d subscribers of /v1/events reconnecting with Last-Event-ID while %d clients run one-shot echo runs of %d KiB prompts; %d phases of %s",
 			stormSubs, stormClients, stormPrompt>>10, stormPhases, phase),
-		head: []string{"server", "phase", "runs/s", "÷ first phase", "reconnects/s", "delivered/s", "RSS at phase end", "floor ÷ ours"},
+		head: []string{"server", "phase", "runs/s", "÷ first phase", "reconnects/s", "delivered/s", "server CPU/run", "RSS at phase end", "floor ÷ ours"},
 	}
 	// One word: echo streams its answer word by word, and one chunk keeps
 	// the run's cost to its payload's size rather than a chunk count.
@@ -129,16 +130,24 @@ func (b *bench) storm(ctx context.Context) (*table, error) {
 		for i, p := range r.res.phases {
 			secs := p.dur.Seconds()
 			t.add(r.name, fmt.Sprint(i+1), num(rate(p.runs, p.dur)), ratio(rate(p.runs, p.dur), rate(first.runs, first.dur)),
-				num(float64(p.reconnects)/secs), fmt.Sprintf("%.1f MiB", float64(p.bytes)/secs/(1<<20)), mib(p.rssKiB),
+				num(float64(p.reconnects)/secs), fmt.Sprintf("%.1f MiB", float64(p.bytes)/secs/(1<<20)), cpuPerRun(p), mib(p.rssKiB),
 				ratio(rate(floor.phases[i].runs, floor.phases[i].dur), rate(p.runs, p.dur)))
 		}
 		t.note("%s: %d events out of order, %d ids skipped, %d failed connects.", r.name, r.res.disorder, r.res.gaps, r.res.dialErrs)
 	}
-	t.note("Each subscriber holds its stream for a random %s to %s (seed %d), closes it and reconnects at once with Last-Event-ID: the last id it read; the first connection is live. Each client creates a root session, then starts one-shot spawn runs of the echo model with POST /v1/runs?wait=true and disposes each (DELETE /v1/runs/{id}) back to back; the echo run's subagent/end carries the %d KiB prompt as lastAssistantMessage. delivered/s is the events' data bytes all subscribers read per second.",
+	t.note("Each subscriber holds its stream for a random %s to %s (seed %d), closes it and reconnects at once with Last-Event-ID: the last id it read; the first connection is live. Each client creates a root session, then starts one-shot spawn runs of the echo model with POST /v1/runs?wait=true and disposes each (DELETE /v1/runs/{id}) back to back; the echo run's subagent/end carries the %d KiB prompt as lastAssistantMessage. delivered/s is the events' data bytes all subscribers read per second; server CPU/run is the server's user+system CPU time in the phase (/proc/<pid>/stat) ÷ its runs, which a loaded machine moves less than runs/s (the subscribers' reading, in the bench process, shares the 2 CPUs).",
 		stormHoldMin, stormHoldMax, seed, stormPrompt>>10)
 	t.note("The in-memory store keeps %d disposed runs (SUBAGENTD_MEM_RETAIN_RUNS); Postgres runs on a fresh database. ÷ first phase is the phase's runs/s ÷ the first phase's. floor: the stdlib broadcaster of scenario 2 (the bench executable with -serve-sse-baseline), whose POST /runs frames a start and an end carrying the prompt once and keeps the last 1,024 frames for Last-Event-ID; floor ÷ ours > 1 means it completed that many times more runs per second in the same phase.",
 		stormRetainRuns)
 	return t, nil
+}
+
+// cpuPerRun formats the server's CPU time per run of a phase.
+func cpuPerRun(p stormPhase) string {
+	if p.runs == 0 {
+		return "–"
+	}
+	return ms(p.cpu / time.Duration(p.runs))
 }
 
 // stormService runs the storm against the service p: each client's runs
@@ -244,6 +253,11 @@ func (b *bench) stormMeasure(ctx context.Context, p *proc, eventsPath string, ph
 	start := time.Now()
 	bounds := []time.Time{start}
 	var rc0, by0 int64
+	cpu0, err := cpuTime(p.pid())
+	if err != nil {
+		cancel()
+		return res, errors.Join(err, g.Wait())
+	}
 	for i := range stormPhases {
 		select {
 		case <-time.After(time.Until(start.Add(time.Duration(i+1) * phase))):
@@ -257,11 +271,16 @@ func (b *bench) stormMeasure(ctx context.Context, p *proc, eventsPath string, ph
 			cancel()
 			return res, errors.Join(err, g.Wait())
 		}
+		cpu, err := cpuTime(p.pid())
+		if err != nil {
+			cancel()
+			return res, errors.Join(err, g.Wait())
+		}
 		now := time.Now()
 		rc, by := reconnects.Load(), bytes.Load()
-		res.phases = append(res.phases, stormPhase{dur: now.Sub(bounds[len(bounds)-1]), reconnects: rc - rc0, bytes: by - by0, rssKiB: rss})
+		res.phases = append(res.phases, stormPhase{dur: now.Sub(bounds[len(bounds)-1]), reconnects: rc - rc0, bytes: by - by0, rssKiB: rss, cpu: cpu - cpu0})
 		bounds = append(bounds, now)
-		rc0, by0 = rc, by
+		rc0, by0, cpu0 = rc, by, cpu
 	}
 	cancel()
 	if err := g.Wait(); err != nil {
