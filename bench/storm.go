@@ -28,9 +28,11 @@ const (
 	stormHoldMin = 50 * time.Millisecond
 	stormHoldMax = 500 * time.Millisecond
 	// stormRetainRuns bounds what the in-memory store keeps of disposed
-	// runs (SUBAGENTD_MEM_RETAIN_RUNS), so that its RSS shows what the
-	// streams keep rather than the store's retention of 160 KiB logs.
-	stormRetainRuns = 256
+	// runs (SUBAGENTD_MEM_RETAIN_RUNS; a run of this prompt keeps about
+	// 1.8 MiB: the prompt, its echo and their copies in the log, the
+	// result and the lifecycle), so that its RSS reaches the retention in
+	// the first phase and then shows what the streams keep.
+	stormRetainRuns = 32
 )
 
 // stormPhase is what one phase of a storm measured.
