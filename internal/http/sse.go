@@ -104,8 +104,8 @@ func (sw *sseWriter) items(items []item) error {
 
 // maxWriteBytes bounds the small frames one write (and one write deadline)
 // carries; largeFrame is the size from which a frame is written on its own
-// (net/http's connection buffer is 4 KiB: a larger write goes to the
-// socket as it is).
+// (net/http buffers a response in 2 KiB and its connection in 4 KiB: a
+// larger write goes through them to the socket without a copy).
 const (
 	maxWriteBytes = 64 << 10
 	largeFrame    = 4 << 10
