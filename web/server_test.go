@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/delegate"
 	"github.com/subagentd/subagentd/internal/governance"
 	apihttp "github.com/subagentd/subagentd/internal/http"
@@ -71,8 +72,8 @@ func startServer(t *testing.T, mdl model.Model, opts ...func(*apihttp.Config)) *
 			t.Fatalf("registering %s: %v", p.Name(), err)
 		}
 	}
-	agents := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: logger})
-	mgr := subagent.NewManager(svc, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(deps), Notices: agents, Logger: logger})
+	agents := roots.NewManager(roots.ManagerConfig{Store: st, Routes: routes, Tools: tools, Logger: logger})
+	mgr := children.NewManager(svc, children.ManagerConfig{Materializer: inprocess.NewMaterializer(deps), Notices: agents, Logger: logger})
 	dtools := delegate.NewTools(delegate.ToolsConfig{Seam: svc, Continuations: mgr, Store: st, Registry: tools, Logger: logger})
 	if err := dtools.Start(t.Context()); err != nil {
 		t.Fatalf("mounting the delegation tools: %v", err)

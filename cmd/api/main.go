@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/children"
 	cfgfile "github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/delegate"
 	a2aface "github.com/subagentd/subagentd/internal/faces/a2a"
@@ -43,7 +44,7 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/fork"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
-	rootrules "github.com/subagentd/subagentd/internal/roots"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/internal/telemetry"
@@ -328,8 +329,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 // app is the wired process.
 type app struct {
 	svc   *subagent.Service
-	mgr   *subagent.Manager
-	roots *delegate.Roots
+	mgr   *children.Manager
+	roots *roots.Manager
 	api   *httpapi.Server
 	// authenticated: tokens are configured, so the server may listen
 	// beyond loopback.
@@ -421,12 +422,12 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 
 	tools := agent.NewRegistry()
 	deps := inprocess.Deps{Store: st, Routes: routes, Tools: tools, Logger: log, Metrics: metrics, Gate: limits}
-	roots := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: routes, Tools: tools, Logger: log, Control: svc.Control(),
+	rootAgents := roots.NewManager(roots.ManagerConfig{Store: st, Routes: routes, Tools: tools, Logger: log, Control: svc.Control(),
 		Metrics: metrics, Budget: limits})
-	mgr := subagent.NewManager(svc, subagent.ManagerConfig{
-		Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: log,
+	mgr := children.NewManager(svc, children.ManagerConfig{
+		Materializer: inprocess.NewMaterializer(deps), Notices: rootAgents, Logger: log,
 	})
-	limits.DeliverTo(roots, mgr)
+	limits.DeliverTo(rootAgents, mgr)
 	dtools := delegate.NewTools(delegate.ToolsConfig{Seam: svc, Continuations: mgr, Store: st, Registry: tools, Logger: log, Approvals: approvals})
 	if err := dtools.Start(ctx); err != nil {
 		return nil, fmt.Errorf("mount delegation tools: %w", err)
@@ -462,7 +463,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	}
 	for _, pc := range file.Providers {
 		if pc.Type == cfgfile.TypeA2A {
-			p, err := a2aprov.New(pc, a2aprov.Deps{Store: st, Logger: log, AllowPrivate: allowA2APrivate, Deadlines: limits})
+			p, err := a2aprov.New(pc, a2aprov.Deps{Store: st, Logger: log, AllowPrivate: allowA2APrivate, Deadlines: limits, Approver: approvals})
 			if err != nil {
 				return nil, err
 			}
@@ -494,10 +495,10 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	// A child or root that cannot be resumed (say, its model route was
 	// removed from the config) must not stop the service from starting:
 	// Recover logs each failure and still recovers the other sessions.
-	if err := errors.Join(mgr.Recover(ctx), roots.Recover(ctx)); err != nil {
+	if err := errors.Join(mgr.Recover(ctx), rootAgents.Recover(ctx)); err != nil {
 		log.ErrorContext(ctx, "some messages accepted before the restart could not be delivered", slog.Any("error", err))
 	}
-	loops.Go(func() { closeIdleRoots(bg, roots, log) })
+	loops.Go(func() { closeIdleRoots(bg, rootAgents, log) })
 	if err := svc.RetireUnregistered(ctx); err != nil {
 		return nil, fmt.Errorf("record the providers removed since the last start: %w", err)
 	}
@@ -511,9 +512,9 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 	stop = func() { hooks.Stop(); stopRest() }
 	api := httpapi.NewServer(httpapi.Config{
 		Service: svc, Store: st, Logger: log, Registry: reg, Metrics: metrics, Tracing: tracing, Version: buildVersion(), Dashboard: web.FS,
-		Continuations: mgr, Roots: roots, Routes: routes, Webhooks: hooks, Usage: governance.NewUsage(st), Approvals: approvals, Limits: limits,
-		Trees:    governance.NewTrees(governance.TreesConfig{Store: st, Runs: mgr, Roots: roots, Logger: log}),
-		Sessions: rootrules.New(rootrules.Config{Store: st, Routes: routes, WorkspaceRoots: file.WorkspaceRoots, Agents: roots, Policies: approvals, Limits: limits}),
+		Continuations: mgr, Roots: rootAgents, Routes: routes, Webhooks: hooks, Usage: governance.NewUsage(st), Approvals: approvals, Limits: limits,
+		Trees:    governance.NewTrees(governance.TreesConfig{Store: st, Runs: mgr, Roots: rootAgents, Logger: log}),
+		Sessions: roots.New(roots.Config{Store: st, Routes: routes, WorkspaceRoots: file.WorkspaceRoots, Agents: rootAgents, Policies: approvals, Limits: limits}),
 		Tokens:   sec.tokens, CORSOrigins: sec.corsOrigins, RateLimit: sec.rateLimit, MaxStreams: sec.maxStreams,
 		MCP: func(api *httpapi.Server) http.Handler {
 			return mcpface.NewHandler(mcpface.Config{API: api, Logger: log, Version: buildVersion()})
@@ -526,7 +527,7 @@ func wire(ctx context.Context, cfg config, log *slog.Logger, tracing bool) (_ *a
 		},
 	})
 	loops.Go(func() { api.SweepExpired(bg, idempotencySweep) })
-	return &app{svc: svc, mgr: mgr, roots: roots, api: api, authenticated: len(sec.tokens) > 0, stop: stop}, nil
+	return &app{svc: svc, mgr: mgr, roots: rootAgents, api: api, authenticated: len(sec.tokens) > 0, stop: stop}, nil
 }
 
 // newWebhooks returns the webhook service of wc with SUBAGENTD_WEBHOOK_RETRY
@@ -601,7 +602,7 @@ func security(cfg config, file *cfgfile.File) (securityConfig, error) {
 
 // closeIdleRoots closes root agents idle for rootIdle, every minute, until
 // ctx ends.
-func closeIdleRoots(ctx context.Context, roots *delegate.Roots, log *slog.Logger) {
+func closeIdleRoots(ctx context.Context, agents *roots.Manager, log *slog.Logger) {
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	for {
@@ -609,7 +610,7 @@ func closeIdleRoots(ctx context.Context, roots *delegate.Roots, log *slog.Logger
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			if _, err := roots.CloseIdle(ctx, now.Add(-rootIdle)); err != nil && ctx.Err() == nil {
+			if _, err := agents.CloseIdle(ctx, now.Add(-rootIdle)); err != nil && ctx.Err() == nil {
 				log.ErrorContext(ctx, "close idle root agents", slog.Any("error", err))
 			}
 		}

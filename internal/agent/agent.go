@@ -33,14 +33,23 @@ import (
 // matching subagent.ErrSteerRejected.
 var ErrClosed = errors.New("agent closed")
 
-// The subagent.Manager drives an Agent as a continuable child's agent.
+// The children.Manager drives an Agent as a continuable child's agent.
 var _ subagent.ChildAgent = (*Agent)(nil)
+
+// Log is what an Agent needs of the store: its session's header, and its
+// log to read and append to. A store.Store is one.
+type Log interface {
+	GetSession(ctx context.Context, id string) (store.Session, error)
+	Events(ctx context.Context, sessionID string, after int64, limit int) ([]store.Event, error)
+	LogTail(ctx context.Context, sessionID string, limit int) ([]store.Event, error)
+	AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error)
+}
 
 // Config configures an Agent.
 type Config struct {
 	// ID is the session id; the session must exist in Store.
 	ID     string
-	Store  store.Store
+	Store  Log
 	Logger *slog.Logger
 
 	// Model answers each step. Nil means no route was configured: every
@@ -161,7 +170,7 @@ type Created struct {
 type Agent struct {
 	cfg    Config
 	id     string
-	store  store.Store
+	store  Log
 	log    *slog.Logger
 	global *Registry
 	filter *Filter

@@ -13,6 +13,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -30,7 +31,7 @@ type approvalWorld struct {
 func newApprovalWorld(t *testing.T, rules ...store.PolicyRule) *approvalWorld {
 	t.Helper()
 	w := &approvalWorld{}
-	w.world = newWorld(t, scripted.New(), func(c *ToolsConfig, _ *Roots, _ inprocess.Deps) {
+	w.world = newWorld(t, scripted.New(), func(c *ToolsConfig, _ *roots.Manager, _ inprocess.Deps) {
 		w.approvals = governance.NewApprovals(governance.ApprovalsConfig{Store: c.Store, Owner: "test", Poll: time.Hour})
 		c.Approvals = w.approvals
 	})
@@ -203,7 +204,7 @@ func TestApprove_RootTurnStoppedWhilePending(t *testing.T) {
 		scripted.Step{ToolCalls: []model.ToolCall{call("c1", SpawnTool, map[string]any{"description": "d", "prompt": "look around"})}},
 	)
 	var approvals *governance.Approvals
-	w := newWorld(t, m, func(c *ToolsConfig, _ *Roots, _ inprocess.Deps) {
+	w := newWorld(t, m, func(c *ToolsConfig, _ *roots.Manager, _ inprocess.Deps) {
 		approvals = governance.NewApprovals(governance.ApprovalsConfig{Store: c.Store, Owner: "test", Poll: time.Hour})
 		c.Approvals = approvals
 	})

@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -63,9 +65,9 @@ func TestContinuable_5_1_5_2_BackgroundDelegationAndControlTools(t *testing.T) {
 		}
 		return scripted.Step{Text: "noted"}
 	})
-	var mgr *subagent.Manager
-	w := newWorld(t, root, func(c *ToolsConfig, roots *Roots, deps inprocess.Deps) {
-		mgr = subagent.NewManager(c.Seam.(*subagent.Service), subagent.ManagerConfig{
+	var mgr *children.Manager
+	w := newWorld(t, root, func(c *ToolsConfig, roots *roots.Manager, deps inprocess.Deps) {
+		mgr = children.NewManager(c.Seam.(*subagent.Service), children.ManagerConfig{
 			Materializer: inprocess.NewMaterializer(deps), Notices: roots, Logger: c.Logger})
 		c.Continuations = mgr
 	})
@@ -202,11 +204,11 @@ func toolSpec(t *testing.T, req model.Request, name string) model.ToolSpec {
 
 func TestRenderAgents_5_2_Projection(t *testing.T) {
 	t.Parallel()
-	entries := []subagent.ListEntry{
-		{Kind: subagent.EntryChild, ID: "a", Mode: subagent.ModeContinuable, Label: "alpha", Activity: subagent.ActivityRunning, ParentID: "root", Depth: 1},
-		{Kind: subagent.EntryChild, ID: "o", Mode: subagent.ModeOneShot, Label: "one-shot", ParentID: "root", Depth: 1},
-		{Kind: subagent.EntryChild, ID: "b", Mode: subagent.ModeContinuable, Label: "beta", Activity: subagent.ActivityInactive, ParentID: "o", Depth: 2},
-		{Kind: subagent.EntryDiagnostic, ID: "c", Reason: "corrupt", ParentID: "a", Depth: 2},
+	entries := []children.ListEntry{
+		{Kind: children.EntryChild, ID: "a", Mode: subagent.ModeContinuable, Label: "alpha", Activity: subagent.ActivityRunning, ParentID: "root", Depth: 1},
+		{Kind: children.EntryChild, ID: "o", Mode: subagent.ModeOneShot, Label: "one-shot", ParentID: "root", Depth: 1},
+		{Kind: children.EntryChild, ID: "b", Mode: subagent.ModeContinuable, Label: "beta", Activity: subagent.ActivityInactive, ParentID: "o", Depth: 2},
+		{Kind: children.EntryDiagnostic, ID: "c", Reason: "corrupt", ParentID: "a", Depth: 2},
 	}
 	if got, want := RenderAgents(entries, false), "a [running] — alpha\nb [ready] — beta\nc [diagnostic: corrupt]"; got != want {
 		t.Errorf("children:\n%s\nwant:\n%s", got, want)

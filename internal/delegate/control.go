@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
@@ -188,7 +189,7 @@ func (t *Tools) listAgents(ctx context.Context, call agent.Call) ([]model.Block,
 	if err != nil {
 		return nil, err
 	}
-	var entries []subagent.ListEntry
+	var entries []children.ListEntry
 	switch a.Scope {
 	case "", ScopeChildren:
 		entries, err = t.conts.Children(ctx, call.Agent.ID())
@@ -208,13 +209,13 @@ func (t *Tools) listAgents(ctx context.Context, call agent.Call) ([]model.Block,
 // <reason>]", with " parent=<id> depth=<n>" before the label (after the
 // diagnostic bracket) when tree is set; one-shot children are left out;
 // "(no subagents)" when nothing remains.
-func RenderAgents(entries []subagent.ListEntry, tree bool) string {
+func RenderAgents(entries []children.ListEntry, tree bool) string {
 	var lines []string
 	for _, e := range entries {
 		var b strings.Builder
 		b.WriteString(e.ID)
 		switch {
-		case e.Kind == subagent.EntryDiagnostic:
+		case e.Kind == children.EntryDiagnostic:
 			fmt.Fprintf(&b, " [diagnostic: %s]", e.Reason)
 		case e.Mode == subagent.ModeContinuable:
 			status := statusReady
@@ -228,7 +229,7 @@ func RenderAgents(entries []subagent.ListEntry, tree bool) string {
 		if tree {
 			fmt.Fprintf(&b, " parent=%s depth=%d", e.ParentID, e.Depth)
 		}
-		if e.Kind != subagent.EntryDiagnostic {
+		if e.Kind != children.EntryDiagnostic {
 			b.WriteString(" — " + e.Label)
 		}
 		lines = append(lines, b.String())

@@ -6,12 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/fork"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -122,14 +124,14 @@ func TestEndToEnd_RootDelegatesToSpawnAndForkInOneStep(t *testing.T) {
 		t.Errorf("runs by provider = %v, want fork and spawn", providers)
 	}
 	// The children catalog (GET /v1/sessions/{id}/children) lists both.
-	mgr := subagent.NewManager(w.Service, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(w.Deps), Logger: w.Logger})
+	mgr := children.NewManager(w.Service, children.ManagerConfig{Materializer: inprocess.NewMaterializer(w.Deps), Logger: w.Logger})
 	entries, err := mgr.Children(inprocesstest.Ctx(t), root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	kids := []string{}
 	for _, e := range entries {
-		if e.Kind != subagent.EntryChild || e.Mode != subagent.ModeOneShot || e.Activity != subagent.ActivityInactive {
+		if e.Kind != children.EntryChild || e.Mode != subagent.ModeOneShot || e.Activity != subagent.ActivityInactive {
 			t.Errorf("child entry %+v", e)
 		}
 		kids = append(kids, e.Provider+":"+e.Label)
@@ -169,7 +171,7 @@ func TestEndToEnd_R34_GrandchildrenWhileDepthAllows(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			w := newWorld(t, chain(), func(c *ToolsConfig, _ *Roots, _ inprocess.Deps) { c.MaxDepth = tt.maxDepth })
+			w := newWorld(t, chain(), func(c *ToolsConfig, _ *roots.Manager, _ inprocess.Deps) { c.MaxDepth = tt.maxDepth })
 			w.prompt(t, "go", 1)
 			evs := w.Log(t, w.Parent.Session.ID)
 			msgs := inprocesstest.OfType(evs, sessionlog.EventAssistantMessage)

@@ -11,7 +11,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
-	"github.com/subagentd/subagentd/internal/resident"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -23,22 +23,22 @@ import (
 type world struct {
 	*inprocesstest.Harness
 	tools *Tools
-	roots *Roots
+	roots *roots.Manager
 }
 
 // newWorld builds a world whose only (default) model route is m; opts
 // adjust the tools' configuration before they start.
-func newWorld(t *testing.T, m model.Model, opts ...func(*ToolsConfig, *Roots, inprocess.Deps)) *world {
+func newWorld(t *testing.T, m model.Model, opts ...func(*ToolsConfig, *roots.Manager, inprocess.Deps)) *world {
 	t.Helper()
 	return newWorldWith(t, inprocesstest.Config{Routes: []model.Route{inprocesstest.Route("script", m)}}, opts...)
 }
 
 // newWorldWith is newWorld over a harness of cfg.
-func newWorldWith(t *testing.T, cfg inprocesstest.Config, opts ...func(*ToolsConfig, *Roots, inprocess.Deps)) *world {
+func newWorldWith(t *testing.T, cfg inprocesstest.Config, opts ...func(*ToolsConfig, *roots.Manager, inprocess.Deps)) *world {
 	t.Helper()
 	h := inprocesstest.New(t, cfg)
 	w := &world{Harness: h}
-	w.roots = NewRoots(RootsConfig{Store: h.Store, Routes: h.Deps.Routes, Tools: h.Tools, Logger: h.Logger})
+	w.roots = roots.NewManager(roots.ManagerConfig{Store: h.Store, Routes: h.Deps.Routes, Tools: h.Tools, Logger: h.Logger})
 	t.Cleanup(func() {
 		if err := w.roots.Close(context.Background()); err != nil {
 			t.Errorf("close roots: %v", err)
@@ -70,14 +70,8 @@ func (w *world) prompt(t *testing.T, text string, n int) {
 // log comes a little before that.
 func (w *world) awaitIdle(t *testing.T, id string) {
 	t.Helper()
-	var idle <-chan struct{}
-	key := resident.Key{Tenant: store.Tenant(inprocesstest.Ctx(t)), ID: id}
-	w.roots.roots.Peek(key, func(s *root) {
-		if s.agent != nil {
-			idle = s.agent.Idle()
-		}
-	})
-	if idle == nil {
+	idle, ok := w.roots.Idle(inprocesstest.Ctx(t), id)
+	if !ok {
 		t.Fatalf("root session %s has no live agent", id)
 	}
 	select {

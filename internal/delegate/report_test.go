@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -24,7 +26,7 @@ import (
 // its NoticeSink unless the test's options say otherwise.
 type reportWorld struct {
 	*world
-	mgr *subagent.Manager
+	mgr *children.Manager
 	mat *recordingMat
 }
 
@@ -59,16 +61,16 @@ func (m *recordingMat) reporters(id string) []func(context.Context, []model.Bloc
 
 // newReportWorld builds a reportWorld over model m; opts adjust the
 // manager's configuration (its Notices are the root agents).
-func newReportWorld(t *testing.T, m model.Model, opts ...func(*subagent.ManagerConfig)) *reportWorld {
+func newReportWorld(t *testing.T, m model.Model, opts ...func(*children.ManagerConfig)) *reportWorld {
 	t.Helper()
 	w := &reportWorld{}
-	w.world = newWorld(t, m, func(c *ToolsConfig, roots *Roots, deps inprocess.Deps) {
+	w.world = newWorld(t, m, func(c *ToolsConfig, roots *roots.Manager, deps inprocess.Deps) {
 		w.mat = &recordingMat{Materializer: inprocess.NewMaterializer(deps)}
-		cfg := subagent.ManagerConfig{Materializer: w.mat, Notices: roots, Logger: c.Logger}
+		cfg := children.ManagerConfig{Materializer: w.mat, Notices: roots, Logger: c.Logger}
 		for _, o := range opts {
 			o(&cfg)
 		}
-		w.mgr = subagent.NewManager(c.Seam.(*subagent.Service), cfg)
+		w.mgr = children.NewManager(c.Seam.(*subagent.Service), cfg)
 		c.Continuations = w.mgr
 	})
 	// Registered after the roots' Close, so it runs first: activations
@@ -86,7 +88,7 @@ func newReportWorld(t *testing.T, m model.Model, opts ...func(*subagent.ManagerC
 // notices wake the parent — and returns its id.
 func (w *reportWorld) start(t *testing.T, parent subagent.Parent, childID, prompt string) string {
 	t.Helper()
-	res, err := w.mgr.StartContinuable(inprocesstest.Ctx(t), subagent.ContinuableRequest{Provider: spawnProvider,
+	res, err := w.mgr.StartContinuable(inprocesstest.Ctx(t), children.ContinuableRequest{Provider: spawnProvider,
 		Label: "helper", ChildID: childID, Prompt: inprocesstest.Text(prompt), Parent: parent, WakeParent: true})
 	if err != nil {
 		t.Fatalf("StartContinuable: %v", err)
@@ -322,9 +324,9 @@ func TestReport_R110_R111_QuietPolicyToAnOfflineRoot(t *testing.T) {
 		}
 		return scripted.Step{Text: "done"}
 	})
-	w := newReportWorld(t, m, func(c *subagent.ManagerConfig) { c.ReportDelivery = subagent.DeliveryQuiet })
+	w := newReportWorld(t, m, func(c *children.ManagerConfig) { c.ReportDelivery = subagent.DeliveryQuiet })
 	root := w.Parent.Session.ID
-	res, err := w.mgr.StartContinuable(inprocesstest.Ctx(t), subagent.ContinuableRequest{Provider: spawnProvider,
+	res, err := w.mgr.StartContinuable(inprocesstest.Ctx(t), children.ContinuableRequest{Provider: spawnProvider,
 		Label: "helper", Prompt: inprocesstest.Text("task"), Parent: w.Parent})
 	if err != nil {
 		t.Fatal(err)
@@ -344,7 +346,7 @@ func TestReport_R110_R111_QuietPolicyToAnOfflineRoot(t *testing.T) {
 // blockingSink holds the settlement notice of child id in Notify until
 // release is closed, after closing reached.
 type blockingSink struct {
-	subagent.NoticeSink
+	children.NoticeSink
 	id               string
 	reached, release chan struct{}
 }
@@ -372,7 +374,7 @@ func TestReport_R106_WhoMayReport(t *testing.T) {
 		return scripted.Step{Text: "done"}
 	})
 	sink := &blockingSink{id: "closing", reached: make(chan struct{}), release: make(chan struct{})}
-	w := newReportWorld(t, m, func(c *subagent.ManagerConfig) {
+	w := newReportWorld(t, m, func(c *children.ManagerConfig) {
 		sink.NoticeSink = c.Notices
 		c.Notices = sink
 	})
@@ -464,7 +466,7 @@ func TestReport_R106_WhoMayReport(t *testing.T) {
 
 // followup sends text to child from parent and fails t unless it was
 // accepted.
-func (w *reportWorld) followup(t *testing.T, parent, child, text string) subagent.FollowupResult {
+func (w *reportWorld) followup(t *testing.T, parent, child, text string) children.FollowupResult {
 	t.Helper()
 	res, err := w.mgr.Followup(inprocesstest.Ctx(t), parent, child, inprocesstest.Text(text), sessionlog.Source{Kind: subagent.SourceUser})
 	if err != nil {
@@ -492,7 +494,7 @@ func TestReport_R111_FailedParentSendIsParentUnavailable(t *testing.T) {
 		return scripted.Step{Text: "carried on"}
 	})
 	gone := errors.New("parent agent gone")
-	w := newReportWorld(t, m, func(c *subagent.ManagerConfig) { c.Notices = failingSink{gone} })
+	w := newReportWorld(t, m, func(c *children.ManagerConfig) { c.Notices = failingSink{gone} })
 	child := w.start(t, w.Parent, "", "task")
 	waitRunEnds(t, w.world, child, 1)
 	r := w.toolResults(t, child)["r1"]
@@ -506,7 +508,7 @@ func TestReport_R111_FailedParentSendIsParentUnavailable(t *testing.T) {
 	hold := make(chan struct{})
 	defer close(hold)
 	m2 := scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "x", Gate: hold} })
-	w2 := newReportWorld(t, m2, func(c *subagent.ManagerConfig) { c.Notices = failingSink{gone} })
+	w2 := newReportWorld(t, m2, func(c *children.ManagerConfig) { c.Notices = failingSink{gone} })
 	held := w2.start(t, w2.Parent, "", "hold")
 	w2.WaitEvent(t, held, inprocesstest.Type(sessionlog.EventStepStart))
 	if _, err := w2.mgr.ReportFrom(inprocesstest.Ctx(t), held, inprocesstest.Text("lost"), ""); subagent.ErrorCode(err) != subagent.EParentUnavailable || !errors.Is(err, gone) {
@@ -633,7 +635,7 @@ func TestReportTool_5_3_SurvivesTheToolFilter(t *testing.T) {
 	t.Parallel()
 	m := scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "done"} })
 	w := newReportWorld(t, m)
-	res, err := w.mgr.StartContinuable(inprocesstest.Ctx(t), subagent.ContinuableRequest{Provider: spawnProvider,
+	res, err := w.mgr.StartContinuable(inprocesstest.Ctx(t), children.ContinuableRequest{Provider: spawnProvider,
 		Label: "filtered", Prompt: inprocesstest.Text("filtered task"), Parent: w.Parent, ToolFilter: &subagent.ToolFilter{Allow: []string{}}})
 	if err != nil {
 		t.Fatal(err)

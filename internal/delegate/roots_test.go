@@ -14,6 +14,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -430,8 +431,8 @@ func TestRoots_MailboxPromptsQueuedAtCloseRunOnceAfterRecover(t *testing.T) {
 		t.Fatalf("inbox after Close = %v, want the prompts it discarded unrun %v", got, ids)
 	}
 
-	cfg := RootsConfig{Store: w.Store, Routes: w.Deps.Routes, Tools: w.Tools, Logger: w.Logger}
-	next := NewRoots(cfg)
+	cfg := roots.ManagerConfig{Store: w.Store, Routes: w.Deps.Routes, Tools: w.Tools, Logger: w.Logger}
+	next := roots.NewManager(cfg)
 	if err := next.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +443,7 @@ func TestRoots_MailboxPromptsQueuedAtCloseRunOnceAfterRecover(t *testing.T) {
 	if got := pendingIDs(); len(got) != 0 {
 		t.Fatalf("inbox after the recovered turns = %v, want empty", got)
 	}
-	again := NewRoots(cfg)
+	again := roots.NewManager(cfg)
 	if err := again.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -45,23 +46,23 @@ type Seam interface {
 
 var _ Seam = (*subagent.Service)(nil)
 
-// Continuations is the part of *subagent.Manager the tools drive: background
+// Continuations is the part of *children.Manager the tools drive: background
 // delegation and the control tools of docs/seam.md §23.
 type Continuations interface {
 	// StartContinuable creates a continuable child and accepts its prompt.
-	StartContinuable(ctx context.Context, req subagent.ContinuableRequest) (subagent.ContinuableStarted, error)
+	StartContinuable(ctx context.Context, req children.ContinuableRequest) (children.ContinuableStarted, error)
 	// Followup delivers content to a continuable child of parentSessionID.
-	Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src sessionlog.Source) (subagent.FollowupResult, error)
+	Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src sessionlog.Source) (children.FollowupResult, error)
 	// Interrupt stops the current turn of a continuable child of
 	// parentSessionID.
 	Interrupt(ctx context.Context, parentSessionID, childID string) error
 	// Children lists the direct subagent children of parentID.
-	Children(ctx context.Context, parentID string) ([]subagent.ListEntry, error)
+	Children(ctx context.Context, parentID string) ([]children.ListEntry, error)
 	// Descendants lists every subagent below rootID in pre-order.
-	Descendants(ctx context.Context, rootID string) ([]subagent.ListEntry, error)
+	Descendants(ctx context.Context, rootID string) ([]children.ListEntry, error)
 }
 
-var _ Continuations = (*subagent.Manager)(nil)
+var _ Continuations = (*children.Manager)(nil)
 
 // ToolsConfig configures Tools.
 type ToolsConfig struct {
@@ -377,7 +378,7 @@ func (t *Tools) delegate(ctx context.Context, d delegation, call agent.Call) ([]
 		maxDepth = &t.maxDepth
 	}
 	if background {
-		started, err := t.conts.StartContinuable(ctx, subagent.ContinuableRequest{Provider: provider,
+		started, err := t.conts.StartContinuable(ctx, children.ContinuableRequest{Provider: provider,
 			Label: args.Description, Prompt: prompt, Parent: parent, MaxDepth: maxDepth, WakeParent: true})
 		if err != nil {
 			return nil, t.safe(ctx, "start", err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
@@ -17,6 +18,7 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -160,7 +162,7 @@ func TestDelegate_5_1_RequestFromCallingAgent(t *testing.T) {
 func TestDelegate_5_1_Rejections(t *testing.T) {
 	t.Parallel()
 	zero := 0
-	w := newWorld(t, scripted.New(), func(c *ToolsConfig, _ *Roots, _ inprocess.Deps) { c.MaxDepth = &zero })
+	w := newWorld(t, scripted.New(), func(c *ToolsConfig, _ *roots.Manager, _ inprocess.Deps) { c.MaxDepth = &zero })
 	ctx := inprocesstest.Ctx(t)
 	sp, _ := w.Service.Provider(spawn.Name)
 	tests := []struct {
@@ -257,12 +259,12 @@ func (p *probingProvider) WaitProbe(ctx context.Context) error {
 // children, answering child id "bg-child" and passing each request on.
 type startingConts struct {
 	Continuations
-	started chan subagent.ContinuableRequest
+	started chan children.ContinuableRequest
 }
 
-func (c *startingConts) StartContinuable(_ context.Context, req subagent.ContinuableRequest) (subagent.ContinuableStarted, error) {
+func (c *startingConts) StartContinuable(_ context.Context, req children.ContinuableRequest) (children.ContinuableStarted, error) {
 	c.started <- req
-	return subagent.ContinuableStarted{ChildID: "bg-child"}, nil
+	return children.ContinuableStarted{ChildID: "bg-child"}, nil
 }
 
 // TestTools_BackgroundWaitsForTheCapabilityProbe: a provider still
@@ -272,9 +274,9 @@ func (c *startingConts) StartContinuable(_ context.Context, req subagent.Continu
 // run_in_background, once the probe ended.
 func TestTools_BackgroundWaitsForTheCapabilityProbe(t *testing.T) {
 	t.Parallel()
-	conts := &startingConts{started: make(chan subagent.ContinuableRequest, 1)}
+	conts := &startingConts{started: make(chan children.ContinuableRequest, 1)}
 	m := scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "ok"} })
-	w := newWorld(t, m, func(c *ToolsConfig, _ *Roots, _ inprocess.Deps) { c.Continuations = conts })
+	w := newWorld(t, m, func(c *ToolsConfig, _ *roots.Manager, _ inprocess.Deps) { c.Continuations = conts })
 	ctx := inprocesstest.Ctx(t)
 	p := &probingProvider{fakeProvider: &fakeProvider{name: "probe"}, waits: make(chan struct{}, 4), known: make(chan struct{})}
 	if err := w.Service.Register(ctx, p); err != nil {

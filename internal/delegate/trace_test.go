@@ -16,6 +16,7 @@ import (
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
@@ -95,7 +96,7 @@ func TestTraces_SpawnRunIsAChildOfTheToolCall(t *testing.T) {
 	w.prompt(t, "go", 1)
 
 	rootSpan := sink.wait(t, "invoke_agent root", func(s tracetest.SpanStub) bool {
-		return s.Name == "invoke_agent "+RootAgent && attr(s, "gen_ai.conversation.id").AsString() == root
+		return s.Name == "invoke_agent "+roots.RootAgent && attr(s, "gen_ai.conversation.id").AsString() == root
 	})
 	tr := rootSpan.SpanContext.TraceID()
 	tool := sink.wait(t, "execute_tool subagent", func(s tracetest.SpanStub) bool {

@@ -331,7 +331,7 @@ func TestRecover_RootApprovalsFollowTheRootsTurn(t *testing.T) {
 		t.Fatalf("opened %+v, want no run", ap)
 	}
 	now := time.Now()
-	if _, ok, err := b.st.ClaimResident(b.ctx, "root", "me", now, now.Add(time.Hour)); err != nil || !ok {
+	if _, ok, err := b.st.ClaimResident(b.ctx, store.ClaimParams{SessionID: "root", Owner: "me", Now: now, Until: now.Add(time.Hour)}); err != nil || !ok {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
 	if _, err := b.st.AppendEvents(b.ctx, "root", store.NewEvent{Type: store.TurnStartEvent, Data: []byte(`{"turn":1}`)}); err != nil {

@@ -36,9 +36,9 @@ const (
 )
 
 // Waiting delivers what a session of a paused tree held back: the
-// prompts a root's durable inbox kept (*delegate.Roots, on the replica
+// prompts a root's durable inbox kept (*roots.Manager, on the replica
 // that drives the root), the followups of a continuable child that was not
-// live (*subagent.Manager).
+// live (*children.Manager).
 type Waiting interface {
 	DeliverWaiting(ctx context.Context, id string) error
 }

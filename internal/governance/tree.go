@@ -3,7 +3,7 @@
 // activation below a session, and dispose a root's tree. It finds a
 // tree's members in the store (sessions by parent, runs by parent), never
 // in one process's memory, and stops each one through the path that
-// reaches whichever replica drives it (subagent.Control), so it works the
+// reaches whichever replica drives it (resident.Control), so it works the
 // same on one replica or several. Domain only: no HTTP, no SQL.
 package governance
 
@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -30,7 +31,7 @@ const EventTreeCancelled = "tree/cancelled"
 const DiagnosticCancelled = "cancelled by tree"
 
 // Runs stops the runs and continuable children of a tree, on the replica
-// that drives each; *subagent.Manager implements it.
+// that drives each; *children.Manager implements it.
 type Runs interface {
 	// CancelRunForTree cancels a live one-shot run or activation with
 	// the diagnostic of its aborted end, returns once it settled, and
@@ -40,7 +41,7 @@ type Runs interface {
 	Dispose(ctx context.Context, parentSessionID, childID string) error
 }
 
-// Roots stops and disposes root sessions' own agents; *delegate.Roots
+// Roots stops and disposes root sessions' own agents; *roots.Manager
 // implements it.
 type Roots interface {
 	// StopTurn stops a root's running turn and reports whether one ran.
@@ -49,7 +50,7 @@ type Roots interface {
 	Dispose(ctx context.Context, id string) error
 }
 
-var _ Runs = (*subagent.Manager)(nil)
+var _ Runs = (*children.Manager)(nil)
 
 // TreesConfig configures Trees. Every field is required.
 type TreesConfig struct {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/providers/acp"
@@ -72,7 +73,7 @@ func setupACP(t *testing.T, command string, env map[string]string) *acpWorld {
 			t.Fatal(err)
 		}
 		w.p = p
-		mgr := subagent.NewManager(b.svc, subagent.ManagerConfig{Logger: b.log})
+		mgr := children.NewManager(b.svc, children.ManagerConfig{Logger: b.log})
 		cfg.Continuations = mgr
 		cfg.Trees = governance.NewTrees(governance.TreesConfig{Store: b.st, Runs: mgr, Roots: noRoots{}, Logger: b.log})
 		cfg.Sessions = roots.New(roots.Config{Store: b.st, WorkspaceRoots: []string{w.root}, Limits: cfg.Limits})

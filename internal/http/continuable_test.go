@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/agent"
-	"github.com/subagentd/subagentd/internal/delegate"
+	"github.com/subagentd/subagentd/internal/children"
 	a2aface "github.com/subagentd/subagentd/internal/faces/a2a"
 	mcpface "github.com/subagentd/subagentd/internal/faces/mcp"
 	"github.com/subagentd/subagentd/internal/governance"
@@ -30,8 +30,8 @@ import (
 // Materializer, root agents, and model routes.
 type world struct {
 	*testBundle
-	mgr   *subagent.Manager
-	roots *delegate.Roots
+	mgr   *children.Manager
+	roots *roots.Manager
 }
 
 // setupWorld starts a world whose model routes are routes, the first being
@@ -68,9 +68,9 @@ func setupWorldSeam(t *testing.T, seam subagent.Config, opts []func(*Config), ro
 				t.Fatal(err)
 			}
 		}
-		w.roots = delegate.NewRoots(delegate.RootsConfig{Store: b.st, Routes: table, Tools: tools, Logger: b.log, Control: b.svc.Control(),
+		w.roots = roots.NewManager(roots.ManagerConfig{Store: b.st, Routes: table, Tools: tools, Logger: b.log, Control: b.svc.Control(),
 			Budget: limits})
-		w.mgr = subagent.NewManager(b.svc, subagent.ManagerConfig{
+		w.mgr = children.NewManager(b.svc, children.ManagerConfig{
 			Materializer: inprocess.NewMaterializer(deps), Notices: w.roots, Logger: b.log})
 		limits.DeliverTo(w.roots, w.mgr)
 		cfg.Continuations, cfg.Roots, cfg.Routes = w.mgr, w.roots, table
@@ -563,8 +563,8 @@ func TestSessions_R121_R128_ChildrenAndDescendants(t *testing.T) {
 	w.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/sessions/" + parent + "/children"}).decode(t, &list)
 	yes, no := true, false
 	want := []childEntryJSON{
-		{Kind: subagent.EntryChild, ID: cont.ChildID, Mode: subagent.ModeContinuable, Label: "researcher", Activity: activityRunning, HasChildren: &yes, Provider: spawn.Name},
-		{Kind: subagent.EntryChild, ID: oneShot.ChildSessionID, Mode: subagent.ModeOneShot, Label: "one-shot", Activity: activityInactive, HasChildren: &no, Provider: spawn.Name},
+		{Kind: children.EntryChild, ID: cont.ChildID, Mode: subagent.ModeContinuable, Label: "researcher", Activity: activityRunning, HasChildren: &yes, Provider: spawn.Name},
+		{Kind: children.EntryChild, ID: oneShot.ChildSessionID, Mode: subagent.ModeOneShot, Label: "one-shot", Activity: activityInactive, HasChildren: &no, Provider: spawn.Name},
 	}
 	assertEntries(t, list.Entries, want)
 
@@ -585,7 +585,7 @@ func TestSessions_R121_R128_ChildrenAndDescendants(t *testing.T) {
 	want[0].ParentID, want[0].Depth = parent, 1
 	want[1].ParentID, want[1].Depth = parent, 1
 	assertEntries(t, tree.Entries, []childEntryJSON{want[0],
-		{Kind: subagent.EntryChild, ID: grandchild.ChildSessionID, Mode: subagent.ModeOneShot, Label: "grandchild", Activity: activityInactive,
+		{Kind: children.EntryChild, ID: grandchild.ChildSessionID, Mode: subagent.ModeOneShot, Label: "grandchild", Activity: activityInactive,
 			HasChildren: &no, Provider: spawn.Name, ParentID: cont.ChildID, Depth: 2},
 		want[1]})
 	w.wantProblem(t, http.StatusNotFound, subagent.ESessionNotFound, call{method: http.MethodGet, path: "/v1/sessions/nope/descendants"})

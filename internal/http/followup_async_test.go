@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -49,7 +50,7 @@ func untilRouted(t *testing.T, s *sseStream, id string) messageRoutedJSON {
 	t.Helper()
 	for {
 		f := s.next(t)
-		if f.event != subagent.EventMessageRouted {
+		if f.event != children.EventMessageRouted {
 			continue
 		}
 		var e messageRoutedJSON
@@ -93,7 +94,7 @@ func TestSubagents_RespondAsyncFollowupAnswersAtAcceptance(t *testing.T) {
 			held := newGate()
 			w := setupWorldWith(t, st(t), scriptedRoute("main", replying(map[string]gate{"hold": held})))
 			parent, other := w.rootSession(t), w.rootSession(t)
-			events := w.stream(t, "/v1/events?after=0&types="+subagent.EventMessageRouted, nil)
+			events := w.stream(t, "/v1/events?after=0&types="+children.EventMessageRouted, nil)
 			child := w.startChild(t, parent, "hold", nil)
 			await(t, held.reached, "the child's model call")
 
@@ -138,7 +139,7 @@ func TestSubagents_RespondAsyncFollowupAnswersAtAcceptance(t *testing.T) {
 func TestSubagents_RespondAsyncFollowupParkedAndStarted(t *testing.T) {
 	w := setupWorld(t, echoRoute())
 	parent := w.rootSession(t)
-	events := w.stream(t, "/v1/events?after=0&types="+subagent.EventMessageRouted, nil)
+	events := w.stream(t, "/v1/events?after=0&types="+children.EventMessageRouted, nil)
 	child := w.startChild(t, parent, "/sleep 5m\nslow work", nil)
 
 	parked := w.acceptedFollowup(t, asyncFollowup(child.ChildID, parent, "while you sleep"))
@@ -172,13 +173,13 @@ func TestSubagents_RespondAsyncFollowupFailedWhenDisposed(t *testing.T) {
 	held := newGate()
 	w := setupWorld(t, scriptedRoute("main", replying(map[string]gate{"hold": held})))
 	parent := w.rootSession(t)
-	events := w.stream(t, "/v1/events?after=0&types="+subagent.EventMessageRouted, nil)
+	events := w.stream(t, "/v1/events?after=0&types="+children.EventMessageRouted, nil)
 	child := w.startChild(t, parent, "hold", nil)
 	await(t, held.reached, "the child's model call")
 	accepted := w.acceptedFollowup(t, asyncFollowup(child.ChildID, parent, "too late"))
 	w.want(t, http.StatusNoContent, disposeChild(child.ChildID, parent))
 	routed := untilRouted(t, events, accepted.MessageID)
-	if routed.Outcome != subagent.OutcomeFailed || routed.Code != subagent.EDisposed || routed.Message == "" || routed.TaskID != "" {
+	if routed.Outcome != children.OutcomeFailed || routed.Code != subagent.EDisposed || routed.Message == "" || routed.TaskID != "" {
 		t.Fatalf("message/routed %+v, want failed with DISPOSED", routed)
 	}
 	if n := loggedTimes(t, w.testBundle, child.ChildID, accepted.MessageID); n != 0 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/pg/pgtest"
@@ -124,7 +125,7 @@ func TestNotices_R78_RootRestartedWithQuietNoticesPending(t *testing.T) {
 			// The rows Notify accepts, as the previous process left them.
 			pending := func(root, child string, quiet bool) store.InboxMessage {
 				t.Helper()
-				row, err := subagent.InboxRow(root, sessionlog.UserMessage{
+				row, err := children.InboxRow(root, sessionlog.UserMessage{
 					Content: []model.Block{model.TextBlock("Background subagent " + child + " finished and will do no further work unless you send it more."),
 						model.TextBlock("It left no closing message.")},
 					Source: sessionlog.Source{Kind: subagent.SourceSubagentSettled, Form: "notice", SenderSessionID: child, Label: "researcher"}})

@@ -21,6 +21,7 @@ import (
 	"github.com/go-playground/validator/v10"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/roots"
@@ -60,14 +61,14 @@ var _ Service = (*subagent.Service)(nil)
 
 // Continuations is the continuation manager the continuable routes drive
 // (/v1/subagents, /v1/tasks, the children and descendants listings);
-// *subagent.Manager implements it. Its errors are *subagent.Error values
+// *children.Manager implements it. Its errors are *subagent.Error values
 // whose codes the problem table maps.
 type Continuations interface {
 	// StartContinuable creates a continuable child and accepts its prompt.
-	StartContinuable(ctx context.Context, req subagent.ContinuableRequest) (subagent.ContinuableStarted, error)
+	StartContinuable(ctx context.Context, req children.ContinuableRequest) (children.ContinuableStarted, error)
 	// Followup delivers content to a continuable child of parentSessionID,
 	// steered into its running turn or started as a new task.
-	Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src sessionlog.Source) (subagent.FollowupResult, error)
+	Followup(ctx context.Context, parentSessionID, childID string, content []model.Block, src sessionlog.Source) (children.FollowupResult, error)
 	// FollowupAsync is Followup answered once the content is accepted: it
 	// returns the message id, and the route follows as lifecycle event
 	// message/routed.
@@ -80,11 +81,11 @@ type Continuations interface {
 	// DISPOSED. Idempotent.
 	Dispose(ctx context.Context, parentSessionID, childID string) error
 	// Child returns a child's header, identity, activity and task.
-	Child(ctx context.Context, childID string) (subagent.ChildInfo, error)
+	Child(ctx context.Context, childID string) (children.ChildInfo, error)
 	// Children lists the direct subagent children of parentID.
-	Children(ctx context.Context, parentID string) ([]subagent.ListEntry, error)
+	Children(ctx context.Context, parentID string) ([]children.ListEntry, error)
 	// Descendants lists every subagent below rootID in pre-order.
-	Descendants(ctx context.Context, rootID string) ([]subagent.ListEntry, error)
+	Descendants(ctx context.Context, rootID string) ([]children.ListEntry, error)
 	// Task returns the activation run of a task.
 	Task(ctx context.Context, taskID string) (store.Run, error)
 	// SteerActivation steers content into the running turn of the live
@@ -94,10 +95,10 @@ type Continuations interface {
 	SteerActivation(ctx context.Context, runID string, content []model.Block) (string, error)
 }
 
-var _ Continuations = (*subagent.Manager)(nil)
+var _ Continuations = (*children.Manager)(nil)
 
 // Roots runs the agents of root sessions (POST /v1/sessions/{id}/messages);
-// *delegate.Roots implements it.
+// *roots.Manager implements it.
 type Roots interface {
 	// Prompt queues content as the next turn of a root session's agent and
 	// returns the message id once it is durably accepted.

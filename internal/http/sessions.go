@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
@@ -170,7 +171,7 @@ func (s *Server) listSessionDescendants(w http.ResponseWriter, r *http.Request) 
 
 // listEntries answers one page of the listing list makes of session {id}.
 // The cursor is the id of the last entry of the previous page.
-func (s *Server) listEntries(w http.ResponseWriter, r *http.Request, list func(c Continuations, ctx context.Context, id string) ([]subagent.ListEntry, error)) error {
+func (s *Server) listEntries(w http.ResponseWriter, r *http.Request, list func(c Continuations, ctx context.Context, id string) ([]children.ListEntry, error)) error {
 	p := newParams(r)
 	id := p.id("id")
 	after := p.str("after", maxIDLength)
@@ -191,7 +192,7 @@ func (s *Server) listEntries(w http.ResponseWriter, r *http.Request, list func(c
 	}
 	from := 0
 	if after != "" {
-		i := slices.IndexFunc(entries, func(e subagent.ListEntry) bool { return e.ID == after })
+		i := slices.IndexFunc(entries, func(e children.ListEntry) bool { return e.ID == after })
 		if i < 0 {
 			return invalid(map[string]string{"after": "is not a known cursor"})
 		}

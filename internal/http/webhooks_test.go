@@ -13,6 +13,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -116,7 +117,7 @@ func TestWebhooks_ApprovalAndTreeEvents(t *testing.T) {
 	url, got := hookReceiver(t)
 	w := setupAsk(t, func(b *testBundle, cfg *Config) {
 		withWebhooks(b, cfg, true)
-		mgr := subagent.NewManager(b.svc, subagent.ManagerConfig{Logger: b.log})
+		mgr := children.NewManager(b.svc, children.ManagerConfig{Logger: b.log})
 		cfg.Trees = governance.NewTrees(governance.TreesConfig{Store: b.st, Runs: mgr, Roots: noRoots{}, Logger: b.log})
 		b.stops = append(b.stops, mgr.Shutdown)
 	})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/roots"
@@ -299,8 +300,8 @@ type childEntryJSON struct {
 	Depth       int    `json:"depth,omitempty"`
 }
 
-func childEntryOut(e subagent.ListEntry) childEntryJSON {
-	if e.Kind != subagent.EntryChild {
+func childEntryOut(e children.ListEntry) childEntryJSON {
+	if e.Kind != children.EntryChild {
 		return childEntryJSON{Kind: e.Kind, ID: e.ID, Reason: e.Reason, ParentID: e.ParentID, Depth: e.Depth}
 	}
 	return childEntryJSON{
@@ -470,8 +471,8 @@ type createSubagentRequest struct {
 const notifyParentWake = "wake"
 
 // seam returns the continuable start request for parent.
-func (c *createSubagentRequest) seam(parent store.Session) subagent.ContinuableRequest {
-	return subagent.ContinuableRequest{
+func (c *createSubagentRequest) seam(parent store.Session) children.ContinuableRequest {
+	return children.ContinuableRequest{
 		Provider:     c.Provider,
 		Label:        c.Label,
 		ChildID:      deref(c.ChildID),
@@ -569,7 +570,7 @@ type subagentJSON struct {
 	Session  sessionJSON   `json:"session"`
 }
 
-func subagentOut(info subagent.ChildInfo) subagentJSON {
+func subagentOut(info children.ChildInfo) subagentJSON {
 	out := subagentJSON{
 		ChildID:  info.Session.ID,
 		Activity: info.Activity,

@@ -555,7 +555,8 @@ func (s *Store) StartRun(ctx context.Context, r store.Run, start store.Lifecycle
 // of its log, r as running and start, atomically. Returns
 // store.ErrConflict if the session or run id exists, in any tenant, and an
 // error (storing nothing) if an event or start's payload is invalid.
-func (s *Store) StartRunWithSession(ctx context.Context, hdr store.Session, evs []store.NewEvent, r store.Run, start store.LifecycleEvent) ([]store.Event, store.LifecycleEvent, error) {
+func (s *Store) StartRunWithSession(ctx context.Context, p store.StartRunParams) ([]store.Event, store.LifecycleEvent, error) {
+	hdr, evs, r, start := p.Session, p.Events, p.Run, p.Start
 	if err := store.CheckEvents(evs); err != nil {
 		return nil, store.LifecycleEvent{}, fmt.Errorf("memstore: start run %q with session %q: %w", r.ID, hdr.ID, err)
 	}
@@ -613,7 +614,7 @@ func (s *Store) startLocked(tenant string, r store.Run, start store.LifecycleEve
 // EndRun settles the run with res and appends end, atomically. Returns
 // store.ErrNotFound, or store.ErrConflict if the run already ended.
 func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent) (store.LifecycleEvent, error) {
-	end, _, err := s.EndRunWithEvents(ctx, runID, res, end)
+	end, _, err := s.EndRunWithEvents(ctx, store.EndRunParams{RunID: runID, Result: res, End: end})
 	return end, err
 }
 
@@ -622,7 +623,8 @@ func (s *Store) EndRun(ctx context.Context, runID string, res store.RunResult, e
 // store.ErrNotFound for an unknown run (or, with events, a child without
 // a session), store.ErrConflict if the run already ended, and an error
 // (storing nothing) for an invalid event or payload.
-func (s *Store) EndRunWithEvents(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent, evs ...store.NewEvent) (store.LifecycleEvent, []store.Event, error) {
+func (s *Store) EndRunWithEvents(ctx context.Context, p store.EndRunParams) (store.LifecycleEvent, []store.Event, error) {
+	runID, res, end, evs := p.RunID, p.Result, p.End, p.Events
 	for _, b := range []json.RawMessage{res.Output, res.Structured, end.Payload} {
 		if err := checkJSON(b); err != nil {
 			return store.LifecycleEvent{}, nil, fmt.Errorf("memstore: end run %q: %w", runID, err)

@@ -17,7 +17,8 @@ import (
 
 // ClaimResident makes owner the holder of sessionID's lease when it is
 // free, owner's, or lapsed before now.
-func (s *Store) ClaimResident(ctx context.Context, sessionID, owner string, now, until time.Time) (store.Resident, bool, error) {
+func (s *Store) ClaimResident(ctx context.Context, p store.ClaimParams) (store.Resident, bool, error) {
+	sessionID, owner, now, until := p.SessionID, p.Owner, p.Now, p.Until
 	key := [2]string{store.Tenant(ctx), sessionID}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/agent"
-	"github.com/subagentd/subagentd/internal/delegate"
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
@@ -19,20 +19,21 @@ import (
 	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // Control across replicas (docs/architecture.md §5): two replicas, each a Service, a
-// Manager and Roots over a pool of its own on one database, with owners
+// children.Manager and roots.Manager over a pool of its own on one database, with owners
 // of their own. Requests taken by B for what A drives are carried out by
 // A; a lease A stops renewing is taken over by B.
 
 // replica is one replica of a control test.
 type replica struct {
 	*mgrProcess
-	roots *delegate.Roots
+	roots *roots.Manager
 	// limits are the replica's tree limits: its roots' budget, which
 	// delivers what a paused tree held back once raised.
 	limits *governance.Limits
@@ -87,9 +88,9 @@ func newReplica(t *testing.T, url, owner string, lease time.Duration, mdl model.
 		t.Fatal(err)
 	}
 	r := &replica{mgrProcess: p, kept: make(chan struct{}), limits: governance.NewLimits(st, h.Logger)}
-	r.roots = delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: rs, Tools: agent.NewRegistry(), Logger: h.Logger,
+	r.roots = roots.NewManager(roots.ManagerConfig{Store: st, Routes: rs, Tools: agent.NewRegistry(), Logger: h.Logger,
 		Control: h.Service.Control(), Budget: r.limits})
-	p.m = subagent.NewManager(h.Service, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(h.Deps),
+	p.m = children.NewManager(h.Service, children.ManagerConfig{Materializer: inprocess.NewMaterializer(h.Deps),
 		Notices: r.roots, Logger: h.Logger})
 	r.limits.DeliverTo(r.roots, p.m)
 	var ctx context.Context
@@ -196,7 +197,7 @@ func TestControl_FollowupThroughBIsSteeredIntoAsRunningChild(t *testing.T) {
 	<-g.reached
 
 	type outcome struct {
-		res subagent.FollowupResult
+		res children.FollowupResult
 		err error
 	}
 	out := make(chan outcome, 1)
@@ -384,7 +385,7 @@ func TestControl_ALostLeaseIsTakenOverByBAndAIsFenced(t *testing.T) {
 	}
 	// A accepted a message and stops renewing before delivering it (a
 	// long pause, or a crash).
-	row, err := subagent.InboxRow(res.ChildID, sessionlog.UserMessage{Content: inprocesstest.Text("two"), Source: sessionlog.Source{Kind: subagent.SourceUser}})
+	row, err := children.InboxRow(res.ChildID, sessionlog.UserMessage{Content: inprocesstest.Text("two"), Source: sessionlog.Source{Kind: subagent.SourceUser}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/pg"
@@ -26,7 +27,7 @@ import (
 // events it dispatched, by task id.
 type mgrProcess struct {
 	h    *inprocesstest.Harness
-	m    *subagent.Manager
+	m    *children.Manager
 	ends *inprocesstest.Ends
 }
 
@@ -44,7 +45,7 @@ func newProcess(t *testing.T, url string) *mgrProcess {
 	})
 	h := inprocesstest.New(t, inprocesstest.Config{Routes: []model.Route{inprocesstest.Route("script", mdl)}, Store: st})
 	p := &mgrProcess{h: h, ends: inprocesstest.WatchEnds(h.Service)}
-	p.m = subagent.NewManager(h.Service, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(h.Deps), Logger: h.Logger})
+	p.m = children.NewManager(h.Service, children.ManagerConfig{Materializer: inprocess.NewMaterializer(h.Deps), Logger: h.Logger})
 	t.Cleanup(func() {
 		if err := p.m.Shutdown(context.Background()); err != nil {
 			t.Errorf("manager shutdown: %v", err)
@@ -57,9 +58,9 @@ func newProcess(t *testing.T, url string) *mgrProcess {
 }
 
 // start starts a continuable spawn child of parent with prompt.
-func (p *mgrProcess) start(t *testing.T, parent subagent.Parent, prompt string) subagent.ContinuableStarted {
+func (p *mgrProcess) start(t *testing.T, parent subagent.Parent, prompt string) children.ContinuableStarted {
 	t.Helper()
-	res, err := p.m.StartContinuable(inprocesstest.Ctx(t), subagent.ContinuableRequest{
+	res, err := p.m.StartContinuable(inprocesstest.Ctx(t), children.ContinuableRequest{
 		Provider: spawn.Name, Label: "worker", Prompt: inprocesstest.Text(prompt), Parent: parent})
 	if err != nil {
 		t.Fatalf("StartContinuable: %v", err)
@@ -97,7 +98,7 @@ func TestManager_R82_R130_StartedFollowupAndRecoveryAfterRestart(t *testing.T) {
 	}
 	first.end(t, f.TaskID)
 	// Accepted, then the process died before delivering it.
-	row, err := subagent.InboxRow(res.ChildID, sessionlog.UserMessage{Content: inprocesstest.Text("three"), Source: sessionlog.Source{Kind: subagent.SourceUser}})
+	row, err := children.InboxRow(res.ChildID, sessionlog.UserMessage{Content: inprocesstest.Text("three"), Source: sessionlog.Source{Kind: subagent.SourceUser}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,12 +6,13 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/subagentd/subagentd/internal/delegate"
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/pg"
 	"github.com/subagentd/subagentd/internal/pg/pgtest"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
+	"github.com/subagentd/subagentd/internal/roots"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -26,7 +27,7 @@ import (
 // recipient, as a crash leaves it: accepted, not yet in the log.
 func quietReport(t *testing.T, recipient string) store.InboxMessage {
 	t.Helper()
-	row, err := subagent.InboxRow(recipient, sessionlog.UserMessage{Content: inprocesstest.Text("Background subagent k reported: found it"),
+	row, err := children.InboxRow(recipient, sessionlog.UserMessage{Content: inprocesstest.Text("Background subagent k reported: found it"),
 		Source: sessionlog.Source{Kind: subagent.SourceSubagentReport, Form: "relay", SenderSessionID: "k"}})
 	if err != nil {
 		t.Fatal(err)
@@ -54,15 +55,15 @@ func TestRoots_R108_QuietReportLeftByACrashWakesNothingAfterRestart(t *testing.T
 	url := pgtest.URL(t)
 	ctx := inprocesstest.Ctx(t)
 	mdl := scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "ok"} })
-	// roots starts a process: Roots over its own pool on the database.
-	roots := func() (*inprocesstest.Harness, *delegate.Roots) {
+	// roots starts a process: a roots.Manager over its own pool on the database.
+	roots := func() (*inprocesstest.Harness, *roots.Manager) {
 		st, err := pg.New(ctx, openPool(t, url), discard())
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(st.Close)
 		h := inprocesstest.New(t, inprocesstest.Config{Routes: []model.Route{inprocesstest.Route("script", mdl)}, Store: st})
-		r := delegate.NewRoots(delegate.RootsConfig{Store: st, Routes: h.Deps.Routes, Tools: h.Tools, Logger: h.Logger})
+		r := roots.NewManager(roots.ManagerConfig{Store: st, Routes: h.Deps.Routes, Tools: h.Tools, Logger: h.Logger})
 		t.Cleanup(func() {
 			if err := r.Close(context.Background()); err != nil {
 				t.Errorf("close roots: %v", err)

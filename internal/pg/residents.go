@@ -15,7 +15,8 @@ import (
 // ClaimResident makes owner the holder of sessionID's lease when it is
 // free, owner's, or lapsed before now: one statement, so two replicas
 // claiming at once never both win.
-func (s *Store) ClaimResident(ctx context.Context, sessionID, owner string, now, until time.Time) (_ store.Resident, claimed bool, err error) {
+func (s *Store) ClaimResident(ctx context.Context, p store.ClaimParams) (_ store.Resident, claimed bool, err error) {
+	sessionID, owner, now, until := p.SessionID, p.Owner, p.Now, p.Until
 	defer wrap(&err, "claim resident %q for %q", sessionID, owner)
 	tenant := store.Tenant(ctx)
 	r := store.Resident{Tenant: tenant, SessionID: sessionID}
@@ -27,7 +28,7 @@ func (s *Store) ClaimResident(ctx context.Context, sessionID, owner string, now,
 		r, err = s.GetResident(ctx, sessionID)
 		if errors.Is(err, store.ErrNotFound) {
 			// Released between the two statements: claim again.
-			return s.ClaimResident(ctx, sessionID, owner, now, until)
+			return s.ClaimResident(ctx, p)
 		}
 		return r, false, err
 	}

@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -10,10 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/pg"
 	"github.com/subagentd/subagentd/internal/pg/pgtest"
+	"github.com/subagentd/subagentd/internal/providers/inprocess"
 	"github.com/subagentd/subagentd/internal/providers/inprocess/inprocesstest"
 	"github.com/subagentd/subagentd/internal/providers/spawn"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -25,10 +28,20 @@ type tripCounter struct {
 	mu                       sync.Mutex
 	trips, statements, wakes int
 	sqls                     []string
+	// focus, when set, is a session id: a round trip none of whose
+	// arguments is focus counts as "unrelated".
+	focus string
+}
+
+// setFocus makes the round trips that do not name id count as unrelated.
+func (c *tripCounter) setFocus(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.focus = id
 }
 
 func (c *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	c.count([]string{d.SQL})
+	c.count([]string{d.SQL}, d.Args)
 	return ctx
 }
 
@@ -36,17 +49,19 @@ func (c *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEn
 
 func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
 	sqls := make([]string, len(d.Batch.QueuedQueries))
+	var args []any
 	for i, q := range d.Batch.QueuedQueries {
 		sqls[i] = q.SQL
+		args = append(args, q.Arguments...)
 	}
-	c.count(sqls)
+	c.count(sqls, args)
 	return ctx
 }
 
 func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (c *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
-func (c *tripCounter) count(sqls []string) {
+func (c *tripCounter) count(sqls []string, args []any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, q := range sqls {
@@ -59,12 +74,21 @@ func (c *tripCounter) count(sqls []string) {
 	all := strings.Join(sqls, ";")
 	kind := "other"
 	switch {
-	case strings.Contains(all, "INSERT INTO sessions"):
+	case strings.Contains(all, "INSERT INTO sessions") && strings.Contains(all, "INSERT INTO runs"):
 		kind = "start"
+	case strings.Contains(all, "INSERT INTO sessions"):
+		kind = "create"
 	case strings.Contains(all, "UPDATE runs"):
 		kind = "settle"
 	case strings.Contains(all, "INSERT INTO session_events"):
 		kind = "append"
+	case strings.Contains(all, "INSERT INTO residents"):
+		kind = "claim"
+	case isRead(sqls):
+		kind = "read"
+	}
+	if c.focus != "" && !slices.Contains(args, any(c.focus)) {
+		kind = "unrelated"
 	}
 	c.sqls = append(c.sqls, kind)
 	for _, q := range sqls {
@@ -72,6 +96,16 @@ func (c *tripCounter) count(sqls []string) {
 			c.statements++
 		}
 	}
+}
+
+// isRead reports whether every statement of a round trip is a SELECT.
+func isRead(sqls []string) bool {
+	for _, q := range sqls {
+		if q := strings.TrimSpace(q); !strings.HasPrefix(q, "SELECT") || strings.Contains(q, "set_config") {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *tripCounter) snapshot() (trips, statements int, sqls []string) {
@@ -132,5 +166,49 @@ func TestRoundTrips_OneShotRun(t *testing.T) {
 	}
 	if twoTrips == 0 {
 		t.Errorf("no run of %d was the start and the settlement alone", runs)
+	}
+}
+
+// TestRoundTrips_ContinuableStart counts the writes an in-process
+// continuable child's start costs Postgres before it is answered (the 201
+// of POST /v1/subagents): the claim of its lease, then one commit of its
+// header and creation log, its prompt and the opening of its first turn,
+// and its activation's run row and subagent/start. Reads aside (the check
+// that the child id is new) and what other sessions write meanwhile (the
+// previous child's loop letting its lease go), nothing else.
+func TestRoundTrips_ContinuableStart(t *testing.T) {
+	st, counter := tracedStore(t, pgtest.URL(t))
+	mdl := scripted.Func(func(model.Request) scripted.Step { return scripted.Step{Text: "done"} })
+	h := inprocesstest.New(t, inprocesstest.Config{Routes: []model.Route{inprocesstest.Route("script", mdl)}, Store: st})
+	m := children.NewManager(h.Service, children.ManagerConfig{Materializer: inprocess.NewMaterializer(h.Deps), Logger: h.Logger})
+	t.Cleanup(func() {
+		if err := m.Shutdown(context.Background()); err != nil {
+			t.Errorf("manager shutdown: %v", err)
+		}
+	})
+	ends := inprocesstest.WatchEnds(h.Service)
+	for i := range 3 {
+		req := h.Request("go")
+		id := fmt.Sprintf("child-%d", i)
+		counter.setFocus(id)
+		_, _, kinds0 := counter.snapshot()
+		started, err := m.StartContinuable(inprocesstest.Ctx(t), children.ContinuableRequest{Provider: spawn.Name, Label: "c", ChildID: id,
+			Prompt: req.Prompt, Parent: req.Parent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, kinds := counter.snapshot()
+		// The first turn may run ahead of the answer: what comes after
+		// the start is its, not the start's.
+		kinds = kinds[len(kinds0):]
+		if j := slices.Index(kinds, "start"); j >= 0 {
+			kinds = kinds[:j+1]
+		}
+		writes := slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return k == "read" || k == "unrelated" })
+		t.Logf("start %d: round trips up to the start's commit: %q", i, kinds)
+		if !slices.Equal(writes, []string{"claim", "start"}) {
+			t.Errorf("start %d: writes before the answer %q, want the lease's claim and the start", i, writes)
+		}
+		ends.Wait(t, started.TaskID)
 	}
 }

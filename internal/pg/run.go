@@ -83,7 +83,8 @@ func (s *Store) StartRun(ctx context.Context, r store.Run, start store.Lifecycle
 // its log, r as running and start, in one flush, so one commit (one round
 // trip). Returns store.ErrConflict if the session or run id exists, in any
 // tenant, and an error (storing nothing) if an event is invalid.
-func (s *Store) StartRunWithSession(ctx context.Context, h store.Session, evs []store.NewEvent, r store.Run, start store.LifecycleEvent) (log []store.Event, _ store.LifecycleEvent, err error) {
+func (s *Store) StartRunWithSession(ctx context.Context, p store.StartRunParams) (log []store.Event, _ store.LifecycleEvent, err error) {
+	h, evs, r, start := p.Session, p.Events, p.Run, p.Start
 	defer wrap(&err, "start run %q with session %q", r.ID, h.ID)
 	if err := store.CheckEvents(evs); err != nil {
 		return nil, start, err
@@ -183,7 +184,8 @@ const markSettled = `set_config('subagentd.settled',
 // is locked after it (the run's row first, FOR UPDATE), which only the
 // run's own driver writes to, so no flush of this replica holds it
 // meanwhile.
-func (s *Store) EndRunWithEvents(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent, evs ...store.NewEvent) (_ store.LifecycleEvent, log []store.Event, err error) {
+func (s *Store) EndRunWithEvents(ctx context.Context, p store.EndRunParams) (_ store.LifecycleEvent, log []store.Event, err error) {
+	runID, res, end, evs := p.RunID, p.Result, p.End, p.Events
 	if len(evs) == 0 {
 		end, err = s.EndRun(ctx, runID, res, end)
 		return end, nil, err

@@ -1,9 +1,11 @@
-// Package roots holds the rules of root sessions — the sessions a client
-// creates, which have no parent: how one is created (its model route and
-// its cwd, which must lie inside the workspace roots) and when one counts
-// as working. The agents that run root sessions' turns are
-// internal/delegate's Roots; the HTTP API and the MCP face create and list
-// roots through Sessions.
+// Package roots is the root-session kind of resident agent — the sessions
+// a client creates, which have no parent. Sessions holds their rules: how
+// one is created (its model route and its cwd, which must lie inside the
+// workspace roots) and when one counts as working; the HTTP API and the
+// MCP face create and list roots through it. The Manager runs their
+// agents: prompts, notices and reports through the durable inbox, one loop
+// of the resident engine (internal/resident) per root under its lease,
+// stopping and disposing a root's turn (tree.go).
 package roots
 
 import (
@@ -28,7 +30,7 @@ import (
 const EUnknownRoute = "UNKNOWN_ROUTE"
 
 // Agents is what Sessions needs of the agents of root sessions;
-// *delegate.Roots implements it.
+// *Manager implements it.
 type Agents interface {
 	// Live reports whether the session's agent is loaded here and whether
 	// it runs a turn.

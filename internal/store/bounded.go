@@ -116,25 +116,25 @@ func (b *bounded) EndRun(ctx context.Context, runID string, res RunResult, end L
 	return call(b, ctx, func(c context.Context) (LifecycleEvent, error) { return b.Store.EndRun(c, runID, res, end) })
 }
 
-func (b *bounded) StartRunWithSession(ctx context.Context, s Session, evs []NewEvent, r Run, start LifecycleEvent) ([]Event, LifecycleEvent, error) {
+func (b *bounded) StartRunWithSession(ctx context.Context, p StartRunParams) ([]Event, LifecycleEvent, error) {
 	type out struct {
 		log   []Event
 		start LifecycleEvent
 	}
 	v, err := call(b, ctx, func(c context.Context) (out, error) {
-		log, start, err := b.Store.StartRunWithSession(c, s, evs, r, start)
+		log, start, err := b.Store.StartRunWithSession(c, p)
 		return out{log, start}, err
 	})
 	return v.log, v.start, err
 }
 
-func (b *bounded) EndRunWithEvents(ctx context.Context, runID string, res RunResult, end LifecycleEvent, evs ...NewEvent) (LifecycleEvent, []Event, error) {
+func (b *bounded) EndRunWithEvents(ctx context.Context, p EndRunParams) (LifecycleEvent, []Event, error) {
 	type out struct {
 		end LifecycleEvent
 		log []Event
 	}
 	v, err := call(b, ctx, func(c context.Context) (out, error) {
-		end, log, err := b.Store.EndRunWithEvents(c, runID, res, end, evs...)
+		end, log, err := b.Store.EndRunWithEvents(c, p)
 		return out{end, log}, err
 	})
 	return v.end, v.log, err
@@ -236,13 +236,13 @@ func (b *bounded) SweepSignins(ctx context.Context, before time.Time) (int64, er
 	return call(b, ctx, func(c context.Context) (int64, error) { return b.Store.SweepSignins(c, before) })
 }
 
-func (b *bounded) ClaimResident(ctx context.Context, sessionID, owner string, now, until time.Time) (Resident, bool, error) {
+func (b *bounded) ClaimResident(ctx context.Context, p ClaimParams) (Resident, bool, error) {
 	type r struct {
 		res     Resident
 		claimed bool
 	}
 	v, err := call(b, ctx, func(c context.Context) (r, error) {
-		res, claimed, err := b.Store.ClaimResident(c, sessionID, owner, now, until)
+		res, claimed, err := b.Store.ClaimResident(c, p)
 		return r{res, claimed}, err
 	})
 	return v.res, v.claimed, err

@@ -55,14 +55,24 @@ type Control struct {
 	AnsweredAt time.Time
 }
 
+// ClaimParams is a claim of a resident lease (Residents.ClaimResident).
+type ClaimParams struct {
+	SessionID string
+	Owner     string
+	// Now is the claim's time: a lease that ended before it is free.
+	Now time.Time
+	// Until is when the claimed lease ends unless renewed.
+	Until time.Time
+}
+
 // Residents is the part of Store that keeps resident leases and carries
 // control requests between replicas.
 type Residents interface {
-	// ClaimResident makes owner the holder of sessionID's lease until
-	// until, when nobody holds it, owner does already, or the holder's
-	// lease ended before now. It returns the lease as it stands afterwards
-	// and whether owner holds it.
-	ClaimResident(ctx context.Context, sessionID, owner string, now, until time.Time) (Resident, bool, error)
+	// ClaimResident makes p.Owner the holder of p.SessionID's lease until
+	// p.Until, when nobody holds it, p.Owner does already, or the holder's
+	// lease ended before p.Now. It returns the lease as it stands
+	// afterwards and whether p.Owner holds it.
+	ClaimResident(ctx context.Context, p ClaimParams) (Resident, bool, error)
 	// GetResident returns sessionID's lease. Returns ErrNotFound when
 	// nobody holds one.
 	GetResident(ctx context.Context, sessionID string) (Resident, error)

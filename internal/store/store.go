@@ -76,7 +76,7 @@ type Session struct {
 	CreatedAt time.Time
 	// WakeParent says whether a continuable child's settlement notices open
 	// its parent's turn, or are recorded quietly for the parent's next turn
-	// (subagent.ContinuableRequest.WakeParent). False for roots.
+	// (children.ContinuableRequest.WakeParent). False for roots.
 	WakeParent bool
 }
 
@@ -308,6 +308,28 @@ type Idempotency struct {
 // Store is the persistence contract. Implementations are safe for concurrent
 // use. Limits <= 0 mean a store-chosen default of 100; no call returns more
 // than 1000 rows.
+// StartRunParams is a child session and its run started in one commit
+// (Store.StartRunWithSession).
+type StartRunParams struct {
+	// Session is the child's header; Events the start of its log.
+	Session Session
+	Events  []NewEvent
+	// Run is the run row (State running); Start its subagent/start.
+	Run   Run
+	Start LifecycleEvent
+}
+
+// EndRunParams is a run's settlement with its child's last events
+// (Store.EndRunWithEvents).
+type EndRunParams struct {
+	RunID  string
+	Result RunResult
+	// End is the run's subagent/end.
+	End LifecycleEvent
+	// Events are appended to the child's log in the same commit.
+	Events []NewEvent
+}
+
 type Store interface {
 	Signins
 	Residents
@@ -368,23 +390,23 @@ type Store interface {
 	// what makes subagent/end exactly-once, also across restarts.
 	EndRun(ctx context.Context, runID string, res RunResult, end LifecycleEvent) (LifecycleEvent, error)
 	// StartRunWithSession is CreateSessionWithEvents and StartRun in one
-	// transaction: it stores the child session s with evs as the start of
-	// its log, r (State running) and start, and returns the events and
-	// start as stored. A one-shot run and everything its start promises
+	// transaction: it stores the child session p.Session with p.Events as
+	// the start of its log, p.Run (State running) and p.Start, and returns
+	// the events and start as stored. A one-shot run and everything its start promises
 	// (the child, its prompt, the run row, subagent/start) are one commit,
 	// durable together or not at all. Returns ErrConflict if the session
 	// or run id exists (any tenant), ErrInvalid for a bad event or
 	// payload; either way nothing is stored.
-	StartRunWithSession(ctx context.Context, s Session, evs []NewEvent, r Run, start LifecycleEvent) ([]Event, LifecycleEvent, error)
+	StartRunWithSession(ctx context.Context, p StartRunParams) ([]Event, LifecycleEvent, error)
 	// EndRunWithEvents is AppendEvents and EndRun in one transaction: it
-	// appends evs to the log of the run's child session (Run.ChildID),
-	// settles the run with res and appends end, returning end and the
-	// events as stored, so that a child's last events and its run's
+	// appends p.Events to the log of run p.RunID's child session
+	// (Run.ChildID), settles the run with p.Result and appends p.End,
+	// returning the end and the events as stored, so that a child's last events and its run's
 	// settlement are one commit. Returns ErrNotFound for an unknown run or
 	// a child without a session, ErrConflict if the run already ended,
 	// ErrInvalid for a bad event or payload; on any error nothing is
 	// stored.
-	EndRunWithEvents(ctx context.Context, runID string, res RunResult, end LifecycleEvent, evs ...NewEvent) (LifecycleEvent, []Event, error)
+	EndRunWithEvents(ctx context.Context, p EndRunParams) (LifecycleEvent, []Event, error)
 	// DisposeRun marks a settled run disposed. Idempotent. Returns
 	// ErrNotFound, or ErrConflict if the run is still running.
 	DisposeRun(ctx context.Context, runID string) error

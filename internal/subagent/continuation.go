@@ -2,12 +2,8 @@ package subagent
 
 import (
 	"context"
-	"log/slog"
-	"sync"
-	"sync/atomic"
 
 	"github.com/subagentd/subagentd/internal/model"
-	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -16,7 +12,7 @@ import (
 //
 // A continuable child is a durable child session whose log carries a
 // continuable descriptor before its first turn. The Manager drives it in
-// residency epochs called activations: each is one live agent, one run row
+// residencies called activations: each is one live agent, one run row
 // of kind activation with a fresh task id, and one subagent/start …
 // subagent/end pair. Two deliberate choices shape it (docs/seam.md §22):
 //
@@ -162,7 +158,12 @@ type MaterializeRequest struct {
 	// Create is set on creation only. The materializer calls it after every
 	// check of its own passed and before it builds the agent; it writes the
 	// child's header and creation log. Resume writes nothing (R88).
+	// PrepareChild gets Log instead.
 	Create func(ctx context.Context) error
+	// Log, for PrepareChild only, is the child's creation log as it will
+	// be stored with its header: the seed, the continuable descriptor and
+	// the delegation pin.
+	Log []store.NewEvent
 	// Report sends content to the child's durable parent as this
 	// activation (ReportFrom with the manager's delivery policy) and
 	// returns the message id; the materializer offers it to the child's
@@ -184,223 +185,37 @@ type Materializer interface {
 	Materialize(ctx context.Context, req MaterializeRequest) (ChildAgent, error)
 }
 
+// ChildPreparer is a Materializer that can build a new child's agent
+// before anything of the child is stored, so that the child's header and
+// creation log, the opening of its first turn, and its first activation's
+// run row and subagent/start are one commit (store.StartRunWithSession),
+// as a one-shot run's start is. The in-process materializer is one; an
+// external agent's is not (its process starts before the child is
+// created).
+type ChildPreparer interface {
+	Materializer
+	// PrepareChild checks req as Materialize does, builds the agent over
+	// req.Session and req.Log without reading or writing the store, and
+	// prepares prompt, whose id the manager issued, as its first turn.
+	PrepareChild(ctx context.Context, req MaterializeRequest, prompt sessionlog.UserMessage) (PreparedChildAgent, error)
+}
+
+// PreparedChildAgent is a new child's agent that writes nothing until
+// Launch.
+type PreparedChildAgent struct {
+	Agent ChildAgent
+	// Opening is what follows the creation log: the events that insert
+	// the prompt, open its turn and enter its first step.
+	Opening []store.NewEvent
+	// Launch runs the first turn over log, the child's whole log as
+	// stored (the creation log, then Opening).
+	Launch func(log []store.Event)
+}
+
 // Queuer marks a ChildAgent whose running turn takes no steering (ACP has
 // no mid-turn injection): a followup to it is queued as its next turn with
 // FollowupMessage and answered RouteQueued at once.
 type Queuer interface {
 	ChildAgent
 	QueuesFollowups()
-}
-
-// materializer builds the agents of provider's children: the provider's own
-// Materializer when it has one (ACP), else the manager's.
-func (m *Manager) materializer(provider string) Materializer {
-	if p, ok := m.svc.Provider(provider); ok {
-		if mat, ok := p.(Materializer); ok {
-			return mat
-		}
-	}
-	return m.mat
-}
-
-// NoticeSink delivers settlement notices (docs/seam.md §13) and child
-// reports (docs/seam.md §17) to parents the Manager does not drive: root sessions
-// (*delegate.Roots implements it). Notices and reports to continuable
-// parents go through the Manager's own inbox.
-type NoticeSink interface {
-	// Notify accepts msg, whose id the Manager issued, for root parentID.
-	// Messages to one parent must reach it in the order Notify accepted
-	// them (R110). Without quiet the parent is woken: msg joins its
-	// running turn at the next step, or opens a turn; quiet stores it for
-	// the parent's next turn without waking it (R108, R118).
-	Notify(ctx context.Context, parentID string, msg sessionlog.UserMessage, quiet bool) error
-}
-
-// ManagerConfig configures a Manager.
-type ManagerConfig struct {
-	// Materializer builds the agents of children whose provider is not a
-	// Materializer itself (an ACP provider builds its own). Required for
-	// in-process providers.
-	Materializer Materializer
-	// Notices receives settlement notices and reports for root parents;
-	// nil drops notices (logged) and fails reports (EParentUnavailable).
-	Notices NoticeSink
-	// ReportDelivery is the delivery of reports made with the report tool
-	// (MaterializeRequest.Report): DeliveryNextStep (empty means that) or
-	// DeliveryQuiet — a deployment policy (docs/seam.md §17).
-	ReportDelivery string
-	// Logger receives delivery and settlement faults. Required.
-	Logger *slog.Logger
-}
-
-// ContinuableRequest is a continuable start (docs/seam.md §11): a one-shot
-// request without outputSchema, plus the durable label and an optional
-// caller-reserved child id. Capability flags are not consulted (R63).
-type ContinuableRequest struct {
-	Provider     string
-	Label        string
-	ChildID      string
-	Prompt       []model.Block
-	Parent       Parent
-	AgentOptions *AgentOptions
-	MaxDepth     *int
-	ToolFilter   *ToolFilter
-	Persona      *string
-	// WakeParent makes the child's settlement notices open its parent's
-	// turn; without it they are recorded quietly for the parent's next
-	// turn (R78). The delegation tools set it — the parent's own agent
-	// delegated the child — and a client asks for it with notifyParent
-	// "wake". It is stored with the child (store.Session.WakeParent), so
-	// every activation, on any replica and after a restart, follows it.
-	WakeParent bool
-	// Limits narrows the tree's limits, as Request.Limits.
-	Limits *Limits
-}
-
-// ContinuableStarted identifies an accepted continuable start: the child,
-// the task of its first activation and the accepted prompt (R57).
-type ContinuableStarted struct {
-	ChildID   string
-	TaskID    string
-	MessageID string
-}
-
-// FollowupResult says where accepted followup content went: Route is
-// RouteSteered, RouteStarted, RouteQueued or RouteParked; TaskID the
-// activation that runs it (none while parked), MessageID the message id
-// the child logs it under.
-type FollowupResult struct {
-	Route     Route
-	TaskID    string
-	MessageID string
-}
-
-// Manager is the continuation manager of one process: it starts continuable
-// children, routes followups, interrupts, settles activations and recovers
-// undelivered messages after a restart. It shares the Service's provider
-// registry, lifecycle bus, store and admission. Safe for concurrent use.
-//
-// Each child with anything live — an activation, followups awaiting their
-// route, a cold resume owed — is owned by one loop of the resident engine
-// (internal/resident, docs/architecture.md §5): every delivery, residency and settlement
-// decision for it (R65) is a command its loop runs, one at a time. The
-// loop also watches its agent's turn end (turnEnd), which settles the
-// activation; a steer's admission is awaited off the loop and comes back
-// as a command. Lifecycle listeners never run in a loop or under a lock: an
-// edge a command decided is dispatched by its sender once the command
-// returned (child.outbox), so a listener may call the Manager for the same
-// child.
-type Manager struct {
-	svc      *Service
-	store    store.Store
-	mat      Materializer
-	notices  NoticeSink
-	delivery string // of the report tool
-	log      *slog.Logger
-	children *resident.Group[child, struct{}]
-
-	draining atomic.Bool
-	wg       sync.WaitGroup // settlements and steer receipts
-}
-
-// child is the in-process state of one child id, owned by its loop in
-// Manager.children.
-type child struct {
-	key resident.Key
-	// sess and desc cache the verified durable header and resume
-	// descriptor (the first descriptor of the own suffix never changes).
-	sess *store.Session
-	desc *Descriptor
-	// state says whether act is a live activation and whether a cold
-	// resume is owed after it (see state.go); act is nil while idle.
-	state childState
-	act   *activation
-	// waiters are the followup callers waiting for their message's route,
-	// by message id.
-	waiters map[string]chan<- answer
-	// slot, when set, releases the live-run slot (Service.reserveLive) held
-	// for the cold resume a command is about to start; coldResume hands it
-	// to the activation.
-	slot func()
-	// disposed: the child was disposed (Manager.Dispose); it takes no more
-	// messages.
-	disposed bool
-	// outbox holds the lifecycle dispatches a command decided, in order;
-	// its sender runs them once the command returned
-	// (resident.Policy.Outbox).
-	outbox []func()
-}
-
-// answer is a followup's route, or why its message was not delivered.
-type answer struct {
-	res FollowupResult
-	err error
-}
-
-// NewManager returns the continuation manager over svc.
-func NewManager(svc *Service, cfg ManagerConfig) *Manager {
-	m := &Manager{
-		svc:      svc,
-		store:    svc.store,
-		mat:      cfg.Materializer,
-		notices:  cfg.Notices,
-		delivery: cfg.ReportDelivery,
-		log:      cfg.Logger,
-	}
-	m.children = resident.NewGroup(resident.Policy[child, struct{}]{
-		Kind:   "child",
-		Leases: svc.ctl.Leases(),
-		New:    func(key resident.Key) *child { return &child{key: key, waiters: map[string]chan<- answer{}} },
-		// A loop ends once nothing is live or owed; it drives the child,
-		// under its lease, while an activation is live.
-		Idle:    func(c *child) bool { return c.state == childIdle && len(c.waiters) == 0 },
-		Driving: func(c *child) bool { return c.act != nil },
-		Watch:   m.turnEnd,
-		Owns:    func(sess store.Session) bool { return sess.ParentID != "" },
-		Resume:  m.recoverIn,
-		Stop:    m.stop,
-		Outbox: func(c *child) []func() {
-			out := c.outbox
-			c.outbox = nil
-			return out
-		},
-	})
-	m.handle()
-	m.handleDispose()
-	svc.mgr = m
-	return m
-}
-
-// do runs f in key's loop, then — back in the caller, off the loop — the
-// lifecycle dispatches f decided (child.outbox).
-func (m *Manager) do(key resident.Key, f func(c *child)) {
-	m.children.Do(key, f)
-}
-
-// liveActivation returns the live activation of key, if any.
-func (m *Manager) liveActivation(key resident.Key) *activation {
-	var act *activation
-	m.children.Peek(key, func(c *child) { act = c.act })
-	return act
-}
-
-// admitting returns EDraining once the Manager or its Service began to shut
-// down (R81, R113).
-func (m *Manager) admitting() error {
-	m.svc.mu.Lock()
-	draining := m.draining.Load() || m.svc.draining
-	m.svc.mu.Unlock()
-	if draining {
-		return Errorf(EDraining, "the service is shutting down")
-	}
-	return nil
-}
-
-func (m *Manager) isDraining() bool { return m.admitting() != nil }
-
-// closeAgent closes an agent that never became an activation.
-func (m *Manager) closeAgent(ctx context.Context, childID string, ag ChildAgent) {
-	if err := ag.Close(ctx); err != nil {
-		m.log.ErrorContext(ctx, "close unpublished child agent", slog.String("child_id", childID), slog.Any("error", err))
-	}
 }

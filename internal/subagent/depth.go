@@ -9,7 +9,7 @@ const MaxSafeInteger = 1<<53 - 1
 func validSafeInteger(n int) bool { return n >= 0 && n <= MaxSafeInteger }
 
 // checkMaxDepth validates a caller's maxDepth cap. Returns EInvalidMaxDepth.
-func checkMaxDepth(maxDepth *int) error {
+func CheckMaxDepth(maxDepth *int) error {
 	if maxDepth != nil && !validSafeInteger(*maxDepth) {
 		return Errorf(EInvalidMaxDepth, "subagent maxDepth must be a non-negative safe integer")
 	}
@@ -40,7 +40,7 @@ func EffectiveDepth(p Parent) (int, error) {
 // and EDepthExceeded when the child depth leaves the safe-integer range or
 // exceeds maxDepth ("subagent depth 1 exceeds maxDepth 0").
 func ChildDepth(p Parent, maxDepth *int) (int, error) {
-	if err := checkMaxDepth(maxDepth); err != nil {
+	if err := CheckMaxDepth(maxDepth); err != nil {
 		return 0, err
 	}
 	depth, err := EffectiveDepth(p)

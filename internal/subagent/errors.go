@@ -3,6 +3,8 @@ package subagent
 import (
 	"errors"
 	"fmt"
+
+	"github.com/subagentd/subagentd/internal/resident"
 )
 
 // ErrSteerRejected: a steer was not admitted into a model step (the agent
@@ -102,4 +104,23 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return "internal error"
+}
+
+// controlCodec carries an *Error across replicas in control answers
+// (resident.Control): the requester returns the error its client would
+// have had from the replica that carried the request out.
+var controlCodec = resident.Codec{
+	Encode: func(err error) (resident.WireError, bool) {
+		var e *Error
+		if !errors.As(err, &e) {
+			return resident.WireError{}, false
+		}
+		return resident.WireError{Code: e.Code, Message: e.Message, Fields: e.Fields}, true
+	},
+	Decode: func(w resident.WireError) error {
+		return &Error{Code: w.Code, Message: w.Message, Fields: w.Fields}
+	},
+	Abort: func(cause error, message string) error {
+		return &Error{Code: EAborted, Err: cause, Message: message}
+	},
 }

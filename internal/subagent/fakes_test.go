@@ -50,10 +50,6 @@ func (p *fakeProvider) startCount() int {
 
 var allCaps = Capabilities{OutputSchema: true, DepthLimit: true, ToolFilter: true, Persona: true}
 
-// contCaps are the runtime capabilities of the in-process continuable
-// providers the manager tests stand in for.
-var contCaps = Capabilities{Steer: true, Resume: true, Local: true}
-
 // fakeRun is a Run settled by the test (settle) or by Cancel, which settles
 // "aborted" keeping the partial output.
 type fakeRun struct {
@@ -390,25 +386,25 @@ func (c *fakePrepared) Launch(log []store.Event, settle Settle) {
 	c.launched <- settle
 }
 
-func (s *fakeStore) StartRunWithSession(ctx context.Context, h store.Session, evs []store.NewEvent, r store.Run, start store.LifecycleEvent) ([]store.Event, store.LifecycleEvent, error) {
-	start, err := s.StartRun(ctx, r, start)
+func (s *fakeStore) StartRunWithSession(ctx context.Context, p store.StartRunParams) ([]store.Event, store.LifecycleEvent, error) {
+	start, err := s.StartRun(ctx, p.Run, p.Start)
 	if err != nil {
 		return nil, start, err
 	}
-	log := make([]store.Event, len(evs))
-	for i, e := range evs {
+	log := make([]store.Event, len(p.Events))
+	for i, e := range p.Events {
 		log[i] = store.Event{Seq: int64(i), Type: e.Type, Data: e.Data}
 	}
 	return log, start, nil
 }
 
-func (s *fakeStore) EndRunWithEvents(ctx context.Context, runID string, res store.RunResult, end store.LifecycleEvent, evs ...store.NewEvent) (store.LifecycleEvent, []store.Event, error) {
-	end, err := s.EndRun(ctx, runID, res, end)
+func (s *fakeStore) EndRunWithEvents(ctx context.Context, p store.EndRunParams) (store.LifecycleEvent, []store.Event, error) {
+	end, err := s.EndRun(ctx, p.RunID, p.Result, p.End)
 	if err != nil {
 		return end, nil, err
 	}
-	log := make([]store.Event, len(evs))
-	for i, e := range evs {
+	log := make([]store.Event, len(p.Events))
+	for i, e := range p.Events {
 		log[i] = store.Event{Seq: int64(100 + i), Type: e.Type, Data: e.Data}
 	}
 	return end, log, nil

@@ -24,7 +24,7 @@ const OwnerLostDiagnostic = "owner lost: replica %q stopped renewing the run's l
 // RecoverOwned closes the runs that an earlier incarnation of this replica
 // (same Config.Owner) left running, and drops its resident leases: they
 // died with it. Call it at start-up, before the first Start and before a
-// Manager or Roots is built; each such run gets its subagent/end (stop reason
+// children.Manager or roots.Manager is built; each such run gets its subagent/end (stop reason
 // error) exactly once, also when several replicas recover at the same time.
 func (s *Service) RecoverOwned(ctx context.Context) error {
 	// A lease in the past marks every running run of this owner expired;
@@ -37,9 +37,9 @@ func (s *Service) RecoverOwned(ctx context.Context) error {
 		return err
 	}
 	// The resident leases it left are released (no kind of resident agent
-	// is registered yet); Manager.Recover and Roots.Recover deliver what
+	// is registered yet); children.Manager.Recover and roots.Manager.Recover deliver what
 	// their agents had not.
-	return s.ctl.takeOver(ctx, now)
+	return s.ctl.TakeOverLapsed(ctx, now)
 }
 
 // KeepLeases renews the leases of this replica's runs and closes the runs
@@ -56,7 +56,7 @@ func (s *Service) RecoverOwned(ctx context.Context) error {
 // lease lapsed, delivering their undelivered messages.
 func (s *Service) KeepLeases(ctx context.Context) {
 	served := make(chan struct{})
-	go func() { defer close(served); s.ctl.serve(ctx) }()
+	go func() { defer close(served); s.ctl.Serve(ctx) }()
 	defer func() { <-served }()
 	tick := time.NewTicker(s.lease / 3)
 	defer tick.Stop()
@@ -92,7 +92,7 @@ func (s *Service) keepLeases(ctx context.Context, now time.Time) bool {
 			s.log.ErrorContext(ctx, "sweep abandoned control requests", slog.Any("error", err))
 		}
 		// Deliveries of a takeover outlive the round's bound.
-		if err := s.ctl.takeOver(ctx, now); err != nil && ctx.Err() == nil {
+		if err := s.ctl.TakeOverLapsed(ctx, now); err != nil && ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "take over resident agents of lost replicas", slog.Any("error", err))
 		}
 	}
@@ -102,7 +102,7 @@ func (s *Service) keepLeases(ctx context.Context, now time.Time) bool {
 // fence cancels every live run of this replica, whose lease (last renewed
 // at renewed) is about to lapse, and stops driving its resident agents.
 func (s *Service) fence(ctx context.Context, renewed time.Time) {
-	s.ctl.fence(ctx)
+	s.ctl.Fence(ctx)
 	s.mu.Lock()
 	live := slices.Collect(maps.Values(s.runs))
 	s.mu.Unlock()
@@ -136,7 +136,7 @@ func (s *Service) reap(ctx context.Context, now time.Time) error {
 			Type: EventEnd, RunID: r.ID, Provider: r.Provider, ID: r.ChildID, Local: r.Local,
 			ParentID: r.ParentID, RootID: r.RootID, TaskID: r.TaskID, StopReason: StopError,
 		}
-		row, err := lifecycleRow(end, now)
+		row, err := LifecycleRow(end, now)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -176,7 +176,7 @@ func Running(ctx context.Context, st store.Store, ids ...string) (map[string]boo
 			return nil, fmt.Errorf("list running runs of %d sessions: %w", len(ids), err)
 		}
 		for _, r := range runs {
-			if runningAt(r, now) {
+			if RunningAt(r, now) {
 				running[r.ChildID] = true
 			}
 		}
@@ -189,6 +189,6 @@ func Running(ctx context.Context, st store.Store, ids ...string) (map[string]boo
 
 // runningAt reports whether r is running at now: not settled, and its
 // owner's lease not lapsed.
-func runningAt(r store.Run, now time.Time) bool {
+func RunningAt(r store.Run, now time.Time) bool {
 	return r.State == store.StateRunning && r.LeaseUntil.After(now)
 }

@@ -30,7 +30,7 @@ type eventPayload struct {
 }
 
 // isRunEvent reports whether typ is subagent/start or subagent/end.
-func isRunEvent(typ string) bool { return typ == EventStart || typ == EventEnd }
+func IsRunEvent(typ string) bool { return typ == EventStart || typ == EventEnd }
 
 // EventPayload returns the JSON payload of e as stored in the lifecycle log:
 // {runId, provider, id, local, parentSessionId, rootSessionId, taskId?} for subagent/start,
@@ -42,7 +42,7 @@ func isRunEvent(typ string) bool { return typ == EventStart || typ == EventEnd }
 func EventPayload(e Event) (json.RawMessage, error) {
 	b := make([]byte, 0, 256)
 	b = append(b, '{')
-	run := isRunEvent(e.Type)
+	run := IsRunEvent(e.Type)
 	if run && e.RunID != "" {
 		b = appendField(b, "runId", e.RunID)
 	}
@@ -117,7 +117,7 @@ func ParseEvent(le store.LifecycleEvent) (Event, error) {
 func storedTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
 // lifecycleRow returns the store row of e, stamped at.
-func lifecycleRow(e Event, at time.Time) (store.LifecycleEvent, error) {
+func LifecycleRow(e Event, at time.Time) (store.LifecycleEvent, error) {
 	payload, err := EventPayload(e)
 	if err != nil {
 		return store.LifecycleEvent{}, err
@@ -147,11 +147,11 @@ const endRetryFor = 10 * time.Minute
 // is still this replica's (its run lease is renewed here, so no other
 // replica closes it), and it is ended without the fence — once, since an
 // end only settles a running run.
-func (s *Service) recordEnd(ctx context.Context, log *slog.Logger, e Event, res store.RunResult, reclaim func(context.Context) error) (Event, bool) {
+func (s *Service) RecordEnd(ctx context.Context, log *slog.Logger, e Event, res store.RunResult, reclaim func(context.Context) error) (Event, bool) {
 	if res.EndedAt.IsZero() {
 		res.EndedAt = time.Now()
 	}
-	row, err := lifecycleRow(e, res.EndedAt)
+	row, err := LifecycleRow(e, res.EndedAt)
 	if err != nil {
 		log.ErrorContext(ctx, "encode run end", slog.Any("error", err))
 		return e, true

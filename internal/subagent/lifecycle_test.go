@@ -26,7 +26,7 @@ func TestEventPayload_MatchesEncodingJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := eventPayload{Provider: e.Provider}
-		if isRunEvent(e.Type) {
+		if IsRunEvent(e.Type) {
 			local := e.Local
 			p.RunID, p.ID, p.Local, p.ParentSessionID, p.TaskID = e.RunID, e.ID, &local, e.ParentID, e.TaskID
 		}

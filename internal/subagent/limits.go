@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -46,7 +45,7 @@ func (l Limits) Resolve(rootCreated time.Time) (store.Limits, error) {
 		if *n.v < 0 || *n.v > MaxSafeInteger {
 			return store.Limits{}, limitError(n.name, "must be a non-negative safe integer")
 		}
-		*n.dst = clonePtr(n.v)
+		*n.dst = ClonePtr(n.v)
 	}
 	if len(l.Deadline) > MaxLimitText {
 		return store.Limits{}, limitError("deadline", fmt.Sprintf("must be at most %d bytes", MaxLimitText))
@@ -114,22 +113,11 @@ type Admission struct {
 
 // treePaused reports whether the Governor, if any, holds session id's
 // tree paused.
-func (s *Service) treePaused(ctx context.Context, id string) (bool, error) {
+func (s *Service) TreePaused(ctx context.Context, id string) (bool, error) {
 	if s.gov == nil {
 		return false, nil
 	}
 	return s.gov.Paused(ctx, id)
-}
-
-// DeliverWaiting cold-resumes continuable child childID with the
-// followups its inbox held while its tree was paused, unless it is live
-// (a live activation takes its followups itself). The activation outlives
-// the call: ctx's cancellation does not reach it.
-func (m *Manager) DeliverWaiting(ctx context.Context, childID string) error {
-	ctx = context.WithoutCancel(ctx)
-	var err error
-	m.do(resident.Key{Tenant: store.Tenant(ctx), ID: childID}, func(c *child) { err = m.recoverIn(ctx, c) })
-	return err
 }
 
 // admitTree asks the Governor, if any, whether parent may have the child
@@ -137,7 +125,7 @@ func (m *Manager) DeliverWaiting(ctx context.Context, childID string) error {
 // one depth rule). It returns the limits the child's header stores and
 // the func that ends the admission, which the caller calls once the
 // child's start is committed or failed.
-func (s *Service) admitTree(ctx context.Context, parent Parent, narrow *Limits) (store.Limits, func(), error) {
+func (s *Service) AdmitTree(ctx context.Context, parent Parent, narrow *Limits) (store.Limits, func(), error) {
 	if s.gov == nil {
 		return store.Limits{}, func() {}, nil
 	}

@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/subagentd/subagentd/internal/model"
-	"github.com/subagentd/subagentd/internal/model/scripted"
-	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -91,75 +88,6 @@ func firstRunID(t *testing.T, svc *Service, ctx context.Context) string {
 	}
 	t.Fatal("no run")
 	return ""
-}
-
-// TestMaxLiveRuns_CountsActivations: one cap counts one-shot runs and
-// continuable activations. A continuable start, a one-shot start and a
-// followup that would start an activation are refused beyond it, before
-// anything is written; a followup steered into a live activation needs no
-// slot; an activation's settlement frees its slot, and so does a one-shot
-// run's.
-func TestMaxLiveRuns_CountsActivations(t *testing.T) {
-	t.Parallel()
-	gates := map[string]chan struct{}{"hold-a": make(chan struct{}), "hold-b": make(chan struct{})}
-	mdl := scripted.Func(func(req model.Request) scripted.Step {
-		last := req.Messages[len(req.Messages)-1]
-		if g, ok := gates[model.Text(last.Content)]; ok && last.Role == model.RoleUser {
-			return scripted.Step{Text: "held", Gate: g}
-		}
-		return scripted.Step{Text: "ok"}
-	})
-	e := newContEnv(t, mdl)
-	e.svc.maxLive = 1 // before any start: nothing reads it concurrently yet
-
-	a := e.start(t, e.req(t, "hold-a"))
-	refusedB := e.req(t, "x")
-	refusedB.ChildID = "b"
-	_, err := e.m.StartContinuable(t.Context(), refusedB)
-	wantCode(t, err, ERateLimited)
-	if _, err := e.st.GetSession(t.Context(), "b"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("a refused continuable start wrote its child: %v", err)
-	}
-	_, err = e.svc.Start(t.Context(), "spawn", request())
-	wantCode(t, err, ERateLimited)
-
-	// Steered into the live activation: no slot needed.
-	out := e.followupAsync(t.Context(), a.ChildID, "more")
-	e.waitLog(t, a.ChildID, "the steer", steersSubmitted(1))
-	close(gates["hold-a"])
-	if o := await(t, out); o.err != nil || o.res.Route != RouteSteered {
-		t.Fatalf("followup into the live activation: %+v, %v", o.res, o.err)
-	}
-	e.ended(t, a.TaskID)
-	e.settled(t, a.ChildID)
-
-	// The settled activation gave its slot back; b now holds it.
-	b := e.start(t, e.req(t, "hold-b"))
-	accepted := len(e.st.accepted())
-	_, err = e.m.Followup(t.Context(), "p1", a.ChildID, txt("again"), sessionlog.Source{})
-	wantCode(t, err, ERateLimited)
-	if n := len(e.st.accepted()); n != accepted {
-		t.Fatalf("a refused followup was accepted into the inbox (%d rows, want %d)", n, accepted)
-	}
-	if p, err := e.st.Pending(t.Context(), a.ChildID); err != nil || len(p) != 0 {
-		t.Fatalf("a refused followup left %d pending rows (%v)", len(p), err)
-	}
-	close(gates["hold-b"])
-	e.ended(t, b.TaskID)
-	e.settled(t, b.ChildID)
-
-	// A one-shot run takes the slot until it settles.
-	h, err := e.svc.Start(t.Context(), "spawn", request())
-	if err != nil {
-		t.Fatalf("one-shot start with a free slot: %v", err)
-	}
-	_, err = e.m.Followup(t.Context(), "p1", a.ChildID, txt("again"), sessionlog.Source{})
-	wantCode(t, err, ERateLimited)
-	h.run.(*fakeRun).settle(Result{StopReason: StopCompleted}, nil)
-	<-h.Done()
-	if o, err := e.m.Followup(t.Context(), "p1", a.ChildID, txt("again"), sessionlog.Source{}); err != nil || o.Route != RouteStarted {
-		t.Fatalf("followup with a free slot: %+v, %v", o, err)
-	}
 }
 
 // TestLimits_Resolve: limits are validated field by field (INVALID_REQUEST

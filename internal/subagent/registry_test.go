@@ -225,7 +225,7 @@ func TestRegistry_R5_UnknownProvider(t *testing.T) {
 		t.Error("a removed provider was started")
 	}
 	for _, e := range b.store.events() {
-		if isRunEvent(e.Type) {
+		if IsRunEvent(e.Type) {
 			t.Errorf("unexpected %s", e.Type)
 		}
 	}

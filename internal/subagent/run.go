@@ -245,7 +245,7 @@ func (h *RunHandle) watch() {
 		h.finish(res, resErr, rr, false)
 		return
 	}
-	end, dispatch := h.svc.recordEnd(h.ctx, h.logger(), h.endEvent(res), rr, nil)
+	end, dispatch := h.svc.RecordEnd(h.ctx, h.logger(), h.endEvent(res), rr, nil)
 	if dispatch {
 		h.svc.bus.dispatch(h.ctx, end)
 	}
@@ -289,11 +289,11 @@ func (h *RunHandle) settleWith(ctx context.Context, res Result, evs []store.NewE
 	if err != nil {
 		return nil, err
 	}
-	row, err := lifecycleRow(end, rr.EndedAt)
+	row, err := LifecycleRow(end, rr.EndedAt)
 	if err != nil {
 		return nil, err
 	}
-	stored, log, err := h.svc.store.EndRunWithEvents(ctx, h.id, rr, row, evs...)
+	stored, log, err := h.svc.store.EndRunWithEvents(ctx, store.EndRunParams{RunID: h.id, Result: rr, End: row, Events: evs})
 	if err != nil {
 		return nil, fmt.Errorf("record end of run %s: %w", h.id, err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/subagentd/subagentd/internal/resident"
 	"github.com/subagentd/subagentd/internal/schema"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/telemetry"
@@ -70,10 +71,11 @@ type Service struct {
 	// maxLive is Config.MaxLiveRuns.
 	maxLive int
 	bus     bus
-	ctl     *Control
-	// mgr is the continuation Manager over this Service, if any: it
-	// drives activations and routes run control across replicas.
-	mgr *Manager
+	ctl     *resident.Control
+	// acts reaches the activations of continuable children, if any
+	// engine drives them (SetActivations): a run this Service does not
+	// drive may be one.
+	acts Activations
 
 	metrics *telemetry.Metrics
 	gov     Governor
@@ -102,7 +104,6 @@ func NewService(cfg Config) *Service {
 		log:     cfg.Logger,
 		owner:   cfg.Owner,
 		lease:   lease,
-		ctl:     newControl(cfg.Store, cfg.Owner, lease, cfg.Logger, cfg.Metrics),
 		retain:  retain,
 		maxLive: cfg.MaxLiveRuns,
 		bus:     bus{log: cfg.Logger},
@@ -111,6 +112,8 @@ func NewService(cfg Config) *Service {
 		runs:    map[string]*RunHandle{},
 		live:    map[string]int{},
 	}
+	s.ctl = resident.NewControl(resident.ControlConfig{Store: cfg.Store, Owner: cfg.Owner, Lease: lease,
+		Codec: controlCodec, Resumes: s.resumesLapsed, Logger: cfg.Logger, Metrics: cfg.Metrics})
 	if cfg.Metrics != nil {
 		s.bus.subscribe("", countRuns(cfg.Metrics))
 	}
@@ -119,7 +122,7 @@ func NewService(cfg Config) *Service {
 
 // Control returns the Service's cross-replica control (see Control): the
 // resident leases and control requests of this replica.
-func (s *Service) Control() *Control { return s.ctl }
+func (s *Service) Control() *resident.Control { return s.ctl }
 
 // Subscribe adds l for the lifecycle events of the runs of parentID, or of
 // every event (provider events included) when parentID is "" (R18). It
@@ -194,7 +197,7 @@ func (s *Service) announceRemoved(ctx context.Context, name string) {
 
 // record appends an unscoped lifecycle event to the store.
 func (s *Service) record(ctx context.Context, e Event) (store.LifecycleEvent, error) {
-	row, err := lifecycleRow(e, time.Now())
+	row, err := LifecycleRow(e, time.Now())
 	if err != nil {
 		return store.LifecycleEvent{}, err
 	}
@@ -269,7 +272,7 @@ func (s *Service) Start(ctx context.Context, provider string, req Request) (*Run
 	if err != nil {
 		return nil, err
 	}
-	limits, admitted, err := s.admitTree(ctx, req.Parent, req.Limits)
+	limits, admitted, err := s.AdmitTree(ctx, req.Parent, req.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -278,24 +281,24 @@ func (s *Service) Start(ctx context.Context, provider string, req Request) (*Run
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Code: EAborted, Message: "subagent request was aborted before child publication", Err: err}
 	}
-	release, err := s.reserveLive(store.Tenant(ctx), false)
+	release, err := s.ReserveLive(store.Tenant(ctx), false)
 	if err != nil {
 		return nil, err
 	}
 	// The child's span is a child of the caller's (a tool call's), whose
 	// traceparent the run row keeps; the provider gets ctx with the
 	// child's span, so that the agent's own spans are under it.
-	tr := runTrace{parent: telemetry.Traceparent(ctx)}
-	ctx, tr.inv = telemetry.StartInvoke(ctx, s.invokeParams(provider, ""))
+	tr := RunTrace{Parent: telemetry.Traceparent(ctx)}
+	ctx, tr.Inv = telemetry.StartInvoke(ctx, s.InvokeParams(provider, ""))
 	h, err := s.start(ctx, p, resolved, release, tr)
 	if err != nil {
-		tr.inv.End(StopError, err)
+		tr.Inv.End(StopError, err)
 	}
 	return h, err
 }
 
 // start is Start once admitted, with the run's span in ctx.
-func (s *Service) start(ctx context.Context, p Provider, req ResolvedRequest, release func(), tr runTrace) (*RunHandle, error) {
+func (s *Service) start(ctx context.Context, p Provider, req ResolvedRequest, release func(), tr RunTrace) (*RunHandle, error) {
 	if pp, ok := p.(Preparer); ok {
 		return s.startPrepared(ctx, pp, req, release, tr)
 	}
@@ -312,9 +315,9 @@ func (s *Service) start(ctx context.Context, p Provider, req ResolvedRequest, re
 
 // runTrace is the invoke_agent span of a run or activation and the
 // traceparent of its parent span, which the run row keeps.
-type runTrace struct {
-	inv    *telemetry.Invocation
-	parent string
+type RunTrace struct {
+	Inv    *telemetry.Invocation
+	Parent string
 }
 
 // admit runs the checks of Start that precede the provider call and builds
@@ -344,7 +347,7 @@ func (s *Service) admit(provider string, req Request) (Provider, ResolvedRequest
 			return nil, ResolvedRequest{}, Errorf(EUnsupportedCapability, "provider %q does not support %s", provider, c.name)
 		}
 	}
-	if err := checkMaxDepth(req.MaxDepth); err != nil {
+	if err := CheckMaxDepth(req.MaxDepth); err != nil {
 		return nil, ResolvedRequest{}, err
 	}
 	if req.ToolFilter != nil {
@@ -398,17 +401,17 @@ func cloneRequest(r Request) Request {
 	c := r
 	c.Prompt = slices.Clone(r.Prompt)
 	c.OutputSchema = slices.Clone(r.OutputSchema)
-	c.Parent.Options.SubagentDepth = clonePtr(r.Parent.Options.SubagentDepth)
-	c.Parent.Session.Persona = clonePtr(r.Parent.Session.Persona)
-	c.AgentOptions = clonePtr(r.AgentOptions)
+	c.Parent.Options.SubagentDepth = ClonePtr(r.Parent.Options.SubagentDepth)
+	c.Parent.Session.Persona = ClonePtr(r.Parent.Session.Persona)
+	c.AgentOptions = ClonePtr(r.AgentOptions)
 	if c.AgentOptions != nil {
-		c.AgentOptions.SubagentDepth = clonePtr(c.AgentOptions.SubagentDepth)
+		c.AgentOptions.SubagentDepth = ClonePtr(c.AgentOptions.SubagentDepth)
 	}
-	c.MaxDepth = clonePtr(r.MaxDepth)
-	c.Persona = clonePtr(r.Persona)
+	c.MaxDepth = ClonePtr(r.MaxDepth)
+	c.Persona = ClonePtr(r.Persona)
 	if r.Limits != nil {
 		l := *r.Limits
-		l.MaxDepth, l.MaxChildren, l.MaxConcurrent, l.TokenBudget = clonePtr(l.MaxDepth), clonePtr(l.MaxChildren), clonePtr(l.MaxConcurrent), clonePtr(l.TokenBudget)
+		l.MaxDepth, l.MaxChildren, l.MaxConcurrent, l.TokenBudget = ClonePtr(l.MaxDepth), ClonePtr(l.MaxChildren), ClonePtr(l.MaxConcurrent), ClonePtr(l.TokenBudget)
 		c.Limits = &l
 	}
 	if r.ToolFilter != nil {
@@ -417,7 +420,7 @@ func cloneRequest(r Request) Request {
 	return c
 }
 
-func clonePtr[T any](p *T) *T {
+func ClonePtr[T any](p *T) *T {
 	if p == nil {
 		return nil
 	}
@@ -431,7 +434,7 @@ func clonePtr[T any](p *T) *T {
 // start edge is recorded with the run, before the run is returned). A
 // cancellation before that write stores nothing (R22); one after it
 // cancels the published run (R24).
-func (s *Service) startPrepared(ctx context.Context, p Preparer, req ResolvedRequest, release func(), tr runTrace) (*RunHandle, error) {
+func (s *Service) startPrepared(ctx context.Context, p Preparer, req ResolvedRequest, release func(), tr RunTrace) (*RunHandle, error) {
 	child, err := p.Prepare(ctx, req)
 	if err != nil {
 		release()
@@ -444,7 +447,7 @@ func (s *Service) startPrepared(ctx context.Context, p Preparer, req ResolvedReq
 			if err := ctx.Err(); err != nil {
 				return start, &Error{Code: EAborted, Message: "subagent request was aborted during child setup", Err: context.Cause(ctx)}
 			}
-			log, start, err := s.store.StartRunWithSession(h.ctx, hdr, evs, r, start)
+			log, start, err := s.store.StartRunWithSession(h.ctx, store.StartRunParams{Session: hdr, Events: evs, Run: r, Start: start})
 			if err == nil {
 				child.Launch(log, h.settleWith)
 			}
@@ -463,7 +466,7 @@ func (s *Service) startPrepared(ctx context.Context, p Preparer, req ResolvedReq
 //
 // release gives back the run's live-run slot; the handle calls it when the
 // run settles (or is abandoned), before done is closed.
-func (s *Service) publish(ctx context.Context, provider string, parent store.Session, run Run, release func(), tr runTrace) (*RunHandle, error) {
+func (s *Service) publish(ctx context.Context, provider string, parent store.Session, run Run, release func(), tr RunTrace) (*RunHandle, error) {
 	return s.publishWith(ctx, provider, parent, run, release, tr, func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error) {
 		return s.store.StartRun(h.ctx, r, start)
 	})
@@ -472,7 +475,7 @@ func (s *Service) publish(ctx context.Context, provider string, parent store.Ses
 // publishWith is publish with record as the write of the run row r and
 // its start edge for handle h. An *Error from record is returned as it is.
 // The handle ends tr's span when the run settles.
-func (s *Service) publishWith(ctx context.Context, provider string, parent store.Session, run Run, release func(), tr runTrace,
+func (s *Service) publishWith(ctx context.Context, provider string, parent store.Session, run Run, release func(), tr RunTrace,
 	record func(h *RunHandle, r store.Run, start store.LifecycleEvent) (store.LifecycleEvent, error)) (*RunHandle, error) {
 	now := storedTime(time.Now())
 	h := &RunHandle{
@@ -489,9 +492,9 @@ func (s *Service) publishWith(ctx context.Context, provider string, parent store
 		done:     make(chan struct{}),
 		disposed: make(chan struct{}),
 		release:  release,
-		inv:      tr.inv,
+		inv:      tr.Inv,
 	}
-	tr.inv.SetRun(h.id, h.childID)
+	tr.Inv.SetRun(h.id, h.childID)
 	s.mu.Lock()
 	if s.draining {
 		s.mu.Unlock()
@@ -505,9 +508,9 @@ func (s *Service) publishWith(ctx context.Context, provider string, parent store
 	h.row = store.Run{
 		ID: h.id, Tenant: h.tenant, Kind: store.KindOneShot, Provider: provider, ChildID: h.childID,
 		ParentID: parent.ID, RootID: h.rootID, Local: h.local, State: store.StateRunning, StartedAt: now,
-		Owner: s.owner, LeaseUntil: now.Add(s.lease), Traceparent: tr.parent,
+		Owner: s.owner, LeaseUntil: now.Add(s.lease), Traceparent: tr.Parent,
 	}
-	row, err := lifecycleRow(start, now)
+	row, err := LifecycleRow(start, now)
 	if err == nil {
 		row, err = record(h, h.row, row)
 	}
@@ -552,7 +555,7 @@ func (s *Service) Run(ctx context.Context, runID string) (*RunHandle, bool) {
 // ERateLimited when every slot is taken, unless force is set: force is for
 // an activation that must start to deliver a message already accepted (a
 // notice, a recovered inbox row), which counts but is never refused.
-func (s *Service) reserveLive(tenant string, force bool) (release func(), err error) {
+func (s *Service) ReserveLive(tenant string, force bool) (release func(), err error) {
 	if s.maxLive <= 0 {
 		return func() {}, nil
 	}
@@ -609,16 +612,16 @@ func (s *Service) Shutdown(ctx context.Context) error {
 
 // CancelRun stops live run runID, whichever engine and replica drives it
 // (POST /v1/runs/{runId}/cancel): a one-shot run is cancelled; an
-// activation's turn is interrupted like Manager.Interrupt does. A settled
+// activation's turn is interrupted (Activations.StopRun). A settled
 // run is a no-op. Returns ERunNotFound for an unknown run, or for a running
-// one nothing here can reach (a Service without a Manager).
+// one nothing here can reach (a Service without Activations).
 func (s *Service) CancelRun(ctx context.Context, runID string) error {
 	switch h, ok := s.Run(ctx, runID); {
 	case ok:
 		h.Cancel()
 		return nil
-	case s.mgr != nil:
-		return s.mgr.routeRun(ctx, runID, false)
+	case s.acts != nil:
+		return s.acts.StopRun(ctx, runID, false)
 	}
 	return s.notLive(ctx, runID)
 }
@@ -634,8 +637,8 @@ func (s *Service) DisposeRun(ctx context.Context, runID string) error {
 			return fmt.Errorf("dispose run %s: %w", runID, err)
 		}
 		return nil
-	case s.mgr != nil:
-		return s.mgr.routeRun(ctx, runID, true)
+	case s.acts != nil:
+		return s.acts.StopRun(ctx, runID, true)
 	}
 	if err := s.notLive(ctx, runID); err != nil {
 		return err
@@ -647,8 +650,8 @@ func (s *Service) DisposeRun(ctx context.Context, runID string) error {
 }
 
 // notLive returns ERunNotFound unless run runID exists and is not running:
-// a running run this process does not drive cannot be reached without a
-// Manager.
+// a running run this process does not drive cannot be reached without
+// Activations.
 func (s *Service) notLive(ctx context.Context, runID string) error {
 	run, err := s.store.GetRun(ctx, runID)
 	if errors.Is(err, store.ErrNotFound) {

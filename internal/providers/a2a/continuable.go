@@ -89,6 +89,9 @@ type resident struct {
 	idle      chan struct{} // closed while no turn runs
 	cur       *a2aTurn      // the running turn
 	closed    bool
+	// detached is the open turn the log ended with, until Reattach
+	// follows it.
+	detached *detachedTurn
 }
 
 // a2aTurn is one turn: one remote task.
@@ -104,6 +107,8 @@ type a2aTurn struct {
 	// late says why the turn was stopped at its tree's deadline ("" when
 	// it was not).
 	late string
+	// rejoin: the turn was detached; its follower rejoins its task.
+	rejoin bool
 }
 
 func closedChan() chan struct{} {
@@ -113,38 +118,38 @@ func closedChan() chan struct{} {
 }
 
 // load reads the child log for its context, its turn count and its
-// user/messages, and closes a turn a crash left open. The remote task of
-// such a turn may still run, with nobody following it: it is cancelled,
-// so that the context's next message does not meet it.
+// user/messages. A turn a crash left open whose task the log names is
+// detached: the task may still run on the remote agent, and Reattach
+// follows it (reattach.go). One whose task is unknown is closed as cut
+// off.
 func (r *resident) load(ctx context.Context) error {
 	read := func(ctx context.Context, after int64, limit int) ([]store.Event, error) {
 		return r.p.store.Events(ctx, r.id, after, limit)
 	}
-	tasks := map[int]sdk.TaskID{}
+	var d *detachedTurn
 	last, open, err := turnlog.Scan(ctx, read, &r.kept, func(e store.Event) {
-		var d sessionlog.A2ATaskData
-		if e.Type != sessionlog.EventA2ATask || json.Unmarshal(e.Data, &d) != nil {
-			return
+		if e.Type == sessionlog.EventTurnStart {
+			d = nil
 		}
-		if d.ContextID != "" {
-			r.contextID = d.ContextID
+		var task sessionlog.A2ATaskData
+		if e.Type == sessionlog.EventA2ATask && json.Unmarshal(e.Data, &task) == nil {
+			if task.ContextID != "" {
+				r.contextID = task.ContextID
+			}
+			d = &detachedTurn{n: task.Turn, task: sdk.TaskID(task.TaskID), contextID: task.ContextID}
 		}
-		tasks[d.Turn] = sdk.TaskID(d.TaskID)
+		d.logged(e)
 	})
 	if err != nil {
 		return fmt.Errorf("read log of A2A child %s: %w", r.id, err)
 	}
 	r.turn = last
-	if open == 0 {
+	switch {
+	case open == 0:
 		return nil
-	}
-	if id := tasks[open]; id != "" {
-		cctx, cancel := context.WithTimeout(ctx, cancelGrace)
-		_, err := r.c.client.CancelTask(cctx, &sdk.CancelTaskRequest{ID: id})
-		cancel()
-		if err != nil {
-			r.log.Warn("tasks/cancel of the task of a turn cut off failed", slog.String("task_id", string(id)), slog.Any("error", err))
-		}
+	case d != nil && d.n == open && d.task != "":
+		r.detached = d
+		return nil
 	}
 	return r.appendLocked(turnlog.Close(open, step, nil, turnlog.CutOff)...)
 }
@@ -165,8 +170,9 @@ func (r *resident) appendLocked(evs ...turnlog.Event) error {
 }
 
 // FollowupMessage runs msg as the next turn: on an idle agent its turn
-// opens (msg logged as user/message) before this returns; during a turn it
-// is queued behind it. Returns an error when the agent was closed or the
+// opens (msg logged as user/message) before this returns; during a turn,
+// or behind the detached turn it rejoins first (reattach.go), it is
+// queued. Returns an error when the agent was closed or the
 // log cannot be written.
 func (r *resident) FollowupMessage(_ context.Context, msg sessionlog.UserMessage) (string, error) {
 	r.mu.Lock()
@@ -174,7 +180,7 @@ func (r *resident) FollowupMessage(_ context.Context, msg sessionlog.UserMessage
 	if r.closed {
 		return "", fmt.Errorf("A2A child %s: agent closed", r.id)
 	}
-	if r.running {
+	if r.running || r.reattachLocked() {
 		r.queue = append(r.queue, msg)
 		return msg.ID, nil
 	}
@@ -202,7 +208,7 @@ func (r *resident) openLocked(msg sessionlog.UserMessage) error {
 	}
 	r.turn = n
 	t := &a2aTurn{n: n, content: turnlog.TextOnly(msg.Content)}
-	t.f = newFollower(r.logCtx, r.p, r.c, r.log, n, r.recorder(t))
+	t.f = newFollower(r.logCtx, r.p, r.c, r.log, r.id, n, r.recorder(t))
 	r.cur = t
 	r.queue = slices.DeleteFunc(r.queue, func(m sessionlog.UserMessage) bool { return m.ID == msg.ID })
 	return nil
@@ -223,7 +229,12 @@ func (r *resident) runTurn() bool {
 	t, contextID := r.cur, r.contextID
 	r.mu.Unlock()
 	held := turnlog.HoldTo(r.logCtx, r.p.deadlines, r.id, r.log, func(o turnlog.Outcome) { r.stopLate(t, o) })
-	o := t.f.follow(t.content, contextID)
+	var o turnlog.Outcome
+	if t.rejoin {
+		o = t.f.rejoin()
+	} else {
+		o = t.f.follow(t.content, contextID)
+	}
 	held()
 	// A stopped turn ends once its tasks/cancel was answered (bounded by
 	// cancelGrace): the next turn's message must not race it.

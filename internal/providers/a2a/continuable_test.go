@@ -3,14 +3,12 @@ package a2a
 import (
 	"context"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/model"
-	"github.com/subagentd/subagentd/internal/providers/turnlog"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -144,68 +142,6 @@ func TestContinuable_CancelSendsTasksCancel(t *testing.T) {
 	if len(contexts) != 2 || contexts[1][0] != contexts[0][1] {
 		t.Fatalf("remote contexts %v, want the followup in the first context", contexts)
 	}
-}
-
-// A turn a crash left open is closed as cut off when the child resumes,
-// and its remote task, which nobody follows any more, is cancelled.
-func TestContinuable_ResumeCancelsTheTaskOfATurnCutOff(t *testing.T) {
-	t.Parallel()
-	rm := newRemote(t, true)
-	p, b := setup(t, rm)
-	// The first activation runs on a replica whose writes fail once it
-	// lost the child, as a fenced replica's do.
-	fenced := &fencedLog{Log: b.store}
-	p1, err := New(p.cfg, Deps{Store: fenced, Logger: p.log, AllowPrivate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := uuid.NewString()
-	r := materialize(t, p1, b, true, id)
-	msg := sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: []model.Block{model.TextBlock("hang")}, Source: sessionlog.Source{Kind: "user"}}
-	if _, err := r.FollowupMessage(context.Background(), msg); err != nil {
-		t.Fatal(err)
-	}
-	waitForEvent(t, b.store, id, func(e store.Event) bool {
-		d, err := sessionlog.Decode[sessionlog.ChunkData](e)
-		return e.Type == sessionlog.EventAssistantChunk && err == nil && d.Chunk.Text == "working"
-	})
-	fenced.fenced.Store(true)
-	r.mu.Lock()
-	taskID := r.cur.f.task()
-	r.mu.Unlock()
-
-	again := materialize(t, p, b, false, id)
-	select {
-	case got := <-rm.cancelled:
-		if got != taskID {
-			t.Fatalf("the remote cancelled %s, want %s", got, taskID)
-		}
-	case <-time.After(wait):
-		t.Fatal("the remote received no tasks/cancel")
-	}
-	runTurn(t, again, "echo after")
-	if got := turnEnds(t, b, id); !slices.Equal(got, []string{sessionlog.ReasonError, "completed"}) {
-		t.Fatalf("turn ends %v, want the cut-off turn and the next", got)
-	}
-	first := events(t, b.store, id)
-	for _, e := range first {
-		if d, err := sessionlog.Decode[sessionlog.TurnEndData](e); e.Type == sessionlog.EventTurnEnd && err == nil && d.Turn == 1 && d.Reason.Message != turnlog.CutOff.Diagnostic {
-			t.Fatalf("turn 1 ended %+v, want cut off", d.Reason)
-		}
-	}
-}
-
-// fencedLog fails every append once fenced is set.
-type fencedLog struct {
-	Log
-	fenced atomic.Bool
-}
-
-func (f *fencedLog) AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error) {
-	if f.fenced.Load() {
-		return nil, store.ErrFenced
-	}
-	return f.Log.AppendEvents(ctx, sessionID, evs...)
 }
 
 // A turn whose tree's deadline passes while its remote task hangs ends

@@ -31,6 +31,7 @@ type follower struct {
 	p       *Provider
 	c       *conn
 	log     *slog.Logger
+	childID string
 	turn    int
 	journal journal
 	// logCtx carries the child's tenant and the caller's trace, without
@@ -61,12 +62,22 @@ type follower struct {
 	// artifacts is the text logged of each artifact, to skip what a
 	// resubscription replays.
 	artifacts map[sdk.ArtifactID]*artifactText
+	// replay is the text of the turn that the child log held when this
+	// follower rejoined its task, which the task's replay repeats: the
+	// text that matches it is skipped, up to the first that does not.
+	// replayStatus is the last status text the log held (a reasoning
+	// chunk), which the replayed task's status repeats.
+	replay       string
+	replayStatus string
+	// question is the message of the task's last input-required status
+	// (input.go).
+	question string
 }
 
-func newFollower(logCtx context.Context, p *Provider, c *conn, log *slog.Logger, turn int, j journal) *follower {
+func newFollower(logCtx context.Context, p *Provider, c *conn, log *slog.Logger, childID string, turn int, j journal) *follower {
 	callCtx, stop := context.WithCancel(logCtx)
 	return &follower{
-		p: p, c: c, log: log, turn: turn, journal: j, logCtx: logCtx, callCtx: callCtx, stopCalls: stop,
+		p: p, c: c, log: log, childID: childID, turn: turn, journal: j, logCtx: logCtx, callCtx: callCtx, stopCalls: stop,
 		stopped: make(chan struct{}), artifacts: map[sdk.ArtifactID]*artifactText{},
 	}
 }
@@ -125,6 +136,34 @@ func (f *follower) wait() { f.bg.Wait() }
 // task to its end. A stopped follower returns aborted. Once it returned,
 // stop sends no tasks/cancel.
 func (f *follower) follow(prompt []model.Block, contextID string) turnlog.Outcome {
+	return f.run(func() turnlog.Outcome {
+		msg := message(prompt)
+		msg.ContextID = contextID
+		req := &sdk.SendMessageRequest{Message: msg}
+		if f.c.streaming {
+			return f.stream(req)
+		}
+		return f.poll(req)
+	})
+}
+
+// rejoin follows, to its end, the task of a turn that the replica which
+// followed it left open: over SubscribeToTask, or tasks/get for an agent
+// that cannot stream. The follower's task, context and replay are the
+// log's (reattach.go).
+func (f *follower) rejoin() turnlog.Outcome {
+	return f.run(func() turnlog.Outcome {
+		if f.c.streaming {
+			return f.keepUp(f.subscribe(f.task()))
+		}
+		return f.pollFrom(nil)
+	})
+}
+
+// run runs body, the following of the task, unless the follower was
+// stopped before it began, and the answers to the questions the task asks
+// on the way (input.go); it marks the follower finished.
+func (f *follower) run(body func() turnlog.Outcome) turnlog.Outcome {
 	defer func() {
 		f.stopCalls()
 		f.mu.Lock()
@@ -139,14 +178,9 @@ func (f *follower) follow(prompt []model.Block, contextID string) turnlog.Outcom
 		// Stopped before it began: the agent never hears of the turn.
 		return aborted()
 	}
-	msg := message(prompt)
-	msg.ContextID = contextID
-	req := &sdk.SendMessageRequest{Message: msg}
-	var o turnlog.Outcome
-	if f.c.streaming {
-		o = f.stream(req)
-	} else {
-		o = f.poll(req)
+	o := body()
+	for o.Reason == needsInput && !f.isStopped() {
+		o = f.answer()
 	}
 	if f.isStopped() {
 		return aborted()
@@ -162,10 +196,17 @@ const maxReattach = 5
 func reattachBackoff(n int) time.Duration { return time.Duration(n) * 200 * time.Millisecond }
 
 // stream follows the task over message/stream and, when that stream is
-// lost before the task ended, over tasks/resubscribe (SubscribeToTask)
-// while the task is live, reading it with tasks/get once it is not.
+// lost before the task ended, as keepUp does.
 func (f *follower) stream(req *sdk.SendMessageRequest) turnlog.Outcome {
-	end, got, err := f.consume(f.c.client.SendStreamingMessage(f.callCtx, req))
+	return f.keepUp(f.consume(f.c.client.SendStreamingMessage(f.callCtx, req)))
+}
+
+// keepUp returns end, the outcome a stream reached, or — when the stream
+// was lost (got says whether it delivered any event, err how it ended)
+// before the task ended — follows the task over tasks/resubscribe
+// (SubscribeToTask) while the task is live, reading it with tasks/get once
+// it is not.
+func (f *follower) keepUp(end *turnlog.Outcome, got bool, err error) turnlog.Outcome {
 	for lost := 0; ; {
 		if end != nil {
 			return *end
@@ -187,15 +228,22 @@ func (f *follower) stream(req *sdk.SendMessageRequest) turnlog.Outcome {
 		if !f.pause(reattachBackoff(lost)) {
 			return aborted()
 		}
-		end, got, err = f.consume(f.c.client.SubscribeToTask(f.callCtx, &sdk.SubscribeToTaskRequest{ID: id}))
-		if end == nil && err != nil && !f.isStopped() {
-			// A task that ended while no stream was open cannot be
-			// subscribed to (UnsupportedOperation): read it.
-			if t, gerr := f.c.client.GetTask(f.callCtx, &sdk.GetTaskRequest{ID: id}); gerr == nil {
-				end = f.observe(t)
-			}
+		end, got, err = f.subscribe(id)
+	}
+}
+
+// subscribe follows task id over SubscribeToTask as consume does; a task
+// that ended while no stream was open cannot be subscribed to
+// (UnsupportedOperation, or not found among the live ones), so then it is
+// read with tasks/get.
+func (f *follower) subscribe(id sdk.TaskID) (end *turnlog.Outcome, got bool, err error) {
+	end, got, err = f.consume(f.c.client.SubscribeToTask(f.callCtx, &sdk.SubscribeToTaskRequest{ID: id}))
+	if end == nil && err != nil && !f.isStopped() {
+		if t, gerr := f.c.client.GetTask(f.callCtx, &sdk.GetTaskRequest{ID: id}); gerr == nil {
+			end = f.observe(t)
 		}
 	}
+	return end, got, err
 }
 
 // streamErr is the account of how a stream ended without a final state.
@@ -225,8 +273,8 @@ func (f *follower) consume(seq iter.Seq2[sdk.Event, error]) (end *turnlog.Outcom
 	return nil, got, nil
 }
 
-// poll drives an agent that cannot stream: message/send, then tasks/get
-// every PollInterval until the task reaches a final state.
+// poll drives an agent that cannot stream: message/send, then as
+// pollFrom.
 func (f *follower) poll(req *sdk.SendMessageRequest) turnlog.Outcome {
 	req.Config = &sdk.SendMessageConfig{ReturnImmediately: true}
 	res, err := f.c.client.SendMessage(f.callCtx, req)
@@ -237,16 +285,24 @@ func (f *follower) poll(req *sdk.SendMessageRequest) turnlog.Outcome {
 	if !ok {
 		return failed("the remote A2A agent answered message/send with %T", res)
 	}
-	failures := 0
-	for {
-		if end := f.observe(ev); end != nil {
-			return *end
+	return f.pollFrom(ev)
+}
+
+// pollFrom journals ev, when not nil, and then reads the task with
+// tasks/get every PollInterval (the first read at once when ev is nil)
+// until it reaches a final state.
+func (f *follower) pollFrom(ev sdk.Event) turnlog.Outcome {
+	for failures := 0; ; {
+		if ev != nil {
+			if end := f.observe(ev); end != nil {
+				return *end
+			}
 		}
 		id := f.task()
 		if id == "" {
 			return failed("the remote A2A agent answered message/send with neither a message nor a task")
 		}
-		if !f.pause(f.p.poll) {
+		if ev != nil && !f.pause(f.p.poll) {
 			return aborted()
 		}
 		t, err := f.c.client.GetTask(f.callCtx, &sdk.GetTaskRequest{ID: id})
@@ -256,6 +312,9 @@ func (f *follower) poll(req *sdk.SendMessageRequest) turnlog.Outcome {
 			}
 			if failures++; failures > maxReattach {
 				return failed("tasks/get of task %s failed %d times in a row: %v", id, maxReattach, err)
+			}
+			if ev = nil; !f.pause(f.p.poll) {
+				return aborted()
 			}
 			continue
 		}
@@ -335,9 +394,8 @@ func (f *follower) observe(ev sdk.Event) *turnlog.Outcome {
 
 // status journals a task status and maps a final one (docs/seam.md §6):
 // completed is completed, canceled aborted, failed and rejected an error
-// with the agent's message, and input-required or auth-required an error
-// saying what the agent waits for — this service does not relay a remote
-// agent's questions.
+// with the agent's message; input-required is a question for a person
+// (input.go), and auth-required an error saying what the agent waits for.
 func (f *follower) status(s sdk.TaskStatus) *turnlog.Outcome {
 	var text string
 	if s.Message != nil {
@@ -358,11 +416,15 @@ func (f *follower) status(s sdk.TaskStatus) *turnlog.Outcome {
 	case sdk.TaskStateFailed, sdk.TaskStateRejected:
 		return &turnlog.Outcome{Reason: subagent.StopError, Diagnostic: withText("the remote A2A agent's task "+stateName(s.State), text)}
 	case sdk.TaskStateInputRequired, sdk.TaskStateAuthRequired:
-		return &turnlog.Outcome{Reason: subagent.StopError, Diagnostic: withText(
-			"the remote A2A agent needs input ("+stateName(s.State)+"), which subagentd does not relay to it yet", text)}
+		return f.inputStatus(s.State, text)
 	}
-	if text = clean(text); text != "" {
-		_ = f.journal(chunk(f.turn, model.ChunkReasoning, bound(text, maxChunk)), "")
+	text = bound(clean(text), maxChunk)
+	f.mu.Lock()
+	replayed := f.replayStatus != "" && f.replayStatus == text
+	f.replayStatus = ""
+	f.mu.Unlock()
+	if text != "" && !replayed {
+		_ = f.journal(chunk(f.turn, model.ChunkReasoning, text), "")
 	}
 	return nil
 }
@@ -444,9 +506,9 @@ func (f *follower) addArtifact(a *sdk.Artifact, appended bool) {
 }
 
 // addText journals text as the assistant's, in chunks of at most
-// maxChunk bytes.
+// maxChunk bytes, but for what repeats the replay.
 func (f *follower) addText(text string) {
-	text = clean(text)
+	text = f.skipReplayed(clean(text))
 	for text != "" {
 		n := min(len(text), maxChunk)
 		for n < len(text) && !utf8.RuneStart(text[n]) {
@@ -460,6 +522,30 @@ func (f *follower) addText(text string) {
 			f.mu.Unlock()
 		}
 	}
+}
+
+// skipReplayed returns what of text the log does not hold yet: text that
+// repeats the rest of f.replay is cut from it, and text that departs from
+// it ends the replay.
+func (f *follower) skipReplayed(text string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.replay == "" {
+		return text
+	}
+	n := 0
+	for n < len(f.replay) && n < len(text) && f.replay[n] == text[n] {
+		n++
+	}
+	for n > 0 && n < len(text) && !utf8.RuneStart(text[n]) {
+		n--
+	}
+	if n < len(text) {
+		f.replay = ""
+	} else {
+		f.replay = f.replay[n:]
+	}
+	return text[n:]
 }
 
 // maxChunk bounds one assistant/chunk event's text, well within

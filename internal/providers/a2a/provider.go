@@ -30,6 +30,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/config"
+	"github.com/subagentd/subagentd/internal/governance"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/providers/turnlog"
 	"github.com/subagentd/subagentd/internal/store"
@@ -51,6 +52,9 @@ type Deps struct {
 	// Deadlines tell the deadline a child's turn is held to
 	// (*governance.Limits); nil holds it to none.
 	Deadlines turnlog.Deadlines
+	// Approver takes the questions of the remote agent's input-required
+	// tasks to a person (input.go); nil fails such a task's turn.
+	Approver governance.Approver
 }
 
 // DefaultPollInterval is the tasks/get period for agents that cannot
@@ -73,8 +77,9 @@ type Provider struct {
 	hc    *http.Client
 	poll  time.Duration
 	host  string
-	// deadlines is Deps.Deadlines.
+	// deadlines is Deps.Deadlines; approver Deps.Approver.
 	deadlines turnlog.Deadlines
+	approver  governance.Approver
 
 	// mu guards conn, the client made from the agent's card once it was
 	// fetched, the last failure to fetch it, and the fetch under way
@@ -121,7 +126,7 @@ func New(cfg config.ProviderConfig, deps Deps) (*Provider, error) {
 	}
 	return &Provider{
 		cfg: cfg, store: deps.Store, log: deps.Logger.With(slog.String("provider", cfg.Name)),
-		hc: newHTTPClient(deps.AllowPrivate, token), poll: poll, host: u.Host, deadlines: deps.Deadlines,
+		hc: newHTTPClient(deps.AllowPrivate, token), poll: poll, host: u.Host, deadlines: deps.Deadlines, approver: deps.Approver,
 	}, nil
 }
 

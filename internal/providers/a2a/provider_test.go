@@ -194,7 +194,7 @@ func TestRun_RemoteFailuresSettleError(t *testing.T) {
 	p, _ := setup(t, rm)
 	for prompt, want := range map[string]string{
 		"fail the disk is full":   "the remote A2A agent's task failed: the disk is full",
-		"input which file, then?": "the remote A2A agent needs input (input-required), which subagentd does not relay to it yet: which file, then?",
+		"input which file, then?": "the remote A2A agent needs input (input-required), which subagentd does not relay to it: which file, then?",
 	} {
 		res := result(t, start(t, p, prompt))
 		if res.StopReason != subagent.StopError || res.Diagnostic != want {

@@ -48,10 +48,13 @@ func TestMain(m *testing.M) {
 //	echo TEXT   streams "echo: " and TEXT as two artifact chunks, completes
 //	hang        streams "working", then waits until the task is cancelled
 //	fail TEXT   fails with TEXT as the status message
-//	input TEXT  asks for input with TEXT
+//	input TEXT  asks for input with TEXT; the message that answers it in
+//	            the same task completes it with "answered: " and its text
 //	drop        streams "part1", then waits for a resubscription (the test
 //	            server drops the first stream after that chunk), then
 //	            streams "part2" and completes
+//	gate TEXT   streams "before", then waits until the test closes gate,
+//	            then streams TEXT and completes
 type remote struct {
 	srv *httptest.Server
 
@@ -70,6 +73,8 @@ type remote struct {
 	contexts     [][2]string
 	resubscribed chan struct{}
 	resubOnce    sync.Once
+	// gate holds gate tasks until closed.
+	gate chan struct{}
 	// refuse answers every call 401, whatever its token.
 	refuse    bool
 	cancelled chan sdk.TaskID
@@ -78,7 +83,7 @@ type remote struct {
 // newRemote starts a remote whose card says streaming.
 func newRemote(t *testing.T, streaming bool) *remote {
 	t.Helper()
-	rm := &remote{cancels: map[sdk.TaskID]chan struct{}{}, resubscribed: make(chan struct{}), cancelled: make(chan sdk.TaskID, 8)}
+	rm := &remote{cancels: map[sdk.TaskID]chan struct{}{}, resubscribed: make(chan struct{}), gate: make(chan struct{}), cancelled: make(chan sdk.TaskID, 8)}
 	caps := sdk.AgentCapabilities{Streaming: streaming}
 	handler := a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(rm, a2asrv.WithCapabilityChecks(&caps)))
 	mux := http.NewServeMux()
@@ -190,6 +195,9 @@ func (rm *remote) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.
 			ev := sdk.NewArtifactUpdateEvent(ec, artifact.Artifact.ID, sdk.NewTextPart(s))
 			return yield(ev, nil)
 		}
+		if ec.StoredTask != nil && ec.StoredTask.Status.State == sdk.TaskStateInputRequired {
+			word, rest = "echo", "answered: "+text
+		}
 		switch word {
 		case "echo":
 			if !yield(artifact, nil) || !send("echo: ") || !send(rest) {
@@ -208,6 +216,19 @@ func (rm *remote) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.
 			yield(sdk.NewStatusUpdateEvent(ec, sdk.TaskStateFailed, sdk.NewMessage(sdk.MessageRoleAgent, sdk.NewTextPart(rest))), nil)
 		case "input":
 			yield(sdk.NewStatusUpdateEvent(ec, sdk.TaskStateInputRequired, sdk.NewMessage(sdk.MessageRoleAgent, sdk.NewTextPart(rest))), nil)
+		case "gate":
+			if !yield(artifact, nil) || !send("before") {
+				return
+			}
+			select {
+			case <-rm.gate:
+			case <-ctx.Done():
+				return
+			}
+			if !send(rest) {
+				return
+			}
+			yield(sdk.NewStatusUpdateEvent(ec, sdk.TaskStateCompleted, nil), nil)
 		case "drop":
 			if !yield(artifact, nil) || !send("part1") {
 				return

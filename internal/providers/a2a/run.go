@@ -49,7 +49,7 @@ func newRun(logCtx context.Context, p *Provider, c *conn, childID string) *run {
 		p: p, log: p.log.With(slog.String("child_id", childID)), childID: childID, logCtx: logCtx,
 		done: make(chan struct{}), driveDone: make(chan struct{}), disposed: make(chan struct{}),
 	}
-	r.f = newFollower(logCtx, p, c, r.log, turn, r.record)
+	r.f = newFollower(logCtx, p, c, r.log, childID, turn, r.record)
 	return r
 }
 

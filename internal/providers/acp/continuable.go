@@ -24,8 +24,8 @@ import (
 // Continuable ACP children. An agent that advertises session persistence
 // (loadSession or sessionCapabilities.resume) keeps the child's
 // conversation in one ACP session, whose id the child log records
-// (acp/session). Each activation the subagent.Manager starts gets a
-// resident: the agent process the last activation left idle, or a new one
+// (acp/session). Each activation the children.Manager starts gets a
+// liveChild: the agent process the last activation left idle, or a new one
 // that resumes the session (session/resume where offered, else
 // session/load, whose replayed history is not logged again). Every turn is
 // one session/prompt; a followup during a turn is queued as the next
@@ -34,8 +34,8 @@ import (
 var (
 	_ subagent.ContinuableProvider = (*Provider)(nil)
 	_ subagent.Materializer        = (*Provider)(nil)
-	_ subagent.ChildAgent          = (*resident)(nil)
-	_ subagent.Queuer              = (*resident)(nil)
+	_ subagent.ChildAgent          = (*liveChild)(nil)
+	_ subagent.Queuer              = (*liveChild)(nil)
 )
 
 // PrepareContinuable accepts a continuable child when the agent can resume
@@ -60,7 +60,7 @@ func (p *Provider) notContinuable() error {
 		"provider %q does not support continuable children: its agent advertises neither session/resume nor session/load", p.cfg.Name)
 }
 
-// Materialize builds the resident agent of a continuable child. On
+// Materialize builds the live agent of a continuable child. On
 // creation it starts the agent and opens a new ACP session before
 // req.Create, so a failed start writes nothing, then records the session
 // id. On resume it takes up the child's idle agent, or starts one and
@@ -78,7 +78,7 @@ func (p *Provider) Materialize(ctx context.Context, req subagent.MaterializeRequ
 		return nil, err
 	}
 	id := req.Session.ID
-	r := &resident{
+	r := &liveChild{
 		p: p, key: idleKey{store.Tenant(ctx), id}, log: p.log.With(slog.String("child_id", id)),
 		logCtx: context.WithoutCancel(ctx), cwd: cwd, idle: closedChan(),
 	}
@@ -97,8 +97,8 @@ func (p *Provider) Materialize(ctx context.Context, req subagent.MaterializeRequ
 	return r, nil
 }
 
-// resident is the live agent of one activation of a continuable ACP child.
-type resident struct {
+// liveChild is the live agent of one activation of a continuable ACP child.
+type liveChild struct {
 	p      *Provider
 	key    idleKey
 	log    *slog.Logger
@@ -107,7 +107,7 @@ type resident struct {
 
 	// mu guards the fields below and serialises log writes.
 	//
-	// The child log is the record of what the agent did; the resident
+	// The child log is the record of what the agent did; a liveChild
 	// keeps only what its turns and settlement need, however long the
 	// agent lives and however much it streams: the running turn's
 	// (bounded) text, the outcome fold (which takes a turn's text from the
@@ -165,7 +165,7 @@ func closedChan() chan struct{} {
 
 // create starts the agent, opens its session, writes the child through
 // createChild and records the session id.
-func (r *resident) create(ctx context.Context, createChild func(context.Context) error) error {
+func (r *liveChild) create(ctx context.Context, createChild func(context.Context) error) error {
 	cwd := r.cwd
 	l, err := r.p.launch(ctx, cwd, r, r.log)
 	if err != nil {
@@ -194,7 +194,7 @@ func (r *resident) create(ctx context.Context, createChild func(context.Context)
 
 // load reads the child log, a page at a time, for its ACP session, its
 // turn count and its user/messages, and closes a turn a crash left open.
-func (r *resident) load(ctx context.Context) error {
+func (r *liveChild) load(ctx context.Context) error {
 	read := func(ctx context.Context, after int64, limit int) ([]store.Event, error) {
 		return r.p.store.Events(ctx, r.key.id, after, limit)
 	}
@@ -218,7 +218,7 @@ func (r *resident) load(ctx context.Context) error {
 
 // wake returns the agent of a resumed child: the one its last activation
 // left idle, else a new process that resumes the recorded session.
-func (r *resident) wake(ctx context.Context) (*live, error) {
+func (r *liveChild) wake(ctx context.Context) (*live, error) {
 	if r.session == "" {
 		return nil, subagent.Errorf(subagent.ENotResumable, "ACP child %q has no recorded agent session", r.key.id)
 	}
@@ -261,7 +261,7 @@ func resumable(caps sdk.AgentCapabilities) bool {
 // appendLocked writes evs to the child log in one append, keeping its
 // user/messages and folding the rest but the chunks; call it with mu held,
 // or before r is shared.
-func (r *resident) appendLocked(evs ...turnlog.Event) error {
+func (r *liveChild) appendLocked(evs ...turnlog.Event) error {
 	batch, entries, err := turnlog.Encode(evs...)
 	if err != nil {
 		return err
@@ -278,7 +278,7 @@ func (r *resident) appendLocked(evs ...turnlog.Event) error {
 // opens (msg logged as user/message) before this returns; during a turn it
 // is queued behind it. Returns an error when the agent was closed or the
 // log cannot be written.
-func (r *resident) FollowupMessage(_ context.Context, msg sessionlog.UserMessage) (string, error) {
+func (r *liveChild) FollowupMessage(_ context.Context, msg sessionlog.UserMessage) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -296,12 +296,12 @@ func (r *resident) FollowupMessage(_ context.Context, msg sessionlog.UserMessage
 	return msg.ID, nil
 }
 
-// QueuesFollowups marks the resident as an agent whose running turn takes
+// QueuesFollowups marks the liveChild as an agent whose running turn takes
 // no content: a followup then runs as the next prompt (subagent.Queuer).
-func (r *resident) QueuesFollowups() {}
+func (r *liveChild) QueuesFollowups() {}
 
 // openLocked opens the turn of msg. mu is held.
-func (r *resident) openLocked(msg sessionlog.UserMessage) error {
+func (r *liveChild) openLocked(msg sessionlog.UserMessage) error {
 	n := r.turn + 1
 	if err := r.appendLocked(
 		turnlog.Event{Type: sessionlog.EventTurnStart, Data: sessionlog.TurnData{Turn: n}},
@@ -317,7 +317,7 @@ func (r *resident) openLocked(msg sessionlog.UserMessage) error {
 }
 
 // drive runs turns until the queue is empty: one session/prompt each.
-func (r *resident) drive() {
+func (r *liveChild) drive() {
 	for r.runTurn() {
 	}
 }
@@ -326,7 +326,7 @@ func (r *resident) drive() {
 // reports whether it did. When the turn's end cannot be written (the
 // store fails, or this replica lost the child's lease) nothing more runs:
 // the queued messages stay in the durable inbox for a later activation.
-func (r *resident) runTurn() bool {
+func (r *liveChild) runTurn() bool {
 	r.mu.Lock()
 	t, l, session := r.cur, r.live, r.session
 	t.prompting = true
@@ -366,7 +366,7 @@ func (r *resident) runTurn() bool {
 // is aborted; an agent that does not answer its cancellation within the
 // dispose grace is stopped, so no late answer reaches a later turn. When
 // an earlier turn lost the agent, a new one resumes the session first.
-func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []model.Block) turnlog.Outcome {
+func (r *liveChild) prompt(l *live, session sdk.SessionId, t *acpTurn, content []model.Block) turnlog.Outcome {
 	if l == nil {
 		ctx, cancel := context.WithCancel(r.logCtx)
 		go func() {
@@ -425,7 +425,7 @@ func (r *resident) prompt(l *live, session sdk.SessionId, t *acpTurn, content []
 // dropLive stops an agent that can no longer be trusted with the session
 // (it died, or never answered a cancellation); a later activation starts a
 // new one and resumes.
-func (r *resident) dropLive(l *live) {
+func (r *liveChild) dropLive(l *live) {
 	r.mu.Lock()
 	if r.live == l {
 		r.live = nil
@@ -440,7 +440,7 @@ func (r *resident) dropLive(l *live) {
 
 // sessionUpdate logs the running prompt's progress. A write that fails
 // stops the turn, which then fails.
-func (r *resident) sessionUpdate(n sdk.SessionNotification) {
+func (r *liveChild) sessionUpdate(n sdk.SessionNotification) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.cur
@@ -460,7 +460,7 @@ func (r *resident) sessionUpdate(n sdk.SessionNotification) {
 // turn runs, it was cancelled, or its log cannot be written. A request the
 // policy asks about waits for a person (ask) until the turn is stopped or
 // closed.
-func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPermissionResponse {
+func (r *liveChild) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPermissionResponse {
 	v := r.p.verdict(r.logCtx, r.key.id, req)
 	r.mu.Lock()
 	t := r.cur
@@ -490,7 +490,7 @@ func (r *resident) requestPermission(req sdk.RequestPermissionRequest) sdk.Reque
 
 // recorder writes events of turn t to the child log while t runs; a
 // failed write stops t and is returned.
-func (r *resident) recorder(t *acpTurn) func(evs ...turnlog.Event) error {
+func (r *liveChild) recorder(t *acpTurn) func(evs ...turnlog.Event) error {
 	return func(evs ...turnlog.Event) error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -507,7 +507,7 @@ func (r *resident) recorder(t *acpTurn) func(evs ...turnlog.Event) error {
 
 // failLocked stops turn t after a write to its log failed: a turn never
 // settles with events missing from its log. mu is held.
-func (r *resident) failLocked(t *acpTurn, typ string, err error) {
+func (r *liveChild) failLocked(t *acpTurn, typ string, err error) {
 	r.log.Error("cannot write the ACP child log; stopping its turn", slog.String("event", typ), slog.Any("error", err))
 	t.failed = true
 	r.stopLocked(t)
@@ -515,7 +515,7 @@ func (r *resident) failLocked(t *acpTurn, typ string, err error) {
 
 // stopLocked closes t.stop, unless it is closed, and sends session/cancel
 // for the prompt. mu is held.
-func (r *resident) stopLocked(t *acpTurn) {
+func (r *liveChild) stopLocked(t *acpTurn) {
 	select {
 	case <-t.stop:
 		return
@@ -528,19 +528,19 @@ func (r *resident) stopLocked(t *acpTurn) {
 }
 
 // SubmitSteer is always rejected: ACP has no mid-turn injection.
-func (r *resident) SubmitSteer(context.Context, sessionlog.UserMessage) (<-chan error, error) {
+func (r *liveChild) SubmitSteer(context.Context, sessionlog.UserMessage) (<-chan error, error) {
 	return nil, fmt.Errorf("ACP child %s: %w: ACP agents take no content mid-turn", r.key.id, subagent.ErrSteerRejected)
 }
 
 // Steer is always rejected: ACP has no mid-turn injection.
-func (r *resident) Steer(context.Context, []model.Block, sessionlog.Source) (string, error) {
+func (r *liveChild) Steer(context.Context, []model.Block, sessionlog.Source) (string, error) {
 	return "", fmt.Errorf("ACP child %s: %w: ACP agents take no content mid-turn", r.key.id, subagent.ErrSteerRejected)
 }
 
 // Cancel sends session/cancel for the running turn, which ends aborted
 // with cause, and drops the queued prompts: the manager's durable inbox
 // still holds them (keepInbox is therefore the same as not).
-func (r *resident) Cancel(cause string, _ bool) {
+func (r *liveChild) Cancel(cause string, _ bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.queue = nil
@@ -559,7 +559,7 @@ func (r *resident) Cancel(cause string, _ bool) {
 
 // stopLate stops turn t, if it still runs, to end as o: its tree's deadline
 // passed (turnlog.HoldTo).
-func (r *resident) stopLate(t *acpTurn, o turnlog.Outcome) {
+func (r *liveChild) stopLate(t *acpTurn, o turnlog.Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	select {
@@ -575,7 +575,7 @@ func (r *resident) stopLate(t *acpTurn, o turnlog.Outcome) {
 }
 
 // Running reports whether a turn runs or is about to.
-func (r *resident) Running() bool {
+func (r *liveChild) Running() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.running
@@ -583,14 +583,14 @@ func (r *resident) Running() bool {
 
 // Idle returns a channel closed once no turn runs; the next turn gets a
 // new one.
-func (r *resident) Idle() <-chan struct{} {
+func (r *liveChild) Idle() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.idle
 }
 
 // waitIdle returns once no turn runs, or ctx's error.
-func (r *resident) waitIdle(ctx context.Context) error {
+func (r *liveChild) waitIdle(ctx context.Context) error {
 	select {
 	case <-r.Idle():
 		return nil
@@ -600,9 +600,9 @@ func (r *resident) waitIdle(ctx context.Context) error {
 }
 
 // Events returns the user/messages of the child log as loaded and
-// written: the only events a resident keeps (the log is the record), and
+// written: the only events a liveChild keeps (the log is the record), and
 // the ones the manager reads (which messages the log holds).
-func (r *resident) Events() []store.Event {
+func (r *liveChild) Events() []store.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.kept.Messages()
@@ -610,14 +610,14 @@ func (r *resident) Events() []store.Event {
 
 // Track starts the outcome fold of the events written from now on,
 // replacing one started earlier.
-func (r *resident) Track() {
+func (r *liveChild) Track() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.kept.Track()
 }
 
 // Outcome returns the outcome of the events written since Track.
-func (r *resident) Outcome() sessionlog.Outcome {
+func (r *liveChild) Outcome() sessionlog.Outcome {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.kept.Outcome()
@@ -626,7 +626,7 @@ func (r *resident) Outcome() sessionlog.Outcome {
 // Close cancels the running turn, waits for it to end and leaves the
 // agent idle for the next activation (the provider's idle timeout stops
 // it). Returns ctx's error when the turn outlasts it.
-func (r *resident) Close(ctx context.Context) error {
+func (r *liveChild) Close(ctx context.Context) error {
 	r.Cancel(sessionlog.CauseDisposed, false)
 	if err := r.waitIdle(ctx); err != nil {
 		return fmt.Errorf("close ACP child %s: %w", r.key.id, err)
@@ -641,10 +641,10 @@ func (r *resident) Close(ctx context.Context) error {
 	return nil
 }
 
-// Discard is Close for a disposed child (subagent.Discarder): nothing is
+// Discard is Close for a disposed child (children.Discarder): nothing is
 // kept for a next activation, so the agent's process is stopped before
 // it returns.
-func (r *resident) Discard(ctx context.Context) error {
+func (r *liveChild) Discard(ctx context.Context) error {
 	r.Cancel(sessionlog.CauseDisposed, false)
 	if err := r.waitIdle(ctx); err != nil {
 		return fmt.Errorf("discard ACP child %s: %w", r.key.id, err)
@@ -663,7 +663,7 @@ func (r *resident) Discard(ctx context.Context) error {
 }
 
 // ForgetChild stops the agent an earlier activation of child childID of
-// ctx's tenant left idle, if one still runs (subagent.ChildForgetter: the
+// ctx's tenant left idle, if one still runs (children.ChildForgetter: the
 // child was disposed), and returns once it is gone.
 func (p *Provider) ForgetChild(ctx context.Context, childID string) {
 	key := idleKey{store.Tenant(ctx), childID}

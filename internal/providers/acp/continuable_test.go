@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -23,7 +24,7 @@ import (
 type contWorld struct {
 	p     *Provider
 	svc   *subagent.Service
-	m     *subagent.Manager
+	m     *children.Manager
 	mu    sync.Mutex
 	ends  map[string]subagent.Event // by task id
 	ended chan struct{}             // closed and replaced on every end
@@ -61,7 +62,7 @@ func world(t *testing.T, p *Provider, b *bundle) (w *contWorld, stop func()) {
 		}
 		return nil
 	})
-	w.m = subagent.NewManager(w.svc, subagent.ManagerConfig{Logger: log})
+	w.m = children.NewManager(w.svc, children.ManagerConfig{Logger: log})
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -82,9 +83,9 @@ func world(t *testing.T, p *Provider, b *bundle) (w *contWorld, stop func()) {
 	return w, stop
 }
 
-func (w *contWorld) start(t *testing.T, b *bundle, prompt string) subagent.ContinuableStarted {
+func (w *contWorld) start(t *testing.T, b *bundle, prompt string) children.ContinuableStarted {
 	t.Helper()
-	res, err := w.m.StartContinuable(context.Background(), subagent.ContinuableRequest{
+	res, err := w.m.StartContinuable(context.Background(), children.ContinuableRequest{
 		Provider: w.p.Name(), Label: "background", Prompt: textOutput(prompt),
 		Parent: subagent.Parent{Session: store.Session{ID: parentID, Cwd: b.root}},
 	})
@@ -94,7 +95,7 @@ func (w *contWorld) start(t *testing.T, b *bundle, prompt string) subagent.Conti
 	return res
 }
 
-func (w *contWorld) followup(t *testing.T, childID, content string) subagent.FollowupResult {
+func (w *contWorld) followup(t *testing.T, childID, content string) children.FollowupResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
@@ -262,7 +263,7 @@ func TestContinuable_AgentWithoutResumeStaysOneShot(t *testing.T) {
 	t.Parallel()
 	p, b := continuable(t, "")
 	w, _ := world(t, p, b)
-	_, err := w.m.StartContinuable(context.Background(), subagent.ContinuableRequest{
+	_, err := w.m.StartContinuable(context.Background(), children.ContinuableRequest{
 		Provider: p.Name(), Label: "background", Prompt: textOutput("alpha"),
 		Parent: subagent.Parent{Session: store.Session{ID: parentID, Cwd: b.root}},
 	})

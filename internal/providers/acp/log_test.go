@@ -197,7 +197,7 @@ func TestContinuable_ResidentHoldsNoStreamedEvents(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Materialize: %v", err)
 	}
-	r := ag.(*resident)
+	r := ag.(*liveChild)
 	t.Cleanup(func() {
 		if err := errors.Join(r.Close(context.Background()), p.Close()); err != nil {
 			t.Errorf("close: %v", err)

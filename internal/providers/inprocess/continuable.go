@@ -11,12 +11,14 @@ import (
 
 	"github.com/subagentd/subagentd/internal/agent"
 	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/sessionlog"
+	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
 // Materializer builds the live agents of continuable in-process children
-// for the subagent.Manager (docs/seam.md §11–§14): the same composition as
+// for the children.Manager (docs/seam.md §11–§14): the same composition as
 // a one-shot child — model route, delegation statement (R50), persona and
 // tool filter over the global tools — but no structured output and no
 // descriptor hook, since the manager writes the continuable descriptor
@@ -27,7 +29,7 @@ type Materializer struct {
 	d *Driver
 }
 
-var _ subagent.Materializer = (*Materializer)(nil)
+var _ subagent.ChildPreparer = (*Materializer)(nil)
 
 // NewMaterializer returns the materializer over d.
 func NewMaterializer(d Deps) *Materializer {
@@ -45,23 +47,59 @@ func NewMaterializer(d Deps) *Materializer {
 // unknown global tool; Create's error unchanged; other (internal) errors
 // when the log cannot be read.
 func (m *Materializer) Materialize(ctx context.Context, req subagent.MaterializeRequest) (subagent.ChildAgent, error) {
-	rt, modelName, err := m.d.resolve(req.Options)
+	cfg, err := m.config(ctx, req)
 	if err != nil {
 		return nil, err
-	}
-	telemetry.NameModelProvider(ctx, rt.Kind)
-	filter, err := m.d.filter(req.Descriptor.ToolFilter)
-	if err != nil {
-		return nil, err
-	}
-	persona := req.Descriptor.Persona
-	if persona != nil && !utf8.ValidString(*persona) {
-		return nil, invalid("persona", "persona must be valid UTF-8")
 	}
 	if req.Create != nil {
 		if err := req.Create(ctx); err != nil {
 			return nil, err
 		}
+	}
+	return m.build(ctx, cfg)
+}
+
+// PrepareChild is Materialize for a child not stored yet
+// (subagent.ChildPreparer): the agent is built over req.Session and
+// req.Log as they will be stored, and prompt is prepared as its first turn
+// (agent.Agent.PrepareFollowup). Nothing is read or written.
+func (m *Materializer) PrepareChild(ctx context.Context, req subagent.MaterializeRequest, prompt sessionlog.UserMessage) (subagent.PreparedChildAgent, error) {
+	cfg, err := m.config(ctx, req)
+	if err != nil {
+		return subagent.PreparedChildAgent{}, err
+	}
+	planned := make([]store.Event, len(req.Log))
+	for i, e := range req.Log {
+		planned[i] = store.Event{Seq: int64(i), Type: e.Type, Time: e.Time, Data: e.Data}
+	}
+	cfg.Created = &agent.Created{Header: req.Session, Log: planned}
+	a, err := m.build(ctx, cfg)
+	if err != nil {
+		return subagent.PreparedChildAgent{}, err
+	}
+	opening, err := a.PrepareFollowup(prompt)
+	if err != nil {
+		m.d.rollback(ctx, a)
+		return subagent.PreparedChildAgent{}, fmt.Errorf("continuable child %s: prepare its prompt: %w", req.Session.ID, err)
+	}
+	return subagent.PreparedChildAgent{Agent: a, Opening: opening, Launch: a.Launch}, nil
+}
+
+// config checks req — route, tool filter, persona — and returns the
+// agent's configuration, before anything is written.
+func (m *Materializer) config(ctx context.Context, req subagent.MaterializeRequest) (agent.Config, error) {
+	rt, modelName, err := m.d.resolve(req.Options)
+	if err != nil {
+		return agent.Config{}, err
+	}
+	telemetry.NameModelProvider(ctx, rt.Kind)
+	filter, err := m.d.filter(req.Descriptor.ToolFilter)
+	if err != nil {
+		return agent.Config{}, err
+	}
+	persona := req.Descriptor.Persona
+	if persona != nil && !utf8.ValidString(*persona) {
+		return agent.Config{}, invalid("persona", "persona must be valid UTF-8")
 	}
 	id := req.Session.ID
 	sections := []agent.Section{{Name: DelegationSection, Order: delegationOrder, Text: delegationText}}
@@ -70,7 +108,7 @@ func (m *Materializer) Materialize(ctx context.Context, req subagent.Materialize
 		sections = append(sections, agent.Section{Name: ReportSection, Order: reportOrder, Text: reportGuidance})
 		locals = append(locals, reportTool(req.Report))
 	}
-	a, err := agent.New(ctx, agent.Config{
+	return agent.Config{
 		ID:                id,
 		Store:             m.d.deps.Store,
 		Logger:            m.d.log.With(slog.String("child_id", id)),
@@ -87,13 +125,18 @@ func (m *Materializer) Materialize(ctx context.Context, req subagent.Materialize
 		DeploymentPersona: m.d.deps.DeploymentPersona,
 		Vars:              m.d.deps.Vars,
 		Gate:              m.d.deps.Gate,
-	})
+	}, nil
+}
+
+// build makes the agent of cfg.
+func (m *Materializer) build(ctx context.Context, cfg agent.Config) (*agent.Agent, error) {
+	a, err := agent.New(ctx, cfg)
 	if errors.Is(err, agent.ErrToolFilter) {
 		// The registry changed since the filter was checked.
 		return nil, &subagent.Error{Code: subagent.EInvalidRequest, Message: err.Error(), Err: err}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("continuable child %s: %w", id, err)
+		return nil, fmt.Errorf("continuable child %s: %w", cfg.ID, err)
 	}
 	return a, nil
 }

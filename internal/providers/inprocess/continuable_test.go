@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
 	"github.com/subagentd/subagentd/internal/providers/fork"
@@ -67,7 +68,7 @@ type contWorld struct {
 	h    *inprocesstest.Harness
 	st   *acceptOrder
 	svc  *subagent.Service
-	m    *subagent.Manager
+	m    *children.Manager
 	ends *inprocesstest.Ends
 }
 
@@ -85,7 +86,7 @@ func newContWorld(t *testing.T, routes ...model.Route) *contWorld {
 		}
 	}
 	w.ends = inprocesstest.WatchEnds(w.svc)
-	w.m = subagent.NewManager(w.svc, subagent.ManagerConfig{Materializer: inprocess.NewMaterializer(h.Deps), Logger: h.Logger})
+	w.m = children.NewManager(w.svc, children.ManagerConfig{Materializer: inprocess.NewMaterializer(h.Deps), Logger: h.Logger})
 	t.Cleanup(func() {
 		if err := w.m.Shutdown(context.Background()); err != nil {
 			t.Errorf("manager shutdown: %v", err)
@@ -97,11 +98,11 @@ func newContWorld(t *testing.T, routes ...model.Route) *contWorld {
 	return w
 }
 
-func (w *contWorld) request(prompt string) subagent.ContinuableRequest {
-	return subagent.ContinuableRequest{Provider: spawn.Name, Label: "background task", Prompt: inprocesstest.Text(prompt), Parent: w.h.Parent}
+func (w *contWorld) request(prompt string) children.ContinuableRequest {
+	return children.ContinuableRequest{Provider: spawn.Name, Label: "background task", Prompt: inprocesstest.Text(prompt), Parent: w.h.Parent}
 }
 
-func (w *contWorld) start(t *testing.T, req subagent.ContinuableRequest) subagent.ContinuableStarted {
+func (w *contWorld) start(t *testing.T, req children.ContinuableRequest) children.ContinuableStarted {
 	t.Helper()
 	res, err := w.m.StartContinuable(inprocesstest.Ctx(t), req)
 	if err != nil {
@@ -132,7 +133,7 @@ func (w *contWorld) inactive(t *testing.T, childID string) {
 }
 
 type contOutcome struct {
-	res subagent.FollowupResult
+	res children.FollowupResult
 	err error
 }
 
@@ -335,7 +336,8 @@ func TestContinuable_FiftyConcurrentFollowupsDeliveredInAcceptanceOrderOnce(t *t
 	for _, e := range inprocesstest.OfType(w.h.Log(t, res.ChildID), sessionlog.EventUserMessage) {
 		ids = append(ids, inprocesstest.Decode[sessionlog.UserMessage](t, e).ID)
 	}
-	if accepted := w.st.accepted(); len(ids) != 51 || !slices.Equal(ids, accepted) {
+	// The prompt is accepted with the start, the followups into the inbox.
+	if accepted := append([]string{res.MessageID}, w.st.accepted()...); len(ids) != 51 || !slices.Equal(ids, accepted) {
 		t.Errorf("logged %d messages %v\naccepted %v", len(ids), ids, accepted)
 	}
 }
@@ -441,7 +443,7 @@ func TestContinuable_BadInputAppendsNothing(t *testing.T) {
 			t.Errorf("log of %s grew from %d to %d", id, n, got)
 		}
 	}
-	if got := len(w.st.accepted()); got != 1 {
-		t.Errorf("%d messages accepted", got)
+	if got := len(w.st.accepted()); got != 0 {
+		t.Errorf("%d followups accepted into the inbox", got)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/schema"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -42,7 +43,7 @@ const (
 )
 
 // Origin is the header origin of every child session.
-const Origin = subagent.OriginSubagent
+const Origin = children.OriginSubagent
 
 // Deps are the collaborators of the in-process providers.
 type Deps struct {

@@ -66,7 +66,7 @@ func (p *Provider) Prepare(ctx context.Context, req subagent.ResolvedRequest) (s
 var _ subagent.ContinuableProvider = (*Provider)(nil)
 
 // PrepareContinuable returns an empty spec: a continuable spawn child
-// starts with a fresh log, like a one-shot one. The subagent.Manager builds
+// starts with a fresh log, like a one-shot one. The children.Manager builds
 // its agent through inprocess.Materializer.
 func (p *Provider) PrepareContinuable(context.Context, subagent.ContinuableCreateRequest) (subagent.ContinuableSpec, error) {
 	return subagent.ContinuableSpec{}, nil

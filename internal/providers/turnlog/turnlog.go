@@ -252,7 +252,7 @@ func TextOnly(blocks []model.Block) []model.Block {
 	return out
 }
 
-// Kept is what the resident agent of a continuable external child keeps
+// Kept is what the live agent of a continuable external child keeps
 // of its log, however long it lives and however much it streams: the
 // user/messages (which the manager reads) and the outcome fold of the
 // events written since Track. The log itself is the record. Not safe for
@@ -296,6 +296,15 @@ func (k *Kept) Track() { k.fold = &sessionlog.OutcomeFold{} }
 
 // Outcome returns the outcome of the events written since Track.
 func (k *Kept) Outcome() sessionlog.Outcome { return k.fold.Outcome() }
+
+// Rejoined folds the opening of turn n's one step, which the log held
+// before Track: n is a turn left open that this agent follows again, and
+// its end is the tracked epoch's.
+func (k *Kept) Rejoined(n int) {
+	if k.fold != nil {
+		k.fold.Fold(store.Event{Type: sessionlog.EventStepStart}, sessionlog.StepData{Turn: n, Step: 1})
+	}
+}
 
 // Scan reads a child log through read, a page at a time, keeping its
 // user/messages in k and calling each, if not nil, with every event. It

@@ -11,7 +11,7 @@ import (
 func startChildRun(t *testing.T, s store.Store, id string, n int) store.Run {
 	t.Helper()
 	r := oneShot(id, "p1", t0)
-	_, _, err := s.StartRunWithSession(t.Context(), child(r.ChildID, "p1", t0), numbered(n), r, startEvent(r))
+	_, _, err := s.StartRunWithSession(t.Context(), store.StartRunParams{Session: child(r.ChildID, "p1", t0), Events: numbered(n), Run: r, Start: startEvent(r)})
 	ok(t, err)
 	return r
 }
@@ -42,7 +42,7 @@ var childRunTests = []test{
 		defer stopL()
 		r := oneShot("r1", "p1", t0)
 		hdr := child(r.ChildID, "p1", t0)
-		log, start, err := s.StartRunWithSession(ctx, hdr, numbered(3), r, startEvent(r))
+		log, start, err := s.StartRunWithSession(ctx, store.StartRunParams{Session: hdr, Events: numbered(3), Run: r, Start: startEvent(r)})
 		ok(t, err)
 		waitWake(t, sessWake, "StartRunWithSession (session)")
 		waitWake(t, lifeWake, "StartRunWithSession (lifecycle)")
@@ -64,7 +64,7 @@ var childRunTests = []test{
 		ctx := t.Context()
 		newSession(t, s, "child-r1")
 		r := oneShot("r1", "p1", t0)
-		_, _, err := s.StartRunWithSession(ctx, child(r.ChildID, "p1", t0), numbered(2), r, startEvent(r))
+		_, _, err := s.StartRunWithSession(ctx, store.StartRunParams{Session: child(r.ChildID, "p1", t0), Events: numbered(2), Run: r, Start: startEvent(r)})
 		isErr(t, err, store.ErrConflict, "StartRunWithSession(existing session)")
 		_, err = s.GetRun(ctx, "r1")
 		isErr(t, err, store.ErrNotFound, "GetRun after a conflicting session")
@@ -73,13 +73,13 @@ var childRunTests = []test{
 		startRun(t, s, oneShot("r2", "p1", t0))
 		r3 := oneShot("r2", "p1", t0)
 		r3.ChildID = "child-r3"
-		_, _, err = s.StartRunWithSession(ctx, child("child-r3", "p1", t0), numbered(2), r3, startEvent(r3))
+		_, _, err = s.StartRunWithSession(ctx, store.StartRunParams{Session: child("child-r3", "p1", t0), Events: numbered(2), Run: r3, Start: startEvent(r3)})
 		isErr(t, err, store.ErrConflict, "StartRunWithSession(existing run)")
 		_, err = s.GetSession(ctx, "child-r3")
 		isErr(t, err, store.ErrNotFound, "GetSession after a conflicting run")
 
 		r4 := oneShot("r4", "p1", t0)
-		_, _, err = s.StartRunWithSession(ctx, child(r4.ChildID, "p1", t0), []store.NewEvent{ev("x", `{bad`)}, r4, startEvent(r4))
+		_, _, err = s.StartRunWithSession(ctx, store.StartRunParams{Session: child(r4.ChildID, "p1", t0), Events: []store.NewEvent{ev("x", `{bad`)}, Run: r4, Start: startEvent(r4)})
 		isErr(t, err, store.ErrInvalid, "StartRunWithSession(bad event)")
 		_, err = s.GetSession(ctx, r4.ChildID)
 		isErr(t, err, store.ErrNotFound, "GetSession after a bad event")
@@ -97,7 +97,7 @@ var childRunTests = []test{
 		lifeWake, stopL := s.Subscribe(store.LifecycleTopic)
 		defer stopL()
 		tail := []store.NewEvent{ev("step/end", `{"step":1}`), ev("turn/end", `{"turn":1}`)}
-		end, log, err := s.EndRunWithEvents(ctx, "r1", completed, endEvent("r1", "p1"), tail...)
+		end, log, err := s.EndRunWithEvents(ctx, store.EndRunParams{RunID: "r1", Result: completed, End: endEvent("r1", "p1"), Events: tail})
 		ok(t, err)
 		waitWake(t, sessWake, "EndRunWithEvents (session)")
 		waitWake(t, lifeWake, "EndRunWithEvents (lifecycle)")
@@ -112,7 +112,7 @@ var childRunTests = []test{
 			t.Fatalf("run after EndRunWithEvents: %+v", got)
 		}
 
-		_, log, err = s.EndRunWithEvents(ctx, "r1", completed, endEvent("r1", "p1"), ev("late", `{}`))
+		_, log, err = s.EndRunWithEvents(ctx, store.EndRunParams{RunID: "r1", Result: completed, End: endEvent("r1", "p1"), Events: []store.NewEvent{ev("late", `{}`)}})
 		isErr(t, err, store.ErrConflict, "EndRunWithEvents(r1 again)")
 		if len(log) != 0 {
 			t.Fatalf("a refused end returned events %+v", log)
@@ -129,16 +129,16 @@ var childRunTests = []test{
 	{"EndRunWithEvents_NoSessionOrBadEventStoresNothing", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		startRun(t, s, oneShot("r1", "p1", t0)) // its child has no session
-		_, _, err := s.EndRunWithEvents(ctx, "r1", completed, endEvent("r1", "p1"), numbered(1)...)
+		_, _, err := s.EndRunWithEvents(ctx, store.EndRunParams{RunID: "r1", Result: completed, End: endEvent("r1", "p1"), Events: numbered(1)})
 		isErr(t, err, store.ErrNotFound, "EndRunWithEvents(child without a session)")
 		if got := must(s.GetRun(ctx, "r1"))(t); got.State != store.StateRunning {
 			t.Fatalf("run state after a refused end = %q, want running", got.State)
 		}
-		_, _, err = s.EndRunWithEvents(ctx, "nope", completed, endEvent("nope", "p1"), numbered(1)...)
+		_, _, err = s.EndRunWithEvents(ctx, store.EndRunParams{RunID: "nope", Result: completed, End: endEvent("nope", "p1"), Events: numbered(1)})
 		isErr(t, err, store.ErrNotFound, "EndRunWithEvents(unknown run)")
 
 		r := startChildRun(t, s, "r2", 1)
-		_, _, err = s.EndRunWithEvents(ctx, "r2", completed, endEvent("r2", "p1"), ev("x", `{bad`))
+		_, _, err = s.EndRunWithEvents(ctx, store.EndRunParams{RunID: "r2", Result: completed, End: endEvent("r2", "p1"), Events: []store.NewEvent{ev("x", `{bad`)}})
 		isErr(t, err, store.ErrInvalid, "EndRunWithEvents(bad event)")
 		wantEvents(t, s, r.ChildID, asStored(numbered(1), 0))
 		if got := must(s.GetRun(ctx, "r2"))(t); got.State != store.StateRunning {
@@ -148,7 +148,7 @@ var childRunTests = []test{
 			t.Fatalf("lifecycle holds %d events, want the two starts", n)
 		}
 		// Without events it is EndRun.
-		_, log, err := s.EndRunWithEvents(ctx, "r2", completed, endEvent("r2", "p1"))
+		_, log, err := s.EndRunWithEvents(ctx, store.EndRunParams{RunID: "r2", Result: completed, End: endEvent("r2", "p1")})
 		ok(t, err)
 		if len(log) != 0 {
 			t.Fatalf("an end without events returned %+v", log)

@@ -49,7 +49,7 @@ var residentTests = []test{
 	{"RenewCoversEveryLeaseOfTheOwner", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		claim(t, s, "s1", "a", 0, 30)
-		if _, _, err := s.ClaimResident(other(ctx), "s2", "a", sec(0), sec(30)); err != nil {
+		if _, _, err := s.ClaimResident(other(ctx), store.ClaimParams{SessionID: "s2", Owner: "a", Now: sec(0), Until: sec(30)}); err != nil {
 			t.Fatal(err)
 		}
 		claim(t, s, "s3", "b", 0, 30)
@@ -97,7 +97,7 @@ var residentTests = []test{
 		isErr(t, err, store.ErrFenced, "append of the former owner")
 		_, err = s.EndRun(asA, "act", completed, endEvent("act", ""))
 		isErr(t, err, store.ErrFenced, "settlement by the former owner")
-		_, _, err = s.EndRunWithEvents(asA, "act", completed, endEvent("act", ""), ev("x", `{"by":"a, settling"}`))
+		_, _, err = s.EndRunWithEvents(asA, store.EndRunParams{RunID: "act", Result: completed, End: endEvent("act", ""), Events: []store.NewEvent{ev("x", `{"by":"a, settling"}`)}})
 		isErr(t, err, store.ErrFenced, "settlement with events by the former owner")
 		if r := must(s.GetRun(ctx, "act"))(t); r.State != store.StateRunning {
 			t.Fatalf("a fenced settlement changed the run: %+v", r)
@@ -204,7 +204,7 @@ var residentTests = []test{
 // claim claims sessionID for owner at sec(now) until sec(until).
 func claim(t *testing.T, s store.Store, sessionID, owner string, now, until int) (store.Resident, bool) {
 	t.Helper()
-	r, claimed, err := s.ClaimResident(t.Context(), sessionID, owner, sec(now), sec(until))
+	r, claimed, err := s.ClaimResident(t.Context(), store.ClaimParams{SessionID: sessionID, Owner: owner, Now: sec(now), Until: sec(until)})
 	if err != nil {
 		t.Fatalf("ClaimResident(%s, %s): %v", sessionID, owner, err)
 	}

@@ -104,7 +104,7 @@ var runTests = []test{
 		startRun(t, s, r)
 		c := oneShot("r2", "p1", sec(1))
 		c.Traceparent = tp
-		_, _, err := s.StartRunWithSession(ctx, child(c.ChildID, "p1", t0), numbered(1), c, startEvent(c))
+		_, _, err := s.StartRunWithSession(ctx, store.StartRunParams{Session: child(c.ChildID, "p1", t0), Events: numbered(1), Run: c, Start: startEvent(c)})
 		ok(t, err)
 		startRun(t, s, oneShot("r3", "p1", sec(2))) // not traced
 		for _, id := range []string{"r1", "r2"} {

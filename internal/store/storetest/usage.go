@@ -54,7 +54,7 @@ var usageTests = []test{
 		ok(t, s.CreateSession(ctx, child("kid", "root", sec(1))))
 		must(s.CreateSessionWithEvents(ctx, child("grandkid", "kid", sec(2)), numbered(1)...))(t)
 		r := oneShot("r1", "grandkid", sec(3))
-		must2(s.StartRunWithSession(ctx, child(r.ChildID, "grandkid", sec(3)), numbered(1), r, startEvent(r)))(t)
+		must2(s.StartRunWithSession(ctx, store.StartRunParams{Session: child(r.ChildID, "grandkid", sec(3)), Events: numbered(1), Run: r, Start: startEvent(r)}))(t)
 		ok(t, s.CreateSession(ctx, child("orphan", "nowhere", sec(4))))
 		explicit := child("explicit", "nowhere", sec(5))
 		explicit.RootID = "chosen"
@@ -80,10 +80,9 @@ var usageTests = []test{
 		// count; its settlement's events and the run's usage do.
 		seed := call(1000, 1000, true)
 		r1 := oneShot("r1", "root", sec(1))
-		must2(s.StartRunWithSession(ctx, child(r1.ChildID, "root", sec(1)), seed, r1, startEvent(r1)))(t)
+		must2(s.StartRunWithSession(ctx, store.StartRunParams{Session: child(r1.ChildID, "root", sec(1)), Events: seed, Run: r1, Start: startEvent(r1)}))(t)
 		must(s.AppendEvents(ctx, r1.ChildID, call(5, 7, true)...))(t)
-		must2(s.EndRunWithEvents(ctx, "r1", settledWith(store.Usage{InputTokens: 9, OutputTokens: 11, ModelCalls: 2, Reported: 2}, true),
-			endEvent("r1", "root"), call(4, 4, true)...))(t)
+		must2(s.EndRunWithEvents(ctx, store.EndRunParams{RunID: "r1", Result: settledWith(store.Usage{InputTokens: 9, OutputTokens: 11, ModelCalls: 2, Reported: 2}, true), End: endEvent("r1", "root"), Events: call(4, 4, true)}))(t)
 
 		// A continuable child: a known activation, an unknown one (its
 		// provider reported none), one running under a live lease, one
@@ -181,7 +180,7 @@ var usageTests = []test{
 			t.Fatalf("GetRun(r1) usage = %+v known %v, want %+v known false", got.Usage, got.UsageKnown, u)
 		}
 		startChildRun(t, s, "r2", 1)
-		must2(s.EndRunWithEvents(ctx, "r2", settledWith(u, true), endEvent("r2", "p1"), numbered(1)...))(t)
+		must2(s.EndRunWithEvents(ctx, store.EndRunParams{RunID: "r2", Result: settledWith(u, true), End: endEvent("r2", "p1"), Events: numbered(1)}))(t)
 		got = must(s.GetRun(ctx, "r2"))(t)
 		if got.Usage != u || !got.UsageKnown {
 			t.Fatalf("GetRun(r2) usage = %+v known %v, want %+v known true", got.Usage, got.UsageKnown, u)

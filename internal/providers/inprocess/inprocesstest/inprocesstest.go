@@ -84,10 +84,10 @@ func (s hookStore) CreateSessionWithEvents(ctx context.Context, sess store.Sessi
 	return out, err
 }
 
-func (s hookStore) StartRunWithSession(ctx context.Context, sess store.Session, evs []store.NewEvent, r store.Run, start store.LifecycleEvent) ([]store.Event, store.LifecycleEvent, error) {
-	log, stored, err := s.Store.StartRunWithSession(ctx, sess, evs, r, start)
+func (s hookStore) StartRunWithSession(ctx context.Context, p store.StartRunParams) ([]store.Event, store.LifecycleEvent, error) {
+	log, stored, err := s.Store.StartRunWithSession(ctx, p)
 	if s.hooks.OnCreate != nil {
-		s.hooks.OnCreate(sess)
+		s.hooks.OnCreate(p.Session)
 	}
 	return log, stored, err
 }

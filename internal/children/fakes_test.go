@@ -1,0 +1,124 @@
+package children
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/subagentd/subagentd/internal/model"
+	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
+)
+
+// fakeProvider is the provider under a contProvider: its one-shot Start,
+// which a continuable start never calls (R54), counts its calls and runs
+// StartFn, else returns a fakeRun.
+type fakeProvider struct {
+	name    string
+	caps    subagent.Capabilities
+	StartFn func(ctx context.Context, req subagent.ResolvedRequest) (subagent.Run, error)
+
+	mu     sync.Mutex
+	starts int
+}
+
+func (p *fakeProvider) Name() string                        { return p.name }
+func (p *fakeProvider) Description() string                 { return "fake provider " + p.name }
+func (p *fakeProvider) Capabilities() subagent.Capabilities { return p.caps }
+func (p *fakeProvider) InheritsParentContext() bool         { return false }
+func (p *fakeProvider) startCount() int                     { p.mu.Lock(); defer p.mu.Unlock(); return p.starts }
+func (p *fakeProvider) Start(ctx context.Context, req subagent.ResolvedRequest) (subagent.Run, error) {
+	p.mu.Lock()
+	p.starts++
+	p.mu.Unlock()
+	if p.StartFn == nil {
+		return newFakeRun("child-"+p.name, true), nil
+	}
+	return p.StartFn(ctx, req)
+}
+
+// contCaps are the runtime capabilities of the in-process continuable
+// providers the manager tests stand in for.
+var contCaps = subagent.Capabilities{Steer: true, Resume: true, Local: true}
+
+// fakeRun is a one-shot run the test settles (settle); Cancel and Dispose
+// settle it aborted.
+type fakeRun struct {
+	childID string
+	local   bool
+	done    chan struct{}
+	once    sync.Once
+	result  subagent.Result
+}
+
+func newFakeRun(childID string, local bool) *fakeRun {
+	return &fakeRun{childID: childID, local: local, done: make(chan struct{})}
+}
+
+func (r *fakeRun) ChildID() string       { return r.childID }
+func (r *fakeRun) Local() bool           { return r.local }
+func (r *fakeRun) Done() <-chan struct{} { return r.done }
+func (r *fakeRun) Cancel()               { r.settle(subagent.Result{StopReason: subagent.StopAborted}, nil) }
+func (r *fakeRun) Dispose(context.Context) error {
+	r.Cancel()
+	return nil
+}
+
+// Result is the settled result; it is read only after Done.
+func (r *fakeRun) Result() (subagent.Result, error) { return r.result, nil }
+
+// settle settles the run once; later calls are ignored. err is unused: a
+// fakeRun always settles with a result.
+func (r *fakeRun) settle(res subagent.Result, _ error) {
+	r.once.Do(func() { r.result = res; close(r.done) })
+}
+
+// request is a one-shot request of root p1.
+func request() subagent.Request {
+	return subagent.Request{Prompt: []model.Block{model.TextBlock("do it")}, Parent: subagent.Parent{Session: store.Session{ID: "p1"}}}
+}
+
+// waitDone waits for h's end, failing after a generous bound.
+func waitDone(t *testing.T, h *subagent.RunHandle) {
+	t.Helper()
+	select {
+	case <-h.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("run %s did not settle", h.ID())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the service's concurrent logging.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.buf.String() }
+
+// renewStore is a store whose RenewLeases reports each call on calls and
+// fails while fail is set.
+type renewStore struct {
+	store.Store
+	fail  bool
+	calls chan struct{}
+}
+
+func (s *renewStore) RenewLeases(ctx context.Context, owner string, until time.Time) error {
+	select {
+	case s.calls <- struct{}{}:
+	default:
+	}
+	if s.fail {
+		return errors.New("database unreachable")
+	}
+	return s.Store.RenewLeases(ctx, owner, until)
+}
