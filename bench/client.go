@@ -118,11 +118,16 @@ type runOut struct {
 // createRun starts a one-shot spawn run of the echo model; with wait it
 // answers once the run settled, and checks that it completed.
 func (a *api) createRun(ctx context.Context, parent string, wait bool) (runOut, error) {
+	return a.createRunOf(ctx, parent, "hello from the bench", wait)
+}
+
+// createRunOf is createRun with the prompt text given.
+func (a *api) createRunOf(ctx context.Context, parent, prompt string, wait bool) (runOut, error) {
 	path := "/v1/runs"
 	if wait {
 		path += "?wait=true"
 	}
-	body := map[string]any{"provider": "spawn", "parentSessionId": parent, "prompt": text("hello from the bench")}
+	body := map[string]any{"provider": "spawn", "parentSessionId": parent, "prompt": text(prompt)}
 	var r runOut
 	if err := a.call(ctx, http.MethodPost, path, body, http.StatusCreated, &r); err != nil {
 		return r, err
@@ -139,13 +144,22 @@ type frame struct {
 	data      []byte
 }
 
-// readFrames calls fn for each event of an SSE stream until fn returns
-// false or the stream ends.
+// readFrames calls fn for each event of an SSE stream, and for each id-only
+// frame, until fn returns false or the stream ends.
 func readFrames(r *bufio.Reader, fn func(frame) bool) error {
 	var f frame
-	var data []byte
+	var data, long []byte
 	for {
 		line, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A line longer than the buffer (a large payload): gather it.
+			long = append(long[:0], line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = r.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			line = long
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -155,7 +169,7 @@ func readFrames(r *bufio.Reader, fn func(frame) bool) error {
 		line = bytes.TrimRight(line, "\r\n")
 		switch {
 		case len(line) == 0:
-			if f.event != "" || data != nil {
+			if f.event != "" || f.id != "" || data != nil {
 				f.data = data
 				if !fn(f) {
 					return nil

@@ -45,18 +45,19 @@ type fanResult struct {
 }
 
 // fanout is scenario 2: idle-subscriber memory and subagent/start delivery
-// latency on /v1/events with 1,000 and 5,000 subscribers, against the
-// standard-library broadcaster of baseline.go.
+// latency on /v1/events with 1,000, 5,000 and 10,000 subscribers (1,000
+// and 10,000 with -quick), against the standard-library broadcaster of
+// baseline.go.
 func (b *bench) fanout(ctx context.Context) (*table, error) {
-	runs := 50
+	runs, sizes := 50, []int{1000, 5000, 10000}
 	if b.opts.quick {
-		runs = 20
+		runs, sizes = 20, []int{1000, 10000}
 	}
 	t := &table{
 		title: fmt.Sprintf("2. SSE fan-out on /v1/events (memstore): %d runs created at %d/s while every subscriber listens", runs, fanoutRate),
-		head:  []string{"server", "subscribers", "delivered", "p50", "p99", "max", "RSS / idle subscriber", "p99 ÷ baseline"},
+		head:  []string{"server", "subscribers", "delivered", "p50", "p99", "max", "RSS / idle subscriber", "RSS ÷ baseline", "p99 ÷ baseline"},
 	}
-	for _, subs := range []int{1000, 5000} {
+	for _, subs := range sizes {
 		// Each subscriber holds a descriptor in the bench and one in the
 		// server (a separate process).
 		if lim := fileLimit(); uint64(subs+256) > lim {
@@ -77,7 +78,7 @@ func (b *bench) fanout(ctx context.Context) (*table, error) {
 		}{{"subagentd", svc}, {"stdlib broadcaster", base}} {
 			t.add(r.name, fmt.Sprint(subs), fmt.Sprintf("%d/%d", r.res.delivered, subs*runs),
 				ms(r.res.lat.pct(50)), ms(r.res.lat.pct(99)), ms(r.res.lat.pct(100)), kib(r.res.rssPerSub),
-				ratio(float64(r.res.lat.pct(99)), float64(base.lat.pct(99))))
+				ratio(r.res.rssPerSub, base.rssPerSub), ratio(float64(r.res.lat.pct(99)), float64(base.lat.pct(99))))
 		}
 		t.note("%d subscribers: runs created at %.1f/s achieved; POST /v1/runs p50 %s, p99 %s (subagentd) — included in its delivery latency.",
 			subs, svc.rateAchieved, ms(svc.post.pct(50)), ms(svc.post.pct(99)))
@@ -172,7 +173,7 @@ func (b *bench) fanoutMeasure(ctx context.Context, target fanTarget, subs, runs 
 	g.SetLimit(dialParallel)
 	for i := range all {
 		g.Go(func() error {
-			conn, body, err := dialSSE(gctx, addr, target.eventsPath)
+			conn, body, err := dialSSE(gctx, addr, target.eventsPath, "")
 			if err != nil {
 				return err
 			}
@@ -269,14 +270,19 @@ func (b *bench) fanoutMeasure(ctx context.Context, target fanTarget, subs, runs 
 // dialSSE opens an SSE stream with a bare HTTP/1.1 request and returns the
 // connection and a reader of the (de-chunked) body once the response
 // headers arrived.
-func dialSSE(ctx context.Context, addr, path string) (net.Conn, *bufio.Reader, error) {
+// A lastEventID other than "" is sent as Last-Event-ID.
+func dialSSE(ctx context.Context, addr, path, lastEventID string) (net.Conn, *bufio.Reader, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, nil, err
 	}
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", path, addr); err != nil {
+	resume := ""
+	if lastEventID != "" {
+		resume = "Last-Event-ID: " + lastEventID + "\r\n"
+	}
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n%s\r\n", path, addr, resume); err != nil {
 		conn.Close()
 		return nil, nil, err
 	}

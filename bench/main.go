@@ -23,9 +23,12 @@
 //     the owner, against the lease TTL;
 //  7. A2A face: one echo turn of a new continuable child through A2A
 //     SendMessage (JSON-RPC and HTTP+JSON) against the REST calls that do
-//     the same.
+//     the same;
+//  8. reconnect storm: runs/s and RSS per phase while subscribers of
+//     /v1/events reconnect with Last-Event-ID and every run's end carries a
+//     160 KiB message, against the broadcaster of scenario 2 with replay.
 //
-// Usage: go run ./bench [-quick] [-scenario=1,2,3,4,5,6,7] [-cpuprofile=file] [-pg=url].
+// Usage: go run ./bench [-quick] [-scenario=1,2,3,4,5,6,7,8] [-cpuprofile=file] [-pg=url].
 // See bench/README.md.
 package main
 
@@ -85,7 +88,7 @@ func parseFlags(args []string) (options, bool, error) {
 	var scen string
 	var serve bool
 	fs.BoolVar(&o.quick, "quick", false, "small sizes and short measurements (under 2 minutes on 2 cores)")
-	fs.StringVar(&scen, "scenario", "1,2,3,4,5,6,7", "comma-separated scenarios to run")
+	fs.StringVar(&scen, "scenario", "1,2,3,4,5,6,7,8", "comma-separated scenarios to run")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write the bench's CPU profile to `file`, and each service subprocess's to file.<name>.service")
 	fs.StringVar(&o.pgURL, "pg", "postgres://postgres@127.0.0.1:5432/postgres", "Postgres server `url`; bench databases are created on it and dropped")
 	fs.StringVar(&o.apiPkg, "api", "./cmd/api", "the service `package` to build and run")
@@ -100,8 +103,8 @@ func parseFlags(args []string) (options, bool, error) {
 	o.scenarios = map[int]bool{}
 	for _, s := range strings.Split(scen, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 7 {
-			return o, false, fmt.Errorf("-scenario: %q is not one of 1 to 7", s)
+		if err != nil || n < 1 || n > 8 {
+			return o, false, fmt.Errorf("-scenario: %q is not one of 1 to 8", s)
 		}
 		o.scenarios[n] = true
 	}
@@ -138,6 +141,7 @@ func run(ctx context.Context, opts options, log *slog.Logger, out io.Writer) (er
 		{5, "memory and CPU per run", b.memory},
 		{6, "replicas", b.replicas},
 		{7, "A2A face", b.a2aFace},
+		{8, "reconnect storm", b.storm},
 	}
 	var errs []error
 	for _, s := range scenarios {

@@ -18,10 +18,14 @@
 // approval/decided on the lifecycle stream) and auth.js (sign-in); app.js
 // wires them and routes deep links (#s=<session>&r=<run> plus the filter,
 // #v=webhooks and #v=approvals for the pages).
-// index.html preloads every module (a new one is added to its list).
+// index.html loads them as one script, dashboard.js (bundle.go); boot.js,
+// app.js's first import, runs first and sends the page's first reads (the
+// sign-in check, the tree's first page, a linked session's newest events)
+// while the other modules are evaluated.
 //
 // It loads the history once (its first page drawn before the rest is
-// read), then follows GET /v1/events; a reconnect
+// read, and the one read at load drawn before that), then follows
+// GET /v1/events; a reconnect
 // resumes after the stream's cursor (Last-Event-ID, or ?after= when the
 // stream is recreated) and reloads nothing. A session's log is read in
 // pages from GET /v1/sessions/{id}/events and then followed on its stream
@@ -37,8 +41,10 @@ import (
 //go:embed static
 var static embed.FS
 
-// FS is the dashboard rooted at its static files: index.html is at its root.
-var FS fs.FS = mustSub(static, "static")
+// FS is the dashboard rooted at its static files: index.html is at its
+// root, and with them dashboard.js, app.js with every module it imports in
+// one script (bundle.go), which is what index.html loads.
+var FS fs.FS = mustBundle(mustSub(static, "static"))
 
 func mustSub(fsys fs.FS, dir string) fs.FS {
 	sub, err := fs.Sub(fsys, dir)
@@ -47,4 +53,15 @@ func mustSub(fsys fs.FS, dir string) fs.FS {
 		panic(err)
 	}
 	return sub
+}
+
+// mustBundle adds dashboard.js to fsys. The modules are embedded, so a
+// module bundle cannot read fails every test of this package, not a
+// running server.
+func mustBundle(fsys fs.FS) fs.FS {
+	b, err := bundle(fsys, "app.js")
+	if err != nil {
+		panic(err)
+	}
+	return withFile{FS: fsys, name: "dashboard.js", data: b}
 }

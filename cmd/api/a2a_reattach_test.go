@@ -22,31 +22,17 @@ import (
 // end, and a followup through B is a message in the same context.
 func TestReplicas_A2AChildReattachesAfterSIGKILL(t *testing.T) {
 	t.Parallel()
-	rm := newA2ARemote(t)
-	db := pgtest.URL(t)
-	env := func(name string) map[string]string {
-		e := replicaEnv(db, name)
-		e["SUBAGENTD_CONFIG"], e["SUBAGENTD_A2A_ALLOW_PRIVATE"] = rm.config(t), "true"
-		return e
-	}
-	a := startServer(t, env("replica-a"))
-	b := startServer(t, env("replica-b"))
-	events := b.follow(t, "/v1/events?after=0")
-
-	var parent struct{ ID string }
-	a.call(t, http.MethodPost, "/v1/sessions", `{"label":"parent"}`, http.StatusCreated, &parent)
-	var child struct{ ChildID, TaskID string }
-	a.call(t, http.MethodPost, "/v1/subagents", fmt.Sprintf(`{"provider":"remote","parentSessionId":%q,"label":"remote","prompt":%s}`,
-		parent.ID, prompt("gate after")), http.StatusCreated, &child)
-	first := events.start(t, "taskId", child.TaskID)
-	b.waitChildEvent(t, child.ChildID, func(typ, data string) bool { return typ == "assistant/chunk" && strings.Contains(data, `"before"`) })
+	rm, a, b, events := a2aReplicas(t)
+	parent, childID, taskID := a.remoteChild(t, "remote", "gate after")
+	first := events.start(t, "taskId", taskID)
+	b.waitChildEvent(t, childID, func(typ, data string) bool { return typ == "assistant/chunk" && strings.Contains(data, `"before"`) })
 
 	killed := time.Now()
 	if err := a.stop(t, syscall.SIGKILL); err == nil {
 		t.Fatal("the SIGKILLed replica exited cleanly")
 	}
 	// A's activation ends as owner lost (R130)…
-	lost := events.end(t, "taskId", child.TaskID)
+	lost := events.end(t, "taskId", taskID)
 	var run struct {
 		Result struct{ StopReason, Diagnostic string }
 	}
@@ -56,20 +42,20 @@ func TestReplicas_A2AChildReattachesAfterSIGKILL(t *testing.T) {
 	}
 	// …and B starts one that follows the remote task, before any followup.
 	again := events.wait(t, "B's activation of the child", func(fr frame) bool {
-		return fr.event == subagent.EventStart && fr.data["id"] == child.ChildID && fr.data["taskId"] != child.TaskID
+		return fr.event == subagent.EventStart && fr.data["id"] == childID && fr.data["taskId"] != taskID
 	})
 	took := again.at.Sub(killed)
 	if took > takeoverBound {
 		t.Fatalf("B rejoined the task %v after the SIGKILL, want within %v", took, takeoverBound)
 	}
 	t.Logf("B rejoined the remote task %v after the SIGKILL (lease %v)", took, replicaTTL)
-	close(rm.gate)
+	close(rm.Gate)
 	end := events.end(t, "taskId", again.data["taskId"].(string))
 	if end.data["stopReason"] != subagent.StopCompleted {
 		t.Fatalf("B's activation ended %s, want completed", end.raw)
 	}
 
-	types, data := b.childLog(t, child.ChildID)
+	types, data := b.childLog(t, childID)
 	var text, ends []string
 	for i, typ := range types {
 		var d struct {
@@ -91,11 +77,11 @@ func TestReplicas_A2AChildReattachesAfterSIGKILL(t *testing.T) {
 		t.Fatalf("child log text %q, turn ends %v; want the task's text once and its completion", text, ends)
 	}
 
-	fu := b.followup(t, parent.ID, child.ChildID, "echo next")
+	fu := b.followup(t, parent, childID, "echo next")
 	if got := taskText(t, b, fu.TaskID); got != "echo: next" {
 		t.Fatalf("followup through B: %q", got)
 	}
-	contexts, _ := rm.seen()
+	contexts, _ := rm.Seen()
 	if len(contexts) != 2 || contexts[1][0] != contexts[0][1] {
 		t.Fatalf("remote contexts %v, want the followup in the first task's context", contexts)
 	}
@@ -111,25 +97,11 @@ func TestReplicas_A2AChildReattachesAfterSIGKILL(t *testing.T) {
 // child's turn completes with the agent's answer.
 func TestReplicas_A2AInputRequiredIsAskedAgainAfterSIGKILL(t *testing.T) {
 	t.Parallel()
-	rm := newA2ARemote(t)
-	db := pgtest.URL(t)
-	env := func(name string) map[string]string {
-		e := replicaEnv(db, name)
-		e["SUBAGENTD_CONFIG"], e["SUBAGENTD_A2A_ALLOW_PRIVATE"] = rm.config(t), "true"
-		return e
-	}
-	a := startServer(t, env("replica-a"))
-	b := startServer(t, env("replica-b"))
-	events := b.follow(t, "/v1/events?after=0")
-
-	var parent struct{ ID string }
-	a.call(t, http.MethodPost, "/v1/sessions", `{"label":"parent"}`, http.StatusCreated, &parent)
-	var child struct{ ChildID, TaskID string }
-	a.call(t, http.MethodPost, "/v1/subagents", fmt.Sprintf(`{"provider":"remote","parentSessionId":%q,"label":"asker","prompt":%s}`,
-		parent.ID, prompt("ask which file?")), http.StatusCreated, &child)
+	rm, a, b, events := a2aReplicas(t)
+	_, childID, taskID := a.remoteChild(t, "asker", "input which file?")
 	asked := func(other string) received {
 		return events.wait(t, "approval/requested", func(fr frame) bool {
-			return fr.event == "approval/requested" && fr.data["sessionId"] == child.ChildID && fr.data["approvalId"] != other
+			return fr.event == "approval/requested" && fr.data["sessionId"] == childID && fr.data["approvalId"] != other
 		})
 	}
 	firstID := asked("").data["approvalId"].(string)
@@ -142,16 +114,33 @@ func TestReplicas_A2AInputRequiredIsAskedAgainAfterSIGKILL(t *testing.T) {
 	again := asked(firstID)
 	b.call(t, http.MethodPost, "/v1/approvals/"+again.data["approvalId"].(string)+"/decision", `{"outcome":"allow","reason":"main.go"}`, http.StatusOK, nil)
 	end := events.wait(t, "B's activation's end", func(fr frame) bool {
-		return fr.event == subagent.EventEnd && fr.data["id"] == child.ChildID && fr.data["taskId"] != child.TaskID
+		return fr.event == subagent.EventEnd && fr.data["id"] == childID && fr.data["taskId"] != taskID
 	})
 	if end.data["stopReason"] != subagent.StopCompleted || !strings.Contains(end.raw, "answered: main.go") {
 		t.Fatalf("B's activation ended %s, want completed with the agent's answer", end.raw)
 	}
-	_, tasks := rm.seen()
+	_, tasks := rm.Seen()
 	if len(tasks) != 2 || tasks[1] != tasks[0] {
 		t.Fatalf("remote tasks %v, want the decision in the asking task", tasks)
 	}
 	if err := b.stop(t, syscall.SIGTERM); err != nil {
 		t.Fatalf("replica B: %v", err)
 	}
+}
+
+// a2aReplicas starts a remote A2A agent and two replicas, A and B, on one
+// database, each with the agent as provider "remote", and follows B's
+// lifecycle events from the start.
+func a2aReplicas(t *testing.T) (rm *a2aRemote, a, b *server, events *feed) {
+	t.Helper()
+	rm = newA2ARemote(t)
+	db := pgtest.URL(t)
+	env := func(name string) map[string]string {
+		e := replicaEnv(db, name)
+		e["SUBAGENTD_CONFIG"], e["SUBAGENTD_A2A_ALLOW_PRIVATE"] = rm.config(t), "true"
+		return e
+	}
+	a = startServer(t, env("replica-a"))
+	b = startServer(t, env("replica-b"))
+	return rm, a, b, b.follow(t, "/v1/events?after=0")
 }

@@ -140,7 +140,7 @@ func TestMetrics_Scenario(t *testing.T) {
 				}
 				ids = append(ids, r.RunID, r.ChildSessionID)
 			}
-			childID, taskID := s.spawnChild(t, root.ID, "worker", "first")
+			childID, taskID := s.startChild(t, "spawn", root.ID, "worker", "first")
 			ids = append(ids, childID, taskID)
 			// A followup sent while the first activation settles waits for
 			// it and starts the second (it can only steer a live turn).

@@ -139,13 +139,13 @@ func prompt(text string) string {
 	return fmt.Sprintf(`[{"type":"text","text":%q}]`, text)
 }
 
-// spawnChild creates a continuable spawn child of parent on s and returns
-// it with its first task.
-func (s *server) spawnChild(t *testing.T, parent, label, text string) (childID, taskID string) {
+// startChild creates a continuable child of parent with provider on s and
+// returns it with its first task.
+func (s *server) startChild(t *testing.T, provider, parent, label, text string) (childID, taskID string) {
 	t.Helper()
 	var c struct{ ChildID, TaskID string }
-	s.call(t, http.MethodPost, "/v1/subagents", fmt.Sprintf(`{"provider":"spawn","parentSessionId":%q,"label":%q,"prompt":%s}`,
-		parent, label, prompt(text)), http.StatusCreated, &c)
+	s.call(t, http.MethodPost, "/v1/subagents", fmt.Sprintf(`{"provider":%q,"parentSessionId":%q,"label":%q,"prompt":%s}`,
+		provider, parent, label, prompt(text)), http.StatusCreated, &c)
 	return c.ChildID, c.TaskID
 }
 
@@ -196,7 +196,7 @@ func TestReplicas_EveryRouteOnEveryReplica_AndTakeoverAfterSIGKILL(t *testing.T)
 	a.call(t, http.MethodPost, "/v1/sessions", `{"label":"driven root"}`, http.StatusCreated, &driven)
 
 	// A drives a child and a root, each in a turn of a few seconds.
-	steered, steeredTask := a.spawnChild(t, parent.ID, "steered", "/sleep 4s\nfirst")
+	steered, steeredTask := a.startChild(t, "spawn", parent.ID, "steered", "/sleep 4s\nfirst")
 	a.call(t, http.MethodPost, "/v1/sessions/"+driven.ID+"/messages", fmt.Sprintf(`{"content":%s}`, prompt("/sleep 4s\nfirst turn")), http.StatusAccepted, nil)
 	events.start(t, "taskId", steeredTask)
 	b.waitStream(t, "/v1/sessions/"+driven.ID+"/stream?after=-1", func(typ, _ string) bool { return typ == "step/start" })
@@ -244,7 +244,7 @@ func TestReplicas_EveryRouteOnEveryReplica_AndTakeoverAfterSIGKILL(t *testing.T)
 			runID = events.start(t, "runId", run.RunID).data["runId"].(string)
 		} else {
 			var task string
-			child, task = a.spawnChild(t, parent.ID, op, "/sleep 5m\nhold")
+			child, task = a.startChild(t, "spawn", parent.ID, op, "/sleep 5m\nhold")
 			runID = events.start(t, "taskId", task).data["runId"].(string)
 		}
 		switch strings.TrimSuffix(op, " one-shot") {
@@ -329,7 +329,7 @@ func TestReplicas_EveryRouteOnEveryReplica_AndTakeoverAfterSIGKILL(t *testing.T)
 	}
 
 	// (d) SIGKILL of A: B closes A's runs once their lease lapsed.
-	orphan, orphanTask := a.spawnChild(t, parent.ID, "orphan", "/sleep 5m\nhold")
+	orphan, orphanTask := a.startChild(t, "spawn", parent.ID, "orphan", "/sleep 5m\nhold")
 	orphanRun := events.start(t, "taskId", orphanTask).data["runId"].(string)
 	var oneShot struct{ RunID string }
 	a.call(t, http.MethodPost, "/v1/runs", fmt.Sprintf(`{"provider":"spawn","parentSessionId":%q,"prompt":%s}`, parent.ID, prompt("/sleep 5m\nhold")), http.StatusCreated, &oneShot)

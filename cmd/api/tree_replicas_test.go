@@ -31,7 +31,7 @@ func TestReplicas_TreeControlAcrossReplicas(t *testing.T) {
 	a.call(t, http.MethodPost, "/v1/sessions", `{"label":"tree"}`, http.StatusCreated, &root)
 	a.call(t, http.MethodPost, "/v1/sessions/"+root.ID+"/messages", fmt.Sprintf(`{"content":%s}`, prompt("/sleep 30s\nthink")), http.StatusAccepted, nil)
 	a.waitStream(t, "/v1/sessions/"+root.ID+"/stream?after=-1", func(typ, _ string) bool { return typ == "step/start" })
-	child, task := a.spawnChild(t, root.ID, "researcher", "/sleep 30s\nresearch")
+	child, task := a.startChild(t, "spawn", root.ID, "researcher", "/sleep 30s\nresearch")
 	var onA, onB struct{ RunID, ChildSessionID string }
 	a.call(t, http.MethodPost, "/v1/runs", fmt.Sprintf(`{"provider":"spawn","parentSessionId":%q,"prompt":%s}`, root.ID, prompt("/sleep 30s\nwork")), http.StatusCreated, &onA)
 	b.call(t, http.MethodPost, "/v1/runs", fmt.Sprintf(`{"provider":"spawn","parentSessionId":%q,"prompt":%s}`, onA.ChildSessionID, prompt("/sleep 30s\ndeeper")), http.StatusCreated, &onB)

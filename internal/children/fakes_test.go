@@ -1,9 +1,7 @@
 package children
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -89,36 +87,4 @@ func waitDone(t *testing.T, h *subagent.RunHandle) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("run %s did not settle", h.ID())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the service's concurrent logging.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.buf.String() }
-
-// renewStore is a store whose RenewLeases reports each call on calls and
-// fails while fail is set.
-type renewStore struct {
-	store.Store
-	fail  bool
-	calls chan struct{}
-}
-
-func (s *renewStore) RenewLeases(ctx context.Context, owner string, until time.Time) error {
-	select {
-	case s.calls <- struct{}{}:
-	default:
-	}
-	if s.fail {
-		return errors.New("database unreachable")
-	}
-	return s.Store.RenewLeases(ctx, owner, until)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/store/storetest"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
@@ -17,7 +18,7 @@ import (
 // activation settles, before another replica may take the child over.
 func TestKeepLeases_StopsDrivingResidentAgentsWhoseLeaseItCannotRenew(t *testing.T) {
 	t.Parallel()
-	st := &renewStore{Store: memstore.New(), fail: true, calls: make(chan struct{}, 1)}
+	st := &storetest.RenewStore{Store: memstore.New(), Fail: true}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc := subagent.NewService(subagent.Config{Store: st, Logger: log, Owner: "replica-a", LeaseDuration: 300 * time.Millisecond})
 	gate, reached := make(chan struct{}), make(chan struct{})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/subagentd/subagentd/internal/agent"
+	"github.com/subagentd/subagentd/internal/logtest"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/model/scripted"
@@ -214,7 +215,7 @@ type contEnv struct {
 	prov    *contProvider
 	life    *feed[subagent.Event]
 	notices *noticeSink
-	logs    *syncBuffer
+	logs    *logtest.Buffer
 }
 
 func newContEnv(t *testing.T, mdl model.Model) *contEnv {
@@ -233,7 +234,7 @@ func newContEnvOver(t *testing.T, st *spyStore, mdl model.Model) *contEnv {
 // logger and owner are the env's).
 func newContEnvWith(t *testing.T, st *spyStore, mdl model.Model, cfg subagent.Config) *contEnv {
 	t.Helper()
-	e := &contEnv{st: st, life: newFeed[subagent.Event](), notices: &noticeSink{feed: newFeed[notice]()}, logs: &syncBuffer{}}
+	e := &contEnv{st: st, life: newFeed[subagent.Event](), notices: &noticeSink{feed: newFeed[notice]()}, logs: &logtest.Buffer{}}
 	logger := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Store, cfg.Logger, cfg.Owner = st, logger, "replica-1"
 	e.svc = subagent.NewService(cfg)

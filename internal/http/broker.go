@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -39,13 +40,21 @@ const readPage = 1000
 // it reads again without a wake-up.
 const retryDelay = time.Second
 
-// item is one event ready to frame.
+// item is one event, framed once: every subscriber that gets it writes the
+// same bytes.
 type item struct {
 	id       int64
 	typ      string
 	parentID string // lifecycle events only, for filtering
 	rootID   string // lifecycle events only, for filtering
-	data     []byte // one line of JSON
+	frame    []byte // the SSE frame: id, event and data, one line of JSON
+}
+
+// newItem frames an event whose data is one line of JSON.
+func newItem(id int64, typ, parentID, rootID string, data []byte) item {
+	idText := strconv.FormatInt(id, 10)
+	frame := appendFrame(make([]byte, 0, len(idText)+len(typ)+len(data)+24), idText, typ, data)
+	return item{id: id, typ: typ, parentID: parentID, rootID: rootID, frame: frame}
 }
 
 // filter selects lifecycle items; the zero filter keeps everything.
@@ -70,9 +79,10 @@ type source interface {
 }
 
 type broker struct {
-	st       store.Store
-	log      *slog.Logger
-	ringSize int
+	st        store.Store
+	log       *slog.Logger
+	ringSize  int
+	ringBytes int // maxRingBytes; tests lower it
 
 	mu      sync.Mutex
 	topics  map[string]*topic
@@ -80,7 +90,7 @@ type broker struct {
 }
 
 func newBroker(st store.Store, log *slog.Logger, ringSize int) *broker {
-	return &broker{st: st, log: log, ringSize: ringSize, topics: map[string]*topic{}}
+	return &broker{st: st, log: log, ringSize: ringSize, ringBytes: maxRingBytes, topics: map[string]*topic{}}
 }
 
 // topic is one followed log.
@@ -106,6 +116,7 @@ type topic struct {
 	base     int64  // the ring holds the items with base < id <= head
 	head     int64  // the last id the reader read
 	ring     []item // ascending ids
+	bytes    int    // the frames' bytes in ring
 	notify   chan struct{}
 }
 
@@ -224,8 +235,9 @@ func (t *topic) markReady() {
 	}
 }
 
-// append adds items to the ring, drops the oldest beyond the ring size and
-// wakes the subscribers.
+// append adds items to the ring, drops the oldest beyond the ring's bounds
+// (ringSize items, maxRingBytes of frames; the newest item always stays)
+// and wakes the subscribers.
 func (t *topic) append(items []item) {
 	if len(items) == 0 {
 		return
@@ -233,18 +245,36 @@ func (t *topic) append(items []item) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.ring = append(t.ring, items...)
-	if over := len(t.ring) - t.b.ringSize; over > 0 {
+	for _, it := range items {
+		t.bytes += len(it.frame)
+	}
+	over := max(len(t.ring)-t.b.ringSize, 0)
+	for i := 0; i < over; i++ {
+		t.bytes -= len(t.ring[i].frame)
+	}
+	for ; t.bytes > t.b.ringBytes && over < len(t.ring)-1; over++ {
+		t.bytes -= len(t.ring[over].frame)
+	}
+	if over > 0 {
 		// Re-slicing drops the oldest items in O(1); the next append that
-		// outgrows the array copies only the live window, so memory stays
-		// within about twice the ring. Subscribers' batches alias items
-		// below len, which appends never overwrite. (Cloning here on every
-		// append cost 12% of the CPU in the fan-out benchmark.)
+		// outgrows the array copies only the live window. The dropped
+		// slots are cleared so that their frames are freed now rather
+		// than at that copy. Subscribers' batches are copies of the items.
+		// (Cloning the ring here on every append cost 12% of the CPU in
+		// the fan-out benchmark.)
 		t.base = t.ring[over-1].id
+		clear(t.ring[:over])
 		t.ring = t.ring[over:]
 	}
 	t.head = t.ring[len(t.ring)-1].id
 	t.broadcast()
 }
+
+// maxRingBytes bounds the frames a topic's ring keeps: a ring of large
+// events (a 160 KiB answer in each subagent/end) would otherwise hold
+// ringSize of them. A subscriber whose cursor lies before the ring reads
+// from the store.
+const maxRingBytes = 32 << 20
 
 // broadcast wakes every waiting subscriber. The caller holds t.mu.
 func (t *topic) broadcast() {
@@ -380,7 +410,7 @@ func (l lifecycleSource) read(ctx context.Context, after int64, n int, f filter)
 		if err != nil {
 			return nil, fmt.Errorf("lifecycle event %d: %w", e.ID, err)
 		}
-		out = append(out, item{id: e.ID, typ: e.Type, parentID: e.ParentID, rootID: e.RootID, data: data})
+		out = append(out, newItem(e.ID, e.Type, e.ParentID, e.RootID, data))
 	}
 	return out, nil
 }
@@ -418,7 +448,7 @@ func (s sessionSource) read(ctx context.Context, after int64, n int, _ filter) (
 		if err != nil {
 			return nil, fmt.Errorf("session %s event %d: %w", s.id, e.Seq, err)
 		}
-		out = append(out, item{id: e.Seq, typ: e.Type, data: data})
+		out = append(out, newItem(e.Seq, e.Type, "", "", data))
 	}
 	return out, nil
 }

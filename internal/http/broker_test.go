@@ -1,6 +1,7 @@
 package http
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -208,16 +209,103 @@ func TestSessionSource_Envelope(t *testing.T) {
 	if err != nil || len(items) != 1 {
 		t.Fatalf("read = %v, %v", items, err)
 	}
+	head, data, ok := bytes.Cut(items[0].frame, []byte("\ndata: "))
+	if string(head) != "id: 0\nevent: turn/start" || !ok || !bytes.HasSuffix(data, []byte("\n\n")) {
+		t.Fatalf("frame %q", items[0].frame)
+	}
+	data = bytes.TrimSuffix(data, []byte("\n\n"))
+	if bytes.ContainsAny(data, "\r\n") {
+		t.Fatalf("data spans lines: %s", data)
+	}
 	var env sessionEventJSON
-	if err := json.Unmarshal(items[0].data, &env); err != nil {
+	if err := json.Unmarshal(data, &env); err != nil {
 		t.Fatal(err)
 	}
 	if env.Seq != 0 || env.Type != "turn/start" || string(env.Data) != `{"turn":1}` {
-		t.Fatalf("envelope %s", items[0].data)
+		t.Fatalf("envelope %s", data)
 	}
-	for _, c := range items[0].data {
-		if c == '\n' {
-			t.Fatalf("data spans lines: %s", items[0].data)
+}
+
+// TestBroker_RingBoundedByBytes: the ring keeps at most ringBytes of
+// frames, but always the newest item; a subscriber whose cursor fell
+// before it replays from the store without a gap.
+func TestBroker_RingBoundedByBytes(t *testing.T) {
+	bb := setupBroker(t, 64)
+	tp := bb.topic(-1)
+	defer tp.release()
+	bb.append(t, 2)
+	readTo(t, tp, 1)
+	tp.mu.Lock()
+	frame := tp.bytes / 2 // the events are alike, but for a digit or two
+	tp.mu.Unlock()
+	bb.b.ringBytes = 3*frame + 16
+	bb.append(t, 10)
+	readTo(t, tp, 11)
+	tp.mu.Lock()
+	n, bytes, base := len(tp.ring), tp.bytes, tp.base
+	tp.mu.Unlock()
+	if n != 3 || bytes > bb.b.ringBytes || base != 8 {
+		t.Fatalf("ring holds %d items, %d bytes, after %d; want 3, about %d bytes, after 8", n, bytes, base, 3*frame)
+	}
+	wantSeqs(t, collect(t, tp.subscribe(1, filter{}), 10), 2)
+
+	bb.b.ringBytes = 1 // smaller than any frame: the newest stays
+	bb.append(t, 3)
+	readTo(t, tp, 14)
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	if len(tp.ring) != 1 || tp.ring[0].id != 14 || tp.bytes != len(tp.ring[0].frame) {
+		t.Fatalf("ring %d items (first %d), %d bytes; want the newest item alone", len(tp.ring), tp.ring[0].id, tp.bytes)
+	}
+}
+
+// readTo waits until tp's reader read the item with id head.
+func readTo(t *testing.T, tp *topic, head int64) {
+	t.Helper()
+	timeout := time.After(streamTimeout)
+	for {
+		tp.mu.Lock()
+		anchored, at, wait := tp.anchored, tp.head, tp.notify
+		tp.mu.Unlock()
+		if anchored && at >= head {
+			return
 		}
+		select {
+		case <-wait:
+		case <-timeout:
+			t.Fatalf("the reader is at %d, want %d", at, head)
+		}
+	}
+}
+
+// TestBroker_FramesShared: subscribers of one topic write the same frame
+// bytes, built once when the reader read the event.
+func TestBroker_FramesShared(t *testing.T) {
+	bb := setupBroker(t, 16)
+	tp := bb.topic(-1)
+	defer tp.release()
+	a, b := tp.subscribe(-1, filter{}), tp.subscribe(-1, filter{})
+	bb.append(t, 1)
+	first := func(sub *subscription) item {
+		t.Helper()
+		for {
+			items, wait, err := sub.poll(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(items) > 0 {
+				return items[0]
+			}
+			select {
+			case <-wait:
+			case <-time.After(streamTimeout):
+				t.Fatal("no item")
+			}
+		}
+	}
+	<-tp.ready
+	x, y := first(a), first(b)
+	if x.id != 0 || y.id != 0 || &x.frame[0] != &y.frame[0] {
+		t.Fatalf("items %d and %d: frames at %p and %p, want one frame", x.id, y.id, &x.frame[0], &y.frame[0])
 	}
 }

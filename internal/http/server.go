@@ -188,7 +188,8 @@ type Config struct {
 	// Version is reported by /healthz.
 	Version string
 	// Dashboard holds the dashboard's static files (index.html at its root),
-	// served at "/"; nil serves a placeholder page.
+	// served at "/"; nil serves a placeholder page. The files must not
+	// change while the server runs: each one's ETag is worked out once.
 	Dashboard fs.FS
 	// Heartbeat is the interval of SSE comment heartbeats.
 	Heartbeat time.Duration
@@ -245,6 +246,7 @@ type Server struct {
 	log         *slog.Logger
 	version     string
 	dashboard   fs.FS
+	dashTags    sync.Map // dashboard file name → its ETag
 	heartbeat   time.Duration
 	writeTO     time.Duration
 	maxWait     time.Duration

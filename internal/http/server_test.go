@@ -165,6 +165,20 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("/js/api.js Content-Type %q", r.header.Get("Content-Type"))
 	}
 	b.want(t, http.StatusOK, call{method: http.MethodGet, path: "/style.css"})
+	// Every load asks again; an unchanged file comes back as a bodiless 304.
+	for _, path := range []string{"/", "/js/api.js"} {
+		r := b.want(t, http.StatusOK, call{method: http.MethodGet, path: path})
+		tag := r.header.Get("ETag")
+		if tag == "" || r.header.Get("Cache-Control") != "no-cache" {
+			t.Fatalf("%s: ETag %q, Cache-Control %q; want an ETag and no-cache", path, tag, r.header.Get("Cache-Control"))
+		}
+		if again := b.want(t, http.StatusNotModified, call{method: http.MethodGet, path: path, header: map[string]string{"If-None-Match": tag}}); len(again.body) != 0 {
+			t.Fatalf("%s with its ETag: %d bytes of body, want none", path, len(again.body))
+		}
+		if other := b.want(t, http.StatusOK, call{method: http.MethodGet, path: path, header: map[string]string{"If-None-Match": `"other"`}}); other.header.Get("ETag") != tag {
+			t.Fatalf("%s: ETag %q, then %q", path, tag, other.header.Get("ETag"))
+		}
+	}
 	b.wantProblem(t, http.StatusNotFound, codeNotFound, call{method: http.MethodGet, path: "/missing.js"})
 	b.wantProblem(t, http.StatusNotFound, codeNotFound, call{method: http.MethodGet, path: "/js/missing.js"})
 	// Deeper paths and directories are not dashboard files.

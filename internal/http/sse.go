@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/subagentd/subagentd/internal/store"
@@ -27,6 +28,13 @@ type sseWriter struct {
 
 // startSSE sends the stream's headers and flushes them, so the client knows
 // the subscription is in place.
+//
+// The flush runs on a goroutine of its own: net/http writes the headers on
+// the first flush, and that write (chunkWriter.writeHeader) takes about
+// 3 KiB of stack. On top of the router's, the middlewares' and the
+// handler's frames it would double the handler goroutine's stack to
+// 16 KiB, which it keeps for the stream's life: the largest part of what an
+// idle subscriber cost (bench scenario 2). Later flushes are shallow.
 func (s *Server) startSSE(w http.ResponseWriter) (*sseWriter, error) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -34,14 +42,20 @@ func (s *Server) startSSE(w http.ResponseWriter) (*sseWriter, error) {
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.writeTO}
-	return sw, sw.write(nil)
+	flushed := make(chan error, 1)
+	go func() { flushed <- sw.write(nil) }()
+	return sw, <-flushed
 }
 
-func (sw *sseWriter) write(p []byte) error {
+// write writes ps under one write deadline and flushes once.
+func (sw *sseWriter) write(ps ...[]byte) error {
 	if err := sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return err
 	}
-	if len(p) > 0 {
+	for _, p := range ps {
+		if len(p) == 0 {
+			continue
+		}
 		if _, err := sw.w.Write(p); err != nil {
 			return err
 		}
@@ -54,14 +68,27 @@ func (sw *sseWriter) event(id, typ string, data []byte) error {
 	return sw.write(appendFrame(nil, id, typ, data))
 }
 
-// items writes a batch of frames, flushing once per maxWriteBytes rather
-// than per frame: per-frame flushes dominated the CPU profile of a
-// 5,000-subscriber fan-out, while a bounded write still fits a slow but
-// healthy reader inside one write deadline.
+// items writes a batch of frames. A frame is shared by every subscriber of
+// its topic, so it is not copied whole: small frames are gathered into a
+// pooled buffer and written together, flushing once per maxWriteBytes
+// rather than per frame (per-frame flushes dominated the CPU profile of a
+// 5,000-subscriber fan-out, and a bounded write still fits a slow but
+// healthy reader inside one write deadline); a frame of largeFrame bytes
+// or more is written as it is, after what was gathered before it.
 func (sw *sseWriter) items(items []item) error {
-	var b []byte
+	bp := batchPool.Get().(*[]byte)
+	defer batchPool.Put(bp)
+	b := (*bp)[:0]
+	defer func() { *bp = b[:0] }()
 	for _, it := range items {
-		b = appendFrame(b, strconv.FormatInt(it.id, 10), it.typ, it.data)
+		if len(it.frame) >= largeFrame {
+			if err := sw.write(b, it.frame); err != nil {
+				return err
+			}
+			b = b[:0]
+			continue
+		}
+		b = append(b, it.frame...)
 		if len(b) >= maxWriteBytes {
 			if err := sw.write(b); err != nil {
 				return err
@@ -75,9 +102,18 @@ func (sw *sseWriter) items(items []item) error {
 	return sw.write(b)
 }
 
-// maxWriteBytes bounds the frames one write (and one write deadline)
-// carries.
-const maxWriteBytes = 64 << 10
+// maxWriteBytes bounds the small frames one write (and one write deadline)
+// carries; largeFrame is the size from which a frame is written on its own
+// (net/http buffers a response in 2 KiB and its connection in 4 KiB: a
+// larger write goes through them to the socket without a copy).
+const (
+	maxWriteBytes = 64 << 10
+	largeFrame    = 4 << 10
+)
+
+// batchPool holds the buffers items gathers small frames in, so that an
+// idle subscriber holds none.
+var batchPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // appendFrame appends the SSE frame of one event to b.
 func appendFrame(b []byte, id, typ string, data []byte) []byte {

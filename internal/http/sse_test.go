@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -410,4 +411,45 @@ func TestShutdown_StreamsCarryFinalEnds(t *testing.T) {
 	session.end(t)
 	b.wantProblem(t, http.StatusServiceUnavailable, subagent.EDraining, call{method: http.MethodGet, path: "/v1/events"})
 	b.wantProblem(t, http.StatusServiceUnavailable, subagent.EDraining, call{method: http.MethodGet, path: "/readyz"})
+}
+
+// discardWriter is a ResponseWriter that keeps nothing, for benchmarks of
+// what a stream's writes cost the server itself.
+type discardWriter struct{ h http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+func (d *discardWriter) Flush()                      {}
+
+// BenchmarkSSEItems_LargeEvent is one subscriber's write of an event whose
+// data is 160 KiB (a subagent/end carrying a long lastAssistantMessage),
+// and of a batch of small events: the bytes it allocates and copies are
+// paid once per subscriber.
+func BenchmarkSSEItems_LargeEvent(b *testing.B) {
+	data := []byte(`{"lastAssistantMessage":[{"type":"text","text":"` + strings.Repeat("x", 160<<10) + `"}]}`)
+	small := []byte(`{"runId":"r","provider":"spawn"}`)
+	for _, bc := range []struct {
+		name  string
+		items []item
+	}{
+		{"one-160KiB", []item{newItem(1, "subagent/end", "p", "r", data)}},
+		{"64-small", func() (its []item) {
+			for i := range 64 {
+				its = append(its, newItem(int64(i), "subagent/start", "p", "r", small))
+			}
+			return its
+		}()},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			sw := &sseWriter{w: &discardWriter{h: http.Header{}}, timeout: time.Second}
+			sw.rc = http.NewResponseController(sw.w)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := sw.items(bc.items); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

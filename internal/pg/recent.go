@@ -15,6 +15,11 @@ import (
 // on average.
 const recentSize = 1024
 
+// recentBytes bounds the payloads recent keeps, whatever their count:
+// events of 160 KiB (an answer in each subagent/end) would otherwise keep
+// 2 × recentSize of them. Beyond it the oldest go, as beyond the count.
+const recentBytes = 16 << 20
+
 // recent holds the lifecycle events this Store's writer committed lately,
 // as the table holds them, so that Lifecycle answers a subscriber that is
 // up to date — the /v1/events stream woken by this replica's own commit —
@@ -38,6 +43,7 @@ const recentSize = 1024
 type recent struct {
 	mu     sync.Mutex
 	events []recentEvent // ascending ids, at most 2 × recentSize
+	bytes  int           // the payloads' bytes in events
 	// epoch counts the signs of commits by other replicas.
 	epoch uint64
 	// trustEpoch is the epoch in which trustFrom was proven (see above);
@@ -75,9 +81,18 @@ func (r *recent) committed(sent uint64, tenant string, e store.LifecycleEvent) {
 	defer r.mu.Unlock()
 	i, _ := slices.BinarySearchFunc(r.events, e.ID, byID)
 	r.events = slices.Insert(r.events, i, recentEvent{tenant, e})
+	r.bytes += len(e.Payload)
+	drop := 0
 	if len(r.events) > 2*recentSize {
-		r.events = slices.Delete(r.events, 0, len(r.events)-recentSize)
+		drop = len(r.events) - recentSize
 	}
+	for _, x := range r.events[:drop] {
+		r.bytes -= len(x.e.Payload)
+	}
+	for ; r.bytes > recentBytes && drop < len(r.events)-1; drop++ {
+		r.bytes -= len(r.events[drop].e.Payload)
+	}
+	r.events = slices.Delete(r.events, 0, drop)
 	if sent != r.epoch {
 		return // announced commits may be newer than e
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,5 +118,62 @@ func TestLifecycle_RecentCommits(t *testing.T) {
 	got, _ := read(a, "t1", store.LifecycleFilter{After: last.ID})
 	if len(got) != 1 || got[0].ID != foreign.ID {
 		t.Fatalf("after the wake-up a read %+v, want the other replica's event %d", got, foreign.ID)
+	}
+}
+
+// TestLifecycle_RecentBoundedInBytes: the events a Store keeps of its own
+// commits are bounded in bytes too: after payloads of more than 16 MiB, a
+// read from the oldest goes to the table, while the newest are still
+// answered without a round trip.
+func TestLifecycle_RecentBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	a, counter := tracedStore(t, url)
+	ctx := store.WithTenant(t.Context(), "t1")
+	big := json.RawMessage(`{"text":"` + strings.Repeat("x", 512<<10) + `"}`)
+	appendTo := func(payload json.RawMessage) store.LifecycleEvent {
+		t.Helper()
+		e, err := a.AppendLifecycle(ctx, store.LifecycleEvent{Type: "subagent/end", RunID: "r", Payload: payload})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	read := func(after int64) (_ []store.LifecycleEvent, trips int) {
+		t.Helper()
+		before, _, _ := counter.snapshot()
+		got, err := a.Lifecycle(ctx, store.LifecycleFilter{After: after, Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _, _ := counter.snapshot()
+		return got, n - before
+	}
+	oldest := appendTo(json.RawMessage(`{}`))
+	for range 40 { // 20 MiB
+		appendTo(big)
+	}
+	// The poll, once a second, sends reads to the table until the Store's
+	// next commit: an attempt whose read of the newest events went to the
+	// table is retried, as its read of the oldest proves nothing.
+	for attempt := 1; ; attempt++ {
+		e := appendTo(big)
+		old, oldTrips := read(oldest.ID - 1)
+		if len(old) != 2 || old[0].ID != oldest.ID {
+			t.Fatalf("a read from the oldest event %d returned %d events, want 2 from it", oldest.ID, len(old))
+		}
+		got, trips := read(e.ID - 2)
+		if len(got) != 2 || got[1].ID != e.ID || len(got[1].Payload) < len(big) {
+			t.Fatalf("a read of the newest events returned %d events, want 2 ending at %d with its payload", len(got), e.ID)
+		}
+		if trips == 0 {
+			if oldTrips != 1 {
+				t.Errorf("a read from the oldest event took %d round trips, want 1: from the table", oldTrips)
+			}
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("a read of the newest events took %d round trips, want none", trips)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package subagent
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/logtest"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/store"
 )
@@ -276,34 +276,16 @@ func (r *recorder) types() []string {
 	return out
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // testBundle is what setup returns besides the service.
 type testBundle struct {
 	store *fakeStore
 	rec   *recorder // unscoped listener
-	logs  *syncBuffer
+	logs  *logtest.Buffer
 }
 
 func setup(t *testing.T, providers ...*fakeProvider) (*Service, *testBundle) {
 	t.Helper()
-	b := &testBundle{store: newFakeStore(), rec: newRecorder(), logs: &syncBuffer{}}
+	b := &testBundle{store: newFakeStore(), rec: newRecorder(), logs: &logtest.Buffer{}}
 	svc := NewService(Config{
 		Store:  b.store,
 		Logger: slog.New(slog.NewTextHandler(b.logs, nil)),

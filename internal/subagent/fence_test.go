@@ -2,7 +2,6 @@ package subagent
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -10,26 +9,8 @@ import (
 
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/store/storetest"
 )
-
-// renewStore is a store whose RenewLeases reports each call on calls and
-// fails while fail is set.
-type renewStore struct {
-	store.Store
-	fail  bool
-	calls chan struct{}
-}
-
-func (s *renewStore) RenewLeases(ctx context.Context, owner string, until time.Time) error {
-	select {
-	case s.calls <- struct{}{}:
-	default:
-	}
-	if s.fail {
-		return errors.New("database unreachable")
-	}
-	return s.Store.RenewLeases(ctx, owner, until)
-}
 
 // fenceSetup starts one never-settling run on a service with a short lease
 // over st, and its lease keeper.
@@ -54,7 +35,7 @@ func fenceSetup(t *testing.T, st store.Store) *RunHandle {
 
 func TestKeepLeases_StopsDrivingRunsWhoseLeaseItCannotRenew(t *testing.T) {
 	t.Parallel()
-	st := &renewStore{Store: memstore.New(), fail: true, calls: make(chan struct{}, 1)}
+	st := &storetest.RenewStore{Store: memstore.New(), Fail: true, Calls: make(chan struct{}, 1)}
 	h := fenceSetup(t, st)
 	select {
 	case <-h.Done():
@@ -69,12 +50,12 @@ func TestKeepLeases_StopsDrivingRunsWhoseLeaseItCannotRenew(t *testing.T) {
 
 func TestKeepLeases_KeepsDrivingRunsWhoseLeaseItRenews(t *testing.T) {
 	t.Parallel()
-	st := &renewStore{Store: memstore.New(), calls: make(chan struct{})}
+	st := &storetest.RenewStore{Store: memstore.New(), Calls: make(chan struct{})}
 	h := fenceSetup(t, st)
 	// Six rounds span two leases: a fence would have fired by then.
 	for range 6 {
 		select {
-		case <-st.calls:
+		case <-st.Calls:
 		case <-time.After(10 * time.Second):
 			t.Fatal("the lease keeper stopped renewing")
 		}

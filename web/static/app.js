@@ -5,6 +5,8 @@
 // overview. The only module-level binding is the App instance; all state
 // lives in its store or in the views it owns.
 
+// First: boot.js sends the page's first reads before the other modules run.
+import { early, readFirstPage, readTail } from './boot.js';
 import { api, describeError, listAll } from './api.js';
 import { ApprovalsInbox } from './approvals.js';
 import { showAccount, signedIn } from './auth.js';
@@ -18,7 +20,7 @@ import { renderTrace } from './trace.js';
 import { SessionView } from './session.js';
 import { Store } from './store.js';
 import { EventStream } from './stream.js';
-import { TAIL_PAGE, Transcript } from './transcript.js';
+import { Transcript } from './transcript.js';
 import { Tree } from './tree.js';
 import { WebhooksPage } from './webhooks.js';
 
@@ -51,10 +53,8 @@ const FILTER_KEYS = { q: 'q', provider: 'p', state: 'st', since: 't' };
 const READERS = 3;
 /** Tries of a log read that fails (a busy server's 429, a dropped connection) before it counts as read. */
 const READ_TRIES = 3;
-/** A log longer than this is built after the tree's first draw. */
+/** A log with more earlier events than this is read after the tree's first draw. */
 const YIELD_EVENTS = 2000;
-/** Sessions and runs of the baseline's first page, drawn before the rest is read. */
-const FIRST_PAGE = 100;
 /** Trees up to this size have their usage read as soon as one is selected. */
 const SMALL_TREE = 50;
 
@@ -80,9 +80,13 @@ class App {
     this.readers = 0;
     // How many sessions were known when tool calls were last linked.
     this.linkedAt = -1;
-    // Settles once the baseline's first page is merged (or could not be
-    // read): a long transcript's build waits for it, so the tree is drawn first.
+    // Settles once the tree's first page is merged (or the baseline could
+    // not be read): a long log's earlier part waits for it, so the tree is
+    // drawn first.
     this.firstPage = new Promise((resolve) => { this.firstPageDone = resolve; });
+    // Whether the baseline read its first page: the one read at load is
+    // then too old to merge.
+    this.baselineRead = false;
 
     this.tree = new Tree($('tree'), store, {
       onSelect: (id) => this.select(id),
@@ -149,44 +153,50 @@ class App {
     }
   }
 
+  // mergeFirstPage merges the tree's first page and returns the runs it
+  // held back: a run whose child's header is on a later page waits for it,
+  // since drawn alone its child would be a nameless row whose first prompt
+  // is read, only to be named by the header a moment later.
+  mergeFirstPage([sp, rp]) {
+    const s = this.store;
+    for (const x of (sp && sp.sessions) || []) s.mergeSession(x);
+    const runs = (rp && rp.runs) || [];
+    const known = (r) => s.nodes.get(r.childSessionId)?.known;
+    for (const r of runs.filter(known)) s.mergeRun(r);
+    this.firstPageDone();
+    return runs.filter((r) => !known(r));
+  }
+
   // loadBaseline reads every session and run once, after the lifecycle
   // stream opened (the server has subscribed us, so no start or end falls
   // between the two). Later reconnects resume the stream from its cursor
-  // instead. The first page of each list (oldest first, so parents come
-  // before their children) is drawn as soon as it is read; the rest follows
-  // in pages of a thousand while the page is already in use.
+  // instead. Its first page is drawn as soon as it is read — the one read
+  // at load was drawn already if it came first; merged over it, this one
+  // says what changed in between, as the store never moves a run back — and
+  // the rest follows in pages of a thousand while the page is in use. The
+  // tree is aria-busy until then.
   async loadBaseline() {
     const s = this.store;
-    const merge = (sessions, runs) => {
-      for (const x of sessions) s.mergeSession(x);
-      for (const r of runs) s.mergeRun(r);
-    };
+    $('tree').setAttribute('aria-busy', 'true');
     try {
-      const [sp, rp] = await Promise.all([
-        api('GET', paths.sessions({ limit: FIRST_PAGE })),
-        api('GET', paths.runs({ limit: FIRST_PAGE })),
-      ]);
-      // A run whose child's header is on a later page waits for it: drawn
-      // alone, its child would be a nameless row whose first prompt is
-      // read, only to be named by the header a moment later.
-      merge((sp && sp.sessions) || [], []);
-      const firstRuns = (rp && rp.runs) || [];
-      const known = (r) => s.nodes.get(r.childSessionId)?.known;
-      const held = firstRuns.filter((r) => !known(r));
-      merge([], firstRuns.filter(known));
-      this.firstPageDone();
+      const [sp, rp] = await readFirstPage();
+      this.baselineRead = true;
+      const held = this.mergeFirstPage([sp, rp]);
       const rest = (page, key, pathFor) => (page && page.nextCursor && (page[key] || []).length
         ? listAll((after) => pathFor(after ?? page.nextCursor), key) : []);
       const [sessions, runs] = await Promise.all([
         rest(sp, 'sessions', (after) => paths.sessions({ limit: 1000, after })),
         rest(rp, 'runs', (after) => paths.runs({ limit: 1000, after })),
       ]);
-      merge(sessions, [...held, ...runs]);
+      for (const x of sessions) s.mergeSession(x);
+      for (const r of [...held, ...runs]) s.mergeRun(r);
       s.set({ baselineLoaded: true });
       this.readTreeLogs();
     } catch (err) {
       this.firstPageDone();
       this.showError('Loading sessions', err);
+    } finally {
+      $('tree').setAttribute('aria-busy', 'false');
     }
   }
 
@@ -522,20 +532,22 @@ class App {
   }
 
   // openEarlier reads the events before seq before and hands them to the
-  // transcript. Noting a long log holds the page for a moment: the tree's
-  // first page (soon there, or there already) is drawn before it, waiting
-  // a second at most for a baseline that is slow to come.
+  // transcript. Reading and noting a long log holds the page for a while:
+  // the tree's first page (soon there, or there already) is drawn before
+  // the read starts, waiting a second at most for a baseline slow to come.
   async openEarlier(id, gen, before) {
+    // Seqs start at 0: before is how many events come earlier.
+    if (before > YIELD_EVENTS) {
+      await Promise.race([this.firstPage, delay(1000)]);
+      await nextFrame();
+      if (gen !== this.transcriptGen) return;
+    }
     let earlier;
     try {
       earlier = await fetchEarlier(id, before);
     } catch (err) {
       if (gen === this.transcriptGen) this.transcript.earlierFailed(describeError(err));
       return;
-    }
-    if (earlier.length > YIELD_EVENTS) {
-      await Promise.race([this.firstPage, delay(1000)]);
-      await nextFrame();
     }
     if (gen === this.transcriptGen) this.transcript.loadEarlier(earlier);
   }
@@ -606,14 +618,15 @@ class App {
     const s = this.store;
     s.onChange(() => this.scheduleRender());
     this.wire();
-    // The newest page of the transcript a link names is read while the
-    // sign-in is checked: it is most of what the first screen waits for.
-    // Refused (not signed in yet), it is read again once the session opens.
-    const linked = new URLSearchParams(location.hash.slice(1)).get('s');
-    if (linked) this.tailRead = { id: linked, page: readTail(linked).catch(() => null) };
+    // The reads boot.js sent at load: the newest page of the transcript a
+    // link names (read again once the session opens if it was refused) and
+    // the tree's first page (drawn unless the baseline's own read came
+    // first), while the sign-in is checked.
+    this.tailRead = early.tail;
+    early.tree.then((page) => { if (page && !this.baselineRead) this.mergeFirstPage(page); });
     let account;
     try {
-      account = await signedIn();
+      account = await signedIn(early.session);
     } catch (err) {
       this.showError('Checking sign-in', err);
       account = { authRequired: false, tenant: '' };
@@ -669,12 +682,6 @@ const EVENT_PAGE = 1000;
  * must not wait behind a log.
  */
 const PAGES_AHEAD = 2;
-
-/** A before that reads from the end of any log: 2^53-1, which the API accepts as "the end". */
-const END_SEQ = Number.MAX_SAFE_INTEGER;
-
-// readTail reads the newest page of a session's log.
-const readTail = (id) => api('GET', paths.sessionEvents(id, { before: END_SEQ, limit: TAIL_PAGE }));
 
 // streamEvent is a page's event as the stream delivers it.
 const streamEvent = (e) => ({ id: e.seq, type: e.type, data: e });

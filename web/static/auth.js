@@ -10,12 +10,13 @@ const $ = (id) => document.getElementById(id);
 
 /**
  * Resolves once the page may load: signed in, or no sign-in needed.
- * Returns {authRequired, tenant}.
+ * Returns {authRequired, tenant}. first is the answer of a check already
+ * sent (boot.js sends one at load); later checks are sent here.
  */
-export async function signedIn() {
-  for (;;) {
+export async function signedIn(first = api('GET', paths.authSession())) {
+  for (let check = first; ; check = api('GET', paths.authSession())) {
     try {
-      const s = await api('GET', paths.authSession());
+      const s = await check;
       return { authRequired: !!(s && s.authRequired), tenant: (s && s.tenant) || '' };
     } catch (err) {
       if (err instanceof ApiError && (err.status === 404 || err.status === 405)) return { authRequired: false, tenant: '' };

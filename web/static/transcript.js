@@ -28,7 +28,7 @@ import { blocksText, formatDuration, formatUsage, h, prettyJSON, stateStyle, toM
 /** Event log rows shown per page. */
 const LOG_PAGE = 500;
 /** A replayed log longer than this is drawn from its end. */
-const TAIL = 400;
+const TAIL = 200;
 /** Events of one earlier segment, drawn at once. */
 const SEGMENT = 300;
 /** The newest events of a log to read first: a log no longer than this is drawn whole. */

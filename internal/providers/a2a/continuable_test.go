@@ -90,9 +90,7 @@ func TestContinuable_FollowupsKeepTheContext(t *testing.T) {
 	again := materialize(t, p, b, false, id)
 	runTurn(t, again, "echo three")
 
-	rm.mu.Lock()
-	contexts := slices.Clone(rm.contexts)
-	rm.mu.Unlock()
+	contexts, _ := rm.Seen()
 	if len(contexts) != 3 || contexts[0][0] != "" || contexts[0][1] == "" {
 		t.Fatalf("remote contexts %v, want a new one first", contexts)
 	}
@@ -127,7 +125,7 @@ func TestContinuable_CancelSendsTasksCancel(t *testing.T) {
 	})
 	r.Cancel(sessionlog.CauseParent, true)
 	select {
-	case <-rm.cancelled:
+	case <-rm.Cancelled():
 	case <-time.After(wait):
 		t.Fatal("the remote received no tasks/cancel")
 	}
@@ -136,9 +134,7 @@ func TestContinuable_CancelSendsTasksCancel(t *testing.T) {
 	if got := turnEnds(t, b, id); !slices.Equal(got, []string{sessionlog.ReasonAborted, "completed"}) {
 		t.Fatalf("turn ends %v", got)
 	}
-	rm.mu.Lock()
-	contexts := slices.Clone(rm.contexts)
-	rm.mu.Unlock()
+	contexts, _ := rm.Seen()
 	if len(contexts) != 2 || contexts[1][0] != contexts[0][1] {
 		t.Fatalf("remote contexts %v, want the followup in the first context", contexts)
 	}
@@ -158,7 +154,7 @@ func TestContinuable_DeadlineEndsTheTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-rm.cancelled:
+	case <-rm.Cancelled():
 	case <-time.After(wait):
 		t.Fatal("the remote received no tasks/cancel")
 	}

@@ -61,6 +61,17 @@ func (a *approver) asked(t *testing.T) governance.Ask {
 	}
 }
 
+// asking starts a run whose remote task asks "which file, then?", its
+// approvals decided by the approver it returns.
+func asking(t *testing.T, streaming bool) (*remote, *bundle, *approver, subagent.Run) {
+	t.Helper()
+	rm := newRemote(t, streaming)
+	p, b := setup(t, rm)
+	ap := newApprover()
+	p.approver = ap
+	return rm, b, ap, start(t, p, "input which file, then?")
+}
+
 // A remote task's input-required is an approval of the asking child, with
 // the agent's question as its title; the decision goes to the agent as the
 // next message in that task, whose completion ends the turn. The child's
@@ -70,27 +81,21 @@ func TestRun_InputRequiredIsAnApproval(t *testing.T) {
 	for _, streaming := range []bool{true, false} {
 		t.Run(map[bool]string{true: "streaming", false: "polled"}[streaming], func(t *testing.T) {
 			t.Parallel()
-			rm := newRemote(t, streaming)
-			p, b := setup(t, rm)
-			ap := newApprover()
-			p.approver = ap
-			r := start(t, p, "input which file, then?")
+			rm, b, ap, r := asking(t, streaming)
 			ask := ap.asked(t)
 			if ask.SessionID != r.ChildID() || ask.ToolCall.Title != "which file, then?" || len(ask.Options) != 2 {
 				t.Fatalf("approval asked %+v", ask)
 			}
 			ap.decide <- store.ApprovalDecision{OptionID: "allow", Kind: governance.KindAllowOnce, By: "t", Reason: "main.go", At: time.Now()}
 			res := result(t, r)
-			if res.StopReason != subagent.StopCompleted || model.Text(res.Output) != "echo: answered: main.go" {
+			if res.StopReason != subagent.StopCompleted || model.Text(res.Output) != "answered: main.go" {
 				t.Fatalf("result %+v, want completed with the agent's answer to the decision", res)
 			}
 			_, types := logText(t, b.store, r.ChildID())
 			if !slices.Contains(types, governance.EventApprovalRequested) || !slices.Contains(types, governance.EventApprovalDecided) {
 				t.Fatalf("child log %v, want the approval's request and decision", types)
 			}
-			rm.mu.Lock()
-			contexts := slices.Clone(rm.contexts)
-			rm.mu.Unlock()
+			contexts, _ := rm.Seen()
 			if len(contexts) != 2 || contexts[1][0] != contexts[0][1] {
 				t.Fatalf("remote contexts %v, want the decision in the task's context", contexts)
 			}
@@ -102,11 +107,7 @@ func TestRun_InputRequiredIsAnApproval(t *testing.T) {
 // cancels the approval.
 func TestRun_CancelWhileInputRequiredCancelsTheApproval(t *testing.T) {
 	t.Parallel()
-	rm := newRemote(t, true)
-	p, _ := setup(t, rm)
-	ap := newApprover()
-	p.approver = ap
-	r := start(t, p, "input which file, then?")
+	_, _, ap, r := asking(t, true)
 	ap.asked(t)
 	r.Cancel()
 	if res := result(t, r); res.StopReason != subagent.StopAborted {

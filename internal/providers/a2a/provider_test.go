@@ -106,7 +106,7 @@ func cancelled(t *testing.T, rm *remote, b *bundle, r subagent.Run) <-chan sdk.T
 	r.Cancel()
 	out := make(chan sdk.TaskID, 1)
 	select {
-	case id := <-rm.cancelled:
+	case id := <-rm.Cancelled():
 		out <- id
 	case <-time.After(wait):
 		t.Fatal("the remote received no tasks/cancel")
@@ -129,7 +129,7 @@ func TestStart_WrongTokenIsRefusedAtTheCard(t *testing.T) {
 	t.Parallel()
 	rm := newRemote(t, true)
 	st := memstore.New()
-	p, err := New(config.ProviderConfig{Name: "remote", Type: config.TypeA2A, URL: rm.cardURL(), BearerEnv: "TEST_A2A_WRONG"},
+	p, err := New(config.ProviderConfig{Name: "remote", Type: config.TypeA2A, URL: rm.cardURL, BearerEnv: "TEST_A2A_WRONG"},
 		Deps{Store: st, Logger: slog.New(slog.DiscardHandler), AllowPrivate: true})
 	if err != nil {
 		t.Fatal(err)
@@ -249,13 +249,13 @@ func TestNew_PrivateURLIsRefusedWithoutAllowPrivate(t *testing.T) {
 	t.Parallel()
 	rm := newRemote(t, true)
 	deps := Deps{Store: memstore.New(), Logger: slog.New(slog.DiscardHandler)}
-	_, err := New(config.ProviderConfig{Name: "remote", Type: config.TypeA2A, URL: rm.cardURL()}, deps)
+	_, err := New(config.ProviderConfig{Name: "remote", Type: config.TypeA2A, URL: rm.cardURL}, deps)
 	if !errors.Is(err, netguard.ErrRefused) || !strings.Contains(err.Error(), allowSetting) {
-		t.Fatalf("New with %s = %v, want refused naming %s", rm.cardURL(), err, allowSetting)
+		t.Fatalf("New with %s = %v, want refused naming %s", rm.cardURL, err, allowSetting)
 	}
 	// A name is checked once resolved: localhost is refused by name, and
 	// any other name that resolves to loopback at dial time.
-	for _, u := range []string{strings.Replace(rm.cardURL(), "127.0.0.1", "localhost", 1), "http://[::1]:9/card.json", "http://10.0.0.1/card"} {
+	for _, u := range []string{strings.Replace(rm.cardURL, "127.0.0.1", "localhost", 1), "http://[::1]:9/card.json", "http://10.0.0.1/card"} {
 		if _, err := New(config.ProviderConfig{Name: "remote", Type: config.TypeA2A, URL: u}, deps); !errors.Is(err, netguard.ErrRefused) {
 			t.Errorf("New with %s = %v, want refused", u, err)
 		}
@@ -265,9 +265,9 @@ func TestNew_PrivateURLIsRefusedWithoutAllowPrivate(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The dial guard itself: the provider's client refuses loopback.
-	_, err = p.hc.Get(rm.cardURL())
+	_, err = p.hc.Get(rm.cardURL)
 	if !errors.Is(err, netguard.ErrRefused) {
-		t.Fatalf("GET %s through the provider's client = %v, want refused", rm.cardURL(), err)
+		t.Fatalf("GET %s through the provider's client = %v, want refused", rm.cardURL, err)
 	}
 	if calls, _, _ := rm.received(); len(calls) != 0 {
 		t.Fatalf("the remote received %v", calls)
@@ -422,7 +422,7 @@ func TestRun_DeadlineEndsTheTask(t *testing.T) {
 		t.Fatalf("result = %+v, want deadline_exceeded", res)
 	}
 	select {
-	case <-rm.cancelled:
+	case <-rm.Cancelled():
 	case <-time.After(wait):
 		t.Fatal("the remote received no tasks/cancel")
 	}

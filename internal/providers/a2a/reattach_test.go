@@ -130,7 +130,7 @@ func TestContinuable_ResumeRejoinsTheTaskOfATurnLeftOpen(t *testing.T) {
 			id := uuid.NewString()
 			task := leftOpen(t, p, b, id, "gate after")
 			if tc.endedFirst {
-				close(rm.gate)
+				close(rm.Gate)
 				awaitEnd(t, p, task)
 			}
 			earlier, _, _ := rm.received()
@@ -152,7 +152,7 @@ func TestContinuable_ResumeRejoinsTheTaskOfATurnLeftOpen(t *testing.T) {
 				t.Fatal("the rejoined turn does not run")
 			}
 			if !tc.endedFirst {
-				close(rm.gate)
+				close(rm.Gate)
 			}
 			idle(t, r)
 			if !tc.byFollowup {
@@ -177,9 +177,7 @@ func TestContinuable_ResumeRejoinsTheTaskOfATurnLeftOpen(t *testing.T) {
 			if tasks != 2 {
 				t.Fatalf("%d a2a/task events, want one per turn", tasks)
 			}
-			rm.mu.Lock()
-			contexts := slices.Clone(rm.contexts)
-			rm.mu.Unlock()
+			contexts, _ := rm.Seen()
 			if len(contexts) != 2 || contexts[1][0] != contexts[0][1] {
 				t.Fatalf("remote contexts %v, want the followup in the rejoined task's context", contexts)
 			}

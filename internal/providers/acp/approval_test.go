@@ -10,6 +10,7 @@ import (
 
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/governance"
+	"github.com/subagentd/subagentd/internal/logtest"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -22,7 +23,7 @@ import (
 func askSetup(t *testing.T, edit ...func(*config.ProviderConfig)) (*Provider, *bundle, *governance.Approvals) {
 	t.Helper()
 	node, script := tsExampleAgent(t)
-	b := &bundle{store: memstore.New(), root: t.TempDir(), marks: t.TempDir(), logs: &lockedBuffer{}}
+	b := &bundle{store: memstore.New(), root: t.TempDir(), marks: t.TempDir(), logs: &logtest.Buffer{}}
 	cfg := config.ProviderConfig{Name: "peer", Type: config.TypeACP, Command: node, Args: []string{script},
 		Permission: config.PermissionAsk, DisposeEOFGrace: wait, DisposeGrace: wait}
 	for _, e := range edit {

@@ -2,7 +2,6 @@ package acp
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,13 +11,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/governance"
+	"github.com/subagentd/subagentd/internal/logtest"
 	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
@@ -58,7 +57,7 @@ type bundle struct {
 	store *memstore.Store
 	root  string // the workspace root and the parent session's cwd
 	marks string // where the fake agent leaves teardown marks
-	logs  *lockedBuffer
+	logs  *logtest.Buffer
 	// approvals take the permission requests of a provider that asks.
 	approvals *governance.Approvals
 }
@@ -67,7 +66,7 @@ type bundle struct {
 // graces (a test that needs the ladder to escalate sets short ones).
 func setup(t *testing.T, mode string, edit ...func(*config.ProviderConfig)) (*Provider, *bundle) {
 	t.Helper()
-	b := &bundle{store: memstore.New(), root: t.TempDir(), marks: t.TempDir(), logs: &lockedBuffer{}}
+	b := &bundle{store: memstore.New(), root: t.TempDir(), marks: t.TempDir(), logs: &logtest.Buffer{}}
 	cfg := config.ProviderConfig{
 		Name:            "fake",
 		Type:            config.TypeACP,
@@ -232,22 +231,4 @@ func readyFIFO(t *testing.T) (string, func() int) {
 func marked(b *bundle, name string) bool {
 	_, err := os.Stat(filepath.Join(b.marks, name))
 	return err == nil
-}
-
-// lockedBuffer is a log sink that is safe for concurrent writers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }

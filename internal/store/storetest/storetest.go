@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite every store.Store passes (in the
 // manner of river's riverdrivertest): one body of tests, run against
-// internal/memstore and internal/pg, so both keep the same contract.
+// internal/memstore and internal/pg, so both keep the same contract. It also
+// holds a store wrapper other packages' tests share (RenewStore, renew.go).
 package storetest
 
 import (
