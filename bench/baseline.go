@@ -207,6 +207,7 @@ func serveBaselineSSE(stdin io.Reader, stdout io.Writer) error {
 	mux.HandleFunc("POST /v1/sessions", ts.createSession)
 	mux.HandleFunc("POST /v1/runs", ts.createRun)
 	mux.HandleFunc("DELETE /v1/runs/{id}", ts.disposeRun)
+	mux.Handle("POST /a2a", a2aPeer())
 	srv := &http.Server{Handler: mux}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
