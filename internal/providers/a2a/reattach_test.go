@@ -183,12 +183,18 @@ func TestContinuable_ResumeRejoinsTheTaskOfATurnLeftOpen(t *testing.T) {
 			}
 			calls, _, _ := rm.received()
 			calls = calls[len(earlier):]
-			want := "GetTask"
-			if tc.streaming && !tc.endedFirst {
-				want = "SubscribeToTask"
+			// A streaming remote's ended task is read over SubscribeToTask
+			// when the SDK still answers it there with its final state,
+			// else with tasks/get: either reads it once.
+			want := []string{"GetTask"}
+			switch {
+			case tc.streaming && tc.endedFirst:
+				want = []string{"GetTask", "SubscribeToTask"}
+			case tc.streaming:
+				want = []string{"SubscribeToTask"}
 			}
-			if !slices.Contains(calls, want) {
-				t.Fatalf("remote calls %v, want %s", calls, want)
+			if !slices.ContainsFunc(calls, func(c string) bool { return slices.Contains(want, c) }) {
+				t.Fatalf("remote calls %v, want one of %v", calls, want)
 			}
 		})
 	}
