@@ -29,8 +29,8 @@ import (
 var (
 	_ subagent.ContinuableProvider = (*Provider)(nil)
 	_ subagent.Materializer        = (*Provider)(nil)
-	_ subagent.ChildAgent          = (*resident)(nil)
-	_ subagent.Queuer              = (*resident)(nil)
+	_ subagent.ChildAgent          = (*liveChild)(nil)
+	_ subagent.Queuer              = (*liveChild)(nil)
 )
 
 // PrepareContinuable accepts a continuable child once the agent's card
@@ -42,7 +42,7 @@ func (p *Provider) PrepareContinuable(ctx context.Context, _ subagent.Continuabl
 	return subagent.ContinuableSpec{}, nil
 }
 
-// Materialize builds the resident agent of a continuable child: on
+// Materialize builds the live agent of a continuable child: on
 // creation it writes the child through req.Create once the agent's card
 // was fetched; on resume it reads the child's context from its log. The
 // child's model route, persona and tool filter do not apply: the remote
@@ -56,7 +56,7 @@ func (p *Provider) Materialize(ctx context.Context, req subagent.MaterializeRequ
 		return nil, err
 	}
 	id := req.Session.ID
-	r := &resident{p: p, c: c, id: id, log: p.log.With(slog.String("child_id", id)), logCtx: context.WithoutCancel(ctx), idle: closedChan()}
+	r := &liveChild{p: p, c: c, id: id, log: p.log.With(slog.String("child_id", id)), logCtx: context.WithoutCancel(ctx), idle: closedChan()}
 	if req.Create != nil {
 		if err := req.Create(ctx); err != nil {
 			return nil, err
@@ -68,9 +68,9 @@ func (p *Provider) Materialize(ctx context.Context, req subagent.MaterializeRequ
 	return r, nil
 }
 
-// resident is the live agent of one activation of a continuable A2A
+// liveChild is the live agent of one activation of a continuable A2A
 // child.
-type resident struct {
+type liveChild struct {
 	p      *Provider
 	c      *conn
 	id     string
@@ -122,7 +122,7 @@ func closedChan() chan struct{} {
 // detached: the task may still run on the remote agent, and Reattach
 // follows it (reattach.go). One whose task is unknown is closed as cut
 // off.
-func (r *resident) load(ctx context.Context) error {
+func (r *liveChild) load(ctx context.Context) error {
 	read := func(ctx context.Context, after int64, limit int) ([]store.Event, error) {
 		return r.p.store.Events(ctx, r.id, after, limit)
 	}
@@ -155,8 +155,8 @@ func (r *resident) load(ctx context.Context) error {
 }
 
 // appendLocked writes evs to the child log in one append, keeping what
-// the resident needs of them; call it with mu held, or before r is shared.
-func (r *resident) appendLocked(evs ...turnlog.Event) error {
+// the liveChild needs of them; call it with mu held, or before r is shared.
+func (r *liveChild) appendLocked(evs ...turnlog.Event) error {
 	batch, entries, err := turnlog.Encode(evs...)
 	if err != nil {
 		return err
@@ -174,7 +174,7 @@ func (r *resident) appendLocked(evs ...turnlog.Event) error {
 // or behind the detached turn it rejoins first (reattach.go), it is
 // queued. Returns an error when the agent was closed or the
 // log cannot be written.
-func (r *resident) FollowupMessage(_ context.Context, msg sessionlog.UserMessage) (string, error) {
+func (r *liveChild) FollowupMessage(_ context.Context, msg sessionlog.UserMessage) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -192,12 +192,12 @@ func (r *resident) FollowupMessage(_ context.Context, msg sessionlog.UserMessage
 	return msg.ID, nil
 }
 
-// QueuesFollowups marks the resident as an agent whose running turn takes
+// QueuesFollowups marks the liveChild as an agent whose running turn takes
 // no content: a followup then runs as the next turn (subagent.Queuer).
-func (r *resident) QueuesFollowups() {}
+func (r *liveChild) QueuesFollowups() {}
 
 // openLocked opens the turn of msg. mu is held.
-func (r *resident) openLocked(msg sessionlog.UserMessage) error {
+func (r *liveChild) openLocked(msg sessionlog.UserMessage) error {
 	n := r.turn + 1
 	if err := r.appendLocked(
 		turnlog.Event{Type: sessionlog.EventTurnStart, Data: sessionlog.TurnData{Turn: n}},
@@ -215,7 +215,7 @@ func (r *resident) openLocked(msg sessionlog.UserMessage) error {
 }
 
 // drive runs turns until the queue is empty: one remote task each.
-func (r *resident) drive() {
+func (r *liveChild) drive() {
 	for r.runTurn() {
 	}
 }
@@ -224,7 +224,7 @@ func (r *resident) drive() {
 // reports whether it did. When the turn's end cannot be written (the
 // store fails, or this replica lost the child's lease) nothing more runs:
 // the queued messages stay in the durable inbox for a later activation.
-func (r *resident) runTurn() bool {
+func (r *liveChild) runTurn() bool {
 	r.mu.Lock()
 	t, contextID := r.cur, r.contextID
 	r.mu.Unlock()
@@ -279,7 +279,7 @@ var errTurnOver = errors.New("the turn is over")
 
 // recorder is the journal of turn t: it writes t's events while t runs,
 // adding text to its output; a failed write stops t, which then fails.
-func (r *resident) recorder(t *a2aTurn) journal {
+func (r *liveChild) recorder(t *a2aTurn) journal {
 	return func(e turnlog.Event, text string) error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -298,12 +298,12 @@ func (r *resident) recorder(t *a2aTurn) journal {
 }
 
 // SubmitSteer is always rejected: A2A has no confirmed mid-turn admission.
-func (r *resident) SubmitSteer(context.Context, sessionlog.UserMessage) (<-chan error, error) {
+func (r *liveChild) SubmitSteer(context.Context, sessionlog.UserMessage) (<-chan error, error) {
 	return nil, fmt.Errorf("A2A child %s: %w: A2A agents take no content mid-turn", r.id, subagent.ErrSteerRejected)
 }
 
 // Steer is always rejected: A2A has no confirmed mid-turn admission.
-func (r *resident) Steer(context.Context, []model.Block, sessionlog.Source) (string, error) {
+func (r *liveChild) Steer(context.Context, []model.Block, sessionlog.Source) (string, error) {
 	return "", fmt.Errorf("A2A child %s: %w: A2A agents take no content mid-turn", r.id, subagent.ErrSteerRejected)
 }
 
@@ -311,7 +311,7 @@ func (r *resident) Steer(context.Context, []model.Block, sessionlog.Source) (str
 // ends aborted with cause; it drops the queued messages: the manager's
 // durable inbox still holds them (keepInbox is therefore the same as
 // not).
-func (r *resident) Cancel(cause string, _ bool) {
+func (r *liveChild) Cancel(cause string, _ bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.queue = nil
@@ -325,7 +325,7 @@ func (r *resident) Cancel(cause string, _ bool) {
 
 // stopLate stops turn t, if it still runs, to end as o: its tree's
 // deadline passed (turnlog.HoldTo).
-func (r *resident) stopLate(t *a2aTurn, o turnlog.Outcome) {
+func (r *liveChild) stopLate(t *a2aTurn, o turnlog.Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cur != t || t.f.isStopped() {
@@ -336,7 +336,7 @@ func (r *resident) stopLate(t *a2aTurn, o turnlog.Outcome) {
 }
 
 // Running reports whether a turn runs or is about to.
-func (r *resident) Running() bool {
+func (r *liveChild) Running() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.running
@@ -344,30 +344,30 @@ func (r *resident) Running() bool {
 
 // Idle returns a channel closed once no turn runs; the next turn gets a
 // new one.
-func (r *resident) Idle() <-chan struct{} {
+func (r *liveChild) Idle() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.idle
 }
 
 // Events returns the user/messages of the child log as loaded and
-// written: the only events a resident keeps (the log is the record), and
+// written: the only events a liveChild keeps (the log is the record), and
 // the ones the manager reads (which messages the log holds).
-func (r *resident) Events() []store.Event {
+func (r *liveChild) Events() []store.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.kept.Messages()
 }
 
 // Track starts the outcome fold of the events written from now on.
-func (r *resident) Track() {
+func (r *liveChild) Track() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.kept.Track()
 }
 
 // Outcome returns the outcome of the events written since Track.
-func (r *resident) Outcome() sessionlog.Outcome {
+func (r *liveChild) Outcome() sessionlog.Outcome {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.kept.Outcome()
@@ -375,7 +375,7 @@ func (r *resident) Outcome() sessionlog.Outcome {
 
 // Close cancels the running turn and waits for it to end. Returns ctx's
 // error when the turn outlasts it.
-func (r *resident) Close(ctx context.Context) error {
+func (r *liveChild) Close(ctx context.Context) error {
 	r.Cancel(sessionlog.CauseDisposed, false)
 	select {
 	case <-r.Idle():

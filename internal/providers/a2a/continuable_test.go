@@ -15,8 +15,8 @@ import (
 )
 
 // materialize creates a continuable child of p, as the manager would, and
-// returns its resident agent, closed when the test ends.
-func materialize(t *testing.T, p *Provider, b *bundle, create bool, id string) *resident {
+// returns its live agent, closed when the test ends.
+func materialize(t *testing.T, p *Provider, b *bundle, create bool, id string) *liveChild {
 	t.Helper()
 	req := subagent.MaterializeRequest{Session: store.Session{ID: id, ParentID: parentID, RootID: parentID, Origin: "subagent", Provider: "remote", Mode: subagent.ModeContinuable, CreatedAt: time.Now()}}
 	if create {
@@ -33,11 +33,11 @@ func materialize(t *testing.T, p *Provider, b *bundle, create bool, id string) *
 			t.Error(err)
 		}
 	})
-	return ag.(*resident)
+	return ag.(*liveChild)
 }
 
 // turn sends text as a followup and returns once its turn ended.
-func runTurn(t *testing.T, r *resident, text string) {
+func runTurn(t *testing.T, r *liveChild, text string) {
 	t.Helper()
 	msg := sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: []model.Block{model.TextBlock(text)}, Source: sessionlog.Source{Kind: "user"}}
 	if _, err := r.FollowupMessage(context.Background(), msg); err != nil {
@@ -46,7 +46,7 @@ func runTurn(t *testing.T, r *resident, text string) {
 	idle(t, r)
 }
 
-func idle(t *testing.T, r *resident) {
+func idle(t *testing.T, r *liveChild) {
 	t.Helper()
 	select {
 	case <-r.Idle():

@@ -24,7 +24,7 @@ import (
 
 var (
 	_ subagent.Reattacher    = (*Provider)(nil)
-	_ subagent.DetachedAgent = (*resident)(nil)
+	_ subagent.DetachedAgent = (*liveChild)(nil)
 )
 
 // ReattachesTurns marks the provider as one whose children's turns outlive
@@ -63,14 +63,14 @@ func (d *detachedTurn) logged(e store.Event) {
 
 // Detached reports whether the log ended in a turn whose task Reattach has
 // not followed yet.
-func (r *resident) Detached() bool {
+func (r *liveChild) Detached() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.detached != nil
 }
 
 // Reattach follows the detached turn, if any, as the running turn.
-func (r *resident) Reattach() {
+func (r *liveChild) Reattach() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.reattachLocked()
@@ -79,7 +79,7 @@ func (r *resident) Reattach() {
 // reattachLocked starts following the detached turn and reports whether
 // it did: not when there is none, the agent was closed or a turn runs.
 // mu is held.
-func (r *resident) reattachLocked() bool {
+func (r *liveChild) reattachLocked() bool {
 	d := r.detached
 	if d == nil || r.closed || r.running {
 		return false
