@@ -41,6 +41,10 @@ type activation struct {
 	// diagnostic, when set, is the diagnostic of an aborted end (a tree
 	// cancel's); set before the turn is cancelled.
 	diagnostic string
+	// detached: this replica lost the child's lease and detached the
+	// running turn (subagent.Detacher), whose work goes on for the child's
+	// next driver: the activation ends error, not as the turn would have.
+	detached bool
 	// discard: the child was disposed; settle discards the agent
 	// (Discarder) instead of closing it.
 	discard bool

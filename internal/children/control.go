@@ -220,6 +220,11 @@ func (m *Manager) steerRun(ctx context.Context, runID string, content []model.Bl
 // durable inbox for the next owner.
 func (m *Manager) stop(_ context.Context, c *child) {
 	if act := c.act; act != nil && act.state < actSettling {
+		if d, ok := act.agent.(subagent.Detacher); ok {
+			act.detached = true
+			d.Detach() // its work goes on, for the child's next driver
+			return
+		}
 		act.agent.Cancel(sessionlog.CauseDisposed, true)
 	}
 }

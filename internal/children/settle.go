@@ -56,6 +56,9 @@ func (m *Manager) settle(act *activation) {
 	ctx := act.base
 	outcome := act.agent.Outcome()
 	output, reason := outcome.Output, EpochStopReason(outcome)
+	if act.detached {
+		reason, output = subagent.StopError, []model.Block{}
+	}
 	closeAgent := act.agent.Close
 	if d, ok := act.agent.(Discarder); ok && act.discard {
 		closeAgent = d.Discard
@@ -70,7 +73,10 @@ func (m *Manager) settle(act *activation) {
 		m.ack(ctx, c.key.ID, outcome.Messages...)
 	}
 	<-act.started // dispatched by whoever began act, once its command returned
-	m.notify(act, reason, output)
+	// A detached turn's work is not over: the child's next driver notifies.
+	if !act.detached {
+		m.notify(act, reason, output)
+	}
 	m.end(act, reason, output, outcome)()
 
 	m.do(c.key, func(c *child) {
@@ -130,6 +136,8 @@ func (m *Manager) end(act *activation, reason string, output []model.Block, outc
 	switch {
 	case reason == subagent.StopAborted:
 		res.Diagnostic = act.diagnostic
+	case act.detached:
+		res.Diagnostic = DetachedDiagnostic
 	case !subagent.IsSuccess(reason) && outcome.End != nil:
 		// A failed turn's message: a tree's deadline or idle bound, say.
 		res.Diagnostic = subagent.TruncateDiagnostic(outcome.End.Reason.Message)
@@ -163,6 +171,12 @@ func (m *Manager) notify(act *activation, reason string, output []model.Block) {
 			slog.String("parent_id", act.parentID), slog.Any("error", err))
 	}
 }
+
+// DetachedDiagnostic is the diagnostic of an activation whose running
+// turn this replica detached when it could not renew the child's lease
+// (subagent.Detacher): the turn's remote work goes on, and the child's next
+// driver rejoins it.
+const DetachedDiagnostic = "detached: this replica could not renew the child's lease; the turn's remote work goes on, and the child's next driver rejoins it"
 
 // EpochStopReason is the stop reason of a continuable activation, from the
 // outcome of the events it appended (R69, docs/seam.md §6, §12): the

@@ -44,6 +44,17 @@ func (s *Service) Reattaches(provider string) bool {
 	return ok
 }
 
+// Detacher is a ChildAgent whose running turn's work goes on without it
+// (a remote agent's task). A replica that is about to lose the child's
+// lease (fenced: it could not renew it) detaches the turn instead of
+// cancelling it: the agent stops following the work, writes nothing more
+// and leaves the turn open in the log, so that whichever replica drives the
+// child next rejoins it (DetachedAgent).
+type Detacher interface {
+	ChildAgent
+	Detach()
+}
+
 // resumesLapsed is the Control's ControlConfig.Resumes: a lapsed child of
 // a Reattacher is taken over although its inbox is empty.
 func (s *Service) resumesLapsed(sess store.Session) bool { return s.Reattaches(sess.Provider) }

@@ -109,6 +109,8 @@ type a2aTurn struct {
 	late string
 	// rejoin: the turn was detached; its follower rejoins its task.
 	rejoin bool
+	// detached: Detach stopped following it; it stays open in the log.
+	detached bool
 }
 
 func closedChan() chan struct{} {
@@ -245,6 +247,13 @@ func (r *liveChild) runTurn() bool {
 	if cid := t.f.context(); cid != "" {
 		r.contextID = cid
 	}
+	if t.detached {
+		// Left open for the child's next driver, which rejoins its task
+		// (reattach.go); nothing more runs here.
+		r.cur, r.queue, r.running = nil, nil, false
+		close(r.idle)
+		return false
+	}
 	switch {
 	case t.failed:
 		o = turnlog.Outcome{Reason: subagent.StopError, Diagnostic: turnlog.LogFailed}
@@ -283,7 +292,7 @@ func (r *liveChild) recorder(t *a2aTurn) journal {
 	return func(e turnlog.Event, text string) error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if r.cur != t || t.failed {
+		if r.cur != t || t.failed || t.detached {
 			return errTurnOver
 		}
 		if err := r.appendLocked(e); err != nil {
@@ -321,6 +330,23 @@ func (r *liveChild) Cancel(cause string, _ bool) {
 	}
 	t.cause = cause
 	t.f.stop()
+}
+
+// Detach stops following the running turn's task and leaves it to run on
+// the remote agent (subagent.Detacher): no tasks/cancel goes out, nothing
+// more is written, and the turn stays open in the log for whichever
+// replica drives the child next, which rejoins the task. The queued
+// messages stay in the manager's durable inbox.
+func (r *liveChild) Detach() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.queue = nil
+	t := r.cur
+	if t == nil || t.f.isStopped() {
+		return
+	}
+	t.detached = true
+	t.f.detach()
 }
 
 // stopLate stops turn t, if it still runs, to end as o: its tree's

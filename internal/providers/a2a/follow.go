@@ -59,6 +59,8 @@ type follower struct {
 	// wrote says text was journaled; finished that follow returned.
 	wrote    bool
 	finished bool
+	// detached: stopped without tasks/cancel (detach).
+	detached bool
 	// artifacts is the text logged of each artifact, to skip what a
 	// resubscription replays.
 	artifacts map[sdk.ArtifactID]*artifactText
@@ -95,11 +97,27 @@ func (f *follower) stop() {
 		close(f.stopped)
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		if f.detached {
+			f.stopCalls()
+			return
+		}
 		if !f.cancelLocked() && !f.finished {
 			f.bg.Add(1)
 			f.timer = time.AfterFunc(cancelGrace, func() { defer f.bg.Done(); f.stopCalls() })
 		}
 	})
+}
+
+// detach ends following at once, as stop does, but leaves the task to run
+// on the remote agent: no tasks/cancel goes out. Idempotent; after stop it
+// does nothing.
+func (f *follower) detach() {
+	f.mu.Lock()
+	if !f.isStopped() {
+		f.detached = true
+	}
+	f.mu.Unlock()
+	f.stop()
 }
 
 // cancelLocked sends tasks/cancel, once, when stopped and the task is
@@ -109,7 +127,7 @@ func (f *follower) cancelLocked() bool {
 	if f.taskID == "" {
 		return false
 	}
-	if f.isStopped() && !f.cancelSent && !f.finished {
+	if f.isStopped() && !f.cancelSent && !f.finished && !f.detached {
 		f.cancelSent = true
 		f.stopCalls()
 		if f.timer != nil && f.timer.Stop() {

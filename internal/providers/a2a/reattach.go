@@ -25,6 +25,7 @@ import (
 var (
 	_ subagent.Reattacher    = (*Provider)(nil)
 	_ subagent.DetachedAgent = (*liveChild)(nil)
+	_ subagent.Detacher      = (*liveChild)(nil)
 )
 
 // ReattachesTurns marks the provider as one whose children's turns outlive

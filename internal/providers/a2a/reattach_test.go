@@ -233,3 +233,48 @@ func TestContinuable_ResumeCutsOffATurnWithoutATask(t *testing.T) {
 		}
 	}
 }
+
+// Detach — what a replica that cannot renew the child's lease does — stops
+// following the running turn's task without tasks/cancel and without
+// writing its end: the task goes on at the remote, the turn stays open in
+// the log, and the child's next agent rejoins it and logs the rest once.
+func TestContinuable_DetachLeavesTheTaskToTheNextDriver(t *testing.T) {
+	t.Parallel()
+	rm := newRemote(t, true)
+	p, b := setup(t, rm)
+	id := uuid.NewString()
+	r := materialize(t, p, b, true, id)
+	msg := sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: []model.Block{model.TextBlock("gate after")}, Source: sessionlog.Source{Kind: "user"}}
+	if _, err := r.FollowupMessage(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	waitForEvent(t, b.store, id, func(e store.Event) bool {
+		d, err := sessionlog.Decode[sessionlog.ChunkData](e)
+		return e.Type == sessionlog.EventAssistantChunk && err == nil && d.Chunk.Text == "before"
+	})
+	r.Detach()
+	idle(t, r) // the turn's follower has stopped, and sent whatever it sends
+	select {
+	case task := <-rm.Cancelled():
+		t.Fatalf("a detached turn sent tasks/cancel for %s", task)
+	default:
+	}
+	if got := turnEnds(t, b, id); len(got) != 0 {
+		t.Fatalf("a detached turn wrote its end: %v", got)
+	}
+
+	next := materialize(t, p, b, false, id)
+	if !next.Detached() {
+		t.Fatal("the next agent does not find the detached turn")
+	}
+	next.Track()
+	next.Reattach()
+	close(rm.Gate)
+	idle(t, next)
+	if got := turnEnds(t, b, id); !slices.Equal(got, []string{"completed"}) {
+		t.Fatalf("turn ends %v, want the rejoined turn completed", got)
+	}
+	if text, _ := logText(t, b.store, id); text != "beforeafter" {
+		t.Fatalf("log text %q, want each of the task's text once", text)
+	}
+}
