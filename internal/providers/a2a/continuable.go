@@ -321,15 +321,10 @@ func (r *liveChild) Steer(context.Context, []model.Block, sessionlog.Source) (st
 // durable inbox still holds them (keepInbox is therefore the same as
 // not).
 func (r *liveChild) Cancel(cause string, _ bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.queue = nil
-	t := r.cur
-	if t == nil || t.f.isStopped() {
-		return
-	}
-	t.cause = cause
-	t.f.stop()
+	r.stopRunning(func(t *a2aTurn) {
+		t.cause = cause
+		t.f.stop()
+	})
 }
 
 // Detach stops following the running turn's task and leaves it to run on
@@ -338,15 +333,21 @@ func (r *liveChild) Cancel(cause string, _ bool) {
 // replica drives the child next, which rejoins the task. The queued
 // messages stay in the manager's durable inbox.
 func (r *liveChild) Detach() {
+	r.stopRunning(func(t *a2aTurn) {
+		t.detached = true
+		t.f.detach()
+	})
+}
+
+// stopRunning drops the queued messages and runs stop on the running
+// turn, if one runs that is not stopped yet, under r.mu.
+func (r *liveChild) stopRunning(stop func(t *a2aTurn)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.queue = nil
-	t := r.cur
-	if t == nil || t.f.isStopped() {
-		return
+	if t := r.cur; t != nil && !t.f.isStopped() {
+		stop(t)
 	}
-	t.detached = true
-	t.f.detach()
 }
 
 // stopLate stops turn t, if it still runs, to end as o: its tree's
