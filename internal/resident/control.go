@@ -15,17 +15,18 @@ import (
 	"github.com/subagentd/subagentd/internal/telemetry"
 )
 
-// Control is where requests cross replicas (docs/architecture.md §5). Every resident
-// agent — a root session or a continuable child — is driven by the one
-// replica that holds its resident lease (store.ClaimResident), renewed
-// with the run leases (internal/subagent's Service.KeepLeases). A request for an agent, or a run,
-// another replica drives live is not refused: it is written as a control
-// request for the owner, which is woken through the store (NOTIFY), carries
-// it out through the same code path as a local call, and writes the answer
-// back; the requester answers its client with exactly that. When the
-// owner's lease lapses while a request waits, the requester claims the
-// agent and acts itself. The kinds (internal/children, internal/roots) keep their API and call
-// Forward; this file is all the cross-replica plumbing there is.
+// Control is where requests cross replicas (docs/architecture.md §5).
+// Every resident agent — a root session or a continuable child — is driven
+// by the one replica that holds its resident lease (store.ClaimResident),
+// renewed with the run leases (internal/subagent's Service.KeepLeases). A
+// request for an agent, or a run, another replica drives live is not
+// refused: it is written as a control request for the owner, which is
+// woken through the store (NOTIFY), carries it out through the same code
+// path as a local call, and writes the answer back; the requester answers
+// its client with exactly that. When the owner's lease lapses while a
+// request waits, the requester claims the agent and acts itself. The kinds
+// (internal/children, internal/roots) keep their API and call Forward;
+// this file is all the cross-replica plumbing there is.
 //
 // A process has one Control (internal/subagent's Service.Control). Safe
 // for concurrent use.
@@ -39,8 +40,9 @@ type Control struct {
 
 	// leases is the process's one registry of resident leases; its
 	// durable side is this Control's claim and release.
-	leases *Leases
-	codec  Codec
+	leases  *Leases
+	codec   Codec
+	resumes func(sess store.Session) bool // ControlConfig.Resumes
 
 	mu       sync.Mutex
 	handlers map[string]ControlHandler
@@ -48,8 +50,7 @@ type Control struct {
 	// continuable children, root sessions): Service.KeepLeases takes over
 	// the lapsed ones and Fence stops driving them.
 	residents []ResidentKind
-	serving   map[string]bool               // ids of requests being carried out here
-	resumes   func(sess store.Session) bool // ControlConfig.Resumes
+	serving   map[string]bool // ids of requests being carried out here
 }
 
 // ControlHandler carries out op for target (ctx has the request's tenant)
