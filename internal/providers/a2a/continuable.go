@@ -82,13 +82,15 @@ type liveChild struct {
 	// contextID is the child's A2A context, "" until its first turn's
 	// task named one.
 	contextID string
-	kept      turnlog.Kept
-	turn      int // the last turn number in the log
-	queue     []sessionlog.UserMessage
-	running   bool          // a turn runs or is about to
-	idle      chan struct{} // closed while no turn runs
-	cur       *a2aTurn      // the running turn
-	closed    bool
+	// Kept (which locks itself) holds the user/messages and the fold since
+	// Track; its Events, Track and Outcome are the agent's.
+	turnlog.Kept
+	turn    int // the last turn number in the log
+	queue   []sessionlog.UserMessage
+	running bool          // a turn runs or is about to
+	idle    chan struct{} // closed while no turn runs
+	cur     *a2aTurn      // the running turn
+	closed  bool
 	// detached is the open turn the log ended with, until Reattach
 	// follows it.
 	detached *detachedTurn
@@ -129,7 +131,7 @@ func (r *liveChild) load(ctx context.Context) error {
 		return r.p.store.Events(ctx, r.id, after, limit)
 	}
 	var d *detachedTurn
-	last, open, err := turnlog.Scan(ctx, read, &r.kept, func(e store.Event) {
+	last, open, err := turnlog.Scan(ctx, read, &r.Kept, func(e store.Event) {
 		if e.Type == sessionlog.EventTurnStart {
 			d = nil
 		}
@@ -167,7 +169,7 @@ func (r *liveChild) appendLocked(evs ...turnlog.Event) error {
 	if err != nil {
 		return fmt.Errorf("write log of A2A child %s: %w", r.id, err)
 	}
-	r.kept.Written(stored, entries)
+	r.Kept.Written(stored, entries)
 	return nil
 }
 
@@ -375,29 +377,6 @@ func (r *liveChild) Idle() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.idle
-}
-
-// Events returns the user/messages of the child log as loaded and
-// written: the only events a liveChild keeps (the log is the record), and
-// the ones the manager reads (which messages the log holds).
-func (r *liveChild) Events() []store.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.kept.Messages()
-}
-
-// Track starts the outcome fold of the events written from now on.
-func (r *liveChild) Track() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.kept.Track()
-}
-
-// Outcome returns the outcome of the events written since Track.
-func (r *liveChild) Outcome() sessionlog.Outcome {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.kept.Outcome()
 }
 
 // Close cancels the running turn and waits for it to end. Returns ctx's

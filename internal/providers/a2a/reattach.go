@@ -86,7 +86,7 @@ func (r *liveChild) reattachLocked() bool {
 		return false
 	}
 	r.detached = nil
-	r.kept.Rejoined(d.n)
+	r.Kept.Rejoined(d.n)
 	t := &a2aTurn{n: d.n, rejoin: true}
 	logged := d.text.String()
 	t.text.Add(logged)

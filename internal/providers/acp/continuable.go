@@ -116,8 +116,10 @@ type liveChild struct {
 	mu      sync.Mutex
 	live    *live // nil once closed
 	session sdk.SessionId
-	kept    turnlog.Kept // the user/messages and the fold since Track
-	turn    int          // the last turn number in the log
+	// Kept (which locks itself) holds the user/messages and the fold since
+	// Track; its Events, Track and Outcome are the agent's.
+	turnlog.Kept
+	turn    int // the last turn number in the log
 	queue   []sessionlog.UserMessage
 	running bool          // a turn runs or is about to
 	idle    chan struct{} // closed while no turn runs
@@ -198,7 +200,7 @@ func (r *liveChild) load(ctx context.Context) error {
 	read := func(ctx context.Context, after int64, limit int) ([]store.Event, error) {
 		return r.p.store.Events(ctx, r.key.id, after, limit)
 	}
-	last, open, err := turnlog.Scan(ctx, read, &r.kept, func(e store.Event) {
+	last, open, err := turnlog.Scan(ctx, read, &r.Kept, func(e store.Event) {
 		var d sessionlog.ACPSessionData
 		if e.Type == sessionlog.EventACPSession && json.Unmarshal(e.Data, &d) == nil {
 			r.session = sdk.SessionId(d.SessionID)
@@ -270,7 +272,7 @@ func (r *liveChild) appendLocked(evs ...turnlog.Event) error {
 	if err != nil {
 		return fmt.Errorf("write log of ACP child %s: %w", r.key.id, err)
 	}
-	r.kept.Written(stored, entries)
+	r.Kept.Written(stored, entries)
 	return nil
 }
 
@@ -597,30 +599,6 @@ func (r *liveChild) waitIdle(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// Events returns the user/messages of the child log as loaded and
-// written: the only events a liveChild keeps (the log is the record), and
-// the ones the manager reads (which messages the log holds).
-func (r *liveChild) Events() []store.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.kept.Messages()
-}
-
-// Track starts the outcome fold of the events written from now on,
-// replacing one started earlier.
-func (r *liveChild) Track() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.kept.Track()
-}
-
-// Outcome returns the outcome of the events written since Track.
-func (r *liveChild) Outcome() sessionlog.Outcome {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.kept.Outcome()
 }
 
 // Close cancels the running turn, waits for it to end and leaves the

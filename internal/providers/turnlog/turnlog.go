@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -255,9 +256,11 @@ func TextOnly(blocks []model.Block) []model.Block {
 // Kept is what the live agent of a continuable external child keeps
 // of its log, however long it lives and however much it streams: the
 // user/messages (which the manager reads) and the outcome fold of the
-// events written since Track. The log itself is the record. Not safe for
-// concurrent use.
+// events written since Track. The log itself is the record. Its Events,
+// Track and Outcome are those of subagent.ChildAgent, so an agent that
+// embeds a Kept has them. Safe for concurrent use.
 type Kept struct {
+	mu       sync.Mutex
 	messages []store.Event
 	fold     *sessionlog.OutcomeFold
 }
@@ -265,6 +268,8 @@ type Kept struct {
 // Loaded keeps e, an event read back from the log, if it is a
 // user/message.
 func (k *Kept) Loaded(e store.Event) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if e.Type == sessionlog.EventUserMessage {
 		k.messages = append(k.messages, e)
 	}
@@ -274,6 +279,8 @@ func (k *Kept) Loaded(e store.Event) {
 // were encoded from (Encode): the user/messages, and every event but the
 // chunks in the fold (a turn's assistant/message repeats their text).
 func (k *Kept) Written(stored []store.Event, entries []sessionlog.Entry) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	for i, e := range stored {
 		switch e.Type {
 		case sessionlog.EventUserMessage:
@@ -287,20 +294,36 @@ func (k *Kept) Written(stored []store.Event, entries []sessionlog.Entry) {
 	}
 }
 
-// Messages returns a copy of the user/messages kept.
-func (k *Kept) Messages() []store.Event { return slices.Clone(k.messages) }
+// Events returns a copy of the user/messages kept: the only events of
+// the log the agent keeps, and the ones the manager reads (which messages
+// the log holds).
+func (k *Kept) Events() []store.Event {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.messages)
+}
 
 // Track starts the outcome fold of the events written from now on,
 // replacing one started earlier.
-func (k *Kept) Track() { k.fold = &sessionlog.OutcomeFold{} }
+func (k *Kept) Track() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.fold = &sessionlog.OutcomeFold{}
+}
 
 // Outcome returns the outcome of the events written since Track.
-func (k *Kept) Outcome() sessionlog.Outcome { return k.fold.Outcome() }
+func (k *Kept) Outcome() sessionlog.Outcome {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.fold.Outcome()
+}
 
 // Rejoined folds the opening of turn n's one step, which the log held
 // before Track: n is a turn left open that this agent follows again, and
 // its end is the tracked epoch's.
 func (k *Kept) Rejoined(n int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.fold != nil {
 		k.fold.Fold(store.Event{Type: sessionlog.EventStepStart}, sessionlog.StepData{Turn: n, Step: 1})
 	}
