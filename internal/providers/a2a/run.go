@@ -159,15 +159,8 @@ func (r *run) settle(o turnlog.Outcome) {
 		return
 	}
 	r.settled = true
-	if r.logFailed {
-		o = turnlog.Outcome{Reason: subagent.StopError, Diagnostic: turnlog.LogFailed}
-	}
-	o.Diagnostic = subagent.TruncateDiagnostic(clean(o.Diagnostic))
-	output := r.text.Blocks()
-	if r.logging {
-		o, _ = turnlog.CloseTurn(r.appendLocked, r.log, turn, output, o)
-	}
-	r.result = subagent.Result{Output: output, StopReason: o.Reason, Diagnostic: o.Diagnostic,
-		Usage: turnlog.PromptUsage(r.logging, o.Usage), UsageKnown: o.Usage != nil}
+	o.Diagnostic = clean(o.Diagnostic)
+	r.result = turnlog.OneShotResult(turnlog.OneShotEnd{Write: r.appendLocked, Log: r.log,
+		Logging: r.logging, LogFailed: r.logFailed, Output: r.text.Blocks()}, o)
 	close(r.done)
 }

@@ -52,6 +52,34 @@ func Open(ctx context.Context, w Writer, sess store.Session, prompt []model.Bloc
 	return nil
 }
 
+// OneShotEnd is what ends a one-shot external run's one turn
+// (OneShotResult).
+type OneShotEnd struct {
+	// Write appends to the child log; its caller holds what serialises
+	// the log's writes.
+	Write func(...Event) error
+	Log   *slog.Logger
+	// Logging: the child session exists, so the turn is in its log and is
+	// closed there. LogFailed: a write to the log failed, so the turn
+	// fails.
+	Logging, LogFailed bool
+	Output             []model.Block
+}
+
+// OneShotResult closes a one-shot run's turn with o — or as failed, when a
+// write to its log failed — and returns the run's result.
+func OneShotResult(e OneShotEnd, o Outcome) subagent.Result {
+	if e.LogFailed {
+		o = Outcome{Reason: subagent.StopError, Diagnostic: LogFailed}
+	}
+	o.Diagnostic = subagent.TruncateDiagnostic(o.Diagnostic)
+	if e.Logging {
+		o, _ = CloseTurn(e.Write, e.Log, 1, e.Output, o)
+	}
+	return subagent.Result{Output: e.Output, StopReason: o.Reason, Diagnostic: o.Diagnostic,
+		Usage: PromptUsage(e.Logging, o.Usage), UsageKnown: o.Usage != nil}
+}
+
 // PromptUsage is the usage of a one-shot run's one prompt as its child
 // log records it (the prompt's step opened with the log, the answer's
 // usage when the agent reported one): the agent's model calls are its
