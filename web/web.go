@@ -18,10 +18,10 @@
 // approval/decided on the lifecycle stream) and auth.js (sign-in); app.js
 // wires them and routes deep links (#s=<session>&r=<run> plus the filter,
 // #v=webhooks and #v=approvals for the pages).
-// index.html loads them as one script, dashboard.js (bundle.go); boot.js,
-// app.js's first import, runs first and sends the page's first reads (the
-// sign-in check, the tree's first page, a linked session's newest events)
-// while the other modules are evaluated.
+// index.html loads them as one script, dashboard.js (bundle.go); before
+// that, a few lines of its own send the page's first reads (the sign-in
+// check, the tree's first page, a linked session's newest events), whose
+// answers boot.js, app.js's first import, takes.
 //
 // It loads the history once (its first page drawn before the rest is
 // read, and the one read at load drawn before that), then follows

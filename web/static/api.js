@@ -25,9 +25,17 @@ export async function api(method, path, body) {
   // body (docs/architecture.md §10: a cross-site form cannot send it).
   if (method !== 'GET') headers['Content-Type'] = 'application/json';
   if (body !== undefined) init.body = JSON.stringify(body);
+  return answer(fetch(path, init));
+}
+
+/**
+ * Decodes the answer to a request already sent (fetch's promise) as api
+ * does: the JSON body, or an ApiError.
+ */
+export async function answer(sent) {
   let res;
   try {
-    res = await fetch(path, init);
+    res = await sent;
   } catch {
     throw new ApiError({ status: 0, code: 'NETWORK', detail: 'the service could not be reached' });
   }

@@ -654,7 +654,7 @@ class App {
     }).start();
     this.loadProviders();
     await this.route({ initial: true });
-    this.renderAll();
+    this.scheduleRender();
   }
 }
 
