@@ -225,6 +225,18 @@ func (s *Store) ReleaseWebhook(_ context.Context, id, owner string) error {
 	return nil
 }
 
+// WebhooksEnabled reports whether any tenant has an enabled endpoint.
+func (s *Store) WebhooksEnabled(context.Context) (bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, h := range s.hooks.byID {
+		if h.w.Enabled {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // WebhookBacklog counts, per enabled endpoint, at most upTo of its
 // tenant's lifecycle events after its cursor, and finds the oldest.
 func (s *Store) WebhookBacklog(_ context.Context, upTo int) (store.WebhookBacklog, error) {

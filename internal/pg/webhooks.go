@@ -239,6 +239,13 @@ func (s *Store) ReleaseWebhook(ctx context.Context, id, owner string) (err error
 	return err
 }
 
+// WebhooksEnabled reports whether any tenant has an enabled endpoint.
+func (s *Store) WebhooksEnabled(ctx context.Context) (enabled bool, err error) {
+	defer wrap(&err, "look for enabled webhooks")
+	err = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_endpoints WHERE enabled)`).Scan(&enabled)
+	return enabled, err
+}
+
 // WebhookBacklog counts, per enabled endpoint, at most upTo of its
 // tenant's lifecycle events after its cursor (an index range of
 // lifecycle_events_replay_idx) and finds the oldest of them (one probe).

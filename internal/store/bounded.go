@@ -324,6 +324,10 @@ func (b *bounded) ReleaseWebhook(ctx context.Context, id, owner string) error {
 	return do(b, ctx, func(c context.Context) error { return b.Store.ReleaseWebhook(c, id, owner) })
 }
 
+func (b *bounded) WebhooksEnabled(ctx context.Context) (bool, error) {
+	return call(b, ctx, b.Store.WebhooksEnabled)
+}
+
 func (b *bounded) WebhookBacklog(ctx context.Context, upTo int) (WebhookBacklog, error) {
 	return call(b, ctx, func(c context.Context) (WebhookBacklog, error) { return b.Store.WebhookBacklog(c, upTo) })
 }

@@ -188,6 +188,9 @@ type Webhooks interface {
 	// WebhookBacklog returns the backlog of the enabled endpoints of every
 	// tenant, counting at most upTo events per endpoint.
 	WebhookBacklog(ctx context.Context, upTo int) (WebhookBacklog, error)
+	// WebhooksEnabled reports whether any tenant has an enabled endpoint:
+	// while none has, a new lifecycle event is nobody's delivery.
+	WebhooksEnabled(ctx context.Context) (bool, error)
 
 	// AddWebhookDelivery adds d (an on-demand attempt: a test, a
 	// redelivery) to the delivery log. Returns ErrNotFound if the endpoint

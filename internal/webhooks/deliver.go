@@ -39,7 +39,10 @@ func (s *Service) Stop() {
 
 // loop claims endpoints with due work whenever the lifecycle log or the
 // endpoints change, a worker ends, a retry it scheduled is due, or the
-// poll interval passes, and hands each to a worker.
+// poll interval passes, and hands each to a worker. A new lifecycle event
+// claims only while some endpoint is enabled, which every other wake-up
+// looks up again: a service with no endpoints (or only disabled ones)
+// costs the store nothing per event.
 func (s *Service) loop(ctx context.Context) {
 	defer close(s.done)
 	events, endEvents := s.st.Subscribe(store.LifecycleTopic)
@@ -52,17 +55,29 @@ func (s *Service) loop(ctx context.Context) {
 	var measured time.Time
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	enabled := false
 	for {
+		event := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-events:
+			event = true
 		case <-hooks:
 		case <-s.kick:
 		case <-timer.C:
 		}
 		now := time.Now()
-		s.claim(ctx, now, &workers)
+		if !event {
+			var err error
+			// Unknown (the store failed): claim, which says why.
+			if enabled, err = s.st.WebhooksEnabled(ctx); err != nil {
+				enabled = true
+			}
+		}
+		if enabled {
+			s.claim(ctx, now, &workers)
+		}
 		if s.metrics != nil && now.Sub(measured) >= s.poll {
 			measured = now
 			s.measure(ctx, now)

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -438,4 +439,68 @@ func TestDeliver_RedirectsAreNotFollowed(t *testing.T) {
 		t.Fatalf("delivery to a redirect = %+v, want a failed 302", d)
 	}
 	target.none(t)
+}
+
+// drivenStore is a memstore whose lifecycle and endpoint wake-ups the test
+// sends itself, unbuffered: a send returns once the loop took it, and the
+// next send once the loop is back waiting, so what it did in between is
+// done. It counts the claims.
+type drivenStore struct {
+	*memstore.Store
+	events, hooks chan struct{}
+	claims        atomic.Int32
+}
+
+func (d *drivenStore) Subscribe(topic string) (<-chan struct{}, func()) {
+	switch topic {
+	case store.LifecycleTopic:
+		return d.events, func() {}
+	case store.WebhooksTopic:
+		return d.hooks, func() {}
+	}
+	return d.Store.Subscribe(topic)
+}
+
+func (d *drivenStore) ClaimWebhooks(ctx context.Context, p store.ClaimWebhooksParams) ([]store.Webhook, error) {
+	d.claims.Add(1)
+	return d.Store.ClaimWebhooks(ctx, p)
+}
+
+// TestDeliver_NoEndpointNoClaimPerEvent checks that new lifecycle events
+// cost the store no claim while no endpoint is enabled, and that an
+// endpoint's creation brings the claims back.
+func TestDeliver_NoEndpointNoClaimPerEvent(t *testing.T) {
+	st := &drivenStore{Store: memstore.New(), events: make(chan struct{}), hooks: make(chan struct{})}
+	svc := New(Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Owner: "test", AllowPrivate: true, Poll: time.Hour})
+	svc.Start(t.Context())
+	t.Cleanup(svc.Stop)
+	send := func(ch chan struct{}) {
+		t.Helper()
+		select {
+		case ch <- struct{}{}:
+		case <-time.After(deadline):
+			t.Fatal("the delivery loop took no wake-up")
+		}
+	}
+	// The loop's first look (its timer starts at 0) may claim once before
+	// it waits; after these two sends it handled the first wake-up.
+	send(st.events)
+	send(st.events)
+	before := st.claims.Load()
+	for range 20 {
+		send(st.events)
+	}
+	if got := st.claims.Load() - before; got != 0 {
+		t.Fatalf("with no endpoint, 20 lifecycle wake-ups claimed %d times, want 0", got)
+	}
+
+	if _, err := svc.Create(t.Context(), CreateParams{URL: "http://127.0.0.1:1/hook", Events: []string{RunSettled}}); err != nil {
+		t.Fatal(err)
+	}
+	send(st.hooks)
+	send(st.events)
+	send(st.events)
+	if got := st.claims.Load() - before; got < 2 {
+		t.Fatalf("with an enabled endpoint, the endpoint wake-up and a lifecycle one claimed %d times, want 2", got)
+	}
 }

@@ -284,6 +284,26 @@ var webhookTests = []test{
 		ok(t, s.AdvanceWebhook(ctx, store.AdvanceWebhookParams{ID: w.ID, Owner: "a", Cursor: first[0].ID, Until: sec(60)}))
 		backlog(10, store.WebhookBacklog{Events: 1, Oldest: sec(6)})
 	}},
+	{"Enabled", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		enabled := func(want bool) {
+			t.Helper()
+			if got := must(s.WebhooksEnabled(ctx))(t); got != want {
+				t.Fatalf("WebhooksEnabled = %v, want %v", got, want)
+			}
+		}
+		enabled(false)
+		ok(t, errOf(s.CreateWebhook(other(ctx), newWebhook("wh-e"))))
+		enabled(true) // another tenant's counts: the deliverer serves every tenant
+		off := false
+		ok(t, errOf(s.UpdateWebhook(other(ctx), "wh-e", store.WebhookUpdate{Enabled: &off})))
+		enabled(false)
+		on := true
+		ok(t, errOf(s.UpdateWebhook(other(ctx), "wh-e", store.WebhookUpdate{Enabled: &on})))
+		enabled(true)
+		ok(t, s.DeleteWebhook(other(ctx), "wh-e"))
+		enabled(false)
+	}},
 	{"WakeOnCreate", func(t *testing.T, s store.Store) {
 		ch, end := s.Subscribe(store.WebhooksTopic)
 		defer end()
