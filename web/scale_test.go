@@ -240,12 +240,14 @@ const recordSSE = `window.__sse = [];
 	};
 })();`
 
-// recordDrawn runs before the page's scripts: after every animation frame
-// is drawn (a task queued from the frame's first callback runs once the
-// frame's callbacks, the page's own among them, and its paint are done) it
-// notes in window.__drawn when each view of the scale test is first on the
-// page — the tree's first page (100 sessions), the whole tree, the
-// transcript's end and its event count — until all four are.
+// recordDrawn runs before the page's scripts: it notes in window.__drawn
+// when each view of the scale test is first painted — the tree's first
+// page (100 sessions), the whole tree, the transcript's end and its event
+// count — until all four are. A view is in frame n's paint when it is on the
+// page after the frame's callbacks (the page's own draw among them) and its
+// layout: a ResizeObserver on a probe this script resizes in every frame
+// looks then, before the paint. The time noted is after the paint: a task
+// queued from the frame's first callback, which runs once the frame is drawn.
 const recordDrawn = `window.__drawn = {};
 (() => {
 	const rows = () => Number(document.querySelector('#tree .tree-list')?.dataset.rows || 0);
@@ -255,11 +257,20 @@ const recordDrawn = `window.__drawn = {};
 		conv: () => [...document.querySelectorAll('[data-testid="msg-assistant"]')].at(-1)?.querySelector('[data-testid="assistant-text"]').textContent === 'answer 1000',
 		count: () => document.querySelector('#log-count')?.textContent === '(10001)',
 	};
-	const drawn = () => {
-		for (const [k, done] of Object.entries(checks)) if (!window.__drawn[k] && done()) window.__drawn[k] = performance.now();
-	};
+	const painted = new Set();
+	const probe = document.createElement('div');
+	probe.style.cssText = 'position: fixed; top: 0; left: 0; height: 0; visibility: hidden; pointer-events: none';
+	new ResizeObserver(() => {
+		for (const [k, done] of Object.entries(checks)) if (!window.__drawn[k] && done()) painted.add(k);
+	}).observe(probe);
+	let width = 0;
 	const frame = () => {
-		setTimeout(drawn, 0);
+		if (!probe.isConnected) document.documentElement.append(probe);
+		probe.style.width = (width ^= 1) + 'px';
+		setTimeout(() => {
+			for (const k of painted) window.__drawn[k] ??= performance.now();
+			painted.clear();
+		}, 0);
 		if (Object.keys(window.__drawn).length < Object.keys(checks).length) requestAnimationFrame(frame);
 	};
 	requestAnimationFrame(frame);
