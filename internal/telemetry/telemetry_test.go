@@ -171,3 +171,26 @@ func TestMetrics_LiveRunsWhateverTheListenersOrder(t *testing.T) {
 		t.Fatalf("live runs %v with one running, want 1", got)
 	}
 }
+
+// TestChildren_ResolvesEachLabelSetOnce: a child is asked of the vector
+// the first time its labels are seen, and counts into the vector's series
+// every time after.
+func TestChildren_ResolvesEachLabelSetOnce(t *testing.T) {
+	t.Parallel()
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "c_total", Help: "c"}, []string{"a", "b"})
+	asked := 0
+	c := NewChildren(func(l [2]string) prometheus.Counter { asked++; return vec.WithLabelValues(l[:]...) })
+	for range 3 {
+		c.Of([2]string{"x", "y"}).Inc()
+	}
+	c.Of([2]string{"x", "z"}).Inc()
+	if asked != 2 {
+		t.Errorf("the vector was asked %d times for 2 label sets", asked)
+	}
+	if got := testutil.ToFloat64(vec.WithLabelValues("x", "y")); got != 3 {
+		t.Errorf("x,y = %v, want 3", got)
+	}
+	if got := testutil.ToFloat64(vec.WithLabelValues("x", "z")); got != 1 {
+		t.Errorf("x,z = %v, want 1", got)
+	}
+}
