@@ -58,3 +58,24 @@ func BenchmarkEncode(b *testing.B) {
 		}
 	}
 }
+
+// FuzzOneShotDescriptor: a one-shot descriptor encodes to what
+// json.Marshal writes for its payload.
+func FuzzOneShotDescriptor(f *testing.F) {
+	f.Add("spawn", "")
+	f.Add("a2a", "<label> & \"more\" \u2028 \xff")
+	f.Fuzz(func(t *testing.T, provider, label string) {
+		p := descriptorJSON{Version: DescriptorVersion, Mode: ModeOneShot, Provider: provider}
+		if label != "" {
+			p.Label = &label
+		}
+		want, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := EncodeDescriptor(Descriptor{Mode: ModeOneShot, Provider: provider, Label: label})
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("EncodeDescriptor = %s, %v; json.Marshal %s", got, err, want)
+		}
+	})
+}
