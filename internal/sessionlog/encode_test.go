@@ -8,16 +8,39 @@ import (
 )
 
 // FuzzFixedShape: the payloads that encode themselves write what
-// json.Marshal writes, whatever their strings and numbers.
+// json.Marshal writes, whatever their strings and numbers, and fail where
+// it fails (a Raw content block that is not JSON).
 func FuzzFixedShape(f *testing.F) {
 	f.Add(1, 2, "text", "echo: ", "", "", "", 0, 0, "")
 	f.Add(0, -3, "tool-call", "", "call_1_1_1", "read", `{"path":"<a&b>"}`, 0, 0, "")
 	f.Add(7, 1, "usage", "", "", "", "", 5, 12, "")
 	f.Add(2, 9, "finish", "\u2028 \"q\" \\ \x00 \xff", "", "", "", -1, 1<<40, "stop")
+	f.Add(1, 1, "text", "x", "id", "n", `{"type":"image",  "data":"\u2028"}`, 0, 0, "")
+	f.Add(1, 1, "text", "x", "id", "n", `{"type":`, 0, 0, "")
 	f.Fuzz(func(t *testing.T, turn, step int, typ, text, callID, name, args string, in, out int, finish string) {
 		cause := &Cause{Kind: name}
 		if callID == "" {
 			cause = nil
+		}
+		var content []model.Block // nil, then text, then text and raw
+		switch {
+		case args != "":
+			content = []model.Block{model.TextBlock(text), {Type: typ, Raw: json.RawMessage(args)}}
+		case text != "":
+			content = []model.Block{model.TextBlock(text)}
+		}
+		msg := UserMessage{ID: callID, Role: "user", Content: content,
+			Source: Source{Kind: typ, Form: name, Summary: text, SenderSessionID: callID, Label: finish}}
+		var usage *UsageData
+		if in != 0 {
+			usage = &UsageData{InputTokens: in, OutputTokens: out}
+		}
+		var inserted []UserMessage // nil, empty, or msg twice
+		switch {
+		case step > 0:
+			inserted = []UserMessage{msg, msg}
+		case step == 0:
+			inserted = []UserMessage{}
 		}
 		for _, p := range []fixedShape{
 			TurnData{Turn: turn},
@@ -25,12 +48,17 @@ func FuzzFixedShape(f *testing.F) {
 			ChunkData{Turn: turn, Step: step, Chunk: Chunk{Type: typ, Text: text, CallID: callID, Name: name,
 				Arguments: args, InputTokens: in, OutputTokens: out, FinishReason: finish}},
 			TurnEndData{Turn: turn, Reason: TurnReason{Kind: typ, Cause: cause, Message: text, Code: finish}},
+			msg,
+			InboxSplicedData{Target: typ, Start: turn, RemovedCount: out, Inserted: inserted, Outcome: name},
+			AssistantMessageData{Turn: turn, Step: step, Message: AssistantMessage{Role: name, Content: content},
+				Usage: usage, Interrupted: out > 0},
 		} {
-			want, err := json.Marshal(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := p.appendJSON([]byte("x")); string(got) != "x"+string(want) {
+			want, wantErr := json.Marshal(p)
+			got, err := p.appendJSON([]byte("x"))
+			switch {
+			case (err != nil) != (wantErr != nil):
+				t.Fatalf("%T appendJSON error %v, json.Marshal error %v", p, err, wantErr)
+			case err == nil && string(got) != "x"+string(want):
 				t.Fatalf("%T appendJSON = %s, json.Marshal %s", p, got[1:], want)
 			}
 		}

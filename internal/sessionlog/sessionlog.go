@@ -26,18 +26,18 @@ type Entry struct {
 
 // Encode returns the entry of type typ carrying payload, one of this
 // package's payload types. It fails only when payload does not marshal (a
-// content block holding invalid raw JSON). The fixed-shape payloads of
-// every turn encode themselves (fixedShape); the others go through
-// json.Marshal.
+// content block holding invalid raw JSON). The payloads of every turn
+// encode themselves (fixedShape); the others go through json.Marshal.
 func Encode(typ string, payload any) (Entry, error) {
 	var raw []byte
+	var err error
 	if p, ok := payload.(fixedShape); ok {
-		raw = p.appendJSON(make([]byte, 0, 128))
+		raw, err = p.appendJSON(make([]byte, 0, 128))
 	} else {
-		var err error
-		if raw, err = json.Marshal(payload); err != nil {
-			return Entry{}, fmt.Errorf("encode %s payload: %w", typ, err)
-		}
+		raw, err = json.Marshal(payload)
+	}
+	if err != nil {
+		return Entry{}, fmt.Errorf("encode %s payload: %w", typ, err)
 	}
 	return Entry{NewEvent: store.NewEvent{Type: typ, Data: raw, Marshaled: true, Usage: usageOf(typ, payload)}, Payload: payload}, nil
 }
