@@ -76,8 +76,10 @@ func (m *metrics) middleware(next http.Handler) http.Handler {
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(rec, r)
 		route := "unmatched"
-		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
-			route = rc.RoutePattern()
+		if rc := chi.RouteContext(r.Context()); rc != nil {
+			if p := rc.RoutePattern(); p != "" { // built anew at each call
+				route = p
+			}
 		}
 		telemetry.NameHTTPSpan(r.Context(), r.Method, route)
 		m.requestsOf.Of(requestLabels{r.Method, route, rec.status}).Inc()
