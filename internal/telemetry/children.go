@@ -6,8 +6,8 @@ import "sync"
 // label values K, so that a hot path (every request, every run's start
 // and end, every model step) resolves a child once rather than having
 // the vector validate and hash its label values on every call. with
-// returns the vector's child for k (WithLabelValues); the vector's labels
-// must be bounded, as every label here is.
+// returns the vector's child for k (WithLabelValues). Like the vector, it
+// keeps every child it resolved.
 type Children[K comparable, M any] struct {
 	with func(k K) M
 
