@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -38,7 +37,7 @@ func checkMessage(msg sessionlog.UserMessage) (sessionlog.UserMessage, error) {
 	if msg.Content == nil {
 		msg.Content = []model.Block{}
 	}
-	if _, err := json.Marshal(msg.Content); err != nil {
+	if _, err := model.MarshalBlocks(msg.Content); err != nil {
 		return sessionlog.UserMessage{}, fmt.Errorf("message content: %w", err)
 	}
 	return msg, nil

@@ -189,8 +189,9 @@ func (a *Agent) runStep(t *turnRun, n int) (sessionlog.TurnReason, bool, []sessi
 		}
 		return failed(err.Error()), false, open
 	}
-	var specs []model.ToolSpec
-	for _, tool := range a.visibleTools() {
+	tools := a.visibleTools()
+	specs := make([]model.ToolSpec, 0, len(tools))
+	for _, tool := range tools {
 		specs = append(specs, tool.spec())
 	}
 	var msgs []model.Message

@@ -177,9 +177,9 @@ func (a *Agent) lookup(name string) (Tool, bool) {
 // globals in registration order, then scope-local tools, which are never
 // filtered and shadow a global of the same name.
 func (a *Agent) visibleTools() []Tool {
-	locals := a.locals
-	var out []Tool
-	for _, t := range a.global.tools() {
+	locals, global := a.locals, a.global.tools()
+	out := make([]Tool, 0, len(global)+len(locals))
+	for _, t := range global {
 		shadowed := slices.ContainsFunc(locals, func(l Tool) bool { return l.Name == t.Name })
 		if !shadowed && a.filter.admits(t.Name) {
 			out = append(out, t)

@@ -137,7 +137,7 @@ func checkText(r *http.Request) error {
 		return subagent.Errorf(subagent.EInvalidRequest, "the request path is not valid UTF-8")
 	}
 	fields := map[string]string{}
-	for name, values := range r.URL.Query() {
+	for name, values := range queryToCheck(r.URL.RawQuery) {
 		if !validText(name) {
 			fields["query"] = "parameter names must be UTF-8 without NUL characters"
 			continue
@@ -166,6 +166,18 @@ func checkText(r *http.Request) error {
 
 // validText reports whether s is UTF-8 without NUL characters, which
 // Postgres refuses in text.
+// queryToCheck is the parsed rawQuery whose names and values checkText
+// checks, nil when none can fail the check: without a percent escape
+// every name and value is a piece of rawQuery cut at ASCII bytes ('&',
+// '='; '+' becomes a space), so rawQuery's own validText answers for all.
+func queryToCheck(rawQuery string) url.Values {
+	if !strings.Contains(rawQuery, "%") && validText(rawQuery) {
+		return nil
+	}
+	q, _ := url.ParseQuery(rawQuery) // what r.URL.Query() parses
+	return q
+}
+
 func validText(s string) bool {
 	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }

@@ -27,6 +27,17 @@ type metrics struct {
 	duration   *prometheus.HistogramVec
 	errors     *prometheus.CounterVec
 	sseClients *prometheus.GaugeVec
+
+	// The children of requests and duration that middleware counts every
+	// request in, by label values (duration's: method and route).
+	requestsOf *telemetry.Children[requestLabels, prometheus.Counter]
+	durationOf *telemetry.Children[[2]string, prometheus.Observer]
+}
+
+// requestLabels are the label values of requests.
+type requestLabels struct {
+	method, route string
+	status        int
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -50,6 +61,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"stream"}),
 	}
 	reg.MustRegister(m.requests, m.duration, m.errors, m.sseClients)
+	m.requestsOf = telemetry.NewChildren(func(l requestLabels) prometheus.Counter {
+		return m.requests.WithLabelValues(l.method, l.route, strconv.Itoa(l.status))
+	})
+	m.durationOf = telemetry.NewChildren(func(l [2]string) prometheus.Observer { return m.duration.WithLabelValues(l[:]...) })
 	return m
 }
 
@@ -61,12 +76,14 @@ func (m *metrics) middleware(next http.Handler) http.Handler {
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(rec, r)
 		route := "unmatched"
-		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
-			route = rc.RoutePattern()
+		if rc := chi.RouteContext(r.Context()); rc != nil {
+			if p := rc.RoutePattern(); p != "" { // built anew at each call
+				route = p
+			}
 		}
 		telemetry.NameHTTPSpan(r.Context(), r.Method, route)
-		m.requests.WithLabelValues(r.Method, route, strconv.Itoa(rec.status)).Inc()
-		m.duration.WithLabelValues(r.Method, route).Observe(time.Since(start).Seconds())
+		m.requestsOf.Of(requestLabels{r.Method, route, rec.status}).Inc()
+		m.durationOf.Of([2]string{r.Method, route}).Observe(time.Since(start).Seconds())
 	})
 }
 

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 
+	"github.com/subagentd/subagentd/internal/jsonstr"
 	"github.com/subagentd/subagentd/internal/store"
 )
 
@@ -84,9 +86,7 @@ func EncodeDescriptor(d Descriptor) (json.RawMessage, error) {
 	p := descriptorJSON{Version: DescriptorVersion, Mode: d.Mode, Provider: d.Provider}
 	switch d.Mode {
 	case ModeOneShot:
-		if d.Label != "" {
-			p.Label = &d.Label
-		}
+		return appendOneShotDescriptor(make([]byte, 0, 96), d), nil
 	case ModeContinuable:
 		p.Label = &d.Label
 		p.AgentProvider, p.AgentModel, p.Persona = d.AgentProvider, d.AgentModel, d.Persona
@@ -107,6 +107,21 @@ func EncodeDescriptor(d Descriptor) (json.RawMessage, error) {
 		return nil, fmt.Errorf("encode subagent descriptor: %w", err)
 	}
 	return data, nil
+}
+
+// appendOneShotDescriptor appends what json.Marshal writes for the
+// descriptorJSON of one-shot d, without reflection: every one-shot run
+// encodes its descriptor twice (subagent.SnapshotDescriptor checks it at
+// admission, then the provider stores it).
+func appendOneShotDescriptor(b []byte, d Descriptor) []byte {
+	b = append(b, `{"version":`...)
+	b = strconv.AppendInt(b, DescriptorVersion, 10)
+	b = append(b, `,"mode":`...)
+	b = jsonstr.Append(b, ModeOneShot)
+	b = append(b, `,"provider":`...)
+	b = jsonstr.Append(b, d.Provider)
+	b = appendOptString(b, "label", d.Label)
+	return append(b, '}')
 }
 
 // ParseDescriptor reads a persisted subagent/descriptor payload with the

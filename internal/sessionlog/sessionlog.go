@@ -26,9 +26,16 @@ type Entry struct {
 
 // Encode returns the entry of type typ carrying payload, one of this
 // package's payload types. It fails only when payload does not marshal (a
-// content block holding invalid raw JSON).
+// content block holding invalid raw JSON). The payloads of every turn
+// encode themselves (fixedShape); the others go through json.Marshal.
 func Encode(typ string, payload any) (Entry, error) {
-	raw, err := json.Marshal(payload)
+	var raw []byte
+	var err error
+	if p, ok := payload.(fixedShape); ok {
+		raw, err = p.appendJSON(make([]byte, 0, 128))
+	} else {
+		raw, err = json.Marshal(payload)
+	}
 	if err != nil {
 		return Entry{}, fmt.Errorf("encode %s payload: %w", typ, err)
 	}

@@ -53,3 +53,15 @@ func TestCheckEvents_MarshaledSkipsOnlyTheParse(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCheckJSONText is the check of a typical event's data: an
+// assistant/message of one text block, without escapes.
+func BenchmarkCheckJSONText(b *testing.B) {
+	data := []byte(`{"turn":1,"step":1,"message":{"role":"assistant","content":[{"type":"text","text":"echo: hello from the bench, with a few more words to make it a sentence"}]},"usage":{"inputTokens":4,"outputTokens":5}}`)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if err := CheckJSONText(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -25,6 +25,14 @@ type Metrics struct {
 	backlog  prometheus.Gauge
 	oldest   prometheus.Gauge
 
+	// The children of the vectors every run and model step counts in, by
+	// label values: {provider, kind}, {provider, kind, stop_reason} and
+	// {provider, type}.
+	startedOf *Children[[2]string, prometheus.Counter]
+	liveOf    *Children[[2]string, prometheus.Gauge]
+	settledOf *Children[[3]string, prometheus.Counter]
+	tokensOf  *Children[[2]string, prometheus.Counter]
+
 	// mu guards mine and early. mine holds the runs this process counted
 	// live: an end this process records for a run another replica started
 	// (a lost replica's run it closes) must not take the gauge below what
@@ -113,6 +121,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.started, m.settled, m.live, m.follow, m.tokens, m.takeover, m.control, m.replays, m.hooks, m.backlog, m.oldest)
+	m.startedOf = NewChildren(func(l [2]string) prometheus.Counter { return m.started.WithLabelValues(l[:]...) })
+	m.liveOf = NewChildren(func(l [2]string) prometheus.Gauge { return m.live.WithLabelValues(l[:]...) })
+	m.settledOf = NewChildren(func(l [3]string) prometheus.Counter { return m.settled.WithLabelValues(l[:]...) })
+	m.tokensOf = NewChildren(func(l [2]string) prometheus.Counter { return m.tokens.WithLabelValues(l[:]...) })
 	return m
 }
 
@@ -130,9 +142,9 @@ func (m *Metrics) RunStarted(runID, provider, kind string) {
 	}
 	m.mu.Unlock()
 	if !ended {
-		m.live.WithLabelValues(provider, kind).Inc()
+		m.liveOf.Of([2]string{provider, kind}).Inc()
 	}
-	m.started.WithLabelValues(provider, kind).Inc()
+	m.startedOf.Of([2]string{provider, kind}).Inc()
 }
 
 // RunSettled counts the recorded end of run runID with stopReason.
@@ -160,9 +172,9 @@ func (m *Metrics) RunSettled(runID, provider, kind, stopReason string) {
 	// The gauge moves before the counter, so that a reader that sees the
 	// end counted sees the run no longer live.
 	if ok {
-		m.live.WithLabelValues(provider, kind).Dec()
+		m.liveOf.Of([2]string{provider, kind}).Dec()
 	}
-	m.settled.WithLabelValues(provider, kind, stopReason).Inc()
+	m.settledOf.Of([3]string{provider, kind, stopReason}).Inc()
 }
 
 // Followup counts a followup delivered by route.
@@ -182,10 +194,10 @@ func (m *Metrics) Tokens(provider string, input, output int) {
 		return
 	}
 	if input > 0 {
-		m.tokens.WithLabelValues(provider, "input").Add(float64(input))
+		m.tokensOf.Of([2]string{provider, "input"}).Add(float64(input))
 	}
 	if output > 0 {
-		m.tokens.WithLabelValues(provider, "output").Add(float64(output))
+		m.tokensOf.Of([2]string{provider, "output"}).Add(float64(output))
 	}
 }
 

@@ -171,3 +171,61 @@ func TestMetrics_LiveRunsWhateverTheListenersOrder(t *testing.T) {
 		t.Fatalf("live runs %v with one running, want 1", got)
 	}
 }
+
+// TestChildren_ResolvesEachLabelSetOnce: a child is asked of the vector
+// the first time its labels are seen, and counts into the vector's series
+// every time after.
+func TestChildren_ResolvesEachLabelSetOnce(t *testing.T) {
+	t.Parallel()
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "c_total", Help: "c"}, []string{"a", "b"})
+	asked := 0
+	c := NewChildren(func(l [2]string) prometheus.Counter { asked++; return vec.WithLabelValues(l[:]...) })
+	for range 3 {
+		c.Of([2]string{"x", "y"}).Inc()
+	}
+	c.Of([2]string{"x", "z"}).Inc()
+	if asked != 2 {
+		t.Errorf("the vector was asked %d times for 2 label sets", asked)
+	}
+	if got := testutil.ToFloat64(vec.WithLabelValues("x", "y")); got != 3 {
+		t.Errorf("x,y = %v, want 3", got)
+	}
+	if got := testutil.ToFloat64(vec.WithLabelValues("x", "z")); got != 1 {
+		t.Errorf("x,z = %v, want 1", got)
+	}
+}
+
+// TestLogHandler_AttrsAsSlogWritesThem: attributes and groups added in any
+// order, before or after records, come out as slog's own handler writes
+// them, trace ids after them.
+func TestLogHandler_AttrsAsSlogWritesThem(t *testing.T) {
+	t.Parallel()
+	var got, want bytes.Buffer
+	untimed := &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey && len(groups) == 0 {
+			return slog.Attr{}
+		}
+		return a
+	}}
+	ours := slog.New(LogHandler(slog.NewJSONHandler(&got, untimed)))
+	plain := slog.New(slog.NewJSONHandler(&want, untimed))
+	for _, log := range []*slog.Logger{ours, plain} {
+		a := log.With("child_id", "c1")
+		b := a.With("session_id", "c1", "n", 2)
+		a.Info("first")
+		b.Debug("not enabled")
+		b.Info("second")
+		b.WithGroup("g").With("k", "v").Info("grouped", "x", 1)
+		a.Info("third")
+	}
+	if got.String() != want.String() {
+		t.Errorf("log =\n%s\nwant\n%s", got.String(), want.String())
+	}
+	var traced map[string]any
+	buf := bytes.Buffer{}
+	ctx := WithTraceparent(context.Background(), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	slog.New(LogHandler(slog.NewJSONHandler(&buf, nil))).With("k", "v").With("l", "w").InfoContext(ctx, "traced")
+	if err := json.Unmarshal(buf.Bytes(), &traced); err != nil || traced["k"] != "v" || traced["l"] != "w" || traced["trace_id"] != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("traced record = %v (%v)", traced, err)
+	}
+}
