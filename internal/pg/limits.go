@@ -32,13 +32,28 @@ type limitsCache struct {
 func (c *limitsCache) get(tenant, id string) (store.Limits, uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.heedLocked()
+	l, ok := c.m[[2]string{tenant, id}]
+	return l.Clone(), c.gen, ok
+}
+
+// generation is what a write of limits hands to put once it committed:
+// the generation before it, so that a change announced meanwhile keeps
+// them out.
+func (c *limitsCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.heedLocked()
+	return c.gen
+}
+
+// heedLocked forgets everything if a change was announced.
+func (c *limitsCache) heedLocked() {
 	select {
 	case <-c.wake:
 		c.forgetLocked()
 	default:
 	}
-	l, ok := c.m[[2]string{tenant, id}]
-	return l.Clone(), c.gen, ok
 }
 
 // put keeps l, read at generation gen; a read that overlapped a change is

@@ -92,6 +92,7 @@ func (s *Store) StartRunWithSession(ctx context.Context, p store.StartRunParams)
 	tenant := store.Tenant(ctx)
 	h.CreatedAt = now(h.CreatedAt)
 	h.RootID = s.rootOf(ctx, h)
+	gen := s.limits.generation()
 	o := &op{topic: store.SessionTopic(h.ID), key: "s:" + h.ID, event: &start, tenant: tenant}
 	o.data = func(b *pgx.Batch) {
 		if len(evs) > 0 {
@@ -104,7 +105,7 @@ func (s *Store) StartRunWithSession(ctx context.Context, p store.StartRunParams)
 	if err = s.w.do(ctx, o); err != nil {
 		return nil, start, err
 	}
-	s.headers.put(tenant, h)
+	s.created(tenant, h, gen)
 	return log, start, nil
 }
 

@@ -65,11 +65,21 @@ func (s *Store) CreateSession(ctx context.Context, h store.Session) (err error) 
 	tenant := store.Tenant(ctx)
 	h.CreatedAt = now(h.CreatedAt)
 	h.RootID = s.rootOf(ctx, h)
+	gen := s.limits.generation()
 	if err := s.w.do(ctx, &op{data: func(b *pgx.Batch) { queueCreate(b, tenant, h) }}); err != nil {
 		return err
 	}
-	s.headers.put(tenant, h)
+	s.created(tenant, h, gen)
 	return nil
+}
+
+// created keeps the header and the limits of session h, which this Store
+// just created, so that neither is read back: a run's child is looked up,
+// and its limits checked at every step, right after its creation. gen is
+// the limits cache's generation before the write.
+func (s *Store) created(tenant string, h store.Session, gen uint64) {
+	s.headers.put(tenant, h)
+	s.limits.put(tenant, h.ID, gen, h.Limits.Stored())
 }
 
 // CreateSessionWithEvents stores a new header and evs as the start of its
@@ -86,12 +96,13 @@ func (s *Store) CreateSessionWithEvents(ctx context.Context, h store.Session, ev
 	tenant := store.Tenant(ctx)
 	h.CreatedAt = now(h.CreatedAt)
 	h.RootID = s.rootOf(ctx, h)
+	gen := s.limits.generation()
 	o := &op{topic: store.SessionTopic(h.ID), key: "s:" + h.ID}
 	o.data = func(b *pgx.Batch) { queueCreateWithEvents(b, tenant, h, evs, &out) }
 	if err = s.w.do(ctx, o); err != nil {
 		return nil, err
 	}
-	s.headers.put(tenant, h)
+	s.created(tenant, h, gen)
 	return out, nil
 }
 
