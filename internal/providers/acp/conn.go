@@ -57,8 +57,9 @@ func (p *Provider) launch(ctx context.Context, cwd string, h handler, log *slog.
 	if err != nil {
 		return nil, p.unavailable("cannot start %s: %v", p.cfg.Command, err)
 	}
-	l := &live{p: p, log: log, proc: proc, released: make(chan struct{}), client: &client{h: h, root: cwd}}
-	l.conn = sdk.NewClientSideConnection(l.client, proc.stdin, proc.stdout)
+	ord := newOrder(proc.stdout)
+	l := &live{p: p, log: log, proc: proc, released: make(chan struct{}), client: &client{h: h, root: cwd, order: ord}}
+	l.conn = sdk.NewClientSideConnection(l.client, proc.stdin, ord)
 	l.conn.SetLogger(log)
 	err = l.call(ctx, "initialize", func(ctx context.Context) error {
 		resp, err := l.conn.Initialize(ctx, sdk.InitializeRequest{
@@ -256,6 +257,9 @@ type client struct {
 	// root is the workspace the agent's file system requests are jailed
 	// to: the cwd it runs in, symlinks resolved (fs.go).
 	root string
+	// order keeps each permission request after the session updates the
+	// agent sent before it.
+	order *order
 
 	mu sync.Mutex
 	h  handler
@@ -282,10 +286,12 @@ func (c *client) handler() handler {
 
 func (c *client) SessionUpdate(_ context.Context, n sdk.SessionNotification) error {
 	c.handler().sessionUpdate(n)
+	c.order.handled()
 	return nil
 }
 
-func (c *client) RequestPermission(_ context.Context, req sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
+func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
+	c.order.wait(ctx)
 	return c.handler().requestPermission(req), nil
 }
 
