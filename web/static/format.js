@@ -38,13 +38,14 @@ export function formatClock(ms, { day = false, millis = false } = {}) {
   return day ? `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock}` : clock;
 }
 
-// One formatter for every count: toLocaleString builds a new one per call,
-// which a tree of a thousand rows pays for on every render.
-const COUNT = new Intl.NumberFormat('en-US');
-
-/** Formats a token count with thousands separators ("12,345"). */
+/**
+ * Formats a token count, a whole number, with thousands separators
+ * ("12,345"). Not with Intl.NumberFormat or toLocaleString: the first of
+ * either in a page initialises the browser's ICU data, 30–70 ms of a fresh
+ * tab's main thread before its first frame (bench/README.md).
+ */
 export function formatTokens(n) {
-  return COUNT.format(Number(n || 0));
+  return String(Math.round(Number(n || 0))).replace(/\B(?=(\d{3})+(?!\d))/g, ',');
 }
 
 /** Says a pair of token counts in words ("1,200 in / 300 out tokens"). */

@@ -4,7 +4,7 @@
 // and the composer that sends what fits it.
 
 import { api } from './api.js';
-import { blocksText, formatDuration, formatUsage, h, prettyJSON, shortId, stateStyle, textBlocks } from './format.js';
+import { blocksText, formatClock, formatDuration, formatTokens, formatUsage, h, prettyJSON, shortId, stateStyle, textBlocks, toMillis } from './format.js';
 import { exportTree, runAsCurl } from './export.js';
 import { clearErrors, showApiError } from './forms.js';
 import { paths } from './paths.js';
@@ -66,7 +66,7 @@ export class SessionView {
     if (n.provider) items.push(metaItem('Provider', n.provider));
     if (v.stopReason) items.push(metaItem('Stop reason', h('span', { 'data-testid': 'head-stop-reason' }, v.stopReason)));
     if (v.durationMs !== null) items.push(metaItem('Active', h('span', { 'data-dur-head': '' }, formatDuration(v.durationMs))));
-    if (n.createdAt) items.push(metaItem('Created', new Date(n.createdAt).toLocaleString()));
+    if (n.createdAt) items.push(metaItem('Created', formatClock(toMillis(n.createdAt), { day: true })));
     const u = s.sessionUsage(n);
     // The API's sums answer first; the logs this page read are summed only
     // until it answers, or when it cannot.
@@ -177,11 +177,11 @@ export class SessionView {
         'aria-valuenow': String(Math.min(b.used, b.budget)), 'aria-label': 'Token budget used' },
       h('span', { class: 'budget-fill', style: `width: ${pct}%` })),
       h('span', { 'data-testid': 'head-budget', 'data-paused': String(b.paused) },
-        ` ${b.used.toLocaleString()} of ${b.budget.toLocaleString()} tokens${b.paused ? ' — paused' : ''}`),
+        ` ${formatTokens(b.used)} of ${formatTokens(b.budget)} tokens${b.paused ? ' — paused' : ''}`),
     ];
     if (b.paused) {
       const raised = Math.max(2 * b.budget, 2 * b.used, 1);
-      parts.push(' ', h('button', { type: 'button', 'data-testid': 'budget-raise', title: `Raise the tree's token budget to ${raised.toLocaleString()}; what waits then runs`,
+      parts.push(' ', h('button', { type: 'button', 'data-testid': 'budget-raise', title: `Raise the tree's token budget to ${formatTokens(raised)}; what waits then runs`,
         onclick: (ev) => this.raiseBudget(ev.currentTarget, rootId, raised) }, 'Raise budget'));
     }
     return h('span', { class: 'budget' }, ...parts);

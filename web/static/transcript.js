@@ -23,7 +23,7 @@
 // (loadEarlier): what is noted of the earlier part is then told once it is
 // in, as if it had come first.
 
-import { blocksText, formatDuration, formatUsage, h, prettyJSON, stateStyle, toMillis } from './format.js';
+import { blocksText, formatClock, formatDuration, formatUsage, h, prettyJSON, stateStyle, toMillis } from './format.js';
 
 /** Event log rows shown per page. */
 const LOG_PAGE = 500;
@@ -422,7 +422,7 @@ export class Transcript {
 
   logRow(ev) {
     const { seq, type, time, payload } = ev;
-    const when = time ? new Date(time).toLocaleTimeString() : '';
+    const when = time ? formatClock(toMillis(time)) : '';
     // The JSON is built when the row is opened: a log of ten thousand
     // events stays cheap to show.
     const details = h('details', {}, h('summary', {}, summarize(type, payload), ev.chunks ? h('span', { class: 'chip', 'data-testid': 'folded-chunks' }, `${ev.chunks} chunk${ev.chunks > 1 ? 's' : ''} folded`) : null));

@@ -8,7 +8,7 @@
 // between rows; Left/Right collapse and expand. A row is rebuilt only when
 // what it shows changed.
 
-import { formatAge, formatDuration, formatTokensShort, h, stateStyle } from './format.js';
+import { formatAge, formatClock, formatDuration, formatTokensShort, h, stateStyle } from './format.js';
 
 /** Height of one row in px; rows are positioned by index. */
 const ROW_H = 30;
@@ -237,7 +237,7 @@ export class Tree {
     if (v.mode === 'continuable' && v.tasks) tail.push(h('span', { class: 'chip', 'data-testid': 'node-tasks' }, `${v.tasks} task${v.tasks > 1 ? 's' : ''}`));
     if (v.disposed) tail.push(h('span', { class: 'chip', 'data-testid': 'node-disposed' }, 'disposed'));
     if (waiting) tail.push(h('span', { class: 'chip tone-warn', 'data-testid': 'node-waiting', title: `${waiting} approval${waiting > 1 ? 's' : ''} pending: see Approvals` }, h('span', { 'aria-hidden': 'true' }, '◷ '), 'waiting for approval'));
-    if (at) tail.push(h('span', { class: 'age', 'data-age': at, 'data-testid': 'node-age', title: new Date(at).toLocaleString() }, formatAge(Date.now() - at)));
+    if (at) tail.push(h('span', { class: 'age', 'data-age': at, 'data-testid': 'node-age', title: formatClock(at, { day: true }) }, formatAge(Date.now() - at)));
     if (v.durationMs !== null) tail.push(h('span', { class: 'dur', 'data-dur-for': n.id }, formatDuration(v.durationMs)));
     if (u.steps) tail.push(h('span', { class: 'tokens', 'data-testid': 'node-tokens', title: `${u.input} in / ${u.output} out tokens` }, `${formatTokensShort(u.input + u.output)} tok`));
     const stop = v.stopReason && v.stopReason !== v.state ? `, stop: ${v.stopReason}` : '';
