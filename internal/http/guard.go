@@ -164,8 +164,6 @@ func checkText(r *http.Request) error {
 	return nil
 }
 
-// validText reports whether s is UTF-8 without NUL characters, which
-// Postgres refuses in text.
 // queryToCheck is the parsed rawQuery whose names and values checkText
 // checks, nil when none can fail the check: without a percent escape
 // every name and value is a piece of rawQuery cut at ASCII bytes ('&',
@@ -178,6 +176,8 @@ func queryToCheck(rawQuery string) url.Values {
 	return q
 }
 
+// validText reports whether s is UTF-8 without NUL characters, which
+// Postgres refuses in text.
 func validText(s string) bool {
 	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
