@@ -135,6 +135,29 @@ func waitLog(t *testing.T, st store.Store, id, what string, pred func([]store.Ev
 	}
 }
 
+// waitLifecycle waits until the lifecycle log holds an event of type typ
+// in the tree of root.
+func waitLifecycle(t *testing.T, st store.Store, root, typ string) {
+	t.Helper()
+	wake, stop := st.Subscribe(store.LifecycleTopic)
+	defer stop()
+	timeout := time.After(inprocesstest.Timeout)
+	for {
+		got, err := st.Lifecycle(inprocesstest.Ctx(t), store.LifecycleFilter{RootID: root, Types: []string{typ}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) > 0 {
+			return
+		}
+		select {
+		case <-wake:
+		case <-timeout:
+			t.Fatalf("timed out waiting for %s in the tree of %s", typ, root)
+		}
+	}
+}
+
 // hasText reports whether the log holds a user/message with text s.
 func hasText(t *testing.T, s string) func([]store.Event) bool {
 	return func(evs []store.Event) bool { return countUser(t, evs, s) > 0 }
@@ -350,6 +373,11 @@ func TestControl_BudgetRaisedThroughBResumesTheRootADrives(t *testing.T) {
 	if err != nil || len(pending) != 1 || pending[0].ID != id {
 		t.Fatalf("the spent tree's root inbox %+v (%v), want the prompt %s waiting", pending, err, id)
 	}
+	// The tree is paused by whichever replica finds it spent first: B
+	// taking the prompt, or A's agent before the prompt's first step (B
+	// may not have learnt the budget A set yet: a replica hears of another's
+	// change of limits by NOTIFY, or a poll later). The raise comes after.
+	waitLifecycle(t, a.h.Store, rootID, governance.EventTreePaused)
 	tree, err := b.limits.Patch(ctx, rootID, governance.LimitsPatch{Set: subagent.Limits{TokenBudget: new(int64(100))}})
 	if err != nil || tree.Exhausted() {
 		t.Fatalf("raise through B: %+v, %v", tree, err)
@@ -366,6 +394,8 @@ func TestControl_BudgetRaisedThroughBResumesTheRootADrives(t *testing.T) {
 		t.Fatal("B loaded an agent of its own for a root A drives")
 	}
 	for typ, want := range map[string]int{governance.EventTreePaused: 1, governance.EventTreeResumed: 1} {
+		// B announced the resume: A reads it once B's commit reached it.
+		waitLifecycle(t, a.h.Store, rootID, typ)
 		got, err := a.h.Store.Lifecycle(ctx, store.LifecycleFilter{RootID: rootID, Types: []string{typ}})
 		if err != nil || len(got) != want {
 			t.Fatalf("%s events %v (%v), want %d", typ, got, err, want)
