@@ -201,19 +201,9 @@ func (l *Limits) Patch(ctx context.Context, id string, p LimitsPatch) (Tree, err
 	if err != nil {
 		return Tree{}, err
 	}
-	cur, err := l.store.SessionLimits(ctx, id)
+	next, err := l.apply(ctx, id, p.Clear, set)
 	if err != nil {
-		return Tree{}, notFound(id, err)
-	}
-	next := cur.Clone()
-	for _, name := range p.Clear {
-		if err := clearLimit(&next, name); err != nil {
-			return Tree{}, err
-		}
-	}
-	next = overlay(next, set)
-	if err := l.store.SetSessionLimits(ctx, id, next); err != nil {
-		return Tree{}, notFound(id, err)
+		return Tree{}, err
 	}
 	t := Tree{Limits: next.Stored(), Root: root}
 	if err := l.count(ctx, &t); err != nil {
@@ -234,6 +224,38 @@ func (l *Limits) Patch(ctx context.Context, id string, p LimitsPatch) (Tree, err
 		l.deliver(ctx, id)
 	}
 	return t, nil
+}
+
+// patchAttempts bounds how often apply reads a root's limits again after
+// another writer changed them between its read and its write.
+const patchAttempts = 8
+
+// apply clears the limits named by clear on root id and sets those of set
+// over what is stored, and returns the result. The read and the write are
+// one compare-and-swap, so a change made meanwhile, on any replica, is
+// read again rather than overwritten.
+func (l *Limits) apply(ctx context.Context, id string, clear []string, set store.Limits) (store.Limits, error) {
+	for range patchAttempts {
+		cur, err := l.store.SessionLimits(ctx, id)
+		if err != nil {
+			return store.Limits{}, notFound(id, err)
+		}
+		next := cur.Clone()
+		for _, name := range clear {
+			if err := clearLimit(&next, name); err != nil {
+				return store.Limits{}, err
+			}
+		}
+		next = overlay(next, set)
+		swapped, err := l.store.SwapSessionLimits(ctx, id, cur, next)
+		if err != nil {
+			return store.Limits{}, notFound(id, err)
+		}
+		if swapped {
+			return next, nil
+		}
+	}
+	return store.Limits{}, fmt.Errorf("set limits of %s: changed by others %d times in a row", id, patchAttempts)
 }
 
 // deliver hands what the sessions of root's tree held back while it was

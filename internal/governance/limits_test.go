@@ -1,10 +1,14 @@
 package governance
 
 import (
+	"context"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/subagentd/subagentd/internal/memstore"
 	"github.com/subagentd/subagentd/internal/store"
+	"github.com/subagentd/subagentd/internal/subagent"
 )
 
 // TestNarrowed: the limits in force are the minimum, field by field, of
@@ -28,4 +32,54 @@ func TestNarrowed(t *testing.T) {
 	if got := narrowed(store.Limits{}, store.Limits{}); !got.IsZero() {
 		t.Fatalf("narrowed of none %+v", got)
 	}
+}
+
+// staleLimits is a memstore whose first SessionLimits answers what it
+// held before another writer's change: the read of a replica whose cache
+// has not heard of that change yet.
+type staleLimits struct {
+	*memstore.Store
+	stale *store.Limits
+}
+
+func (s *staleLimits) SessionLimits(ctx context.Context, id string) (store.Limits, error) {
+	if l := s.stale; l != nil {
+		s.stale = nil
+		return *l, nil
+	}
+	return s.Store.SessionLimits(ctx, id)
+}
+
+// TestPatch_DoesNotOverwriteAChangeItDidNotRead: a patch that read the
+// root's limits before another writer changed them keeps that change: its
+// write is refused and it reads again.
+func TestPatch_DoesNotOverwriteAChangeItDidNotRead(t *testing.T) {
+	ctx := t.Context()
+	mem := memstore.New()
+	if err := mem.CreateSession(ctx, store.Session{ID: "root", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	before := store.Limits{}
+	// Another replica sets a depth limit; this one still reads none.
+	if err := mem.SetSessionLimits(ctx, "root", store.Limits{MaxDepth: new(int64(2))}); err != nil {
+		t.Fatal(err)
+	}
+	l := NewLimits(&staleLimits{Store: mem, stale: &before}, slog.New(slog.DiscardHandler))
+	if _, err := l.Patch(ctx, "root", LimitsPatch{Set: subagent.Limits{TokenBudget: new(int64(100))}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := mem.SessionLimits(ctx, "root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MaxDepth == nil || *got.MaxDepth != 2 || got.TokenBudget == nil || *got.TokenBudget != 100 {
+		t.Fatalf("limits after the patch: depth %v, budget %v; want 2 and 100", deref(got.MaxDepth), deref(got.TokenBudget))
+	}
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

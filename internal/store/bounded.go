@@ -64,6 +64,10 @@ func (b *bounded) SetSessionLimits(ctx context.Context, id string, l Limits) err
 	return do(b, ctx, func(c context.Context) error { return b.Store.SetSessionLimits(c, id, l) })
 }
 
+func (b *bounded) SwapSessionLimits(ctx context.Context, id string, old, next Limits) (bool, error) {
+	return call(b, ctx, func(c context.Context) (bool, error) { return b.Store.SwapSessionLimits(c, id, old, next) })
+}
+
 func (b *bounded) SetTreePaused(ctx context.Context, id string, paused bool) (bool, error) {
 	return call(b, ctx, func(c context.Context) (bool, error) { return b.Store.SetTreePaused(c, id, paused) })
 }

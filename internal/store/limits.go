@@ -52,7 +52,8 @@ func clonePtr[T any](p *T) *T {
 // written with its header at creation (Session.Limits), and changed
 // afterwards for a root only (PATCH /v1/sessions/{id}/limits). Headers are
 // cached as immutable, so a root's current limits are read with
-// SessionLimits, uncached, on every replica.
+// SessionLimits, which a Store may cache only until a change is announced,
+// and changed with SwapSessionLimits over what was read.
 type TreeLimits interface {
 	// SessionLimits returns the limits stored with session id. Returns
 	// ErrNotFound.
@@ -60,6 +61,11 @@ type TreeLimits interface {
 	// SetSessionLimits replaces the limits stored with session id.
 	// Returns ErrNotFound.
 	SetSessionLimits(ctx context.Context, id string, l Limits) error
+	// SwapSessionLimits replaces the limits stored with session id by
+	// next if they still are old (as Stored), and reports whether it did:
+	// a read-modify-write that another writer, on any replica, changed
+	// in between reads again. Returns ErrNotFound.
+	SwapSessionLimits(ctx context.Context, id string, old, next Limits) (swapped bool, err error)
 	// SetTreePaused marks root id's tree paused or not and reports
 	// whether the mark changed: of racing callers, on any replica, one
 	// sees each flip. A new session is not paused. Returns ErrNotFound.

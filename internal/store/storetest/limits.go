@@ -41,6 +41,47 @@ var limitTests = []test{
 		ok(t, s.SetSessionLimits(ctx, "root", store.Limits{}))
 		same(t, "SessionLimits(root) cleared", must(s.SessionLimits(ctx, "root"))(t), store.Limits{}, canonLimits)
 	}},
+	{"SwapSessionLimits_OnlyOverWhatWasRead", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		deadline := time.Date(2030, 1, 2, 3, 4, 5, 6000, time.FixedZone("x", 3600))
+		ok(t, s.CreateSession(ctx, store.Session{ID: "root", CreatedAt: t0,
+			Limits: store.Limits{MaxDepth: ptr[int64](2), Deadline: &deadline, IdleTimeout: ptr(90 * time.Second)}}))
+		read := must(s.SessionLimits(ctx, "root"))(t)
+		raised := read.Clone()
+		raised.TokenBudget = ptr[int64](100)
+		if !must(s.SwapSessionLimits(ctx, "root", read, raised))(t) {
+			t.Fatal("SwapSessionLimits over the limits just read did not swap")
+		}
+		same(t, "SessionLimits(root) after the swap", must(s.SessionLimits(ctx, "root"))(t), raised.Stored(), canonLimits)
+		// A second writer that read before the swap must read again.
+		stale := read.Clone()
+		stale.MaxChildren = ptr[int64](3)
+		if must(s.SwapSessionLimits(ctx, "root", read, stale))(t) {
+			t.Fatal("SwapSessionLimits over limits changed since they were read swapped")
+		}
+		same(t, "SessionLimits(root) after a refused swap", must(s.SessionLimits(ctx, "root"))(t), raised.Stored(), canonLimits)
+		_, err := s.SwapSessionLimits(ctx, "nope", store.Limits{}, store.Limits{})
+		isErr(t, err, store.ErrNotFound, "SwapSessionLimits(unknown)")
+		_, err = s.SwapSessionLimits(other(ctx), "root", raised, store.Limits{})
+		isErr(t, err, store.ErrNotFound, "SwapSessionLimits(other tenant)")
+		// Of concurrent swaps over the same read, one wins.
+		cur := must(s.SessionLimits(ctx, "root"))(t)
+		var wg sync.WaitGroup
+		var won atomic.Int32
+		for i := range 8 {
+			wg.Go(func() {
+				next := cur.Clone()
+				next.MaxConcurrent = ptr(int64(i + 1))
+				if swapped, err := s.SwapSessionLimits(ctx, "root", cur, next); err == nil && swapped {
+					won.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := won.Load(); n != 1 {
+			t.Fatalf("%d of 8 concurrent swaps over one read won, want 1", n)
+		}
+	}},
 	{"SetTreePaused_ReportsEachFlipOnce", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		ok(t, s.CreateSession(ctx, store.Session{ID: "root", CreatedAt: t0}))
