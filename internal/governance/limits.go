@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/subagentd/subagentd/internal/agent"
@@ -13,19 +14,6 @@ import (
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
-
-// Limit field names, as the API and PATCH …/limits name them.
-const (
-	LimitMaxDepth      = "maxDepth"
-	LimitMaxChildren   = "maxChildren"
-	LimitMaxConcurrent = "maxConcurrent"
-	LimitTokenBudget   = "tokenBudget"
-	LimitDeadline      = "deadline"
-	LimitIdleTimeout   = "idleTimeout"
-)
-
-// LimitNames lists every limit field.
-var LimitNames = []string{LimitMaxDepth, LimitMaxChildren, LimitMaxConcurrent, LimitTokenBudget, LimitDeadline, LimitIdleTimeout}
 
 // Lifecycle types of a tree's budget: data {sessionId, rootSessionId,
 // tokens, tokenBudget}, each appended once per flip of the tree's paused
@@ -179,7 +167,7 @@ func (l *Limits) AdmitChild(ctx context.Context, parent store.Session, narrow *s
 }
 
 // LimitsPatch changes a root's limits: Set's fields that are set replace
-// the stored ones, and the fields Clear names (LimitNames) are removed.
+// the stored ones, and the fields Clear names (store.LimitNames) are removed.
 type LimitsPatch struct {
 	Set   subagent.Limits
 	Clear []string
@@ -226,36 +214,21 @@ func (l *Limits) Patch(ctx context.Context, id string, p LimitsPatch) (Tree, err
 	return t, nil
 }
 
-// patchAttempts bounds how often apply reads a root's limits again after
-// another writer changed them between its read and its write.
-const patchAttempts = 8
-
 // apply clears the limits named by clear on root id and sets those of set
-// over what is stored, and returns the result. The read and the write are
-// one compare-and-swap, so a change made meanwhile, on any replica, is
-// read again rather than overwritten.
+// over what is stored, in one write, and returns the result: a change
+// made meanwhile, on any replica, to another limit is kept.
 func (l *Limits) apply(ctx context.Context, id string, clear []string, set store.Limits) (store.Limits, error) {
-	for range patchAttempts {
-		cur, err := l.store.SessionLimits(ctx, id)
-		if err != nil {
-			return store.Limits{}, notFound(id, err)
-		}
-		next := cur.Clone()
-		for _, name := range clear {
-			if err := clearLimit(&next, name); err != nil {
-				return store.Limits{}, err
-			}
-		}
-		next = overlay(next, set)
-		swapped, err := l.store.SwapSessionLimits(ctx, id, cur, next)
-		if err != nil {
-			return store.Limits{}, notFound(id, err)
-		}
-		if swapped {
-			return next, nil
+	for _, name := range clear {
+		if !slices.Contains(store.LimitNames, name) {
+			return store.Limits{}, &subagent.Error{Code: subagent.EInvalidRequest, Message: "no limit named " + name,
+				Fields: map[string]string{name: "is no limit"}}
 		}
 	}
-	return store.Limits{}, fmt.Errorf("set limits of %s: changed by others %d times in a row", id, patchAttempts)
+	next, err := l.store.PatchSessionLimits(ctx, id, store.LimitsPatch{Clear: clear, Set: set})
+	if err != nil {
+		return store.Limits{}, notFound(id, err)
+	}
+	return next, nil
 }
 
 // deliver hands what the sessions of root's tree held back while it was
@@ -498,54 +471,6 @@ func minPtr[T int64 | time.Duration](a, b *T) *T {
 		return new(*b)
 	}
 	return a
-}
-
-// overlay returns base with every field that set has replaced.
-func overlay(base, set store.Limits) store.Limits {
-	out := base.Clone()
-	set = set.Clone()
-	if set.MaxDepth != nil {
-		out.MaxDepth = set.MaxDepth
-	}
-	if set.MaxChildren != nil {
-		out.MaxChildren = set.MaxChildren
-	}
-	if set.MaxConcurrent != nil {
-		out.MaxConcurrent = set.MaxConcurrent
-	}
-	if set.TokenBudget != nil {
-		out.TokenBudget = set.TokenBudget
-	}
-	if set.Deadline != nil {
-		out.Deadline = set.Deadline
-	}
-	if set.IdleTimeout != nil {
-		out.IdleTimeout = set.IdleTimeout
-	}
-	return out
-}
-
-// clearLimit removes the field name of l. Returns EInvalidRequest for a
-// name that is no limit.
-func clearLimit(l *store.Limits, name string) error {
-	switch name {
-	case LimitMaxDepth:
-		l.MaxDepth = nil
-	case LimitMaxChildren:
-		l.MaxChildren = nil
-	case LimitMaxConcurrent:
-		l.MaxConcurrent = nil
-	case LimitTokenBudget:
-		l.TokenBudget = nil
-	case LimitDeadline:
-		l.Deadline = nil
-	case LimitIdleTimeout:
-		l.IdleTimeout = nil
-	default:
-		return &subagent.Error{Code: subagent.EInvalidRequest, Message: "no limit named " + name,
-			Fields: map[string]string{name: "is no limit"}}
-	}
-	return nil
 }
 
 // notFound maps the store's ErrNotFound for session id to ESessionNotFound.

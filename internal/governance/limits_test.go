@@ -50,9 +50,9 @@ func (s *staleLimits) SessionLimits(ctx context.Context, id string) (store.Limit
 	return s.Store.SessionLimits(ctx, id)
 }
 
-// TestPatch_DoesNotOverwriteAChangeItDidNotRead: a patch that read the
-// root's limits before another writer changed them keeps that change: its
-// write is refused and it reads again.
+// TestPatch_DoesNotOverwriteAChangeItDidNotRead: a patch made where the
+// root's limits read as they were before another writer changed them keeps
+// that change: its write changes only the limits it names.
 func TestPatch_DoesNotOverwriteAChangeItDidNotRead(t *testing.T) {
 	ctx := t.Context()
 	mem := memstore.New()

@@ -109,7 +109,7 @@ func nulls(body []byte) []string {
 	var fields map[string]json.RawMessage
 	_ = json.Unmarshal(body, &fields) // unmarshal accepted it as an object
 	var out []string
-	for _, name := range governance.LimitNames {
+	for _, name := range store.LimitNames {
 		if v, ok := fields[name]; ok && string(v) == "null" {
 			out = append(out, name)
 		}

@@ -14,7 +14,6 @@
 package memstore
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -273,22 +272,17 @@ func (s *Store) SetSessionLimits(ctx context.Context, id string, l store.Limits)
 	return nil
 }
 
-// SwapSessionLimits replaces the limits stored with session id by next if
-// they equal old. Returns store.ErrNotFound.
-func (s *Store) SwapSessionLimits(ctx context.Context, id string, old, next store.Limits) (bool, error) {
+// PatchSessionLimits applies p to the limits stored with session id and
+// returns the result. Returns store.ErrNotFound.
+func (s *Store) PatchSessionLimits(ctx context.Context, id string, p store.LimitsPatch) (store.Limits, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess, err := s.session(ctx, id)
 	if err != nil {
-		return false, fmt.Errorf("memstore: swap session limits: %w", err)
+		return store.Limits{}, fmt.Errorf("memstore: patch session limits: %w", err)
 	}
-	cur, _ := json.Marshal(sess.limits.Stored())
-	want, _ := json.Marshal(old.Stored()) // pointers to numbers and times always marshal
-	if !bytes.Equal(cur, want) {
-		return false, nil
-	}
-	sess.limits = next.Stored()
-	return true, nil
+	sess.limits = sess.limits.Patched(p).Stored()
+	return sess.limits.Clone(), nil
 }
 
 // SetTreePaused marks session id's tree paused or not and reports whether

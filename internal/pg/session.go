@@ -239,22 +239,24 @@ func (s *Store) SetSessionLimits(ctx context.Context, id string, l store.Limits)
 	return err
 }
 
-// SwapSessionLimits replaces the limits stored with session id by next if
-// they equal old (jsonb equality), waking every replica's limits cache as
-// SetSessionLimits does. Returns store.ErrNotFound.
-func (s *Store) SwapSessionLimits(ctx context.Context, id string, old, next store.Limits) (swapped bool, err error) {
-	defer wrap(&err, "swap limits of session %q", id)
-	defer s.limits.forget() // changed, or the caller read stale limits: read them again
-	var found bool
-	var n int64
-	err = s.pool.QueryRow(ctx, `WITH up AS (UPDATE sessions SET limits = $4 WHERE tenant = $1 AND id = $2 AND limits = $3::jsonb RETURNING id)
-		SELECT EXISTS (SELECT 1 FROM sessions WHERE tenant = $1 AND id = $2), count(pg_notify($5, $6)) FROM up`,
-		store.Tenant(ctx), id, limitsJSON(old), limitsJSON(next), notifyChannel, limitsTopic).Scan(&found, &n)
-	swapped = n > 0
-	if err == nil && !found {
-		err = store.ErrNotFound
+// PatchSessionLimits applies p to the limits stored with session id in
+// one statement, which also wakes every replica's limits cache: jsonb's -
+// and || change only the fields p names, so writers never undo each
+// other's changes, and a field a newer replica wrote that this build does
+// not know is kept. Returns store.ErrNotFound.
+func (s *Store) PatchSessionLimits(ctx context.Context, id string, p store.LimitsPatch) (_ store.Limits, err error) {
+	defer wrap(&err, "patch limits of session %q", id)
+	defer s.limits.forget()
+	clear := p.Clear
+	if clear == nil {
+		clear = []string{}
 	}
-	return swapped, err
+	var l store.Limits
+	err = s.pool.QueryRow(ctx, `WITH up AS (UPDATE sessions SET limits = (limits - $3::text[]) || $4::jsonb
+			WHERE tenant = $1 AND id = $2 RETURNING limits)
+		SELECT limits, pg_notify($5, $6) FROM up`,
+		store.Tenant(ctx), id, clear, limitsJSON(p.Set), notifyChannel, limitsTopic).Scan(&l, nil)
+	return l.Stored(), err
 }
 
 // SetTreePaused marks session id's tree paused or not and reports whether

@@ -64,8 +64,8 @@ func (b *bounded) SetSessionLimits(ctx context.Context, id string, l Limits) err
 	return do(b, ctx, func(c context.Context) error { return b.Store.SetSessionLimits(c, id, l) })
 }
 
-func (b *bounded) SwapSessionLimits(ctx context.Context, id string, old, next Limits) (bool, error) {
-	return call(b, ctx, func(c context.Context) (bool, error) { return b.Store.SwapSessionLimits(c, id, old, next) })
+func (b *bounded) PatchSessionLimits(ctx context.Context, id string, p LimitsPatch) (Limits, error) {
+	return call(b, ctx, func(c context.Context) (Limits, error) { return b.Store.PatchSessionLimits(c, id, p) })
 }
 
 func (b *bounded) SetTreePaused(ctx context.Context, id string, paused bool) (bool, error) {

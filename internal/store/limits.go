@@ -17,6 +17,70 @@ type Limits struct {
 	IdleTimeout   *time.Duration `json:"idleTimeout,omitempty"`
 }
 
+// The JSON names of the fields of Limits, as the API and the stores name
+// them.
+const (
+	LimitMaxDepth      = "maxDepth"
+	LimitMaxChildren   = "maxChildren"
+	LimitMaxConcurrent = "maxConcurrent"
+	LimitTokenBudget   = "tokenBudget"
+	LimitDeadline      = "deadline"
+	LimitIdleTimeout   = "idleTimeout"
+)
+
+// LimitNames lists the JSON name of every field of Limits.
+var LimitNames = []string{LimitMaxDepth, LimitMaxChildren, LimitMaxConcurrent, LimitTokenBudget, LimitDeadline, LimitIdleTimeout}
+
+// LimitsPatch is a change to stored limits (TreeLimits.PatchSessionLimits):
+// the fields Clear names (LimitNames) are removed, then the fields set in
+// Set replace what is stored. A field neither names stays as it is.
+type LimitsPatch struct {
+	Clear []string
+	Set   Limits
+}
+
+// Patched returns a copy of l with p applied; a name in p.Clear that is
+// none of LimitNames changes nothing.
+func (l Limits) Patched(p LimitsPatch) Limits {
+	out := l.Clone()
+	for _, name := range p.Clear {
+		switch name {
+		case LimitMaxDepth:
+			out.MaxDepth = nil
+		case LimitMaxChildren:
+			out.MaxChildren = nil
+		case LimitMaxConcurrent:
+			out.MaxConcurrent = nil
+		case LimitTokenBudget:
+			out.TokenBudget = nil
+		case LimitDeadline:
+			out.Deadline = nil
+		case LimitIdleTimeout:
+			out.IdleTimeout = nil
+		}
+	}
+	set := p.Set.Clone()
+	if set.MaxDepth != nil {
+		out.MaxDepth = set.MaxDepth
+	}
+	if set.MaxChildren != nil {
+		out.MaxChildren = set.MaxChildren
+	}
+	if set.MaxConcurrent != nil {
+		out.MaxConcurrent = set.MaxConcurrent
+	}
+	if set.TokenBudget != nil {
+		out.TokenBudget = set.TokenBudget
+	}
+	if set.Deadline != nil {
+		out.Deadline = set.Deadline
+	}
+	if set.IdleTimeout != nil {
+		out.IdleTimeout = set.IdleTimeout
+	}
+	return out
+}
+
 // Clone returns a copy of l that shares no pointer with it.
 func (l Limits) Clone() Limits {
 	return Limits{MaxDepth: clonePtr(l.MaxDepth), MaxChildren: clonePtr(l.MaxChildren),
@@ -53,7 +117,7 @@ func clonePtr[T any](p *T) *T {
 // afterwards for a root only (PATCH /v1/sessions/{id}/limits). Headers are
 // cached as immutable, so a root's current limits are read with
 // SessionLimits, which a Store may cache only until a change is announced,
-// and changed with SwapSessionLimits over what was read.
+// and changed with PatchSessionLimits.
 type TreeLimits interface {
 	// SessionLimits returns the limits stored with session id. Returns
 	// ErrNotFound.
@@ -61,11 +125,12 @@ type TreeLimits interface {
 	// SetSessionLimits replaces the limits stored with session id.
 	// Returns ErrNotFound.
 	SetSessionLimits(ctx context.Context, id string, l Limits) error
-	// SwapSessionLimits replaces the limits stored with session id by
-	// next if they still are old (as Stored), and reports whether it did:
-	// a read-modify-write that another writer, on any replica, changed
-	// in between reads again. Returns ErrNotFound.
-	SwapSessionLimits(ctx context.Context, id string, old, next Limits) (swapped bool, err error)
+	// PatchSessionLimits applies p to the limits stored with session id
+	// in one write and returns the result (as Stored): writers on any
+	// replica never undo each other's changes, and a field this build
+	// does not know, written by a newer replica, is kept. Returns
+	// ErrNotFound.
+	PatchSessionLimits(ctx context.Context, id string, p LimitsPatch) (Limits, error)
 	// SetTreePaused marks root id's tree paused or not and reports
 	// whether the mark changed: of racing callers, on any replica, one
 	// sees each flip. A new session is not paused. Returns ErrNotFound.

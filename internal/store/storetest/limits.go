@@ -41,46 +41,50 @@ var limitTests = []test{
 		ok(t, s.SetSessionLimits(ctx, "root", store.Limits{}))
 		same(t, "SessionLimits(root) cleared", must(s.SessionLimits(ctx, "root"))(t), store.Limits{}, canonLimits)
 	}},
-	{"SwapSessionLimits_OnlyOverWhatWasRead", func(t *testing.T, s store.Store) {
+	{"PatchSessionLimits_ChangesOnlyWhatItNames", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		deadline := time.Date(2030, 1, 2, 3, 4, 5, 6000, time.FixedZone("x", 3600))
-		ok(t, s.CreateSession(ctx, store.Session{ID: "root", CreatedAt: t0,
-			Limits: store.Limits{MaxDepth: ptr[int64](2), Deadline: &deadline, IdleTimeout: ptr(90 * time.Second)}}))
-		read := must(s.SessionLimits(ctx, "root"))(t)
-		raised := read.Clone()
-		raised.TokenBudget = ptr[int64](100)
-		if !must(s.SwapSessionLimits(ctx, "root", read, raised))(t) {
-			t.Fatal("SwapSessionLimits over the limits just read did not swap")
-		}
-		same(t, "SessionLimits(root) after the swap", must(s.SessionLimits(ctx, "root"))(t), raised.Stored(), canonLimits)
-		// A second writer that read before the swap must read again.
-		stale := read.Clone()
-		stale.MaxChildren = ptr[int64](3)
-		if must(s.SwapSessionLimits(ctx, "root", read, stale))(t) {
-			t.Fatal("SwapSessionLimits over limits changed since they were read swapped")
-		}
-		same(t, "SessionLimits(root) after a refused swap", must(s.SessionLimits(ctx, "root"))(t), raised.Stored(), canonLimits)
-		_, err := s.SwapSessionLimits(ctx, "nope", store.Limits{}, store.Limits{})
-		isErr(t, err, store.ErrNotFound, "SwapSessionLimits(unknown)")
-		_, err = s.SwapSessionLimits(other(ctx), "root", raised, store.Limits{})
-		isErr(t, err, store.ErrNotFound, "SwapSessionLimits(other tenant)")
-		// Of concurrent swaps over the same read, one wins.
-		cur := must(s.SessionLimits(ctx, "root"))(t)
+		created := store.Limits{MaxDepth: ptr[int64](2), Deadline: &deadline, IdleTimeout: ptr(90 * time.Second)}
+		ok(t, s.CreateSession(ctx, store.Session{ID: "root", CreatedAt: t0, Limits: created}))
+		want := created.Clone()
+		want.TokenBudget = ptr[int64](100)
+		got := must(s.PatchSessionLimits(ctx, "root", store.LimitsPatch{Set: store.Limits{TokenBudget: ptr[int64](100)}}))(t)
+		same(t, "PatchSessionLimits(set tokenBudget)", got, want.Stored(), canonLimits)
+		same(t, "SessionLimits(root) after the patch", must(s.SessionLimits(ctx, "root"))(t), want.Stored(), canonLimits)
+
+		// Clear and set in one patch; what it does not name stays.
+		want.MaxDepth, want.MaxChildren = nil, ptr[int64](3)
+		got = must(s.PatchSessionLimits(ctx, "root", store.LimitsPatch{Clear: []string{store.LimitMaxDepth},
+			Set: store.Limits{MaxChildren: ptr[int64](3)}}))(t)
+		same(t, "PatchSessionLimits(clear maxDepth, set maxChildren)", got, want.Stored(), canonLimits)
+		same(t, "SessionLimits(root) after the second patch", must(s.SessionLimits(ctx, "root"))(t), want.Stored(), canonLimits)
+
+		_, err := s.PatchSessionLimits(ctx, "nope", store.LimitsPatch{})
+		isErr(t, err, store.ErrNotFound, "PatchSessionLimits(unknown)")
+		_, err = s.PatchSessionLimits(other(ctx), "root", store.LimitsPatch{Set: store.Limits{MaxDepth: ptr[int64](1)}})
+		isErr(t, err, store.ErrNotFound, "PatchSessionLimits(other tenant)")
+		same(t, "SessionLimits(root) after the other tenant's patch", must(s.SessionLimits(ctx, "root"))(t), want.Stored(), canonLimits)
+	}},
+	{"PatchSessionLimits_ConcurrentPatchesAllHold", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		ok(t, s.CreateSession(ctx, store.Session{ID: "root", CreatedAt: t0}))
+		// Six writers at once, each setting a limit of its own: none undoes
+		// another's, as a read-modify-write without a lock would.
+		deadline := t0.Add(time.Hour)
+		sets := []store.Limits{{MaxDepth: ptr[int64](1)}, {MaxChildren: ptr[int64](2)}, {MaxConcurrent: ptr[int64](3)},
+			{TokenBudget: ptr[int64](4)}, {Deadline: &deadline}, {IdleTimeout: ptr(5 * time.Second)}}
 		var wg sync.WaitGroup
-		var won atomic.Int32
-		for i := range 8 {
-			wg.Go(func() {
-				next := cur.Clone()
-				next.MaxConcurrent = ptr(int64(i + 1))
-				if swapped, err := s.SwapSessionLimits(ctx, "root", cur, next); err == nil && swapped {
-					won.Add(1)
-				}
-			})
+		errs := make([]error, len(sets))
+		for i, set := range sets {
+			wg.Go(func() { _, errs[i] = s.PatchSessionLimits(ctx, "root", store.LimitsPatch{Set: set}) })
 		}
 		wg.Wait()
-		if n := won.Load(); n != 1 {
-			t.Fatalf("%d of 8 concurrent swaps over one read won, want 1", n)
+		for _, err := range errs {
+			ok(t, err)
 		}
+		want := store.Limits{MaxDepth: ptr[int64](1), MaxChildren: ptr[int64](2), MaxConcurrent: ptr[int64](3),
+			TokenBudget: ptr[int64](4), Deadline: &deadline, IdleTimeout: ptr(5 * time.Second)}
+		same(t, "SessionLimits(root) after six concurrent patches", must(s.SessionLimits(ctx, "root"))(t), want.Stored(), canonLimits)
 	}},
 	{"SetTreePaused_ReportsEachFlipOnce", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
