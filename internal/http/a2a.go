@@ -99,8 +99,8 @@ func (s *Server) a2aCard(w http.ResponseWriter, r *http.Request) error {
 	return err
 }
 
-// a2aProvider checks the {provider} of an A2A request and bounds its
-// body as a /v1 body is.
+// a2aProvider checks the {provider} of an A2A request, bounds its body as
+// a /v1 body is and checks its text (checkedBody).
 func (s *Server) a2aProvider(w http.ResponseWriter, r *http.Request) (A2A, string, error) {
 	face, err := s.a2aFace()
 	if err != nil {
@@ -114,7 +114,7 @@ func (s *Server) a2aProvider(w http.ResponseWriter, r *http.Request) (A2A, strin
 	if _, ok := s.svc.Provider(name); !ok {
 		return nil, "", subagent.Errorf(subagent.ENoProvider, "no subagent provider named %q", name)
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit)
+	r.Body = &checkedBody{body: http.MaxBytesReader(w, r.Body, s.bodyLimit)}
 	return face, name, nil
 }
 

@@ -3,6 +3,7 @@ package http
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/subagentd/subagentd/internal/store"
@@ -92,4 +93,40 @@ func TestA2A_RealFace(t *testing.T) {
 		t.Fatalf("GetTask of an unknown task answered %+v, want TaskNotFoundError", answer)
 	}
 	w.wantProblem(t, http.StatusNotFound, subagent.ENoProvider, call{method: http.MethodGet, path: "/a2a/nobody/.well-known/agent-card.json"})
+}
+
+// TestA2A_BodyTextIsChecked: text the SDK's JSON decoder would turn into
+// U+FFFD without a word (invalid UTF-8, an unpaired surrogate escape) or
+// that no store keeps (a NUL) is refused in the binding's own terms — a
+// JSON-RPC parse error naming the reason, a 400 over HTTP+JSON — and
+// starts nothing.
+func TestA2A_BodyTextIsChecked(t *testing.T) {
+	w := setupWorldWith(t, nil)
+	send := func(text string) []byte {
+		return []byte(`{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"ROLE_USER","messageId":"m1","parts":[{"text":"` + text + `"}]}}}`)
+	}
+	for _, c := range []struct{ name, text, reason string }{
+		{"invalid UTF-8", "a\xffb", "not valid UTF-8"},
+		{"unpaired surrogate", `a\ud800b`, "surrogate"},
+		{"NUL", `a\u0000b`, "NUL"},
+	} {
+		var answer struct {
+			Result any
+			Error  struct {
+				Code    int
+				Message string
+			}
+		}
+		w.want(t, http.StatusOK, call{method: http.MethodPost, path: "/a2a/spawn", body: send(c.text)}).decode(t, &answer)
+		if answer.Result != nil || answer.Error.Code != -32700 || !strings.Contains(answer.Error.Message, c.reason) {
+			t.Fatalf("%s: answered %+v, want a parse error (-32700) naming %q", c.name, answer, c.reason)
+		}
+	}
+	rest := []byte(`{"message":{"role":"ROLE_USER","messageId":"m2","parts":[{"text":"a` + "\xff" + `"}]}}`)
+	w.want(t, http.StatusBadRequest, call{method: http.MethodPost, path: "/a2a/spawn/rest/message:send", body: rest})
+	var runs struct{ Runs []any }
+	w.want(t, http.StatusOK, call{method: http.MethodGet, path: "/v1/runs"}).decode(t, &runs)
+	if len(runs.Runs) != 0 {
+		t.Fatalf("refused messages started %d runs", len(runs.Runs))
+	}
 }

@@ -115,6 +115,48 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	return data, nil
 }
 
+// checkBodyText checks that a JSON request body is UTF-8 and holds no NUL
+// character and no unpaired surrogate escape: encoding/json would turn
+// invalid UTF-8 and such a surrogate into U+FFFD without a word, and no
+// store keeps a NUL. Returns EInvalidRequest.
+func checkBodyText(data []byte) error {
+	if !utf8.Valid(data) {
+		return subagent.Errorf(subagent.EInvalidRequest, "request body is not valid UTF-8")
+	}
+	if err := store.CheckJSONText(data); err != nil {
+		return &subagent.Error{Code: subagent.EInvalidRequest, Message: "request body: " + err.Error(), Err: err}
+	}
+	return nil
+}
+
+// checkedBody is the body of a request another face's SDK decodes (A2A,
+// MCP): it reads the whole body at its first Read and checks it as
+// checkBodyText does, so that text the SDK's JSON decoder would alter
+// without a word fails that Read and every later one, and the SDK answers
+// in its own protocol (a JSON-RPC parse error, a 400) with the reason.
+// A failed read (a body over the bound) fails them alike.
+type checkedBody struct {
+	body io.ReadCloser
+	data *bytes.Reader // once read
+	err  error
+}
+
+func (b *checkedBody) Read(p []byte) (int, error) {
+	if b.data == nil {
+		data, err := io.ReadAll(b.body)
+		if err == nil {
+			err = checkBodyText(data)
+		}
+		b.data, b.err = bytes.NewReader(data), err
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	return b.data.Read(p)
+}
+
+func (b *checkedBody) Close() error { return b.body.Close() }
+
 // unmarshal reads data, which must be one JSON object, into dst, rejecting
 // null, non-objects, invalid UTF-8, NUL characters, unknown fields and
 // trailing data, then validates dst:
@@ -125,12 +167,8 @@ func (s *Server) unmarshal(data []byte, dst any) error {
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return subagent.Errorf(subagent.EInvalidRequest, "request body must be a JSON object")
 	}
-	// encoding/json would turn invalid UTF-8 into U+FFFD without a word.
-	if !utf8.Valid(data) {
-		return subagent.Errorf(subagent.EInvalidRequest, "request body is not valid UTF-8")
-	}
-	if err := store.CheckJSONText(data); err != nil {
-		return &subagent.Error{Code: subagent.EInvalidRequest, Message: "request body: " + err.Error(), Err: err}
+	if err := checkBodyText(data); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

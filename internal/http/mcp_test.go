@@ -61,3 +61,21 @@ func TestMCP_TransportRefusalsAreProblems(t *testing.T) {
 		t.Fatalf("tools/list = %+v, want the 10 tools", answer)
 	}
 }
+
+// TestMCP_BodyTextIsChecked: a call whose text the SDK's JSON decoder
+// would turn into U+FFFD without a word is refused as a problem naming
+// the reason, before any tool runs.
+func TestMCP_BodyTextIsChecked(t *testing.T) {
+	w := setupWorldWith(t, nil)
+	accept := map[string]string{"Accept": "application/json, text/event-stream"}
+	for _, c := range []struct{ name, text, reason string }{
+		{"invalid UTF-8", "a\xffb", "not valid UTF-8"},
+		{"unpaired surrogate", `a\udc00b`, "surrogate"},
+	} {
+		body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"cursor":"` + c.text + `"}}`)
+		p := w.wantProblem(t, http.StatusBadRequest, subagent.EInvalidRequest, call{method: http.MethodPost, path: mcpPath, body: body, header: accept})
+		if !strings.Contains(p.Detail, c.reason) {
+			t.Fatalf("%s: problem %+v, want the reason %q", c.name, p, c.reason)
+		}
+	}
+}

@@ -471,14 +471,15 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 const mcpPath = "/mcp"
 
 // serveMCP hands a request of the MCP face to its handler, with the body
-// bounded as a /v1 body is. The MCP transport's own refusals (a missing
-// Accept, a body that is not JSON-RPC, one too large) are text/plain;
-// they are answered as problem+json like every other error here.
+// bounded as a /v1 body is and its text checked (checkedBody). The MCP
+// transport's own refusals (a missing Accept, a body that is not JSON-RPC
+// or whose text checkedBody refused, one too large) are text/plain; they
+// are answered as problem+json like every other error here.
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) error {
 	if s.mcp == nil {
 		return subagent.Errorf(codeNotReady, "this server runs no MCP face")
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit)
+	r.Body = &checkedBody{body: http.MaxBytesReader(w, r.Body, s.bodyLimit)}
 	pw := &plainRefusals{ResponseWriter: w}
 	s.mcp.ServeHTTP(pw, r)
 	if pw.status == 0 {
