@@ -1,8 +1,10 @@
 // Package turnlog writes the turns of external agents into their child
 // session logs, in the event types every other child writes
 // (internal/sessionlog): the events that end a turn, the output text a turn
-// keeps for its result, and how a stop reason is logged. The ACP and A2A
-// providers share it; their children run one step per turn.
+// keeps for its result, and how a stop reason is logged; and the live
+// agent of a continuable external child, as far as its protocol does not
+// shape it (Child). The ACP and A2A providers share it; their children run
+// one step per turn.
 package turnlog
 
 import (
