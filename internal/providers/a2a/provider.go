@@ -15,7 +15,6 @@ package a2a
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -251,16 +250,16 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 		return nil, err
 	}
 	childID := uuid.NewString()
-	r := newRun(context.WithoutCancel(ctx), p, c, childID)
+	r := newRun(ctx, p, c, childID)
 	prompt := turnlog.TextOnly(req.Prompt)
-	if err := r.openLog(p.childSession(childID, req), prompt, descriptor); err != nil {
+	if err := r.OpenLog(p.childSession(childID, req), prompt, descriptor); err != nil {
 		if ctx.Err() != nil {
 			return nil, errAborted()
 		}
 		return nil, err
 	}
 	go r.drive(prompt)
-	turnlog.HoldRun(r.logCtx, p.deadlines, childID, r.log, r.stop, r.done)
+	r.Hold(p.deadlines)
 	if ctx.Err() != nil {
 		// The child exists now: an abort from here on is a post-publication
 		// cancel (R24), and the run settles aborted.
@@ -304,14 +303,3 @@ const (
 	turn = 1
 	step = 1
 )
-
-// openLog creates the child session and opens its turn.
-func (r *run) openLog(sess store.Session, prompt []model.Block, descriptor json.RawMessage) error {
-	if err := turnlog.Open(r.logCtx, r.p.store, sess, prompt, descriptor); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.logging = true
-	r.mu.Unlock()
-	return nil
-}

@@ -282,7 +282,7 @@ func TestAddArtifact_ReplayIsNotLoggedTwice(t *testing.T) {
 	rm := newRemote(t, true)
 	p, b := setup(t, rm)
 	r := newRun(context.Background(), p, nil, "child-1")
-	if err := r.openLog(p.childSession("child-1", request("x")), []model.Block{model.TextBlock("x")}, nil); err != nil {
+	if err := r.OpenLog(p.childSession("child-1", request("x")), []model.Block{model.TextBlock("x")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	a := func(text string) *sdk.Artifact {
@@ -303,7 +303,7 @@ func TestAddArtifact_ReplayIsNotLoggedTwice(t *testing.T) {
 	if text, _ := logText(t, b.store, "child-1"); text != "abcdef!" {
 		t.Fatalf("log text = %q, want abcdef!", text)
 	}
-	if got := model.Text(r.text.Blocks()); got != "abcdef!" {
+	if got := model.Text(r.Output()); got != "abcdef!" {
 		t.Fatalf("output = %q", got)
 	}
 }
@@ -320,7 +320,7 @@ func TestStart_CancelledRequestSendsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRun(context.Background(), p, p.conn, "child-1")
-	if err := r.openLog(p.childSession("child-1", request("echo x")), []model.Block{model.TextBlock("echo x")}, nil); err != nil {
+	if err := r.OpenLog(p.childSession("child-1", request("echo x")), []model.Block{model.TextBlock("echo x")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	r.Cancel()

@@ -169,7 +169,7 @@ func TestRun_OutputHeldIsBounded(t *testing.T) {
 	if res.StopReason != subagent.StopCompleted || text != want {
 		t.Fatalf("result %s with %d bytes of output, want completed with the first %d bytes and the cut note", res.StopReason, len(text), turnlog.MaxOutput)
 	}
-	if held := len(model.Text(r.(*run).text.Blocks())); held > turnlog.MaxOutput+len(turnlog.OutputCut) {
+	if held := len(model.Text(r.(*run).Output())); held > turnlog.MaxOutput+len(turnlog.OutputCut) {
 		t.Fatalf("the run holds %d bytes of output, more than %d and the cut note", held, turnlog.MaxOutput)
 	}
 	evs := allEvents(t, b.store, r.ChildID())

@@ -14,7 +14,6 @@ package acp
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os/exec"
@@ -27,7 +26,6 @@ import (
 
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/governance"
-	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/providers/turnlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -175,16 +173,17 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 		return nil, err
 	}
 	childID := uuid.NewString()
-	log := p.log.With(slog.String("child_id", childID))
-	r := newRun(context.WithoutCancel(ctx), p, childID, log)
-	r.live, err = p.launch(ctx, cwd, r, log)
+	r := newRun(ctx, p, childID)
+	r.live, err = p.launch(ctx, cwd, r, r.Log)
 	if err != nil {
 		return nil, err
 	}
 	prompt := turnlog.TextOnly(req.Prompt)
 	r.sessionID, err = r.live.newSession(ctx, cwd)
+	// The log opens after the handshake, so a start that fails earlier
+	// leaves nothing in the store.
 	if err == nil {
-		err = r.openLog(p.childSession(childID, cwd, req), prompt, descriptor)
+		err = r.OpenLog(p.childSession(childID, cwd, req), prompt, descriptor)
 	}
 	if err != nil {
 		r.live.discard()
@@ -194,7 +193,7 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 		return nil, err
 	}
 	go r.drive(prompt)
-	turnlog.HoldRun(r.logCtx, p.deadlines, childID, log, r.stop, r.done)
+	r.Hold(p.deadlines)
 	if ctx.Err() != nil {
 		// The child exists now: an abort from here on is a post-publication
 		// cancel (R24), and the run settles aborted.
@@ -242,16 +241,4 @@ func (p *Provider) childSession(id, cwd string, req subagent.ResolvedRequest) st
 		Limits:          req.Limits,
 		CreatedAt:       time.Now(),
 	}
-}
-
-// openLog creates the child session and opens its first turn. It runs after
-// the handshake, so a start that fails earlier leaves nothing in the store.
-func (r *run) openLog(sess store.Session, prompt []model.Block, descriptor json.RawMessage) error {
-	if err := turnlog.Open(r.logCtx, r.p.store, sess, prompt, descriptor); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.logging = true
-	r.mu.Unlock()
-	return nil
 }
