@@ -20,7 +20,7 @@ import (
 // failingLog is a child log whose appends holding an event of type typ
 // fail with err, writing nothing.
 type failingLog struct {
-	Log
+	turnlog.Store
 	typ string
 	err error
 
@@ -37,7 +37,7 @@ func (f *failingLog) AppendEvents(ctx context.Context, sessionID string, evs ...
 			return nil, f.err
 		}
 	}
-	return f.Log.AppendEvents(ctx, sessionID, evs...)
+	return f.Store.AppendEvents(ctx, sessionID, evs...)
 }
 
 // heal makes every later append succeed.
@@ -73,7 +73,7 @@ func TestRun_LogWriteFailureFailsTheTurn(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			p, b := setup(t, "text")
-			log := &failingLog{Log: b.store, typ: tt.typ, err: tt.err}
+			log := &failingLog{Store: b.store, typ: tt.typ, err: tt.err}
 			p.store = log
 			r := start(t, p, b)
 			res := result(t, r)
@@ -119,7 +119,7 @@ func TestContinuable_LogWriteFailureFailsTheTurn(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			p, b := continuable(t, "resume")
-			log := &failingLog{Log: b.store, typ: tt.typ, err: tt.err}
+			log := &failingLog{Store: b.store, typ: tt.typ, err: tt.err}
 			p.store = log
 			w, _ := world(t, p, b)
 			started := w.start(t, b, "flood3")

@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
 	"github.com/google/uuid"
@@ -34,7 +33,7 @@ import (
 // Deps are the provider's collaborators.
 type Deps struct {
 	// Store receives the child sessions and their logs.
-	Store Log
+	Store turnlog.Store
 	// Logger receives diagnostics, including the agents' stderr at debug
 	// level.
 	Logger *slog.Logger
@@ -53,18 +52,10 @@ type Deps struct {
 	Deadlines turnlog.Deadlines
 }
 
-// Log is the part of the store the provider writes child sessions and
-// their logs to.
-type Log interface {
-	CreateSession(ctx context.Context, s store.Session) error
-	AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error)
-	Events(ctx context.Context, sessionID string, after int64, limit int) ([]store.Event, error)
-}
-
 // Provider runs one configured ACP agent. It is safe for concurrent use.
 type Provider struct {
 	cfg   config.ProviderConfig
-	store Log
+	store turnlog.Store
 	log   *slog.Logger
 	roots []string
 	// secretEnv is Deps.SecretEnv.
@@ -192,13 +183,7 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 		}
 		return nil, err
 	}
-	go r.drive(prompt)
-	r.Hold(p.deadlines)
-	if ctx.Err() != nil {
-		// The child exists now: an abort from here on is a post-publication
-		// cancel (R24), and the run settles aborted.
-		r.Cancel()
-	}
+	r.Publish(ctx, p.deadlines, func() { r.drive(prompt) })
 	return r, nil
 }
 
@@ -227,18 +212,10 @@ func (p *Provider) workdir(parentCwd string) (string, error) {
 	return real, nil
 }
 
+// childSession is the header of one-shot child id, in cwd, with the
+// request's narrowing of the tree's limits.
 func (p *Provider) childSession(id, cwd string, req subagent.ResolvedRequest) store.Session {
-	return store.Session{
-		ID:              id,
-		ParentID:        req.Parent.Session.ID,
-		RootID:          store.RootOf(req.Parent.Session),
-		Origin:          "subagent",
-		DelegationDepth: req.ChildDepth,
-		Cwd:             cwd,
-		Label:           req.Label,
-		Provider:        p.cfg.Name,
-		Mode:            subagent.ModeOneShot,
-		Limits:          req.Limits,
-		CreatedAt:       time.Now(),
-	}
+	s := turnlog.Session(id, p.cfg.Name, cwd, req)
+	s.Limits = req.Limits
+	return s
 }

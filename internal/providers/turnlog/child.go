@@ -35,7 +35,7 @@ type Child struct {
 	// writes outlive the request that made the agent.
 	LogCtx context.Context
 
-	store    ChildStore
+	store    Store
 	name     string // the protocol's, in errors
 	protocol Turns
 
@@ -44,13 +44,6 @@ type Child struct {
 	running bool          // a turn runs or is about to
 	idle    chan struct{} // closed while no turn runs
 	closed  bool
-}
-
-// ChildStore is the part of the store a Child reads and writes its log
-// through.
-type ChildStore interface {
-	AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error)
-	Events(ctx context.Context, sessionID string, after int64, limit int) ([]store.Event, error)
 }
 
 // Turns opens and runs the turns of a Child: its protocol's side.
@@ -66,7 +59,7 @@ type Turns interface {
 
 // ChildParams are what NewChild makes a Child of.
 type ChildParams struct {
-	Store ChildStore
+	Store Store
 	ID    string
 	// Name is the protocol's, for errors ("ACP").
 	Name string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -29,7 +30,7 @@ type OneShot struct {
 	LogCtx context.Context
 
 	id    string
-	store Writer
+	store Store
 	name  string // the protocol's, in errors
 	stop  func(Outcome)
 	done  chan struct{} // closed once the result settled
@@ -46,7 +47,7 @@ type OneShot struct {
 
 // OneShotParams are what NewOneShot makes a OneShot of.
 type OneShotParams struct {
-	Store Writer
+	Store Store
 	// ID is the child session's id, minted by the service.
 	ID string
 	// Name is the protocol's, for errors ("ACP").
@@ -96,14 +97,38 @@ func (r *OneShot) Abort(cause string) {
 	r.stop(Outcome{Reason: subagent.StopAborted, Cause: cause})
 }
 
-// Hold holds the run to the deadline d tells for its tree (HoldTo) until
-// it settles.
-func (r *OneShot) Hold(d Deadlines) {
+// Publish runs drive, which sends the prompt and settles the run, in a
+// goroutine of its own, and holds the run to the deadline d tells for its
+// tree (HoldTo) until it settles. Call it once the child log exists (the
+// child is published): a ctx that ended meanwhile is a post-publication
+// cancel (R24), and the run settles aborted.
+func (r *OneShot) Publish(ctx context.Context, d Deadlines, drive func()) {
+	go drive()
 	release := HoldTo(r.LogCtx, d, r.id, r.Log, r.stop)
 	go func() {
 		<-r.done
 		release()
 	}()
+	if ctx.Err() != nil {
+		r.Cancel()
+	}
+}
+
+// Session is the header of one-shot child id of provider, which req
+// starts in cwd; it narrows no limits.
+func Session(id, provider, cwd string, req subagent.ResolvedRequest) store.Session {
+	return store.Session{
+		ID:              id,
+		ParentID:        req.Parent.Session.ID,
+		RootID:          store.RootOf(req.Parent.Session),
+		Origin:          "subagent",
+		DelegationDepth: req.ChildDepth,
+		Cwd:             cwd,
+		Label:           req.Label,
+		Provider:        provider,
+		Mode:            subagent.ModeOneShot,
+		CreatedAt:       time.Now(),
+	}
 }
 
 // OpenLog creates the child session sess and opens its only turn:

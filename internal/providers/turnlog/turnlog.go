@@ -23,10 +23,13 @@ import (
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// Writer is what a OneShot writes a child's session and log through.
-type Writer interface {
+// Store is the part of the store an external agent's provider writes its
+// child sessions and their logs to, and reads the logs of continuable
+// children from.
+type Store interface {
 	CreateSession(ctx context.Context, s store.Session) error
 	AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error)
+	Events(ctx context.Context, sessionID string, after int64, limit int) ([]store.Event, error)
 }
 
 // PromptUsage is the usage of a one-shot run's one prompt as its child
