@@ -35,9 +35,9 @@ type Child struct {
 	// writes outlive the request that made the agent.
 	LogCtx context.Context
 
-	store    Store
-	name     string // the protocol's, in errors
-	protocol Turns
+	store Store
+	name  string // the protocol's, in errors
+	turns Turns
 
 	turn    int // the last turn number in the log
 	queue   []sessionlog.UserMessage
@@ -75,7 +75,7 @@ func NewChild(ctx context.Context, p ChildParams) *Child {
 	close(idle)
 	return &Child{
 		ID: p.ID, Log: p.Log.With(slog.String("child_id", p.ID)), LogCtx: context.WithoutCancel(ctx),
-		store: p.Store, name: p.Name, protocol: p.Turns, idle: idle,
+		store: p.Store, name: p.Name, turns: p.Turns, idle: idle,
 	}
 }
 
@@ -153,7 +153,7 @@ func (c *Child) openLocked(msg sessionlog.UserMessage) error {
 		return err
 	}
 	c.turn = n
-	c.protocol.OpenTurn(n, msg)
+	c.turns.OpenTurn(n, msg)
 	c.queue = slices.DeleteFunc(c.queue, func(m sessionlog.UserMessage) bool { return m.ID == msg.ID })
 	return nil
 }
@@ -163,7 +163,7 @@ func (c *Child) openLocked(msg sessionlog.UserMessage) error {
 func (c *Child) DriveLocked() {
 	c.running, c.idle = true, make(chan struct{})
 	go func() {
-		for c.protocol.RunTurn() {
+		for c.turns.RunTurn() {
 		}
 	}()
 }
