@@ -432,3 +432,34 @@ func TestRun_DeadlineEndsTheTask(t *testing.T) {
 		t.Fatalf("log outcome %+v, want deadline_exceeded", out)
 	}
 }
+
+// The child's header keeps the request's narrowing of the tree's limits,
+// as an in-process or ACP child's does: the deadline in force at the child
+// (what its remote task is held to) is read from it.
+func TestStart_ChildHeaderKeepsTheRequestsLimits(t *testing.T) {
+	t.Parallel()
+	rm := newRemote(t, true)
+	p, b := setup(t, rm)
+	deadline := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	req := request("echo limits")
+	req.Limits = store.Limits{Deadline: &deadline, TokenBudget: new(int64(50))}
+	r, err := p.Start(t.Context(), req)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		if err := r.Dispose(ctx); err != nil {
+			t.Errorf("Dispose: %v", err)
+		}
+	})
+	result(t, r)
+	h, err := b.store.GetSession(t.Context(), r.ChildID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Limits.Deadline == nil || !h.Limits.Deadline.Equal(deadline) || h.Limits.TokenBudget == nil || *h.Limits.TokenBudget != 50 {
+		t.Fatalf("child header limits %+v, want the request's deadline %v and tokenBudget 50", h.Limits, deadline)
+	}
+}

@@ -212,10 +212,7 @@ func (p *Provider) workdir(parentCwd string) (string, error) {
 	return real, nil
 }
 
-// childSession is the header of one-shot child id, in cwd, with the
-// request's narrowing of the tree's limits.
+// childSession is the header of one-shot child id, in cwd.
 func (p *Provider) childSession(id, cwd string, req subagent.ResolvedRequest) store.Session {
-	s := turnlog.Session(id, p.cfg.Name, cwd, req)
-	s.Limits = req.Limits
-	return s
+	return turnlog.Session(id, p.cfg.Name, cwd, req)
 }

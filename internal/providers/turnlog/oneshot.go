@@ -115,7 +115,7 @@ func (r *OneShot) Publish(ctx context.Context, d Deadlines, drive func()) {
 }
 
 // Session is the header of one-shot child id of provider, which req
-// starts in cwd; it narrows no limits.
+// starts in cwd, with req's narrowing of the tree's limits.
 func Session(id, provider, cwd string, req subagent.ResolvedRequest) store.Session {
 	return store.Session{
 		ID:              id,
@@ -128,6 +128,7 @@ func Session(id, provider, cwd string, req subagent.ResolvedRequest) store.Sessi
 		Provider:        provider,
 		Mode:            subagent.ModeOneShot,
 		CreatedAt:       time.Now(),
+		Limits:          req.Limits,
 	}
 }
 
