@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
-	"sync"
 
 	sdk "github.com/a2aproject/a2a-go/v2/a2a"
 
@@ -55,8 +52,8 @@ func (p *Provider) Materialize(ctx context.Context, req subagent.MaterializeRequ
 	if err != nil {
 		return nil, err
 	}
-	id := req.Session.ID
-	r := &liveChild{p: p, c: c, id: id, log: p.log.With(slog.String("child_id", id)), logCtx: context.WithoutCancel(ctx), idle: closedChan()}
+	r := &liveChild{p: p, c: c}
+	r.Child = turnlog.NewChild(ctx, turnlog.ChildParams{Store: p.store, ID: req.Session.ID, Name: "A2A", Log: p.log, Turns: r})
 	if req.Create != nil {
 		if err := req.Create(ctx); err != nil {
 			return nil, err
@@ -69,28 +66,18 @@ func (p *Provider) Materialize(ctx context.Context, req subagent.MaterializeRequ
 }
 
 // liveChild is the live agent of one activation of a continuable A2A
-// child.
+// child: a turnlog.Child whose turns are remote tasks.
 type liveChild struct {
-	p      *Provider
-	c      *conn
-	id     string
-	log    *slog.Logger
-	logCtx context.Context // the child's tenant, without cancellation
+	p *Provider
+	c *conn
+	*turnlog.Child
 
-	// mu guards the fields below and serialises log writes.
-	mu sync.Mutex
+	// The Child's lock guards the fields below.
+	//
 	// contextID is the child's A2A context, "" until its first turn's
 	// task named one.
 	contextID string
-	// Kept (which locks itself) holds the user/messages and the fold since
-	// Track; its Events, Track and Outcome are the agent's.
-	turnlog.Kept
-	turn    int // the last turn number in the log
-	queue   []sessionlog.UserMessage
-	running bool          // a turn runs or is about to
-	idle    chan struct{} // closed while no turn runs
-	cur     *a2aTurn      // the running turn
-	closed  bool
+	cur       *a2aTurn // the running turn
 	// detached is the open turn the log ended with, until Reattach
 	// follows it.
 	detached *detachedTurn
@@ -115,23 +102,14 @@ type a2aTurn struct {
 	detached bool
 }
 
-func closedChan() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}
-
 // load reads the child log for its context, its turn count and its
 // user/messages. A turn a crash left open whose task the log names is
 // detached: the task may still run on the remote agent, and Reattach
 // follows it (reattach.go). One whose task is unknown is closed as cut
 // off.
 func (r *liveChild) load(ctx context.Context) error {
-	read := func(ctx context.Context, after int64, limit int) ([]store.Event, error) {
-		return r.p.store.Events(ctx, r.id, after, limit)
-	}
 	var d *detachedTurn
-	last, open, err := turnlog.Scan(ctx, read, &r.Kept, func(e store.Event) {
+	open, err := r.Load(ctx, func(e store.Event) {
 		if e.Type == sessionlog.EventTurnStart {
 			d = nil
 		}
@@ -145,9 +123,8 @@ func (r *liveChild) load(ctx context.Context) error {
 		d.logged(e)
 	})
 	if err != nil {
-		return fmt.Errorf("read log of A2A child %s: %w", r.id, err)
+		return err
 	}
-	r.turn = last
 	switch {
 	case open == 0:
 		return nil
@@ -155,22 +132,7 @@ func (r *liveChild) load(ctx context.Context) error {
 		r.detached = d
 		return nil
 	}
-	return r.appendLocked(turnlog.Close(open, step, nil, turnlog.CutOff)...)
-}
-
-// appendLocked writes evs to the child log in one append, keeping what
-// the liveChild needs of them; call it with mu held, or before r is shared.
-func (r *liveChild) appendLocked(evs ...turnlog.Event) error {
-	batch, entries, err := turnlog.Encode(evs...)
-	if err != nil {
-		return err
-	}
-	stored, err := r.p.store.AppendEvents(r.logCtx, r.id, batch...)
-	if err != nil {
-		return fmt.Errorf("write log of A2A child %s: %w", r.id, err)
-	}
-	r.Kept.Written(stored, entries)
-	return nil
+	return r.AppendLocked(turnlog.Close(open, step, nil, turnlog.CutOff)...)
 }
 
 // FollowupMessage runs msg as the next turn: on an idle agent its turn
@@ -179,60 +141,27 @@ func (r *liveChild) appendLocked(evs ...turnlog.Event) error {
 // queued. Returns an error when the agent was closed or the
 // log cannot be written.
 func (r *liveChild) FollowupMessage(_ context.Context, msg sessionlog.UserMessage) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return "", fmt.Errorf("A2A child %s: agent closed", r.id)
-	}
-	if r.running || r.reattachLocked() {
-		r.queue = append(r.queue, msg)
-		return msg.ID, nil
-	}
-	if err := r.openLocked(msg); err != nil {
-		return "", err
-	}
-	r.running, r.idle = true, make(chan struct{})
-	go r.drive()
-	return msg.ID, nil
+	r.Lock()
+	defer r.Unlock()
+	r.reattachLocked()
+	return r.FollowupLocked(msg)
 }
 
-// QueuesFollowups marks the liveChild as an agent whose running turn takes
-// no content: a followup then runs as the next turn (subagent.Queuer).
-func (r *liveChild) QueuesFollowups() {}
-
-// openLocked opens the turn of msg. mu is held.
-func (r *liveChild) openLocked(msg sessionlog.UserMessage) error {
-	n := r.turn + 1
-	if err := r.appendLocked(
-		turnlog.Event{Type: sessionlog.EventTurnStart, Data: sessionlog.TurnData{Turn: n}},
-		turnlog.Event{Type: sessionlog.EventUserMessage, Data: msg},
-		turnlog.Event{Type: sessionlog.EventStepStart, Data: sessionlog.StepData{Turn: n, Step: step}},
-	); err != nil {
-		return err
-	}
-	r.turn = n
+// OpenTurn makes turn n of msg, one remote task, the running turn
+// (turnlog.Turns). The lock is held.
+func (r *liveChild) OpenTurn(n int, msg sessionlog.UserMessage) {
 	t := &a2aTurn{n: n, content: turnlog.TextOnly(msg.Content)}
-	t.f = newFollower(r.logCtx, r.p, r.c, r.log, r.id, n, r.recorder(t))
+	t.f = newFollower(r.LogCtx, r.p, r.c, r.Log, r.ID, n, r.recorder(t))
 	r.cur = t
-	r.queue = slices.DeleteFunc(r.queue, func(m sessionlog.UserMessage) bool { return m.ID == msg.ID })
-	return nil
 }
 
-// drive runs turns until the queue is empty: one remote task each.
-func (r *liveChild) drive() {
-	for r.runTurn() {
-	}
-}
-
-// runTurn runs the open turn, closes it and opens the next queued one; it
-// reports whether it did. When the turn's end cannot be written (the
-// store fails, or this replica lost the child's lease) nothing more runs:
-// the queued messages stay in the durable inbox for a later activation.
-func (r *liveChild) runTurn() bool {
-	r.mu.Lock()
+// RunTurn follows the running turn's task, closes the turn and opens the
+// next queued one; it reports whether it did (turnlog.Turns).
+func (r *liveChild) RunTurn() bool {
+	r.Lock()
 	t, contextID := r.cur, r.contextID
-	r.mu.Unlock()
-	held := turnlog.HoldTo(r.logCtx, r.p.deadlines, r.id, r.log, func(o turnlog.Outcome) { r.stopLate(t, o) })
+	r.Unlock()
+	held := turnlog.HoldTo(r.LogCtx, r.p.deadlines, r.ID, r.Log, func(o turnlog.Outcome) { r.stopLate(t, o) })
 	var o turnlog.Outcome
 	if t.rejoin {
 		o = t.f.rejoin()
@@ -244,16 +173,17 @@ func (r *liveChild) runTurn() bool {
 	// cancelGrace): the next turn's message must not race it.
 	t.f.wait()
 
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Lock()
+	defer r.Unlock()
 	if cid := t.f.context(); cid != "" {
 		r.contextID = cid
 	}
 	if t.detached {
 		// Left open for the child's next driver, which rejoins its task
 		// (reattach.go); nothing more runs here.
-		r.cur, r.queue, r.running = nil, nil, false
-		close(r.idle)
+		r.cur = nil
+		r.DropLocked()
+		r.IdleLocked()
 		return false
 	}
 	switch {
@@ -264,25 +194,9 @@ func (r *liveChild) runTurn() bool {
 	case t.f.isStopped():
 		o = turnlog.Outcome{Reason: subagent.StopAborted, Cause: t.cause}
 	}
-	o.Diagnostic = subagent.TruncateDiagnostic(o.Diagnostic)
-	_, ended := turnlog.CloseTurn(r.appendLocked, r.log, t.n, t.text.Blocks(), o)
+	ended := r.CloseTurnLocked(t.n, t.text.Blocks(), o)
 	r.cur = nil
-	if !ended {
-		r.queue = nil
-	}
-	if len(r.queue) > 0 && !r.closed {
-		err := r.openLocked(r.queue[0])
-		if err == nil {
-			return true
-		}
-		// The queued messages stay in the durable inbox for a later
-		// activation.
-		r.log.Warn("cannot open the next turn of the A2A child", slog.Any("error", err))
-		r.queue = nil
-	}
-	r.running = false
-	close(r.idle)
-	return false
+	return r.NextLocked(ended)
 }
 
 // errTurnOver: an event came for a turn that has ended or failed.
@@ -292,13 +206,13 @@ var errTurnOver = errors.New("the turn is over")
 // adding text to its output; a failed write stops t, which then fails.
 func (r *liveChild) recorder(t *a2aTurn) journal {
 	return func(e turnlog.Event, text string) error {
-		r.mu.Lock()
-		defer r.mu.Unlock()
+		r.Lock()
+		defer r.Unlock()
 		if r.cur != t || t.failed || t.detached {
 			return errTurnOver
 		}
-		if err := r.appendLocked(e); err != nil {
-			r.log.Error("cannot write the A2A child log; stopping its turn", slog.String("event", e.Type), slog.Any("error", err))
+		if err := r.AppendLocked(e); err != nil {
+			r.Log.Error("cannot write the A2A child log; stopping its turn", slog.String("event", e.Type), slog.Any("error", err))
 			t.failed = true
 			t.f.stop()
 			return err
@@ -306,16 +220,6 @@ func (r *liveChild) recorder(t *a2aTurn) journal {
 		t.text.Add(text)
 		return nil
 	}
-}
-
-// SubmitSteer is always rejected: A2A has no confirmed mid-turn admission.
-func (r *liveChild) SubmitSteer(context.Context, sessionlog.UserMessage) (<-chan error, error) {
-	return nil, fmt.Errorf("A2A child %s: %w: A2A agents take no content mid-turn", r.id, subagent.ErrSteerRejected)
-}
-
-// Steer is always rejected: A2A has no confirmed mid-turn admission.
-func (r *liveChild) Steer(context.Context, []model.Block, sessionlog.Source) (string, error) {
-	return "", fmt.Errorf("A2A child %s: %w: A2A agents take no content mid-turn", r.id, subagent.ErrSteerRejected)
 }
 
 // Cancel sends tasks/cancel for the running turn's task, and the turn
@@ -342,11 +246,11 @@ func (r *liveChild) Detach() {
 }
 
 // stopRunning drops the queued messages and runs stop on the running
-// turn, if one runs that is not stopped yet, under r.mu.
+// turn, if one runs that is not stopped yet, under the lock.
 func (r *liveChild) stopRunning(stop func(t *a2aTurn)) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.queue = nil
+	r.Lock()
+	defer r.Unlock()
+	r.DropLocked()
 	if t := r.cur; t != nil && !t.f.isStopped() {
 		stop(t)
 	}
@@ -355,8 +259,8 @@ func (r *liveChild) stopRunning(stop func(t *a2aTurn)) {
 // stopLate stops turn t, if it still runs, to end as o: its tree's
 // deadline passed (turnlog.HoldTo).
 func (r *liveChild) stopLate(t *a2aTurn, o turnlog.Outcome) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Lock()
+	defer r.Unlock()
 	if r.cur != t || t.f.isStopped() {
 		return
 	}
@@ -364,32 +268,9 @@ func (r *liveChild) stopLate(t *a2aTurn, o turnlog.Outcome) {
 	t.f.stop()
 }
 
-// Running reports whether a turn runs or is about to.
-func (r *liveChild) Running() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.running
-}
-
-// Idle returns a channel closed once no turn runs; the next turn gets a
-// new one.
-func (r *liveChild) Idle() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.idle
-}
-
 // Close cancels the running turn and waits for it to end. Returns ctx's
 // error when the turn outlasts it.
 func (r *liveChild) Close(ctx context.Context) error {
 	r.Cancel(sessionlog.CauseDisposed, false)
-	select {
-	case <-r.Idle():
-	case <-ctx.Done():
-		return fmt.Errorf("close A2A child %s: %w", r.id, ctx.Err())
-	}
-	r.mu.Lock()
-	r.closed = true
-	r.mu.Unlock()
-	return nil
+	return r.Shut(ctx, "close", nil)
 }

@@ -15,7 +15,6 @@ package a2a
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -40,7 +39,7 @@ import (
 // Deps are the provider's collaborators and settings.
 type Deps struct {
 	// Store receives the child sessions and their logs.
-	Store Log
+	Store turnlog.Store
 	// Logger receives diagnostics.
 	Logger *slog.Logger
 	// AllowPrivate lets the provider reach loopback, private and
@@ -61,18 +60,10 @@ type Deps struct {
 // stream.
 const DefaultPollInterval = time.Second
 
-// Log is the part of the store the provider writes child sessions and
-// their logs to.
-type Log interface {
-	CreateSession(ctx context.Context, s store.Session) error
-	AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error)
-	Events(ctx context.Context, sessionID string, after int64, limit int) ([]store.Event, error)
-}
-
 // Provider is one configured remote A2A agent. Safe for concurrent use.
 type Provider struct {
 	cfg   config.ProviderConfig
-	store Log
+	store turnlog.Store
 	log   *slog.Logger
 	hc    *http.Client
 	poll  time.Duration
@@ -251,21 +242,15 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 		return nil, err
 	}
 	childID := uuid.NewString()
-	r := newRun(context.WithoutCancel(ctx), p, c, childID)
+	r := newRun(ctx, p, c, childID)
 	prompt := turnlog.TextOnly(req.Prompt)
-	if err := r.openLog(p.childSession(childID, req), prompt, descriptor); err != nil {
+	if err := r.OpenLog(p.childSession(childID, req), prompt, descriptor); err != nil {
 		if ctx.Err() != nil {
 			return nil, errAborted()
 		}
 		return nil, err
 	}
-	go r.drive(prompt)
-	turnlog.HoldRun(r.logCtx, p.deadlines, childID, r.log, r.stop, r.done)
-	if ctx.Err() != nil {
-		// The child exists now: an abort from here on is a post-publication
-		// cancel (R24), and the run settles aborted.
-		r.Cancel()
-	}
+	r.Publish(ctx, p.deadlines, func() { r.drive(prompt) })
 	return r, nil
 }
 
@@ -275,19 +260,9 @@ func errAborted() error {
 	return subagent.Errorf(subagent.EAborted, "subagent request was aborted before the A2A child started")
 }
 
+// childSession is the header of one-shot child id, in the parent's cwd.
 func (p *Provider) childSession(id string, req subagent.ResolvedRequest) store.Session {
-	return store.Session{
-		ID:              id,
-		ParentID:        req.Parent.Session.ID,
-		RootID:          store.RootOf(req.Parent.Session),
-		Origin:          "subagent",
-		DelegationDepth: req.ChildDepth,
-		Cwd:             req.Parent.Session.Cwd,
-		Label:           req.Label,
-		Provider:        p.cfg.Name,
-		Mode:            subagent.ModeOneShot,
-		CreatedAt:       time.Now(),
-	}
+	return turnlog.Session(id, p.cfg.Name, req.Parent.Session.Cwd, req)
 }
 
 // message is the A2A message of a prompt's text blocks, in a new context.
@@ -304,14 +279,3 @@ const (
 	turn = 1
 	step = 1
 )
-
-// openLog creates the child session and opens its turn.
-func (r *run) openLog(sess store.Session, prompt []model.Block, descriptor json.RawMessage) error {
-	if err := turnlog.Open(r.logCtx, r.p.store, sess, prompt, descriptor); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.logging = true
-	r.mu.Unlock()
-	return nil
-}

@@ -282,7 +282,7 @@ func TestAddArtifact_ReplayIsNotLoggedTwice(t *testing.T) {
 	rm := newRemote(t, true)
 	p, b := setup(t, rm)
 	r := newRun(context.Background(), p, nil, "child-1")
-	if err := r.openLog(p.childSession("child-1", request("x")), []model.Block{model.TextBlock("x")}, nil); err != nil {
+	if err := r.OpenLog(p.childSession("child-1", request("x")), []model.Block{model.TextBlock("x")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	a := func(text string) *sdk.Artifact {
@@ -303,7 +303,7 @@ func TestAddArtifact_ReplayIsNotLoggedTwice(t *testing.T) {
 	if text, _ := logText(t, b.store, "child-1"); text != "abcdef!" {
 		t.Fatalf("log text = %q, want abcdef!", text)
 	}
-	if got := model.Text(r.text.Blocks()); got != "abcdef!" {
+	if got := model.Text(r.Output()); got != "abcdef!" {
 		t.Fatalf("output = %q", got)
 	}
 }
@@ -320,7 +320,7 @@ func TestStart_CancelledRequestSendsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRun(context.Background(), p, p.conn, "child-1")
-	if err := r.openLog(p.childSession("child-1", request("echo x")), []model.Block{model.TextBlock("echo x")}, nil); err != nil {
+	if err := r.OpenLog(p.childSession("child-1", request("echo x")), []model.Block{model.TextBlock("echo x")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	r.Cancel()
@@ -430,5 +430,36 @@ func TestRun_DeadlineEndsTheTask(t *testing.T) {
 	out := sessionlog.OutcomeOf(events(t, b.store, r.ChildID()))
 	if out.End == nil || out.End.Reason.Kind != sessionlog.ReasonDeadlineExceeded {
 		t.Fatalf("log outcome %+v, want deadline_exceeded", out)
+	}
+}
+
+// The child's header keeps the request's narrowing of the tree's limits,
+// as an in-process or ACP child's does: the deadline in force at the child
+// (what its remote task is held to) is read from it.
+func TestStart_ChildHeaderKeepsTheRequestsLimits(t *testing.T) {
+	t.Parallel()
+	rm := newRemote(t, true)
+	p, b := setup(t, rm)
+	deadline := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	req := request("echo limits")
+	req.Limits = store.Limits{Deadline: &deadline, TokenBudget: new(int64(50))}
+	r, err := p.Start(t.Context(), req)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		if err := r.Dispose(ctx); err != nil {
+			t.Errorf("Dispose: %v", err)
+		}
+	})
+	result(t, r)
+	h, err := b.store.GetSession(t.Context(), r.ChildID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Limits.Deadline == nil || !h.Limits.Deadline.Equal(deadline) || h.Limits.TokenBudget == nil || *h.Limits.TokenBudget != 50 {
+		t.Fatalf("child header limits %+v, want the request's deadline %v and tokenBudget 50", h.Limits, deadline)
 	}
 }

@@ -65,15 +65,15 @@ func (d *detachedTurn) logged(e store.Event) {
 // Detached reports whether the log ended in a turn whose task Reattach has
 // not followed yet.
 func (r *liveChild) Detached() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Lock()
+	defer r.Unlock()
 	return r.detached != nil
 }
 
 // Reattach follows the detached turn, if any, as the running turn.
 func (r *liveChild) Reattach() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Lock()
+	defer r.Unlock()
 	r.reattachLocked()
 }
 
@@ -82,7 +82,7 @@ func (r *liveChild) Reattach() {
 // mu is held.
 func (r *liveChild) reattachLocked() bool {
 	d := r.detached
-	if d == nil || r.closed || r.running {
+	if d == nil || !r.CanDriveLocked() {
 		return false
 	}
 	r.detached = nil
@@ -90,11 +90,10 @@ func (r *liveChild) reattachLocked() bool {
 	t := &a2aTurn{n: d.n, rejoin: true}
 	logged := d.text.String()
 	t.text.Add(logged)
-	t.f = newFollower(r.logCtx, r.p, r.c, r.log, r.id, d.n, r.recorder(t))
+	t.f = newFollower(r.LogCtx, r.p, r.c, r.Log, r.ID, d.n, r.recorder(t))
 	t.f.taskID, t.f.contextID = d.task, d.contextID
 	t.f.replay, t.f.replayStatus, t.f.wrote = logged, d.status, logged != ""
 	r.cur = t
-	r.running, r.idle = true, make(chan struct{})
-	go r.drive()
+	r.DriveLocked()
 	return true
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -78,10 +77,8 @@ func (p *Provider) Materialize(ctx context.Context, req subagent.MaterializeRequ
 		return nil, err
 	}
 	id := req.Session.ID
-	r := &liveChild{
-		p: p, key: idleKey{store.Tenant(ctx), id}, log: p.log.With(slog.String("child_id", id)),
-		logCtx: context.WithoutCancel(ctx), cwd: cwd, idle: closedChan(),
-	}
+	r := &liveChild{p: p, key: idleKey{store.Tenant(ctx), id}, cwd: cwd}
+	r.Child = turnlog.NewChild(ctx, turnlog.ChildParams{Store: p.store, ID: id, Name: "ACP", Log: p.log, Turns: r})
 	if req.Create != nil {
 		if err := r.create(ctx, req.Create); err != nil {
 			return nil, err
@@ -97,15 +94,15 @@ func (p *Provider) Materialize(ctx context.Context, req subagent.MaterializeRequ
 	return r, nil
 }
 
-// liveChild is the live agent of one activation of a continuable ACP child.
+// liveChild is the live agent of one activation of a continuable ACP
+// child: a turnlog.Child whose turns are session/prompts.
 type liveChild struct {
-	p      *Provider
-	key    idleKey
-	log    *slog.Logger
-	logCtx context.Context // the child's tenant, without cancellation
-	cwd    string          // checked at materialization
+	p   *Provider
+	key idleKey
+	cwd string // checked at materialization
+	*turnlog.Child
 
-	// mu guards the fields below and serialises log writes.
+	// The Child's lock guards the fields below.
 	//
 	// The child log is the record of what the agent did; a liveChild
 	// keeps only what its turns and settlement need, however long the
@@ -113,18 +110,9 @@ type liveChild struct {
 	// (bounded) text, the outcome fold (which takes a turn's text from the
 	// assistant/message that ends it, never from its chunks) and the
 	// user/messages (Events).
-	mu      sync.Mutex
 	live    *live // nil once closed
 	session sdk.SessionId
-	// Kept (which locks itself) holds the user/messages and the fold since
-	// Track; its Events, Track and Outcome are the agent's.
-	turnlog.Kept
-	turn    int // the last turn number in the log
-	queue   []sessionlog.UserMessage
-	running bool          // a turn runs or is about to
-	idle    chan struct{} // closed while no turn runs
-	cur     *acpTurn      // the running turn
-	closed  bool
+	cur     *acpTurn // the running turn
 }
 
 // acpTurn is one turn: one session/prompt.
@@ -148,7 +136,7 @@ type acpTurn struct {
 
 // stopped is the outcome of a turn whose prompt was stopped: an error when
 // its log could not be written, else aborted by its cause. Read it once
-// t.stop is closed, or with mu held.
+// t.stop is closed, or with the lock held.
 func (t *acpTurn) stopped() turnlog.Outcome {
 	if t.failed {
 		return turnlog.Outcome{Reason: subagent.StopError, Diagnostic: turnlog.LogFailed}
@@ -159,17 +147,11 @@ func (t *acpTurn) stopped() turnlog.Outcome {
 	return turnlog.Outcome{Reason: subagent.StopAborted, Cause: t.cause}
 }
 
-func closedChan() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}
-
 // create starts the agent, opens its session, writes the child through
 // createChild and records the session id.
 func (r *liveChild) create(ctx context.Context, createChild func(context.Context) error) error {
 	cwd := r.cwd
-	l, err := r.p.launch(ctx, cwd, r, r.log)
+	l, err := r.p.launch(ctx, cwd, r, r.Log)
 	if err != nil {
 		return err
 	}
@@ -184,7 +166,7 @@ func (r *liveChild) create(ctx context.Context, createChild func(context.Context
 		err = r.load(ctx)
 	}
 	if err == nil {
-		err = r.appendLocked(turnlog.Event{Type: sessionlog.EventACPSession, Data: sessionlog.ACPSessionData{SessionID: string(session)}})
+		err = r.AppendLocked(turnlog.Event{Type: sessionlog.EventACPSession, Data: sessionlog.ACPSessionData{SessionID: string(session)}})
 	}
 	if err != nil {
 		l.discard()
@@ -197,21 +179,17 @@ func (r *liveChild) create(ctx context.Context, createChild func(context.Context
 // load reads the child log, a page at a time, for its ACP session, its
 // turn count and its user/messages, and closes a turn a crash left open.
 func (r *liveChild) load(ctx context.Context) error {
-	read := func(ctx context.Context, after int64, limit int) ([]store.Event, error) {
-		return r.p.store.Events(ctx, r.key.id, after, limit)
-	}
-	last, open, err := turnlog.Scan(ctx, read, &r.Kept, func(e store.Event) {
+	open, err := r.Load(ctx, func(e store.Event) {
 		var d sessionlog.ACPSessionData
 		if e.Type == sessionlog.EventACPSession && json.Unmarshal(e.Data, &d) == nil {
 			r.session = sdk.SessionId(d.SessionID)
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("read log of ACP child %s: %w", r.key.id, err)
+		return err
 	}
-	r.turn = last
 	if open != 0 {
-		if err := r.appendLocked(turnlog.Close(open, 1, nil, turnlog.CutOff)...); err != nil {
+		if err := r.AppendLocked(turnlog.Close(open, 1, nil, turnlog.CutOff)...); err != nil {
 			return err
 		}
 	}
@@ -229,7 +207,7 @@ func (r *liveChild) wake(ctx context.Context) (*live, error) {
 		return l, nil
 	}
 	cwd := r.cwd
-	l, err := r.p.launch(ctx, cwd, r, r.log)
+	l, err := r.p.launch(ctx, cwd, r, r.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -260,108 +238,32 @@ func resumable(caps sdk.AgentCapabilities) bool {
 	return caps.LoadSession || caps.SessionCapabilities.Resume != nil
 }
 
-// appendLocked writes evs to the child log in one append, keeping its
-// user/messages and folding the rest but the chunks; call it with mu held,
-// or before r is shared.
-func (r *liveChild) appendLocked(evs ...turnlog.Event) error {
-	batch, entries, err := turnlog.Encode(evs...)
-	if err != nil {
-		return err
-	}
-	stored, err := r.p.store.AppendEvents(r.logCtx, r.key.id, batch...)
-	if err != nil {
-		return fmt.Errorf("write log of ACP child %s: %w", r.key.id, err)
-	}
-	r.Kept.Written(stored, entries)
-	return nil
-}
-
-// FollowupMessage runs msg as the next prompt: on an idle agent its turn
-// opens (msg logged as user/message) before this returns; during a turn it
-// is queued behind it. Returns an error when the agent was closed or the
-// log cannot be written.
-func (r *liveChild) FollowupMessage(_ context.Context, msg sessionlog.UserMessage) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return "", fmt.Errorf("ACP child %s: agent closed", r.key.id)
-	}
-	if r.running {
-		r.queue = append(r.queue, msg)
-		return msg.ID, nil
-	}
-	if err := r.openLocked(msg); err != nil {
-		return "", err
-	}
-	r.running, r.idle = true, make(chan struct{})
-	go r.drive()
-	return msg.ID, nil
-}
-
-// QueuesFollowups marks the liveChild as an agent whose running turn takes
-// no content: a followup then runs as the next prompt (subagent.Queuer).
-func (r *liveChild) QueuesFollowups() {}
-
-// openLocked opens the turn of msg. mu is held.
-func (r *liveChild) openLocked(msg sessionlog.UserMessage) error {
-	n := r.turn + 1
-	if err := r.appendLocked(
-		turnlog.Event{Type: sessionlog.EventTurnStart, Data: sessionlog.TurnData{Turn: n}},
-		turnlog.Event{Type: sessionlog.EventUserMessage, Data: msg},
-		turnlog.Event{Type: sessionlog.EventStepStart, Data: sessionlog.StepData{Turn: n, Step: 1}},
-	); err != nil {
-		return err
-	}
-	r.turn = n
+// OpenTurn makes turn n of msg, one session/prompt, the running turn
+// (turnlog.Turns). The lock is held.
+func (r *liveChild) OpenTurn(n int, msg sessionlog.UserMessage) {
 	r.cur = &acpTurn{n: n, content: msg.Content, stop: make(chan struct{}), ended: make(chan struct{})}
-	r.queue = slices.DeleteFunc(r.queue, func(m sessionlog.UserMessage) bool { return m.ID == msg.ID })
-	return nil
 }
 
-// drive runs turns until the queue is empty: one session/prompt each.
-func (r *liveChild) drive() {
-	for r.runTurn() {
-	}
-}
-
-// runTurn runs the open turn, closes it and opens the next queued one; it
-// reports whether it did. When the turn's end cannot be written (the
-// store fails, or this replica lost the child's lease) nothing more runs:
-// the queued messages stay in the durable inbox for a later activation.
-func (r *liveChild) runTurn() bool {
-	r.mu.Lock()
+// RunTurn prompts the running turn, closes it and opens the next queued
+// one; it reports whether it did (turnlog.Turns).
+func (r *liveChild) RunTurn() bool {
+	r.Lock()
 	t, l, session := r.cur, r.live, r.session
 	t.prompting = true
-	r.mu.Unlock()
-	held := turnlog.HoldTo(r.logCtx, r.p.deadlines, r.key.id, r.log, func(o turnlog.Outcome) { r.stopLate(t, o) })
+	r.Unlock()
+	held := turnlog.HoldTo(r.LogCtx, r.p.deadlines, r.ID, r.Log, func(o turnlog.Outcome) { r.stopLate(t, o) })
 	o := r.prompt(l, session, t, t.content)
 	held()
 
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Lock()
+	defer r.Unlock()
 	if t.failed {
 		o = t.stopped()
 	}
-	o.Diagnostic = subagent.TruncateDiagnostic(o.Diagnostic)
-	_, ended := turnlog.CloseTurn(r.appendLocked, r.log, t.n, t.text.Blocks(), o)
+	ended := r.CloseTurnLocked(t.n, t.text.Blocks(), o)
 	r.cur = nil
 	close(t.ended)
-	if !ended {
-		r.queue = nil
-	}
-	if len(r.queue) > 0 && !r.closed {
-		if err := r.openLocked(r.queue[0]); err == nil {
-			return true
-		} else {
-			// The queued messages stay in the durable inbox for a later
-			// activation.
-			r.log.Warn("cannot open the next turn of the ACP child", slog.Any("error", err))
-			r.queue = nil
-		}
-	}
-	r.running = false
-	close(r.idle)
-	return false
+	return r.NextLocked(ended)
 }
 
 // prompt runs turn t's prompt and says how the turn ended. A cancelled turn
@@ -370,7 +272,7 @@ func (r *liveChild) runTurn() bool {
 // an earlier turn lost the agent, a new one resumes the session first.
 func (r *liveChild) prompt(l *live, session sdk.SessionId, t *acpTurn, content []model.Block) turnlog.Outcome {
 	if l == nil {
-		ctx, cancel := context.WithCancel(r.logCtx)
+		ctx, cancel := context.WithCancel(r.LogCtx)
 		go func() {
 			select {
 			case <-t.stop:
@@ -389,18 +291,18 @@ func (r *liveChild) prompt(l *live, session sdk.SessionId, t *acpTurn, content [
 			}
 			return turnlog.Outcome{Reason: subagent.StopError, Diagnostic: subagent.ErrorMessage(err)}
 		}
-		r.mu.Lock()
-		closed := r.closed
+		r.Lock()
+		closed := r.ClosedLocked()
 		if !closed {
 			r.live = l
 		}
-		r.mu.Unlock()
+		r.Unlock()
 		if closed {
 			l.discard()
 			return t.stopped()
 		}
 	}
-	resp, err := l.prompt(session, sdkBlocks(turnlog.TextOnly(content)), t.stop, r.p.cfg.DisposeGrace, telemetry.Traceparent(r.logCtx))
+	resp, err := l.prompt(session, sdkBlocks(turnlog.TextOnly(content)), t.stop, r.p.cfg.DisposeGrace, telemetry.Traceparent(r.LogCtx))
 	select {
 	case <-t.stop:
 		if err != nil {
@@ -411,7 +313,7 @@ func (r *liveChild) prompt(l *live, session sdk.SessionId, t *acpTurn, content [
 	}
 	if err != nil {
 		diagnostic := l.failure(err)
-		r.log.Warn("ACP child's turn failed", slog.String("diagnostic", diagnostic), slog.Any("error", err))
+		r.Log.Warn("ACP child's turn failed", slog.String("diagnostic", diagnostic), slog.Any("error", err))
 		if errors.Is(err, errExited) || disconnected(err) {
 			r.dropLive(l)
 		}
@@ -428,14 +330,14 @@ func (r *liveChild) prompt(l *live, session sdk.SessionId, t *acpTurn, content [
 // (it died, or never answered a cancellation); a later activation starts a
 // new one and resumes.
 func (r *liveChild) dropLive(l *live) {
-	r.mu.Lock()
+	r.Lock()
 	if r.live == l {
 		r.live = nil
 	}
-	r.mu.Unlock()
+	r.Unlock()
 	go func() {
 		if err := l.release(false, ""); err != nil {
-			r.log.Error("ACP agent not reaped", slog.Any("error", err))
+			r.Log.Error("ACP agent not reaped", slog.Any("error", err))
 		}
 	}()
 }
@@ -443,14 +345,14 @@ func (r *liveChild) dropLive(l *live) {
 // sessionUpdate logs the running prompt's progress. A write that fails
 // stops the turn, which then fails.
 func (r *liveChild) sessionUpdate(n sdk.SessionNotification) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Lock()
+	defer r.Unlock()
 	t := r.cur
 	if t == nil || !t.prompting || t.failed || n.SessionId != r.session {
 		return
 	}
 	if typ, payload, text, ok := logUpdate(n.Update, t.n, 1); ok {
-		if err := r.appendLocked(turnlog.Event{Type: typ, Data: payload}); err != nil {
+		if err := r.AppendLocked(turnlog.Event{Type: typ, Data: payload}); err != nil {
 			r.failLocked(t, typ, err)
 			return
 		}
@@ -463,12 +365,13 @@ func (r *liveChild) sessionUpdate(n sdk.SessionNotification) {
 // policy asks about waits for a person (ask) until the turn is stopped or
 // closed.
 func (r *liveChild) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPermissionResponse {
-	v := r.p.verdict(r.logCtx, r.key.id, req)
-	r.mu.Lock()
+	v := r.p.verdict(r.LogCtx, r.ID, req)
+	r.Lock()
 	t := r.cur
 	cancelled := t == nil
-	n := r.turn
+	n := 0 // no turn runs: nothing is logged
 	if t != nil {
+		n = t.n
 		select {
 		case <-t.stop:
 			cancelled = true
@@ -476,13 +379,13 @@ func (r *liveChild) requestPermission(req sdk.RequestPermissionRequest) sdk.Requ
 		}
 	}
 	if !cancelled && v.Decision == config.PermissionAsk {
-		r.mu.Unlock()
-		return r.p.ask(r.logCtx, r.key.id, n, req, v, r.recorder(t), t.stop, t.ended)
+		r.Unlock()
+		return r.p.ask(r.LogCtx, r.ID, n, req, v, r.recorder(t), t.stop, t.ended)
 	}
-	defer r.mu.Unlock()
+	defer r.Unlock()
 	resp, d := decide(req, v.Decision, cancelled, n)
 	if t != nil && !t.failed {
-		if err := r.appendLocked(turnlog.Event{Type: sessionlog.EventACPPermission, Data: d}); err != nil {
+		if err := r.AppendLocked(turnlog.Event{Type: sessionlog.EventACPPermission, Data: d}); err != nil {
 			r.failLocked(t, sessionlog.EventACPPermission, err)
 			return permissionCancelled()
 		}
@@ -494,12 +397,12 @@ func (r *liveChild) requestPermission(req sdk.RequestPermissionRequest) sdk.Requ
 // failed write stops t and is returned.
 func (r *liveChild) recorder(t *acpTurn) func(evs ...turnlog.Event) error {
 	return func(evs ...turnlog.Event) error {
-		r.mu.Lock()
-		defer r.mu.Unlock()
+		r.Lock()
+		defer r.Unlock()
 		if r.cur != t || t.failed {
 			return nil
 		}
-		if err := r.appendLocked(evs...); err != nil {
+		if err := r.AppendLocked(evs...); err != nil {
 			r.failLocked(t, evs[0].Type, err)
 			return err
 		}
@@ -508,15 +411,15 @@ func (r *liveChild) recorder(t *acpTurn) func(evs ...turnlog.Event) error {
 }
 
 // failLocked stops turn t after a write to its log failed: a turn never
-// settles with events missing from its log. mu is held.
+// settles with events missing from its log. The lock is held.
 func (r *liveChild) failLocked(t *acpTurn, typ string, err error) {
-	r.log.Error("cannot write the ACP child log; stopping its turn", slog.String("event", typ), slog.Any("error", err))
+	r.Log.Error("cannot write the ACP child log; stopping its turn", slog.String("event", typ), slog.Any("error", err))
 	t.failed = true
 	r.stopLocked(t)
 }
 
 // stopLocked closes t.stop, unless it is closed, and sends session/cancel
-// for the prompt. mu is held.
+// for the prompt. The lock is held.
 func (r *liveChild) stopLocked(t *acpTurn) {
 	select {
 	case <-t.stop:
@@ -529,23 +432,13 @@ func (r *liveChild) stopLocked(t *acpTurn) {
 	}
 }
 
-// SubmitSteer is always rejected: ACP has no mid-turn injection.
-func (r *liveChild) SubmitSteer(context.Context, sessionlog.UserMessage) (<-chan error, error) {
-	return nil, fmt.Errorf("ACP child %s: %w: ACP agents take no content mid-turn", r.key.id, subagent.ErrSteerRejected)
-}
-
-// Steer is always rejected: ACP has no mid-turn injection.
-func (r *liveChild) Steer(context.Context, []model.Block, sessionlog.Source) (string, error) {
-	return "", fmt.Errorf("ACP child %s: %w: ACP agents take no content mid-turn", r.key.id, subagent.ErrSteerRejected)
-}
-
 // Cancel sends session/cancel for the running turn, which ends aborted
 // with cause, and drops the queued prompts: the manager's durable inbox
 // still holds them (keepInbox is therefore the same as not).
 func (r *liveChild) Cancel(cause string, _ bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.queue = nil
+	r.Lock()
+	defer r.Unlock()
+	r.DropLocked()
 	t := r.cur
 	if t == nil {
 		return
@@ -562,8 +455,8 @@ func (r *liveChild) Cancel(cause string, _ bool) {
 // stopLate stops turn t, if it still runs, to end as o: its tree's deadline
 // passed (turnlog.HoldTo).
 func (r *liveChild) stopLate(t *acpTurn, o turnlog.Outcome) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Lock()
+	defer r.Unlock()
 	select {
 	case <-t.stop:
 		return
@@ -576,43 +469,14 @@ func (r *liveChild) stopLate(t *acpTurn, o turnlog.Outcome) {
 	r.stopLocked(t)
 }
 
-// Running reports whether a turn runs or is about to.
-func (r *liveChild) Running() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.running
-}
-
-// Idle returns a channel closed once no turn runs; the next turn gets a
-// new one.
-func (r *liveChild) Idle() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.idle
-}
-
-// waitIdle returns once no turn runs, or ctx's error.
-func (r *liveChild) waitIdle(ctx context.Context) error {
-	select {
-	case <-r.Idle():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // Close cancels the running turn, waits for it to end and leaves the
 // agent idle for the next activation (the provider's idle timeout stops
 // it). Returns ctx's error when the turn outlasts it.
 func (r *liveChild) Close(ctx context.Context) error {
-	r.Cancel(sessionlog.CauseDisposed, false)
-	if err := r.waitIdle(ctx); err != nil {
-		return fmt.Errorf("close ACP child %s: %w", r.key.id, err)
+	l, err := r.shut(ctx, "close")
+	if err != nil {
+		return err
 	}
-	r.mu.Lock()
-	l := r.live
-	r.live, r.closed = nil, true
-	r.mu.Unlock()
 	if l != nil {
 		r.p.park(r.key, l, r.session)
 	}
@@ -623,21 +487,27 @@ func (r *liveChild) Close(ctx context.Context) error {
 // kept for a next activation, so the agent's process is stopped before
 // it returns.
 func (r *liveChild) Discard(ctx context.Context) error {
-	r.Cancel(sessionlog.CauseDisposed, false)
-	if err := r.waitIdle(ctx); err != nil {
-		return fmt.Errorf("discard ACP child %s: %w", r.key.id, err)
+	l, err := r.shut(ctx, "discard")
+	if err != nil {
+		return err
 	}
-	r.mu.Lock()
-	l := r.live
-	r.live, r.closed = nil, true
-	r.mu.Unlock()
 	if l != nil {
 		l.attach(ignore{})
 		if err := l.release(true, r.session); err != nil {
-			return fmt.Errorf("discard ACP child %s: %w", r.key.id, err)
+			return fmt.Errorf("discard ACP child %s: %w", r.ID, err)
 		}
 	}
 	return nil
+}
+
+// shut cancels the running turn, waits for it to end and closes the
+// agent (turnlog.Child.Shut), taking its process from it: nil when it has
+// none. Returns ctx's error, for verb, when the turn outlasts it.
+func (r *liveChild) shut(ctx context.Context, verb string) (*live, error) {
+	r.Cancel(sessionlog.CauseDisposed, false)
+	var l *live
+	err := r.Shut(ctx, verb, func() { l, r.live = r.live, nil })
+	return l, err
 }
 
 // ForgetChild stops the agent an earlier activation of child childID of

@@ -20,7 +20,7 @@ import (
 // failingLog is a child log whose appends holding an event of type typ
 // fail with err, writing nothing.
 type failingLog struct {
-	Log
+	turnlog.Store
 	typ string
 	err error
 
@@ -37,7 +37,7 @@ func (f *failingLog) AppendEvents(ctx context.Context, sessionID string, evs ...
 			return nil, f.err
 		}
 	}
-	return f.Log.AppendEvents(ctx, sessionID, evs...)
+	return f.Store.AppendEvents(ctx, sessionID, evs...)
 }
 
 // heal makes every later append succeed.
@@ -73,7 +73,7 @@ func TestRun_LogWriteFailureFailsTheTurn(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			p, b := setup(t, "text")
-			log := &failingLog{Log: b.store, typ: tt.typ, err: tt.err}
+			log := &failingLog{Store: b.store, typ: tt.typ, err: tt.err}
 			p.store = log
 			r := start(t, p, b)
 			res := result(t, r)
@@ -119,7 +119,7 @@ func TestContinuable_LogWriteFailureFailsTheTurn(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			p, b := continuable(t, "resume")
-			log := &failingLog{Log: b.store, typ: tt.typ, err: tt.err}
+			log := &failingLog{Store: b.store, typ: tt.typ, err: tt.err}
 			p.store = log
 			w, _ := world(t, p, b)
 			started := w.start(t, b, "flood3")
@@ -169,7 +169,7 @@ func TestRun_OutputHeldIsBounded(t *testing.T) {
 	if res.StopReason != subagent.StopCompleted || text != want {
 		t.Fatalf("result %s with %d bytes of output, want completed with the first %d bytes and the cut note", res.StopReason, len(text), turnlog.MaxOutput)
 	}
-	if held := len(model.Text(r.(*run).text.Blocks())); held > turnlog.MaxOutput+len(turnlog.OutputCut) {
+	if held := len(model.Text(r.(*run).Output())); held > turnlog.MaxOutput+len(turnlog.OutputCut) {
 		t.Fatalf("the run holds %d bytes of output, more than %d and the cut note", held, turnlog.MaxOutput)
 	}
 	evs := allEvents(t, b.store, r.ChildID())
@@ -211,8 +211,10 @@ func TestContinuable_ResidentHoldsNoStreamedEvents(t *testing.T) {
 		if _, err := r.FollowupMessage(ctx, msg); err != nil {
 			t.Fatalf("FollowupMessage: %v", err)
 		}
-		if err := r.waitIdle(ctx); err != nil {
-			t.Fatalf("turn %d did not end: %v", i+1, err)
+		select {
+		case <-r.Idle():
+		case <-ctx.Done():
+			t.Fatalf("turn %d did not end: %v", i+1, ctx.Err())
 		}
 	}
 	evs := allEvents(t, b.store, id)

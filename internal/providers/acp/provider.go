@@ -14,20 +14,17 @@ package acp
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"time"
 
 	sdk "github.com/coder/acp-go-sdk"
 	"github.com/google/uuid"
 
 	"github.com/subagentd/subagentd/internal/config"
 	"github.com/subagentd/subagentd/internal/governance"
-	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/providers/turnlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
@@ -36,7 +33,7 @@ import (
 // Deps are the provider's collaborators.
 type Deps struct {
 	// Store receives the child sessions and their logs.
-	Store Log
+	Store turnlog.Store
 	// Logger receives diagnostics, including the agents' stderr at debug
 	// level.
 	Logger *slog.Logger
@@ -55,18 +52,10 @@ type Deps struct {
 	Deadlines turnlog.Deadlines
 }
 
-// Log is the part of the store the provider writes child sessions and
-// their logs to.
-type Log interface {
-	CreateSession(ctx context.Context, s store.Session) error
-	AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error)
-	Events(ctx context.Context, sessionID string, after int64, limit int) ([]store.Event, error)
-}
-
 // Provider runs one configured ACP agent. It is safe for concurrent use.
 type Provider struct {
 	cfg   config.ProviderConfig
-	store Log
+	store turnlog.Store
 	log   *slog.Logger
 	roots []string
 	// secretEnv is Deps.SecretEnv.
@@ -175,16 +164,17 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 		return nil, err
 	}
 	childID := uuid.NewString()
-	log := p.log.With(slog.String("child_id", childID))
-	r := newRun(context.WithoutCancel(ctx), p, childID, log)
-	r.live, err = p.launch(ctx, cwd, r, log)
+	r := newRun(ctx, p, childID)
+	r.live, err = p.launch(ctx, cwd, r, r.Log)
 	if err != nil {
 		return nil, err
 	}
 	prompt := turnlog.TextOnly(req.Prompt)
 	r.sessionID, err = r.live.newSession(ctx, cwd)
+	// The log opens after the handshake, so a start that fails earlier
+	// leaves nothing in the store.
 	if err == nil {
-		err = r.openLog(p.childSession(childID, cwd, req), prompt, descriptor)
+		err = r.OpenLog(p.childSession(childID, cwd, req), prompt, descriptor)
 	}
 	if err != nil {
 		r.live.discard()
@@ -193,13 +183,7 @@ func (p *Provider) Start(ctx context.Context, req subagent.ResolvedRequest) (sub
 		}
 		return nil, err
 	}
-	go r.drive(prompt)
-	turnlog.HoldRun(r.logCtx, p.deadlines, childID, log, r.stop, r.done)
-	if ctx.Err() != nil {
-		// The child exists now: an abort from here on is a post-publication
-		// cancel (R24), and the run settles aborted.
-		r.Cancel()
-	}
+	r.Publish(ctx, p.deadlines, func() { r.drive(prompt) })
 	return r, nil
 }
 
@@ -228,30 +212,7 @@ func (p *Provider) workdir(parentCwd string) (string, error) {
 	return real, nil
 }
 
+// childSession is the header of one-shot child id, in cwd.
 func (p *Provider) childSession(id, cwd string, req subagent.ResolvedRequest) store.Session {
-	return store.Session{
-		ID:              id,
-		ParentID:        req.Parent.Session.ID,
-		RootID:          store.RootOf(req.Parent.Session),
-		Origin:          "subagent",
-		DelegationDepth: req.ChildDepth,
-		Cwd:             cwd,
-		Label:           req.Label,
-		Provider:        p.cfg.Name,
-		Mode:            subagent.ModeOneShot,
-		Limits:          req.Limits,
-		CreatedAt:       time.Now(),
-	}
-}
-
-// openLog creates the child session and opens its first turn. It runs after
-// the handshake, so a start that fails earlier leaves nothing in the store.
-func (r *run) openLog(sess store.Session, prompt []model.Block, descriptor json.RawMessage) error {
-	if err := turnlog.Open(r.logCtx, r.p.store, sess, prompt, descriptor); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.logging = true
-	r.mu.Unlock()
-	return nil
+	return turnlog.Session(id, p.cfg.Name, cwd, req)
 }

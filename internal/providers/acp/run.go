@@ -30,16 +30,13 @@ const (
 // waits for the agent (R26). Once the agent answered, its process is
 // stopped at once, without waiting for disposal.
 type run struct {
-	p         *Provider
-	log       *slog.Logger
-	childID   string
+	p *Provider
+	// OneShot's ChildID is minted by the service: ACP session ids are only
+	// unique within one agent process.
+	*turnlog.OneShot
 	live      *live
 	sessionID sdk.SessionId // set by the handshake, before publication
-	// logCtx carries the start request's values (its tenant) without its
-	// cancellation, for log writes: the child's log outlives the request.
-	logCtx context.Context
 
-	done       chan struct{} // closed once the result settled
 	cancelled  chan struct{} // closed by the first cancel
 	cancelOnce sync.Once
 	cancelSent chan struct{} // closed once session/cancel was written or failed
@@ -49,52 +46,19 @@ type run struct {
 	disposeOnce sync.Once
 	disposed    chan struct{}
 	disposeErr  error
-
-	// mu guards the fields below and serialises log writes, so that nothing
-	// is appended after the turn/end that settlement writes.
-	mu        sync.Mutex
-	logging   bool // the child session exists
-	logFailed bool // a write to the child log failed: the turn fails
-	text      turnlog.Output
-	settled   bool
-	result    subagent.Result
 }
 
 var _ subagent.Run = (*run)(nil)
 
-func newRun(logCtx context.Context, p *Provider, childID string, log *slog.Logger) *run {
-	return &run{
-		p: p, log: log, childID: childID, logCtx: logCtx,
-		done: make(chan struct{}), cancelled: make(chan struct{}), cancelSent: make(chan struct{}),
+// newRun returns the run of child childID, which keeps ctx's values, not
+// its cancellation.
+func newRun(ctx context.Context, p *Provider, childID string) *run {
+	r := &run{
+		p: p, cancelled: make(chan struct{}), cancelSent: make(chan struct{}),
 		driveDone: make(chan struct{}), answered: make(chan struct{}), disposed: make(chan struct{}),
 	}
-}
-
-// ChildID is the child session's id, minted by the service: ACP session ids
-// are only unique within one agent process.
-func (r *run) ChildID() string { return r.childID }
-
-// Local is false: the child is an external process.
-func (r *run) Local() bool { return false }
-
-// Done is closed once the result has settled.
-func (r *run) Done() <-chan struct{} { return r.done }
-
-// Result waits for settlement and returns the result. It never fails: agent
-// errors and crashes settle as stop reason "error" (R27).
-func (r *run) Result() (subagent.Result, error) {
-	<-r.done
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.result, nil
-}
-
-// Cancel settles the run "aborted" at once, unless it already settled, and
-// sends session/cancel without waiting for the agent (R23, R26).
-func (r *run) Cancel() { r.cancel(sessionlog.CauseParent) }
-
-func (r *run) cancel(cause string) {
-	r.stop(turnlog.Outcome{Reason: subagent.StopAborted, Cause: cause})
+	r.OneShot = turnlog.NewOneShot(ctx, turnlog.OneShotParams{Store: p.store, ID: childID, Name: "ACP", Log: p.log, Stop: r.stop})
+	return r
 }
 
 // stop settles the run with o at once, unless it already settled, and
@@ -108,14 +72,8 @@ func (r *run) stop(o turnlog.Outcome) {
 			// Best effort: disposal is what actually stops the agent.
 			r.live.sendCancel(r.sessionID)
 		}()
-		r.settle(o)
+		r.Settle(o)
 	})
-}
-
-// failLog stops the turn after a write to the child log failed.
-func (r *run) failLog(typ string, err error) {
-	r.log.Error("cannot write the ACP child log; stopping its turn", slog.String("event", typ), slog.Any("error", err))
-	r.stop(turnlog.Outcome{Reason: subagent.StopError, Diagnostic: turnlog.LogFailed})
 }
 
 // Dispose cancels (sending session/cancel), then tears the agent down: stdin
@@ -126,7 +84,7 @@ func (r *run) failLog(typ string, err error) {
 // error only when the process group survived SIGKILL (R30).
 func (r *run) Dispose(ctx context.Context) error {
 	r.disposeOnce.Do(func() {
-		r.cancel(sessionlog.CauseDisposed)
+		r.Abort(sessionlog.CauseDisposed)
 		go func() {
 			// session/cancel goes out before the EOF, unless the pipe is so
 			// full that writing it would outlast the EOF grace.
@@ -147,7 +105,7 @@ func (r *run) Dispose(ctx context.Context) error {
 	case <-r.disposed:
 		return r.disposeErr
 	case <-ctx.Done():
-		return fmt.Errorf("dispose ACP child %s: %w", r.childID, ctx.Err())
+		return fmt.Errorf("dispose ACP child %s: %w", r.ChildID(), ctx.Err())
 	}
 }
 
@@ -166,7 +124,7 @@ func (r *run) release() error {
 // settles without it. Once the agent answered, its process is stopped.
 func (r *run) drive(prompt []model.Block) {
 	defer close(r.driveDone)
-	resp, err := r.live.prompt(r.sessionID, sdkBlocks(prompt), r.cancelled, 0, telemetry.Traceparent(r.logCtx))
+	resp, err := r.live.prompt(r.sessionID, sdkBlocks(prompt), r.cancelled, 0, telemetry.Traceparent(r.LogCtx))
 	if errors.Is(err, errStopped) {
 		return
 	}
@@ -174,21 +132,21 @@ func (r *run) drive(prompt []model.Block) {
 		close(r.answered)
 		go func() {
 			if err := r.release(); err != nil {
-				r.log.Error("settled ACP agent not reaped", slog.Any("error", err))
+				r.Log.Error("settled ACP agent not reaped", slog.Any("error", err))
 			}
 		}()
 	}
 	if err != nil {
 		diagnostic := r.live.failure(err)
-		r.log.Warn("ACP child failed", slog.String("diagnostic", diagnostic), slog.Any("error", err))
-		r.settle(turnlog.Outcome{Reason: subagent.StopError, Diagnostic: diagnostic})
+		r.Log.Warn("ACP child failed", slog.String("diagnostic", diagnostic), slog.Any("error", err))
+		r.Settle(turnlog.Outcome{Reason: subagent.StopError, Diagnostic: diagnostic})
 		return
 	}
 	o := stopOutcome(resp.StopReason)
 	if u := resp.Usage; u != nil {
 		o.Usage = &sessionlog.UsageData{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
 	}
-	r.settle(o)
+	r.Settle(o)
 }
 
 // sdkBlocks converts text blocks for a session/prompt.
@@ -229,56 +187,16 @@ func stopOutcome(reason sdk.StopReason) turnlog.Outcome {
 	}
 }
 
-// settle records the result once, with the text streamed so far as output,
-// closes the turn in the child log and then closes done, so a reader woken
-// by Done finds the log complete. A turn whose log misses an event, or
-// whose end cannot be written, settles "error" (turnlog.CloseTurn).
-func (r *run) settle(o turnlog.Outcome) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.settled {
-		return
-	}
-	r.settled = true
-	r.result = turnlog.OneShotResult(turnlog.OneShotEnd{Write: r.appendLocked, Log: r.log,
-		Logging: r.logging, LogFailed: r.logFailed, Output: r.text.Blocks()}, o)
-	close(r.done)
-}
-
-// appendLocked writes evs to the child log, which must exist, in one
-// append; call it with mu held. A failure is remembered: the turn then
-// fails.
-func (r *run) appendLocked(evs ...turnlog.Event) error {
-	batch, _, err := turnlog.Encode(evs...)
-	if err == nil {
-		_, err = r.p.store.AppendEvents(r.logCtx, r.childID, batch...)
-	}
-	if err != nil {
-		r.logFailed = true
-		return fmt.Errorf("write log of ACP child %s: %w", r.childID, err)
-	}
-	return nil
-}
-
 // sessionUpdate streams the agent's progress into the child log. Nothing
 // is recorded before the child log exists (during the handshake), after
 // the turn ended, or after a write failed, which stops the turn.
 func (r *run) sessionUpdate(n sdk.SessionNotification) {
-	r.mu.Lock()
-	if !r.logging || r.settled || r.logFailed || n.SessionId != r.sessionID {
-		r.mu.Unlock()
+	// sessionID is set before the log exists.
+	if !r.Logging() || n.SessionId != r.sessionID {
 		return
 	}
-	typ, payload, text, ok := logUpdate(n.Update, turn, step)
-	var err error
-	if ok {
-		if err = r.appendLocked(turnlog.Event{Type: typ, Data: payload}); err == nil {
-			r.text.Add(text)
-		}
-	}
-	r.mu.Unlock()
-	if err != nil {
-		r.failLog(typ, err)
+	if typ, payload, text, ok := logUpdate(n.Update, turn, step); ok {
+		_ = r.Record(text, turnlog.Event{Type: typ, Data: payload})
 	}
 }
 
@@ -292,9 +210,9 @@ func (r *run) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPer
 		cancelled = true
 	default:
 	}
-	v := r.p.verdict(r.logCtx, r.childID, req)
+	v := r.p.verdict(r.LogCtx, r.ChildID(), req)
 	if !cancelled && v.Decision == config.PermissionAsk {
-		return r.p.ask(r.logCtx, r.childID, turn, req, v, r.record, r.cancelled, r.done)
+		return r.p.ask(r.LogCtx, r.ChildID(), turn, req, v, r.record, r.cancelled, r.Done())
 	}
 	resp, d := decide(req, v.Decision, cancelled, turn)
 	if err := r.record(turnlog.Event{Type: sessionlog.EventACPPermission, Data: d}); err != nil {
@@ -305,15 +223,4 @@ func (r *run) requestPermission(req sdk.RequestPermissionRequest) sdk.RequestPer
 
 // record appends evs to the child log unless the turn is over; a failed
 // write stops the turn and is returned.
-func (r *run) record(evs ...turnlog.Event) error {
-	r.mu.Lock()
-	var err error
-	if r.logging && !r.settled && !r.logFailed {
-		err = r.appendLocked(evs...)
-	}
-	r.mu.Unlock()
-	if err != nil {
-		r.failLog(evs[0].Type, err)
-	}
-	return err
-}
+func (r *run) record(evs ...turnlog.Event) error { return r.Record("", evs...) }

@@ -1,14 +1,15 @@
 // Package turnlog writes the turns of external agents into their child
 // session logs, in the event types every other child writes
 // (internal/sessionlog): the events that end a turn, the output text a turn
-// keeps for its result, and how a stop reason is logged. The ACP and A2A
-// providers share it; their children run one step per turn.
+// keeps for its result, and how a stop reason is logged. As far as their
+// protocols do not shape them, it also holds a one-shot external child's
+// run (OneShot) and the live agent of a continuable one (Child). The ACP
+// and A2A providers share it; their children run one step per turn.
 package turnlog
 
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -16,68 +17,19 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
-
 	"github.com/subagentd/subagentd/internal/model"
 	"github.com/subagentd/subagentd/internal/sessionlog"
 	"github.com/subagentd/subagentd/internal/store"
 	"github.com/subagentd/subagentd/internal/subagent"
 )
 
-// Writer is what Open writes a child's session and log through.
-type Writer interface {
+// Store is the part of the store an external agent's provider writes its
+// child sessions and their logs to, and reads the logs of continuable
+// children from.
+type Store interface {
 	CreateSession(ctx context.Context, s store.Session) error
 	AppendEvents(ctx context.Context, sessionID string, evs ...store.NewEvent) ([]store.Event, error)
-}
-
-// Open creates a one-shot external child's session sess and opens its
-// only turn: turn/start, the prompt, the descriptor and step/start of turn
-// 1, step 1.
-func Open(ctx context.Context, w Writer, sess store.Session, prompt []model.Block, descriptor json.RawMessage) error {
-	if err := w.CreateSession(ctx, sess); err != nil {
-		return fmt.Errorf("create child session: %w", err)
-	}
-	batch, _, err := Encode(
-		Event{Type: sessionlog.EventTurnStart, Data: sessionlog.TurnData{Turn: 1}},
-		Event{Type: sessionlog.EventUserMessage, Data: sessionlog.UserMessage{ID: uuid.NewString(), Role: "user", Content: prompt, Source: sessionlog.Source{Kind: "user"}}},
-		Event{Type: sessionlog.EventDescriptor, Data: descriptor},
-		Event{Type: sessionlog.EventStepStart, Data: sessionlog.StepData{Turn: 1, Step: 1}},
-	)
-	if err != nil {
-		return err
-	}
-	if _, err := w.AppendEvents(ctx, sess.ID, batch...); err != nil {
-		return fmt.Errorf("open child log: %w", err)
-	}
-	return nil
-}
-
-// OneShotEnd is what ends a one-shot external run's one turn
-// (OneShotResult).
-type OneShotEnd struct {
-	// Write appends to the child log; its caller holds what serialises
-	// the log's writes.
-	Write func(...Event) error
-	Log   *slog.Logger
-	// Logging: the child session exists, so the turn is in its log and is
-	// closed there. LogFailed: a write to the log failed, so the turn
-	// fails.
-	Logging, LogFailed bool
-	Output             []model.Block
-}
-
-// OneShotResult closes a one-shot run's turn with o — or as failed, when a
-// write to its log failed — and returns the run's result.
-func OneShotResult(e OneShotEnd, o Outcome) subagent.Result {
-	if e.LogFailed {
-		o = Outcome{Reason: subagent.StopError, Diagnostic: LogFailed}
-	}
-	o.Diagnostic = subagent.TruncateDiagnostic(o.Diagnostic)
-	if e.Logging {
-		o, _ = CloseTurn(e.Write, e.Log, 1, e.Output, o)
-	}
-	return subagent.Result{Output: e.Output, StopReason: o.Reason, Diagnostic: o.Diagnostic,
-		Usage: PromptUsage(e.Logging, o.Usage), UsageKnown: o.Usage != nil}
+	Events(ctx context.Context, sessionID string, after int64, limit int) ([]store.Event, error)
 }
 
 // PromptUsage is the usage of a one-shot run's one prompt as its child
@@ -94,16 +46,6 @@ func PromptUsage(logged bool, u *sessionlog.UsageData) store.Usage {
 		out.InputTokens, out.OutputTokens, out.Reported = int64(u.InputTokens), int64(u.OutputTokens), 1
 	}
 	return out
-}
-
-// HoldRun is HoldTo for a one-shot run, released once done is closed (the
-// run settled).
-func HoldRun(ctx context.Context, d Deadlines, id string, log *slog.Logger, stop func(Outcome), done <-chan struct{}) {
-	release := HoldTo(ctx, d, id, log, stop)
-	go func() {
-		<-done
-		release()
-	}()
 }
 
 // Deadlines tell the deadline in force at a session, zero for none
