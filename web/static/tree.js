@@ -14,6 +14,12 @@ import { formatAge, formatClock, formatDuration, formatTokensShort, h, stateStyl
 const ROW_H = 30;
 /** Rows rendered above and below the visible ones. */
 const OVERSCAN = 40;
+/**
+ * Rows above and below the visible ones in the tree's first draw: the
+ * rest of OVERSCAN is built once that frame is painted, so the first
+ * frame costs what a screenful does.
+ */
+const FIRST_OVERSCAN = 2;
 
 // A state filter names a group of state words.
 const STATE_GROUPS = {
@@ -54,6 +60,9 @@ export class Tree {
     this.selShown = '';
     this.selVisible = false;
     this.windowFrame = 0;
+    // FIRST_OVERSCAN until the frame of the first draw is painted.
+    this.overscan = FIRST_OVERSCAN;
+    this.widen = 0;
     root.addEventListener('keydown', (e) => this.key(e));
     this.col = root.closest('.sessions-col');
     const onScroll = () => {
@@ -168,11 +177,19 @@ export class Tree {
     const bottom = Math.min(window.innerHeight, col ? col.bottom : Infinity);
     const first = Math.floor((top - rect.top) / ROW_H);
     const last = Math.ceil((bottom - rect.top) / ROW_H);
-    return [Math.max(0, first - OVERSCAN), Math.min(this.flat.length, Math.max(0, last + OVERSCAN))];
+    return [Math.max(0, first - this.overscan), Math.min(this.flat.length, Math.max(0, last + this.overscan))];
   }
 
   // renderWindow puts the rows near the view on the page, each at its place.
+  // After the first draw, a task queued behind its frame widens the window
+  // to OVERSCAN.
   renderWindow() {
+    if (this.overscan < OVERSCAN && this.flat.length && !this.widen) {
+      this.widen = setTimeout(() => {
+        this.overscan = OVERSCAN;
+        this.renderWindow();
+      }, 0);
+    }
     const focused = document.activeElement && this.root.contains(document.activeElement) ? document.activeElement.id : '';
     const [from, to] = this.visible();
     const els = [];
