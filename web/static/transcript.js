@@ -37,7 +37,7 @@ const SEGMENT = 300;
 /** The newest events of a log to read first: a log no longer than this is drawn whole. */
 export const TAIL_PAGE = 500;
 /** How close (px) the reader scrolls to the top before the segment above is drawn. */
-const EARLIER_MARGIN = 1200;
+const EARLIER_MARGIN = 600;
 
 export class Transcript {
   /**
