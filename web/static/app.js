@@ -57,12 +57,16 @@ const READ_TRIES = 3;
 const YIELD_EVENTS = 2000;
 /** Trees up to this size have their usage read as soon as one is selected. */
 const SMALL_TREE = 50;
+/** The longest (ms) the first draw waits for the answers to the reads sent at load. */
+const FIRST_DRAW_WAIT = 500;
 
 class App {
   constructor() {
     const store = new Store();
     this.store = store;
     this.frame = 0;
+    // Set until the first draw may be made (start).
+    this.drawHeld = true;
     this.sessionStream = null;
     /** the newest page of the linked session's log, read at start: {id, page: Promise} */
     this.tailRead = null;
@@ -338,7 +342,7 @@ class App {
   // ---- rendering --------------------------------------------------------------
 
   scheduleRender() {
-    if (this.frame) return;
+    if (this.frame || this.drawHeld) return;
     this.frame = requestAnimationFrame(() => {
       this.frame = 0;
       this.renderAll();
@@ -624,6 +628,13 @@ class App {
     // first), while the sign-in is checked.
     this.tailRead = early.tail;
     early.tree.then((page) => { if (page && !this.baselineRead) this.mergeFirstPage(page); });
+    // The first draw waits for those answers (FIRST_DRAW_WAIT at most), so
+    // that it draws them: drawn before, the tree would be the linked
+    // session's one row, drawn again a moment later.
+    Promise.race([Promise.allSettled([early.tree, early.tail?.page]), delay(FIRST_DRAW_WAIT)]).then(() => {
+      this.drawHeld = false;
+      this.scheduleRender();
+    });
     let account;
     try {
       account = await signedIn(early.session);

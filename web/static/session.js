@@ -11,6 +11,12 @@ import { paths } from './paths.js';
 
 const $ = (id) => document.getElementById(id);
 
+// afterFrame settles in a task of its own: asked while a frame is drawn,
+// after that frame is painted. The head's reads are sent then, so the
+// requests (about a millisecond of the main thread each) are not part of
+// the frame that draws the head.
+const afterFrame = () => new Promise((resolve) => { setTimeout(resolve, 0); });
+
 export class SessionView {
   /**
    * @param {import('./store.js').Store} store
@@ -121,6 +127,7 @@ export class SessionView {
 
   async readUsage(id, scope, e) {
     e.inflight = true;
+    await afterFrame();
     try {
       e.data = await api('GET', paths.sessionUsage(id, scope));
     } catch {
@@ -157,6 +164,7 @@ export class SessionView {
   }
 
   async readBudget(id, e) {
+    await afterFrame();
     try {
       const [sess, usage] = await Promise.all([api('GET', paths.session(id)), api('GET', paths.sessionUsage(id, 'tree'))]);
       e.limits = sess.limits || {};

@@ -13,9 +13,10 @@
 // rows that pass its type filter ("Show earlier" pages back); assistant/chunk
 // rows are folded into their assistant/message row unless asked for.
 //
-// A long log is drawn from its end: load() builds the rows of its last
-// TAIL events and keeps the turns before them as segments of about SEGMENT
-// events each, noted (counts, usage, name, activity) but not drawn. The
+// A long log is drawn from its end: load() builds its last turns, TAIL_ROWS
+// conversation rows or a few more (a screenful, so the first frame costs
+// what one does), and keeps the turns before them as segments of about
+// SEGMENT events each, noted (counts, usage, name, activity) but not drawn. The
 // reader scrolling near the top of the conversation, or a link to an
 // earlier event, draws the segments above, so opening a log of ten
 // thousand events costs what a few screenfuls do. The page may hand load()
@@ -27,14 +28,16 @@ import { blocksText, formatClock, formatDuration, formatUsage, h, prettyJSON, st
 
 /** Event log rows shown per page. */
 const LOG_PAGE = 500;
-/** A replayed log longer than this is drawn from its end. */
-const TAIL = 200;
+/** Conversation rows at least in the drawn end of a long log: more than a tall pane shows. */
+const TAIL_ROWS = 24;
+/** Event types that draw a conversation row of their own. */
+const ROW_TYPES = new Set(['user/message', 'assistant/message', 'tool/call', 'turn/start', 'turn/end']);
 /** Events of one earlier segment, drawn at once. */
 const SEGMENT = 300;
 /** The newest events of a log to read first: a log no longer than this is drawn whole. */
-export const TAIL_PAGE = TAIL + SEGMENT;
+export const TAIL_PAGE = 500;
 /** How close (px) the reader scrolls to the top before the segment above is drawn. */
-const EARLIER_MARGIN = 1200;
+const EARLIER_MARGIN = 600;
 
 export class Transcript {
   /**
@@ -756,17 +759,21 @@ export class Transcript {
   }
 }
 
-// splitAt returns where the drawn tail of a replayed log starts: after the
-// turn end at least TAIL events before the last event, so the tail begins
-// with a whole turn; 0 (draw it all) for a short log or one without turns.
+// splitAt returns where the drawn tail of a replayed log starts: after a
+// turn end, so the tail begins with a whole turn (tailStart); 0 (draw it
+// all) for a short log or one without turns.
 function splitAt(events) {
-  return events.length <= TAIL + SEGMENT ? 0 : tailStart(events);
+  return events.length <= TAIL_PAGE ? 0 : tailStart(events);
 }
 
 // tailStart returns where the drawn end of events starts: after the last
-// turn end that leaves TAIL events or more below it, else 0.
+// turn end that leaves TAIL_ROWS rows or more below it, else 0.
 function tailStart(events) {
-  for (let i = events.length - TAIL; i > 0; i--) if (events[i - 1].type === 'turn/end') return i;
+  let rows = 0;
+  for (let i = events.length; i > 0; i--) {
+    if (rows >= TAIL_ROWS && events[i - 1].type === 'turn/end') return i;
+    if (ROW_TYPES.has(events[i - 1].type)) rows++;
+  }
   return 0;
 }
 

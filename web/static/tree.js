@@ -14,6 +14,12 @@ import { formatAge, formatClock, formatDuration, formatTokensShort, h, stateStyl
 const ROW_H = 30;
 /** Rows rendered above and below the visible ones. */
 const OVERSCAN = 40;
+/**
+ * Rows above and below the visible ones until the tree has filled its
+ * view once: the rest of OVERSCAN is built once that frame is painted, so
+ * the first frame costs what a screenful does.
+ */
+const FIRST_OVERSCAN = 2;
 
 // A state filter names a group of state words.
 const STATE_GROUPS = {
@@ -54,6 +60,9 @@ export class Tree {
     this.selShown = '';
     this.selVisible = false;
     this.windowFrame = 0;
+    // FIRST_OVERSCAN until a window it cuts short is drawn (renderWindow).
+    this.overscan = FIRST_OVERSCAN;
+    this.widen = 0;
     root.addEventListener('keydown', (e) => this.key(e));
     this.col = root.closest('.sessions-col');
     const onScroll = () => {
@@ -160,21 +169,30 @@ export class Tree {
     return out;
   }
 
-  // visible returns the range [from, to) of rows in or near the view.
-  visible() {
+  // visible returns the range [from, to) of rows in view and overscan
+  // rows either side of them.
+  visible(overscan) {
     const rect = this.list.getBoundingClientRect();
     const col = this.col ? this.col.getBoundingClientRect() : null;
     const top = Math.max(0, col ? col.top : 0);
     const bottom = Math.min(window.innerHeight, col ? col.bottom : Infinity);
     const first = Math.floor((top - rect.top) / ROW_H);
     const last = Math.ceil((bottom - rect.top) / ROW_H);
-    return [Math.max(0, first - OVERSCAN), Math.min(this.flat.length, Math.max(0, last + OVERSCAN))];
+    return [Math.max(0, first - overscan), Math.min(this.flat.length, Math.max(0, last + overscan))];
   }
 
   // renderWindow puts the rows near the view on the page, each at its place.
+  // The first window that FIRST_OVERSCAN cuts short of OVERSCAN is widened
+  // to it by a task queued behind the frame that draws it.
   renderWindow() {
+    const [from, to] = this.visible(this.overscan);
+    if (this.overscan < OVERSCAN && !this.widen && String(this.visible(OVERSCAN)) !== String([from, to])) {
+      this.widen = setTimeout(() => {
+        this.overscan = OVERSCAN;
+        this.renderWindow();
+      }, 0);
+    }
     const focused = document.activeElement && this.root.contains(document.activeElement) ? document.activeElement.id : '';
-    const [from, to] = this.visible();
     const els = [];
     for (let i = from; i < to; i++) {
       const { n, depth, kids } = this.flat[i];
