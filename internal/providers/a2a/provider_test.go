@@ -443,17 +443,7 @@ func TestStart_ChildHeaderKeepsTheRequestsLimits(t *testing.T) {
 	deadline := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
 	req := request("echo limits")
 	req.Limits = store.Limits{Deadline: &deadline, TokenBudget: new(int64(50))}
-	r, err := p.Start(t.Context(), req)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		defer cancel()
-		if err := r.Dispose(ctx); err != nil {
-			t.Errorf("Dispose: %v", err)
-		}
-	})
+	r := startRequest(t, p, req)
 	result(t, r)
 	h, err := b.store.GetSession(t.Context(), r.ChildID())
 	if err != nil {

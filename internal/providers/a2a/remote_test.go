@@ -156,10 +156,16 @@ func request(prompt string) subagent.ResolvedRequest {
 	}
 }
 
-// start starts a run and disposes it when the test ends.
+// start starts a run of prompt and disposes it when the test ends.
 func start(t *testing.T, p *Provider, prompt string) subagent.Run {
 	t.Helper()
-	r, err := p.Start(context.Background(), request(prompt))
+	return startRequest(t, p, request(prompt))
+}
+
+// startRequest starts a run of req and disposes it when the test ends.
+func startRequest(t *testing.T, p *Provider, req subagent.ResolvedRequest) subagent.Run {
+	t.Helper()
+	r, err := p.Start(context.Background(), req)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
