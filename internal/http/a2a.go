@@ -114,7 +114,7 @@ func (s *Server) a2aProvider(w http.ResponseWriter, r *http.Request) (A2A, strin
 	if _, ok := s.svc.Provider(name); !ok {
 		return nil, "", subagent.Errorf(subagent.ENoProvider, "no subagent provider named %q", name)
 	}
-	r.Body = &checkedBody{body: http.MaxBytesReader(w, r.Body, s.bodyLimit)}
+	r.Body = &checkedBody{w: w, body: http.MaxBytesReader(w, r.Body, s.bodyLimit)}
 	return face, name, nil
 }
 

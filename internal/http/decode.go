@@ -99,12 +99,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, dst any) error {
 // readBody reads a request body of at most s.bodyLimit bytes, as decode
 // does before it unmarshals it.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	// A client that trickles its body must not hold a handler for ever
-	// (the server sets no ReadTimeout: it would end event streams).
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	defer rc.SetReadDeadline(time.Time{})
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.bodyLimit))
+	data, err := readWithin(w, http.MaxBytesReader(w, r.Body, s.bodyLimit))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -113,6 +108,16 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		return nil, decodeError(err, s.bodyLimit)
 	}
 	return data, nil
+}
+
+// readWithin reads the body of w's request to its end within
+// bodyReadTimeout: a client that trickles its body must not hold a handler
+// for ever (the server sets no ReadTimeout: it would end event streams).
+func readWithin(w http.ResponseWriter, body io.Reader) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	defer rc.SetReadDeadline(time.Time{})
+	return io.ReadAll(body)
 }
 
 // checkBodyText checks that a JSON request body is UTF-8 and holds no NUL
@@ -134,8 +139,10 @@ func checkBodyText(data []byte) error {
 // checkBodyText does, so that text the SDK's JSON decoder would alter
 // without a word fails that Read and every later one, and the SDK answers
 // in its own protocol (a JSON-RPC parse error, a 400) with the reason.
-// A failed read (a body over the bound) fails them alike.
+// A failed read (a body over the bound, or not read within
+// bodyReadTimeout) fails them alike.
 type checkedBody struct {
+	w    http.ResponseWriter // whose request body is read
 	body io.ReadCloser
 	data *bytes.Reader // once read
 	err  error
@@ -143,7 +150,7 @@ type checkedBody struct {
 
 func (b *checkedBody) Read(p []byte) (int, error) {
 	if b.data == nil {
-		data, err := io.ReadAll(b.body)
+		data, err := readWithin(b.w, b.body)
 		if err == nil {
 			err = checkBodyText(data)
 		}

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -74,13 +73,9 @@ func (s *Server) runOnce(w http.ResponseWriter, r *http.Request, values []string
 	if len(values) != 1 || key == "" || len(key) > maxIdempotencyKey || !printableASCII(key) {
 		return invalid(map[string]string{idempotencyHeader: fmt.Sprintf("must be one header of 1 to %d visible ASCII characters", maxIdempotencyKey)})
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.bodyLimit))
+	body, err := s.readBody(w, r)
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return s.tooLarge(w, r)
-		}
-		return decodeError(err, s.bodyLimit)
+		return err
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s %s\n", r.Method, r.URL.RequestURI())

@@ -479,7 +479,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) error {
 	if s.mcp == nil {
 		return subagent.Errorf(codeNotReady, "this server runs no MCP face")
 	}
-	r.Body = &checkedBody{body: http.MaxBytesReader(w, r.Body, s.bodyLimit)}
+	r.Body = &checkedBody{w: w, body: http.MaxBytesReader(w, r.Body, s.bodyLimit)}
 	pw := &plainRefusals{ResponseWriter: w}
 	s.mcp.ServeHTTP(pw, r)
 	if pw.status == 0 {
