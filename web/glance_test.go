@@ -108,6 +108,15 @@ func TestDashboard_OverviewFirst(t *testing.T) {
 	b.waitFor("the live run is probe and the failure says error", `document.querySelector('[data-testid="overview-live"] a').textContent === 'probe' &&
 		document.querySelector('[data-testid="overview-failed"] li').textContent.includes('error')`)
 	b.screenshot("overview")
+	// The overview is drawn again every second; only its times change, so
+	// the links stay the elements they were and a click is not lost.
+	eval[bool](b, "marking the failure's link and the live run's duration", `(() => {
+		document.querySelector('[data-testid="overview-failed"] a').kept = true;
+		window.liveDuration = document.querySelector('[data-testid="overview-live"] .dur').textContent;
+		return true;
+	})()`)
+	b.waitFor("the live run's duration ticks and the failure's link stays the same element",
+		`document.querySelector('[data-testid="overview-live"] .dur').textContent !== window.liveDuration && document.querySelector('[data-testid="overview-failed"] a').kept === true`)
 	b.click("following the failure", `[data-testid="overview-failed"] a`)
 	b.waitFor("the failed run is selected and the overview gone", fmt.Sprintf(`%s?.dataset.id === %s && document.querySelector('[data-testid="overview"]').hidden &&
 		document.querySelector('[data-testid="run-card"][aria-current="true"]')?.dataset.run === %s`, selectedNode, jsString(g.broken), jsString(g.brokenRun)))

@@ -1,7 +1,9 @@
 package web_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -32,8 +34,9 @@ func confirmAction(b *browser, id string) {
 }
 
 // call sends method path with body (none when "") as another client
-// would, and fails t unless the answer's status is want.
-func (s *testServer) call(t *testing.T, method, path, body string, want int) {
+// would, fails t unless the answer's status is want, and returns the
+// answer's body.
+func (s *testServer) call(t *testing.T, method, path, body string, want int) []byte {
 	t.Helper()
 	req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
 	if err != nil {
@@ -46,10 +49,15 @@ func (s *testServer) call(t *testing.T, method, path, body string, want int) {
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
-	res.Body.Close()
-	if res.StatusCode != want {
-		t.Fatalf("%s %s: %s, want %d", method, path, res.Status, want)
+	defer res.Body.Close()
+	answer, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading the answer: %v", method, path, err)
 	}
+	if res.StatusCode != want {
+		t.Fatalf("%s %s: %s %s, want %d", method, path, res.Status, answer, want)
+	}
+	return answer
 }
 
 // TestDashboard_TreeControl drives the tree controls against a real
@@ -71,6 +79,36 @@ func TestDashboard_TreeControl(t *testing.T) {
 	child := startChildFromForm(b, "researcher", "Research the topic")
 	b.waitFor("the child runs", nodeIn(child, "running"))
 	b.waitFor("the child offers Dispose child only", treeActionsAre("dispose-child"))
+
+	// A redraw of the head keeps the items that did not change: a click
+	// whose press and release straddle one still lands on the Parent link.
+	// Another client's runs in a tree of its own redraw the page. Its root
+	// is a second "Root session", so after its first run the Parent link
+	// names its root's creation time; the second run then changes nothing
+	// in the head but the running child's Active item, whose replacement
+	// says the head was drawn again.
+	var other struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(srv.call(t, http.MethodPost, "/v1/sessions", `{}`, http.StatusCreated), &other); err != nil {
+		t.Fatal(err)
+	}
+	otherRun := fmt.Sprintf(`{"provider":"spawn","parentSessionId":%q,"prompt":[{"type":"text","text":"Hello"}]}`, other.ID)
+	srv.call(t, http.MethodPost, "/v1/runs", otherRun, http.StatusCreated)
+	b.waitFor("the Parent link tells the two roots apart", `document.querySelector('[data-testid="head-parent"]').textContent.startsWith('Root session · ')`)
+	eval[bool](b, "watching the head's items", `(() => {
+		const link = document.querySelector('[data-testid="head-parent"]');
+		window.headSwaps = 0;
+		window.parentSwapped = false;
+		new MutationObserver((recs) => { for (const r of recs) for (const n of r.removedNodes) { window.headSwaps++; if (n.contains(link)) window.parentSwapped = true; } })
+			.observe(document.querySelector('#session-meta'), { childList: true });
+		return true;
+	})()`)
+	srv.call(t, http.MethodPost, "/v1/runs", otherRun, http.StatusCreated)
+	b.waitFor("the head is drawn again", `window.headSwaps > 0`)
+	if eval[bool](b, "reading whether the Parent link was replaced", `window.parentSwapped`) {
+		t.Fatal("redrawing the head replaced its unchanged Parent link; a click across the redraw is lost")
+	}
 	b.click("opening the child's root", `[data-testid="head-parent"]`)
 	b.waitFor("the root is selected and offers Cancel tree and Dispose", selectedNode+`?.dataset.mode === 'root' && `+treeActionsAre("cancel-tree", "dispose-tree"))
 	root := eval[string](b, "reading the root id", selectedNode+`.dataset.id`)

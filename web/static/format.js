@@ -129,6 +129,47 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+/** Times that change every second (durations, ages); the rest changes only with what they show. */
+const TICKING = '.dur, .age';
+
+/**
+ * Makes items el's children, keeping in place each child whose markup is
+ * one item's but for its ticking times (which it takes from the item), and
+ * adding only the other items where they go. A redraw that changes little
+ * then keeps the elements a reader is on: a link they are about to click,
+ * whose press and release must land on one element, and the keyboard
+ * focus. Markup leaves listeners out: a caller whose listeners would act
+ * on something else replaces el's children instead.
+ * @param {HTMLElement} el
+ * @param {HTMLElement[]} items
+ */
+export function morph(el, items) {
+  const spare = [...el.children];
+  const shapes = spare.map(shapeOf);
+  const next = items.map((item) => {
+    const i = shapes.indexOf(shapeOf(item));
+    if (i < 0) return item;
+    const [old] = spare.splice(i, 1);
+    shapes.splice(i, 1);
+    const now = item.querySelectorAll(TICKING);
+    old.querySelectorAll(TICKING).forEach((t, k) => {
+      if (t.textContent !== now[k].textContent) t.textContent = now[k].textContent;
+    });
+    return old;
+  });
+  for (const old of spare) old.remove();
+  next.forEach((child, i) => {
+    if (el.children[i] !== child) el.insertBefore(child, el.children[i] ?? null);
+  });
+}
+
+/** The markup of node with its ticking times left out. */
+function shapeOf(node) {
+  const copy = node.cloneNode(true);
+  copy.querySelectorAll(TICKING).forEach((t) => { t.textContent = ''; });
+  return copy.outerHTML;
+}
+
 /** Says how long ago something was, in the largest whole unit ("now", "42s ago", "5m ago", "3h ago", "2d ago"). */
 export function formatAge(ms) {
   if (!Number.isFinite(ms)) return '';

@@ -2,7 +2,7 @@
 // are live and which, what failed in the last hour, and the latest starts
 // and ends across every tree, each linking to its run.
 
-import { formatAge, formatDuration, h, stateStyle } from './format.js';
+import { formatAge, formatDuration, h, morph, stateStyle } from './format.js';
 
 const HOUR = 3600e3;
 /** Entries listed per section. */
@@ -48,35 +48,5 @@ export function renderOverview(el, store) {
       'No failures in the last hour.'),
       section('recent', 'Recent activity', recent.length, recent.map(({ r, at, what }) => entry(r, what === 'started' ? 'running' : what,
         h('span', {}, what), h('span', { class: 'age' }, formatAge(now - at)))), 'No runs yet.')));
-  morph(el, next);
-}
-
-/** Times that change every second; everything else changes only with the store. */
-const TICKING = '.dur, .age';
-
-/**
- * Makes el show next's children. When only the ticking times differ, they
- * are updated in place, so a link a reader is about to click (or has
- * focused) stays the same element from one second to the next.
- * @param {HTMLElement} el
- * @param {HTMLElement} next
- */
-function morph(el, next) {
-  const shape = shapeOf(next);
-  if (el.dataset.shape === shape) {
-    const now = next.querySelectorAll(TICKING);
-    el.querySelectorAll(TICKING).forEach((t, i) => {
-      if (t.textContent !== now[i].textContent) t.textContent = now[i].textContent;
-    });
-    return;
-  }
-  el.replaceChildren(...next.childNodes);
-  el.dataset.shape = shape;
-}
-
-/** The markup of node with its ticking times left out. */
-function shapeOf(node) {
-  const copy = node.cloneNode(true);
-  copy.querySelectorAll(TICKING).forEach((t) => { t.textContent = ''; });
-  return copy.innerHTML;
+  morph(el, [...next.children]);
 }

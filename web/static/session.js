@@ -4,7 +4,7 @@
 // and the composer that sends what fits it.
 
 import { api } from './api.js';
-import { blocksText, formatClock, formatDuration, formatTokens, formatUsage, h, prettyJSON, shortId, stateStyle, textBlocks, toMillis } from './format.js';
+import { blocksText, formatClock, formatDuration, formatTokens, formatUsage, h, morph, prettyJSON, shortId, stateStyle, textBlocks, toMillis } from './format.js';
 import { exportTree, runAsCurl } from './export.js';
 import { clearErrors, showApiError } from './forms.js';
 import { paths } from './paths.js';
@@ -30,6 +30,8 @@ export class SessionView {
     // the elements (and the keyboard focus on them).
     this.actionsKey = '';
     this.composerKey = '';
+    /** the session whose head #session-meta shows */
+    this.metaId = '';
     this.runsKey = '';
     /** `${id}:${scope}` → the last GET /v1/sessions/{id}/usage answer and when to read it again */
     this.usageReads = new Map();
@@ -51,6 +53,7 @@ export class SessionView {
     if (!n) {
       $('session-title').textContent = 'No session selected';
       $('session-meta').replaceChildren();
+      this.metaId = '';
       $('actions').replaceChildren();
       $('runs').replaceChildren();
       this.actionsKey = '';
@@ -100,7 +103,11 @@ export class SessionView {
     } else if (v.latest) {
       items.push(metaItem('Run', h('code', { 'data-testid': 'head-run' }, v.latest.runId), v.disposed ? ' (disposed)' : ''));
     }
-    $('session-meta').replaceChildren(...items);
+    // The budget's Raise button acts on this session's tree, so another
+    // session's head replaces every item.
+    if (this.metaId === n.id) morph($('session-meta'), items);
+    else $('session-meta').replaceChildren(...items);
+    this.metaId = n.id;
     this.renderRuns(n, u);
     this.renderActions(n, v);
     this.renderComposer(n, v);
