@@ -17,3 +17,6 @@ func (s *Store) InFlight() int { return s.w.inFlight }
 
 // Self is the name this Store's writer gives its wake-ups.
 func (s *Store) Self() string { return s.self }
+
+// Peers reports whether the Store's writer thinks another replica listens.
+func (s *Store) Peers() bool { return s.peers.anyone() }

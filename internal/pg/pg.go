@@ -2,8 +2,9 @@
 // every replica. Writes are group-committed (writer.go): concurrent writes of
 // many sessions share one transaction, and each caller is answered after the
 // commit that holds its write. Commits are announced with pg_notify after
-// the commit, coalesced; each Store LISTENs and wakes its own subscribers, so
-// a replica sees what another one wrote. NOTIFY is only a wake-up: the tables
+// the commit, coalesced, while another replica listens (peers.go); each
+// Store LISTENs and wakes its own subscribers, so a replica sees what
+// another one wrote. NOTIFY is only a wake-up: the tables
 // are the truth, every subscriber is woken after a lost listener connection
 // and every pollInterval, to re-query.
 //
@@ -57,6 +58,7 @@ type Store struct {
 	hub     store.Hub
 	recent  *recent
 	self    string // names this Store's writer in its wake-ups (notifyChannel)
+	peers   *peers
 	w       *writer
 	headers headers
 	limits  limitsCache
@@ -74,7 +76,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Store, err
 	if err != nil {
 		return nil, fmt.Errorf("pg: new store: %w", err)
 	}
-	s := &Store{pool: pool, log: log, latest: latest, recent: newRecent(), done: make(chan struct{})}
+	s := &Store{pool: pool, log: log, latest: latest, recent: newRecent(), peers: newPeers(log), done: make(chan struct{})}
 	s.limits.wake, _ = s.hub.Subscribe(limitsTopic) // for the Store's life
 	if err := s.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("pg: new store: %w", err)
@@ -87,7 +89,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Store, err
 		ReconnectDelay: reconnectDelay,
 	}
 	s.self = rand.Text()
-	l.Handle(notifyChannel, &wakeHandler{hub: &s.hub, recent: s.recent, log: log, ready: ready, self: s.self})
+	l.Handle(notifyChannel, &wakeHandler{hub: &s.hub, recent: s.recent, peers: s.peers, log: log, ready: ready, self: s.self})
 	var listenCtx context.Context
 	listenCtx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
@@ -96,7 +98,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Store, err
 	}()
 	select {
 	case <-ready:
-		s.w = newWriter(pool, log, &s.hub, s.recent, s.self)
+		s.w = newWriter(pool, log, &s.hub, s.recent, s.self, s.peers)
 		return s, nil
 	case <-ctx.Done():
 		s.Close()
@@ -144,7 +146,11 @@ func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
 func (s *Store) connectListener(ctx context.Context) (*pgx.Conn, error) {
 	cfg := s.pool.Config().ConnConfig
 	cfg.RuntimeParams["application_name"] = listenerName
-	return pgx.ConnectConfig(ctx, cfg)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err == nil {
+		s.peers.listener.Store(conn.PgConn().PID())
+	}
+	return conn, err
 }
 
 func (s *Store) logListenerError(ctx context.Context, err error) {
@@ -158,6 +164,7 @@ func (s *Store) logListenerError(ctx context.Context, err error) {
 type wakeHandler struct {
 	hub       *store.Hub
 	recent    *recent
+	peers     *peers
 	log       *slog.Logger
 	ready     chan struct{}
 	self      string // this Store's writer (notifyChannel)
@@ -170,6 +177,7 @@ func (h *wakeHandler) HandleNotification(_ context.Context, n *pgconn.Notificati
 		if from[1:] == h.self {
 			return nil // woken at the commit already
 		}
+		h.peers.seen()
 		topic = t
 	}
 	if topic == store.LifecycleTopic {

@@ -23,7 +23,8 @@ import (
 )
 
 // tripCounter is a pgx tracer that counts round trips (a query, or a
-// batch) and statements, leaving out the notifier's wake-ups.
+// batch) and statements, leaving out the notifier's wake-ups and its looks
+// for other replicas.
 type tripCounter struct {
 	mu                       sync.Mutex
 	trips, statements, wakes int
@@ -65,7 +66,7 @@ func (c *tripCounter) count(sqls []string, args []any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, q := range sqls {
-		if strings.Contains(q, "pg_notify") || strings.HasPrefix(strings.TrimSpace(q), "LISTEN") {
+		if strings.Contains(q, "pg_notify") || strings.Contains(q, "pg_stat_activity") || strings.HasPrefix(strings.TrimSpace(q), "LISTEN") {
 			c.wakes++
 			return
 		}

@@ -50,7 +50,8 @@ import (
 // waits for no WAL flush); one lost in a crash is caught, like any lost
 // NOTIFY, by the slow poll (pollInterval) and the listener's re-query on
 // reconnect. Each names the writer, so that its own listener does not wake
-// the subscribers it woke already a second time.
+// the subscribers it woke already a second time. While no other replica
+// listens (peers), nothing is handed to the notifier.
 //
 // A caller that finds a flush slot free runs the flush on its own
 // goroutine; the writer's goroutine starts the flushes of callers that
@@ -120,6 +121,8 @@ type writer struct {
 	recent *recent
 	// self names the writer in its notifications (notifyChannel).
 	self string
+	// peers tells whether anyone but this process would get them.
+	peers *peers
 	// inFlight bounds the flushes running at once, each on a connection of
 	// its own, so one flush's commit wait overlaps the next one's batch.
 	inFlight int
@@ -140,9 +143,9 @@ type writer struct {
 	notified chan struct{} // closed when the notifier has stopped
 }
 
-func newWriter(pool *pgxpool.Pool, log *slog.Logger, hub *store.Hub, recent *recent, self string) *writer {
+func newWriter(pool *pgxpool.Pool, log *slog.Logger, hub *store.Hub, recent *recent, self string, peers *peers) *writer {
 	w := &writer{
-		pool: pool, log: log, hub: hub, recent: recent, self: "@" + self + " ",
+		pool: pool, log: log, hub: hub, recent: recent, self: "@" + self + " ", peers: peers,
 		inFlight: max(1, int(pool.Config().MaxConns)/2),
 		topics:   make(map[string]struct{}),
 		held:     make(map[string]int),
@@ -346,19 +349,22 @@ func (w *writer) flushAlone(ctx context.Context, o *op) {
 
 // answer wakes the committed ops' topics and their callers.
 func (w *writer) answer(ops []*op) {
+	announce := w.peers.anyone()
 	w.mu.Lock()
 	for _, o := range ops {
 		if o.err == nil {
 			o.err = o.fail
 		}
-		if o.err == nil {
+		if o.err == nil && announce {
 			for _, t := range o.topics() {
 				w.topics[t] = struct{}{}
 			}
 		}
 	}
 	w.mu.Unlock()
-	signal(w.wakeNtf)
+	if announce {
+		signal(w.wakeNtf)
+	}
 	for _, o := range ops {
 		if o.err == nil && o.event != nil && !o.skip {
 			w.recent.committed(o.sent, o.tenant, *o.event) // before the wake-up
@@ -506,10 +512,13 @@ func queueLifecycle(b *pgx.Batch, ops []*op) {
 
 // notifier sends the committed topics with pg_notify, coalesced, and wakes
 // every local subscriber every pollInterval as the safety net for a lost
-// wake-up.
+// wake-up. It says hello to the replicas already listening (helloTopic),
+// then looks for them every pollInterval.
 func (w *writer) notifier() {
 	defer close(w.notified)
 	ctx := context.Background()
+	w.hello(ctx)
+	w.lookForPeers(ctx)
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	for {
@@ -519,6 +528,7 @@ func (w *writer) notifier() {
 		case <-tick.C:
 			w.recent.foreign() // a wake-up may have been lost
 			w.hub.WakeAll()
+			w.lookForPeers(ctx)
 		case <-w.stopped:
 			// Send what the writer committed last.
 			stopCtx, cancel := context.WithTimeout(ctx, time.Second)
@@ -533,19 +543,39 @@ func (w *writer) notify(ctx context.Context) {
 	w.mu.Lock()
 	topics := make([]string, 0, len(w.topics))
 	for t := range w.topics {
-		topics = append(topics, w.self+t)
+		topics = append(topics, t)
 	}
 	clear(w.topics)
 	w.mu.Unlock()
+	w.send(ctx, topics)
+}
+
+// hello tells the replicas already listening that this one is (peers).
+func (w *writer) hello(ctx context.Context) {
+	w.send(ctx, []string{helloTopic})
+}
+
+// send notifies topics in the writer's name. One statement, its own
+// transaction: it writes no WAL but its commit record, so its commit never
+// waits for a WAL flush.
+func (w *writer) send(ctx context.Context, topics []string) {
 	if len(topics) == 0 {
 		return
 	}
-	// One statement, its own transaction. It writes no WAL but its commit
-	// record, so its commit never waits for a WAL flush.
+	for i, t := range topics {
+		topics[i] = w.self + t
+	}
 	_, err := w.pool.Exec(ctx, `SELECT count(pg_notify($1, t)) FROM unnest($2::text[]) AS t`, notifyChannel, topics)
 	if err != nil && ctx.Err() == nil {
 		w.log.WarnContext(ctx, "pg: notify other replicas; their poll will catch up", slog.Int("topics", len(topics)), slog.Any("error", err))
 	}
+}
+
+// lookForPeers updates w.peers, within a poll interval.
+func (w *writer) lookForPeers(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, pollInterval)
+	defer cancel()
+	w.peers.look(ctx, w.pool)
 }
 
 // signal wakes a goroutine waiting on ch (buffer one), never blocking.
