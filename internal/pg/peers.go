@@ -17,10 +17,10 @@ const helloTopic = "replica"
 // peers tells a Store's writer whether another replica may be listening
 // on its database, so that a lone replica does not announce its commits:
 // their wake-ups would reach nobody but its own listener, which skips
-// them, and each cost the database a transaction (docs/architecture.md
-// §5). Every replica's LISTEN connection is named listenerName; look
-// counts those of the database but the Store's own. A look that fails
-// counts as a peer.
+// them, and each cost the database a transaction
+// (docs/architecture.md §5). Every replica's LISTEN connection is named
+// listenerName; look counts those of the database but the Store's own. A
+// look that fails counts as a peer.
 //
 // A replica that starts is seen at once: its writer's first wake-up
 // (helloTopic) reaches the listeners already running, which call seen.

@@ -550,8 +550,11 @@ func (w *writer) notify(ctx context.Context) {
 	w.send(ctx, topics)
 }
 
-// hello tells the replicas already listening that this one is (peers).
+// hello tells the replicas already listening that this one is (peers),
+// within a poll interval.
 func (w *writer) hello(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, pollInterval)
+	defer cancel()
 	w.send(ctx, []string{helloTopic})
 }
 
