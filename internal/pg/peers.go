@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// helloTopic is the wake-up a Store's writer sends once its listener is
-// LISTENing, so that the replicas already running learn at once that it
-// listens (peers). Nothing subscribes to it.
+// helloTopic is the wake-up a Store sends in its writer's name each time
+// its listener is LISTENing, so that the other replicas learn at once that
+// it listens (peers). Nothing subscribes to it.
 const helloTopic = "replica"
 
 // peers tells a Store's writer whether another replica may be listening
@@ -22,11 +22,11 @@ const helloTopic = "replica"
 // listenerName; look counts those of the database but the Store's own. A
 // look that fails counts as a peer.
 //
-// A replica that starts is seen at once: its writer's first wake-up
-// (helloTopic) reaches the listeners already running, which call seen.
-// A commit announced to nobody in between is no worse off than one whose
-// wake-up is lost: the new replica's subscribers read it at their next
-// poll (pollInterval), as they do after any lost NOTIFY.
+// A replica that starts, or whose listener reconnects, is seen at once:
+// its hello (helloTopic) reaches the listeners already running, which
+// call seen. A commit announced to nobody in between is no worse off than
+// one whose wake-up is lost: that replica's subscribers read it at their
+// next poll (pollInterval), as they do after any lost NOTIFY.
 type peers struct {
 	log *slog.Logger
 	// listener is the backend pid of the Store's own LISTEN connection.

@@ -189,8 +189,9 @@ func (h *wakeHandler) HandleNotification(_ context.Context, n *pgconn.Notificati
 
 // HandleBacklog runs after every (re)connect, once LISTEN is in place:
 // notifications sent while the connection was down are lost, so every
-// subscriber is woken to re-query.
-func (h *wakeHandler) HandleBacklog(ctx context.Context, _ string, _ *pgx.Conn) error {
+// subscriber is woken to re-query. It says hello to the other replicas
+// (helloTopic), so that they announce their commits to this one again.
+func (h *wakeHandler) HandleBacklog(ctx context.Context, _ string, conn *pgx.Conn) error {
 	first := false
 	h.connected.Do(func() { first = true; close(h.ready) })
 	if !first {
@@ -198,6 +199,9 @@ func (h *wakeHandler) HandleBacklog(ctx context.Context, _ string, _ *pgx.Conn) 
 	}
 	h.recent.foreign()
 	h.hub.WakeAll()
+	if _, err := conn.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, "@"+h.self+" "+helloTopic); err != nil && ctx.Err() == nil {
+		h.log.WarnContext(ctx, "pg: say hello to other replicas; they will find this one within a second", slog.Any("error", err))
+	}
 	return nil
 }
 

@@ -512,12 +512,11 @@ func queueLifecycle(b *pgx.Batch, ops []*op) {
 
 // notifier sends the committed topics with pg_notify, coalesced, and wakes
 // every local subscriber every pollInterval as the safety net for a lost
-// wake-up. It says hello to the replicas already listening (helloTopic),
-// then looks for them every pollInterval.
+// wake-up. It looks for other replicas (peers) at once and every
+// pollInterval.
 func (w *writer) notifier() {
 	defer close(w.notified)
 	ctx := context.Background()
-	w.hello(ctx)
 	w.lookForPeers(ctx)
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
@@ -543,31 +542,15 @@ func (w *writer) notify(ctx context.Context) {
 	w.mu.Lock()
 	topics := make([]string, 0, len(w.topics))
 	for t := range w.topics {
-		topics = append(topics, t)
+		topics = append(topics, w.self+t)
 	}
 	clear(w.topics)
 	w.mu.Unlock()
-	w.send(ctx, topics)
-}
-
-// hello tells the replicas already listening that this one is (peers),
-// within a poll interval.
-func (w *writer) hello(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, pollInterval)
-	defer cancel()
-	w.send(ctx, []string{helloTopic})
-}
-
-// send notifies topics in the writer's name. One statement, its own
-// transaction: it writes no WAL but its commit record, so its commit never
-// waits for a WAL flush.
-func (w *writer) send(ctx context.Context, topics []string) {
 	if len(topics) == 0 {
 		return
 	}
-	for i, t := range topics {
-		topics[i] = w.self + t
-	}
+	// One statement, its own transaction. It writes no WAL but its commit
+	// record, so its commit never waits for a WAL flush.
 	_, err := w.pool.Exec(ctx, `SELECT count(pg_notify($1, t)) FROM unnest($2::text[]) AS t`, notifyChannel, topics)
 	if err != nil && ctx.Err() == nil {
 		w.log.WarnContext(ctx, "pg: notify other replicas; their poll will catch up", slog.Int("topics", len(topics)), slog.Any("error", err))
