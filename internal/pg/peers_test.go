@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/subagentd/subagentd/internal/pg"
 	"github.com/subagentd/subagentd/internal/pg/pgtest"
@@ -55,26 +54,11 @@ func (r *notifyRecorder) sent() []string {
 }
 
 // recordedStore returns a Store on the database at url whose writer's
-// wake-ups rec records; the test closes it.
+// wake-ups rec records.
 func recordedStore(t *testing.T, url string) (*pg.Store, *notifyRecorder) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
 	rec := &notifyRecorder{}
-	cfg.ConnConfig.Tracer = rec
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s, err := pg.New(t.Context(), pool, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s, rec
+	return newStore(t, tracedPool(t, url, rec)), rec
 }
 
 // TestPeers_ALoneReplicaAnnouncesNothing: a Store whose listener is the

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/subagentd/subagentd/internal/pg"
@@ -30,6 +31,23 @@ func newStore(t *testing.T, pool *pgxpool.Pool) *pg.Store {
 	}
 	t.Cleanup(s.Close)
 	return s
+}
+
+// tracedPool returns a pool on the database at url whose connections
+// report their statements to tracer, closed when t ends.
+func tracedPool(t *testing.T, url string, tracer pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // openPool returns another pool on the database at url, closed when t ends.

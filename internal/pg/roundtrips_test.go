@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/subagentd/subagentd/internal/children"
 	"github.com/subagentd/subagentd/internal/model"
@@ -119,18 +118,8 @@ func (c *tripCounter) snapshot() (trips, statements int, sqls []string) {
 // counter counts.
 func tracedStore(t *testing.T, url string) (*pg.Store, *tripCounter) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
 	counter := &tripCounter{}
-	cfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return newStore(t, pool), counter
+	return newStore(t, tracedPool(t, url, counter)), counter
 }
 
 // TestRoundTrips_OneShotRun counts what one in-process one-shot run costs
