@@ -141,6 +141,7 @@ type writer struct {
 	stop     chan struct{} // closed by close: the writer drains and stops
 	stopped  chan struct{} // closed when the writer has stopped
 	notified chan struct{} // closed when the notifier has stopped
+	watched  chan struct{} // closed when watchPeers has stopped
 }
 
 func newWriter(pool *pgxpool.Pool, log *slog.Logger, hub *store.Hub, recent *recent, self string, peers *peers) *writer {
@@ -153,9 +154,10 @@ func newWriter(pool *pgxpool.Pool, log *slog.Logger, hub *store.Hub, recent *rec
 		wakeNtf:  make(chan struct{}, 1),
 	}
 	w.slots = make(chan struct{}, w.inFlight)
-	w.stop, w.stopped, w.notified = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	w.stop, w.stopped, w.notified, w.watched = make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go w.run()
 	go w.notifier()
+	go w.watchPeers()
 	return w
 }
 
@@ -170,6 +172,7 @@ func (w *writer) close() {
 	w.mu.Unlock()
 	<-w.stopped
 	<-w.notified
+	<-w.watched
 }
 
 // do runs o and returns its answer once the commit that holds it is done.
@@ -512,12 +515,10 @@ func queueLifecycle(b *pgx.Batch, ops []*op) {
 
 // notifier sends the committed topics with pg_notify, coalesced, and wakes
 // every local subscriber every pollInterval as the safety net for a lost
-// wake-up. It looks for other replicas (peers) at once and every
-// pollInterval.
+// wake-up.
 func (w *writer) notifier() {
 	defer close(w.notified)
 	ctx := context.Background()
-	w.lookForPeers(ctx)
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	for {
@@ -527,7 +528,6 @@ func (w *writer) notifier() {
 		case <-tick.C:
 			w.recent.foreign() // a wake-up may have been lost
 			w.hub.WakeAll()
-			w.lookForPeers(ctx)
 		case <-w.stopped:
 			// Send what the writer committed last.
 			stopCtx, cancel := context.WithTimeout(ctx, time.Second)
@@ -557,11 +557,24 @@ func (w *writer) notify(ctx context.Context) {
 	}
 }
 
-// lookForPeers updates w.peers, within a poll interval.
-func (w *writer) lookForPeers(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, pollInterval)
-	defer cancel()
-	w.peers.look(ctx, w.pool)
+// watchPeers looks for other replicas (peers) at once and every
+// pollInterval until close, each look bounded by a poll interval. It runs
+// on a goroutine of its own: a look waits for a pooled connection, which
+// under load would hold up the notifier's wake-ups.
+func (w *writer) watchPeers() {
+	defer close(w.watched)
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), pollInterval)
+		w.peers.look(ctx, w.pool)
+		cancel()
+		select {
+		case <-tick.C:
+		case <-w.stop:
+			return
+		}
+	}
 }
 
 // signal wakes a goroutine waiting on ch (buffer one), never blocking.
